@@ -1,0 +1,43 @@
+"""``tl.compile``: algorithm -> loop nest -> LLVM -> a callable ``Kernel``."""
+
+from __future__ import annotations
+
+from tensorlang.errors import DefinitionError
+from tensorlang.func import Func
+from tensorlang.pipeline import Pipeline
+
+from .kernel import Kernel
+from .llvm.codegen import generate
+from .llvm.jit import compile_ir
+from .llvm.target import Target, host_target
+
+
+def compile(output: Func, schedule: object = None, *, target: Target | None = None,  # noqa: A001
+            opt_level: int = 3) -> Kernel:
+    """Compile the algorithm computing ``output`` to a native kernel for the host CPU.
+
+    The default schedule computes every Func at root, loops in definition order (pure Vars
+    outermost in left-side order, reduction Vars innermost); LLVM's O3 pipeline then vectorizes
+    what it can for the host CPU (AVX-512 where present).
+
+    Args:
+        output: the output Func. schedule: reserved for ``tl.Schedule`` (None: the default).
+        target: the CPU to compile for (default: this machine). opt_level: LLVM speed level 0-3.
+
+    Returns:
+        A ``Kernel``; ``kernel(A=a, B=b)`` returns a new ndarray.
+
+    Raises:
+        DefinitionError: ``output`` is not a defined Func.
+        CompileError: code generation failed (a tensorlang bug).
+    """
+    if schedule is not None:
+        raise DefinitionError("schedules are not supported yet; call tl.compile(output)")
+    from schedule.lower import lower
+
+    p = Pipeline(output)
+    lowered = lower(p)
+    tgt = target or host_target()
+    text = generate(lowered, tgt)
+    compiled = compile_ir(text, lowered.name, tgt, opt=opt_level, what=f"kernel {lowered.name}")
+    return Kernel(p, lowered, compiled)

@@ -1,0 +1,228 @@
+"""The loop-nest IR: what lowering produces and what codegen and cost-model features consume.
+
+Statements are frozen dataclasses with tuple children (rebuild, never mutate). Expressions are the
+algorithm IR's (``tensorlang.expr``) plus :class:`Load`, a read of a buffer at multi-dimensional
+indices in the producer's own coordinates (the buffer's ``mins`` are subtracted by codegen).
+
+See also: Halide ``src/IR.h`` (For, Store, Allocate, ProducerConsumer, IfThenElse, LetStmt); TVM TIR.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tensorlang.dtypes import DType
+from tensorlang.expr import Expr
+from tensorlang.printer import expr_str
+
+
+class ForKind(enum.Enum):
+    """How a loop runs.
+
+    - ``SERIAL``: iterations in order. Always legal.
+    - ``PARALLEL``: iterations spread over the thread pool; legal when the loop carries no
+      dependence. Costs one parallel-region launch (~2 us) per execution of the loop.
+    - ``VECTORIZED``: iterations become lanes of SIMD instructions; legal when the loop carries no
+      dependence. Best on the innermost loop with unit-stride accesses.
+    - ``UNROLLED``: the body is replicated; always legal. Needs a constant extent.
+    """
+
+    SERIAL = "serial"
+    PARALLEL = "parallel"
+    VECTORIZED = "vectorized"
+    UNROLLED = "unrolled"
+
+
+@dataclass(frozen=True, eq=False)
+class Buffer:
+    """A buffer: ``dtype`` elements, row-major over ``extents``, indexed from ``mins``.
+
+    ``kind`` is ``input`` (a kernel argument, read-only), ``output`` (a kernel argument, written)
+    or ``internal`` (allocated by the kernel). Extents and mins are size expressions.
+    """
+
+    name: str
+    dtype: DType
+    mins: tuple[Expr, ...]
+    extents: tuple[Expr, ...]
+    kind: str
+
+    @property
+    def rank(self) -> int:
+        return len(self.extents)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class Load(Expr):
+    """Read ``buffer[indices]`` (indices in the producer's coordinates, int64)."""
+
+    buffer: str
+    indices: tuple[Expr, ...]
+    dtype: DType
+
+
+class Stmt:
+    """Base class of loop-nest IR statements."""
+
+    def __str__(self) -> str:
+        return print_stmt(self)
+
+
+@dataclass(frozen=True, eq=False)
+class For(Stmt):
+    """``for var in [min, min + extent): body``, run as ``kind``."""
+
+    var: str
+    min: Expr
+    extent: Expr
+    kind: ForKind
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class Store(Stmt):
+    """``buffer[indices] = value``; with ``reduce_op``, ``buffer[indices] = buffer[indices] op
+    value`` where the op is associative (reassociation allowed: the reduction policy)."""
+
+    buffer: str
+    indices: tuple[Expr, ...]
+    value: Expr
+    reduce_op: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Allocate(Stmt):
+    """Storage for an internal ``buffer`` that lives for the duration of ``body``."""
+
+    buffer: Buffer
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class Block(Stmt):
+    """Statements in sequence."""
+
+    stmts: tuple[Stmt, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class IfThenElse(Stmt):
+    """``if cond: then else: otherwise`` (``otherwise`` may be None)."""
+
+    cond: Expr
+    then: Stmt
+    otherwise: Stmt | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class LetStmt(Stmt):
+    """Bind ``var`` (int64) to ``value`` within ``body``."""
+
+    var: str
+    value: Expr
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class ProducerConsumer(Stmt):
+    """Marks the statements that compute Func ``func`` (Halide's ``produce f:``)."""
+
+    func: str
+    body: Stmt
+
+
+@dataclass(frozen=True, eq=False)
+class LoweredFunc:
+    """A whole lowered kernel: its argument buffers (inputs in order, then the output), the size
+    parameters it takes (by name, in order), every buffer it touches, and the body."""
+
+    name: str
+    inputs: tuple[Buffer, ...]
+    output: Buffer
+    sizes: tuple[str, ...]
+    buffers: dict[str, Buffer] = field(hash=False)
+    body: Stmt
+
+    def __str__(self) -> str:
+        return print_stmt(self.body)
+
+
+# -- traversal -----------------------------------------------------------------------------------
+def map_stmt(s: Stmt, fs: Callable[[Stmt], Stmt], fe: Callable[[Expr], Expr]) -> Stmt:
+    """Rebuild ``s`` with ``fs`` applied to child statements and ``fe`` to its expressions."""
+    import dataclasses
+
+    if isinstance(s, For):
+        new = dict(min=fe(s.min), extent=fe(s.extent), body=fs(s.body))
+    elif isinstance(s, Store):
+        new = dict(indices=tuple(fe(i) for i in s.indices), value=fe(s.value))
+    elif isinstance(s, Allocate):
+        new = dict(body=fs(s.body))
+    elif isinstance(s, Block):
+        new = dict(stmts=tuple(fs(c) for c in s.stmts))
+    elif isinstance(s, IfThenElse):
+        new = dict(cond=fe(s.cond), then=fs(s.then),
+                   otherwise=None if s.otherwise is None else fs(s.otherwise))
+    elif isinstance(s, LetStmt):
+        new = dict(value=fe(s.value), body=fs(s.body))
+    elif isinstance(s, ProducerConsumer):
+        new = dict(body=fs(s.body))
+    else:
+        raise TypeError(f"unknown statement {type(s).__name__}")
+    if all(new[k] is getattr(s, k) or (isinstance(new[k], tuple) and all(
+            a is b for a, b in zip(new[k], getattr(s, k)))) for k in new):
+        return s
+    return dataclasses.replace(s, **new)  # type: ignore[type-var]
+
+
+# -- printing ------------------------------------------------------------------------------------
+def _load_str(n: Expr, go: Callable) -> str:
+    if isinstance(n, Load):
+        return f"{n.buffer}[{', '.join(go(i) for i in n.indices)}]"
+    return f"<{type(n).__name__}>"
+
+
+def e2s(e: Expr) -> str:
+    """Text of a loop-nest IR expression."""
+    return expr_str(e, _load_str)
+
+
+_OPS = {"sum": "+=", "prod": "*=", "max": "max=", "min": "min="}
+
+
+def print_stmt(s: Stmt, indent: int = 0) -> str:
+    """The loop nest as text, Halide ``print_loop_nest`` style (one statement per line)."""
+    pad = "  " * indent
+    if isinstance(s, For):
+        kind = "" if s.kind is ForKind.SERIAL else f"{s.kind.value} "
+        hi = e2s(_add(s.min, s.extent))
+        head = f"{pad}{kind}for {s.var} in [{e2s(s.min)}, {hi}):\n"
+        return head + print_stmt(s.body, indent + 1)
+    if isinstance(s, Store):
+        idx = ", ".join(e2s(i) for i in s.indices)
+        op = "=" if s.reduce_op is None else _OPS[s.reduce_op]
+        return f"{pad}{s.buffer}[{idx}] {op} {e2s(s.value)}\n"
+    if isinstance(s, Allocate):
+        b = s.buffer
+        dims = "".join(f", {e2s(e)}" for e in b.extents)
+        return f"{pad}allocate {b.name}[{b.dtype.value}{dims}]\n" + print_stmt(s.body, indent)
+    if isinstance(s, Block):
+        return "".join(print_stmt(c, indent) for c in s.stmts)
+    if isinstance(s, IfThenElse):
+        out = f"{pad}if {e2s(s.cond)}:\n" + print_stmt(s.then, indent + 1)
+        if s.otherwise is not None:
+            out += f"{pad}else:\n" + print_stmt(s.otherwise, indent + 1)
+        return out
+    if isinstance(s, LetStmt):
+        return f"{pad}let {s.var} = {e2s(s.value)}\n" + print_stmt(s.body, indent)
+    if isinstance(s, ProducerConsumer):
+        return f"{pad}produce {s.func}:\n" + print_stmt(s.body, indent + 1)
+    raise TypeError(f"unknown statement {type(s).__name__}")
+
+
+def _add(a: Expr, b: Expr) -> Expr:
+    from tensorlang.affine import sadd
+
+    return sadd(a, b)

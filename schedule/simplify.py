@@ -1,0 +1,75 @@
+"""Lowering pass ``simplify``: integer constant folding and algebraic identities.
+
+Folds integer arithmetic on constants (with NumPy's wrap-around for the type), and the identities
+``x + 0``, ``x - 0``, ``x * 1``, ``x * 0`` (integers only: ``0.0 * x`` is NaN for an infinite ``x``),
+``x // 1``, ``max/min`` of equal operands, and casts of constants. Floating-point expressions are
+left alone so that rounding stays exactly what the algorithm says.
+"""
+
+from __future__ import annotations
+
+from tensorlang.expr import BinOp, Const, Expr, cast, map_children
+
+from .ir import LoweredFunc, Stmt, map_stmt
+
+
+def _wrap(v: int, e: Expr) -> Const:
+    bits = 8 * e.dtype.itemsize
+    v &= (1 << bits) - 1
+    if v >= 1 << (bits - 1):
+        v -= 1 << bits
+    return Const(v, e.dtype)
+
+
+def simplify_expr(e: Expr) -> Expr:
+    """Simplify one expression bottom-up."""
+
+    def go(n: Expr) -> Expr:
+        n = map_children(n, go)
+        if isinstance(n, BinOp) and n.dtype.is_int:
+            a, b = n.a, n.b
+            ca = a.value if isinstance(a, Const) else None
+            cb = b.value if isinstance(b, Const) else None
+            if ca is not None and cb is not None:
+                if n.op == "add":
+                    return _wrap(ca + cb, n)
+                if n.op == "sub":
+                    return _wrap(ca - cb, n)
+                if n.op == "mul":
+                    return _wrap(ca * cb, n)
+                if n.op == "max":
+                    return Const(max(ca, cb), n.dtype)
+                if n.op == "min":
+                    return Const(min(ca, cb), n.dtype)
+                if n.op == "floordiv" and cb not in (0, -1):
+                    return Const(ca // cb, n.dtype)
+            if n.op in ("add", "sub") and cb == 0:
+                return a
+            if n.op == "add" and ca == 0:
+                return b
+            if n.op == "mul" and (cb == 1 or ca == 1):
+                return a if cb == 1 else b
+            if n.op == "mul" and (cb == 0 or ca == 0):
+                return Const(0, n.dtype)
+            if n.op == "floordiv" and cb == 1:
+                return a
+            if n.op in ("max", "min") and a.same_as(b):
+                return a
+        from tensorlang.expr import Cast
+
+        if isinstance(n, Cast) and isinstance(n.value, Const):
+            return cast(n.dtype, n.value)
+        return n
+
+    return go(e)
+
+
+def simplify(f: LoweredFunc) -> LoweredFunc:
+    """Apply :func:`simplify_expr` to every expression of the kernel."""
+    import dataclasses
+
+    def fs(s: Stmt) -> Stmt:
+        return map_stmt(s, fs, simplify_expr)
+
+    body = fs(f.body)
+    return f if body is f.body else dataclasses.replace(f, body=body)

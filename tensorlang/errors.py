@@ -1,0 +1,32 @@
+"""The user-facing error hierarchy of tensorlang.
+
+Every error a user can cause derives from :class:`TensorlangError`; anything else that escapes is an
+internal error (a bug in tensorlang). Messages name the Func, the index or loop, and the fix, in the
+format of CONVENTIONS.md ("Errors").
+"""
+
+from __future__ import annotations
+
+
+class TensorlangError(Exception):
+    """Base class of every error caused by user input."""
+
+
+class DefinitionError(TensorlangError):
+    """A badly formed algorithm definition, raised when the definition is written."""
+
+
+class ScheduleError(TensorlangError):
+    """A schedule primitive applied to something it cannot apply to (stale handle, unknown loop)."""
+
+
+class IllegalScheduleError(ScheduleError):
+    """A schedule that would change what the algorithm computes (a dependence would be violated)."""
+
+
+class CompileError(TensorlangError):
+    """Lowering or native code generation failed for a well-formed algorithm and schedule."""
+
+
+class ShapeError(TensorlangError):
+    """Arrays passed to a kernel or to the reference evaluator do not fit the algorithm."""

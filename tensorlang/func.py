@@ -1,0 +1,353 @@
+"""Inputs, Funcs and their definitions; reducers and boundary conditions.
+
+A ``Func`` is defined once, by ``F[i, j] = expr`` (a *pure definition*). Vars on the right that are
+not on the left are *reduction variables*: the right side is reduced over them, with ``sum`` unless an
+explicit reducer (``tl.sum``, ``tl.prod``, ``tl.max``, ``tl.min``) says otherwise (the einsum rule).
+A reducer nested inside a larger expression (``exp(x[i, j] - tl.max(x[i, k]))``) is lifted into an
+anonymous Func over the left-side Vars it uses, as Halide's inline reductions are.
+
+See also: Halide ``Func``/``Var``/``RDom``, "Halide: A Language and Compiler for Optimizing
+Parallelism, Locality, and Recomputation in Image Processing Pipelines" (PLDI 2013); TVM ``te.compute``
+and ``te.sum``; Tensor Comprehensions' einsum-like notation (Vasilache et al., 2018).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+from .affine import NonAffine, affine_form, sadd, sconst, ssub
+from .domain import Constraint, infer_ranges
+from .dtypes import DType, as_dtype, int64
+from .errors import DefinitionError
+from .expr import (
+    Access,
+    Boundary,
+    Expr,
+    Reduce,
+    Size,
+    Var,
+    as_expr,
+    cast,
+    check_name,
+    const,
+    free_vars,
+    map_children,
+    walk,
+)
+
+
+def _as_shape(shape: Any, owner: str) -> tuple[Expr, ...]:
+    if isinstance(shape, (int, Size)):
+        shape = (shape,)
+    out: list[Expr] = []
+    for d, s in enumerate(shape):
+        if isinstance(s, Size):
+            out.append(s)
+        elif isinstance(s, int) and not isinstance(s, bool) and s >= 0:
+            out.append(sconst(s))
+        else:
+            raise DefinitionError(
+                f"shape of {owner}: dimension {d} is {s!r}; use a non-negative int or a tl.sizes() "
+                f"symbol")
+    return tuple(out)
+
+
+def _index_tuple(idx: Any) -> tuple:
+    return idx if isinstance(idx, tuple) else (idx,)
+
+
+def _make_access(producer: Any, name: str, rank: int | None, dtype: DType, idx: Any,
+                 boundary: Boundary | None) -> Access:
+    items = _index_tuple(idx)
+    if rank is not None and len(items) != rank:
+        raise DefinitionError(
+            f"{name} has {rank} dimension{'s' if rank != 1 else ''} but is read with "
+            f"{len(items)} ind{'ices' if len(items) != 1 else 'ex'}: {name}[{', '.join(map(str, items))}]")
+    indices: list[Expr] = []
+    for d, it in enumerate(items):
+        if isinstance(it, slice) or it is Ellipsis:
+            raise DefinitionError(f"{name}[...]: index {d} is a slice; index with tl.vars()")
+        e = as_expr(it)
+        if not e.dtype.is_int:
+            raise DefinitionError(f"{name}[...]: index {d} ({e}) has type {e.dtype}; indices are "
+                                  f"integers")
+        if e.dtype is not int64:
+            e = cast(int64, e)
+        try:
+            affine_form(e)
+        except NonAffine as exc:
+            raise DefinitionError(
+                f"{name}[...]: index {d} ({e}) is not affine ({exc}); indices must be sums of "
+                f"Vars and sizes times integer constants, e.g. 2 * x + r - 1") from None
+        indices.append(e)
+    return Access(name, tuple(indices), dtype, boundary, producer)
+
+
+class Input:
+    """An input array of the algorithm: ``Input(name, shape, dtype)``.
+
+    Args:
+        name: identifier; the keyword under which the kernel takes the array.
+        shape: tuple of ``tl.sizes`` symbols and/or non-negative ints (its rank is its length).
+        dtype: one of float32, float64, int32, int64, bool (NumPy names or dtypes accepted).
+    """
+
+    def __init__(self, name: str, shape: Any, dtype: Any = "float32") -> None:
+        self.name = check_name(name, "Input")
+        self.shape = _as_shape(shape, f"Input {name}")
+        self.dtype = as_dtype(dtype)
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def bounds(self) -> tuple[tuple[Expr, Expr], ...]:
+        """Per dimension ``(min, extent)``: ``(0, shape[d])``."""
+        return tuple((sconst(0), s) for s in self.shape)
+
+    def __getitem__(self, idx: Any) -> Access:
+        return _make_access(self, self.name, self.rank, self.dtype, idx, None)
+
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        raise DefinitionError(f"{self.name} is an Input and cannot be defined; use a tl.Func")
+
+    def __repr__(self) -> str:
+        return f"Input({self.name!r}, ({', '.join(map(str, self.shape))}), {self.dtype})"
+
+
+@dataclass(frozen=True, eq=False)
+class Definition:
+    """The pure definition ``func[args] = reduce_op(value)`` and the inferred ranges of its Vars.
+
+    ``reduce_op`` is None for a pointwise definition, else one of REDUCE_OPS over ``rvars``.
+    ``ranges`` maps each Var name (pure then reduction) to ``(min, extent)`` size expressions.
+    """
+
+    func: str
+    args: tuple[Var, ...]
+    value: Expr
+    reduce_op: str | None
+    rvars: tuple[Var, ...]
+    ranges: tuple[tuple[str, Expr, Expr], ...]
+
+    def range_of(self, var: str) -> tuple[Expr, Expr]:
+        for name, lo, ext in self.ranges:
+            if name == var:
+                return lo, ext
+        raise KeyError(var)
+
+    @property
+    def key(self) -> tuple:
+        return ("Definition", self.func, tuple(a.name for a in self.args), self.value.key,
+                self.reduce_op, tuple(r.name for r in self.rvars),
+                tuple((n, lo.key, ext.key) for n, lo, ext in self.ranges))
+
+    def lhs_str(self) -> str:
+        return f"{self.func}[{', '.join(a.name for a in self.args)}]"
+
+    def __str__(self) -> str:
+        v = str(self.value)
+        if self.reduce_op:
+            v = f"{self.reduce_op}({v})  # over {', '.join(r.name for r in self.rvars)}"
+        return f"{self.lhs_str()} = {v}"
+
+
+class Func:
+    """A function over an integer domain, defined once by ``F[i, j, ...] = expr``.
+
+    Args:
+        name: identifier used in loop nests, errors and the workload key.
+        shape: optional extents (ints or sizes); without it the domain is inferred from the reads
+            ("valid" semantics, see ``tensorlang.domain``) and may start above 0: ``F[x] =
+            In[x - 1] + In[x + 1]`` has domain ``[1, N - 1)`` and its array holds ``x = 1`` at index 0.
+        dtype: optional element type; the definition's value is converted to it. Default: the
+            value's type under NumPy promotion.
+
+    Raises:
+        DefinitionError: on a bad name, shape or dtype, and at ``F[...] = ...`` for a repeated
+            left-side Var, a non-Var left index, a second definition, a read of an undefined Func,
+            a rank mismatch, or a Var whose range cannot be inferred or is empty.
+    """
+
+    def __init__(self, name: str, shape: Any = None, dtype: Any = None) -> None:
+        self.name = check_name(name, "Func")
+        self.shape = None if shape is None else _as_shape(shape, f"Func {name}")
+        self._dtype = None if dtype is None else as_dtype(dtype)
+        self.definition: Definition | None = None
+        self._bounds: tuple[tuple[Expr, Expr], ...] | None = None
+
+    # -- properties --------------------------------------------------------------------------
+    @property
+    def rank(self) -> int | None:
+        if self.definition is not None:
+            return len(self.definition.args)
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def dtype(self) -> DType | None:
+        if self._dtype is not None:
+            return self._dtype
+        return None if self.definition is None else self.definition.value.dtype
+
+    @property
+    def bounds(self) -> tuple[tuple[Expr, Expr], ...]:
+        """Per dimension ``(min, extent)`` of the domain, as size expressions."""
+        if self._bounds is None:
+            raise DefinitionError(f"Func {self.name} has no definition yet; define it with "
+                                  f"{self.name}[i, ...] = expr")
+        return self._bounds
+
+    @property
+    def producers(self) -> list[Input | Func]:
+        """Inputs and Funcs this Func's definition reads, in order of first read."""
+        if self.definition is None:
+            return []
+        seen: dict[int, Any] = {}
+        for n in walk(self.definition.value):
+            if isinstance(n, Access) and id(n.producer) not in seen:
+                seen[id(n.producer)] = n.producer
+        return list(seen.values())
+
+    # -- reads and the definition --------------------------------------------------------------
+    def __getitem__(self, idx: Any) -> Access:
+        if self.definition is None:
+            raise DefinitionError(
+                f"Func {self.name} is read but has no definition yet; define "
+                f"{self.name}[...] = ... before using it")
+        return _make_access(self, self.name, self.rank, self.dtype, idx, None)
+
+    def __setitem__(self, idx: Any, value: Any) -> None:
+        self.define(idx, value)
+
+    def define(self, idx: Any, value: Any) -> None:
+        """Give this Func its pure definition (``F[idx] = value`` calls this)."""
+        lhs = _index_tuple(idx)
+        if self.definition is not None:
+            raise DefinitionError(
+                f"Func {self.name} already has a pure definition ({self.definition.lhs_str()} = "
+                f"...); a Func is defined once: use a new Func for another stage")
+        lhs_text = f"{self.name}[{', '.join(map(str, lhs))}]"
+        seen: set[str] = set()
+        for d, v in enumerate(lhs):
+            if not isinstance(v, Var):
+                raise DefinitionError(
+                    f"In definition of {lhs_text}: left index {d} ({v}) is not a Var; a pure "
+                    f"definition is indexed by distinct Vars, e.g. {self.name}[i, j] = ...")
+            if v.name in seen:
+                raise DefinitionError(
+                    f"In definition of {lhs_text}: Var {v.name} appears twice on the left (index "
+                    f"{d}); use distinct Vars, and read a diagonal on the right: F[i] = A[i, i]")
+            seen.add(v.name)
+        if self.shape is not None and len(self.shape) != len(lhs):
+            raise DefinitionError(
+                f"In definition of {lhs_text}: {self.name} was declared with shape of rank "
+                f"{len(self.shape)} but is defined with {len(lhs)} indices")
+        expr = as_expr(value)
+        op: str | None = None
+        if isinstance(expr, Reduce):
+            op, expr = expr.op, expr.value
+        pure = [v.name for v in lhs]
+        expr = self._lift_reductions(expr, pure, lhs_text)
+        self._check_reads(expr, lhs_text)
+        rvars = [v for v in free_vars(expr) if v.name not in seen]
+        if rvars and op is None:
+            op = "sum"
+        if not rvars:
+            op = None
+        dtype = self._dtype or expr.dtype
+        if op is not None and dtype.is_bool:
+            if op in ("max", "min"):
+                raise DefinitionError(f"In definition of {lhs_text}: {op} of a bool expression; "
+                                      f"cast it with tl.cast(tl.int32, ...)")
+            dtype = int64
+        expr = cast(dtype, expr)
+        constraints = self._constraints(expr)
+        ranges = infer_ranges(self.name, lhs_text, pure, [r.name for r in rvars], constraints,
+                              self.shape)
+        table = tuple(
+            (v, lo, _extent(lo, hi)) for v, (lo, hi) in
+            ((n, ranges[n]) for n in pure + [r.name for r in rvars]))
+        self._dtype = dtype
+        self.definition = Definition(self.name, tuple(lhs), expr, op, tuple(rvars), table)
+        self._bounds = tuple((lo, ext) for _, lo, ext in table[: len(pure)])
+
+    def _lift_reductions(self, expr: Expr, pure: list[str], lhs_text: str) -> Expr:
+        counter = itertools.count()  # per definition: names stay deterministic across programs
+
+        def go(n: Expr) -> Expr:
+            n = map_children(n, go)
+            if not isinstance(n, Reduce):
+                return n
+            inner_pure = [v for v in free_vars(n.value) if v.name in pure]
+            g = Func(f"{self.name}_{n.op}{next(counter)}")
+            g[tuple(inner_pure)] = n
+            return g[tuple(inner_pure)]
+
+        return go(expr)
+
+    def _check_reads(self, expr: Expr, lhs_text: str) -> None:
+        for a in walk(expr):
+            if not isinstance(a, Access) or not isinstance(a.producer, Func):
+                continue
+            p = a.producer
+            if p is self:
+                raise DefinitionError(
+                    f"In definition of {lhs_text}: {self.name} reads itself; a pure definition "
+                    f"cannot be recursive (recurrences are update definitions)")
+
+    def _constraints(self, expr: Expr) -> list[Constraint]:
+        out = []
+        for a in walk(expr):
+            if isinstance(a, Access) and a.boundary is None:
+                for d, (ix, (lo, ext)) in enumerate(zip(a.indices, a.producer.bounds)):
+                    out.append(Constraint(a, d, affine_form(ix), lo,
+                                          ssub(sadd(lo, ext), sconst(1))))
+        return out
+
+    def __repr__(self) -> str:
+        return f"Func({self.name!r})" if self.definition is None else f"Func({self.definition})"
+
+
+def _extent(lo: Expr, hi: Expr) -> Expr:
+    return sadd(ssub(hi, lo), sconst(1))
+
+
+class BoundaryView:
+    """An unbounded view of an Input or Func: any index may be read (see ``clamp_edge``)."""
+
+    def __init__(self, producer: Input | Func, boundary: Boundary) -> None:
+        if not isinstance(producer, (Input, Func)):
+            raise DefinitionError(f"boundary conditions apply to an Input or Func, not "
+                                  f"{type(producer).__name__}")
+        if isinstance(producer, Func) and producer.definition is None:
+            raise DefinitionError(f"Func {producer.name} needs a definition before a boundary "
+                                  f"condition can wrap it")
+        self.producer = producer
+        self.boundary = boundary
+        self.name = producer.name
+        self.rank = producer.rank
+
+    def __getitem__(self, idx: Any) -> Access:
+        p = self.producer
+        return _make_access(p, p.name, p.rank, p.dtype, idx, self.boundary)
+
+
+def clamp_edge(f: Input | Func) -> BoundaryView:
+    """A view of ``f`` whose reads outside its domain return the nearest edge element.
+
+    ``clamp_edge(In)[x, y] == In[clamp(x, 0, W - 1), clamp(y, 0, H - 1)]`` (NumPy ``mode='edge'``).
+    See also: Halide ``BoundaryConditions::repeat_edge``.
+    """
+    return BoundaryView(f, Boundary("clamp_edge"))
+
+
+def constant_exterior(f: Input | Func, value: Any = 0) -> BoundaryView:
+    """A view of ``f`` whose reads outside its domain return ``value`` (converted to f's dtype).
+
+    See also: Halide ``BoundaryConditions::constant_exterior``; NumPy ``np.pad(mode='constant')``.
+    """
+    dtype = f.dtype if f.dtype is not None else DType.float32
+    return BoundaryView(f, Boundary("constant_exterior", const(value, dtype)))

@@ -1,0 +1,225 @@
+"""A pipeline: the output Func with every Func and Input it depends on, in producer-first order.
+
+Also the two things every consumer of an algorithm needs: its *workload key* (a content hash stable
+across processes) and *binding* (concrete sizes from arrays, and the call-time check that every read
+stays in bounds, so no schedule or evaluator ever reads outside an array).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from .affine import affine_form, eval_size
+from .errors import DefinitionError, ShapeError
+from .expr import Access, Expr, Size, Var, substitute, walk
+from .func import Func, Input
+
+#: Bumped whenever the canonical text of an algorithm changes meaning (invalidates workload keys).
+KEY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Concrete sizes for one call, and each Func's concrete ``(min, extent)`` per dimension."""
+
+    sizes: dict[str, int]
+    bounds: dict[str, tuple[tuple[int, int], ...]]
+    ranges: dict[str, dict[str, tuple[int, int]]]  # Func -> Var -> (min, extent)
+
+
+class Pipeline:
+    """The algorithm rooted at ``output``.
+
+    Attributes:
+        output: the output Func; funcs: every Func, producers before consumers (output last);
+        inputs: every Input, in order of first read (the positional order of a kernel's arguments);
+        sizes: every size symbol, in order of first appearance in input shapes, then Func shapes.
+
+    Raises:
+        DefinitionError: ``output`` has no definition, or two distinct objects share a name.
+    """
+
+    def __init__(self, output: Func) -> None:
+        if not isinstance(output, Func):
+            raise DefinitionError(f"the output must be a tl.Func, not {type(output).__name__}")
+        if output.definition is None:
+            raise DefinitionError(f"Func {output.name} has no definition")
+        self.output = output
+        order: list[Func] = []
+        inputs: list[Input] = []
+        seen: set[int] = set()
+
+        def visit(f: Func) -> None:
+            if id(f) in seen:
+                return
+            seen.add(id(f))
+            for p in f.producers:
+                if isinstance(p, Func):
+                    visit(p)
+                elif id(p) not in seen:
+                    seen.add(id(p))
+                    inputs.append(p)
+            order.append(f)
+
+        visit(output)
+        names: dict[str, Any] = {}
+        for obj in [*inputs, *order]:
+            other = names.setdefault(obj.name, obj)
+            if other is not obj:
+                raise DefinitionError(
+                    f"two different {type(other).__name__}/{type(obj).__name__} objects are both "
+                    f"named {obj.name!r} in the pipeline of {output.name}; names must be unique")
+        self.funcs: tuple[Func, ...] = tuple(order)
+        self.inputs: tuple[Input, ...] = tuple(inputs)
+        sizes: dict[str, None] = {}
+        for inp in inputs:
+            for s in inp.shape:
+                if isinstance(s, Size):
+                    sizes.setdefault(s.name)
+        for f in order:
+            for lo, ext in f.bounds:
+                for n in (*walk(lo), *walk(ext)):
+                    if isinstance(n, Size):
+                        sizes.setdefault(n.name)
+        self.sizes: tuple[str, ...] = tuple(sizes)
+
+    def func(self, name: str) -> Func:
+        for f in self.funcs:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    # -- identity -------------------------------------------------------------------------------
+    def canonical(self) -> str:
+        """Deterministic text of the whole algorithm, with Vars renamed by position."""
+        parts: list[str] = [f"tensorlang-algorithm v{KEY_VERSION}"]
+        for inp in self.inputs:
+            parts.append(repr(("Input", inp.name, inp.dtype.value, tuple(s.key for s in inp.shape))))
+        for f in self.funcs:
+            d = f.definition
+            assert d is not None
+            ren: dict[str, Expr] = {v.name: Var(f"v{i}") for i, v in enumerate(d.args)}
+            ren.update({v.name: Var(f"r{i}") for i, v in enumerate(d.rvars)})
+            shape = None if f.shape is None else tuple(s.key for s in f.shape)
+            ranges = tuple((ren[n].name, lo.key, ext.key) for n, lo, ext in d.ranges)  # type: ignore[attr-defined]
+            parts.append(repr(("Func", f.name, f.dtype.value, shape, len(d.args), d.reduce_op,
+                               substitute(d.value, ren).key, ranges)))
+        return "\n".join(parts)
+
+    def workload_key(self) -> str:
+        """SHA-256 (hex) of :meth:`canonical`: equal for the same algorithm in any process."""
+        return hashlib.sha256(self.canonical().encode()).hexdigest()
+
+    # -- binding -------------------------------------------------------------------------------
+    def bind(self, shapes: Mapping[str, tuple[int, ...]], given: Mapping[str, int] | None = None,
+             out_shape: tuple[int, ...] | None = None) -> Binding:
+        """Bind sizes from the input ``shapes`` (by Input name) and check every read.
+
+        Args:
+            shapes: the shape of each input array. given: sizes passed explicitly (``N=...``).
+            out_shape: shape of a caller-provided output array, used to bind sizes that no
+                input fixes (only when the output Func was declared with ``shape=``).
+
+        Raises:
+            ShapeError: a rank or a fixed dimension differs, two inputs disagree on a size, a size
+                is unbound, a Func's range is negative for these sizes, or a read leaves its array.
+        """
+        sizes: dict[str, int] = {}
+        where: dict[str, str] = {}
+        for k, v in (given or {}).items():
+            sizes[k] = int(v)
+            where[k] = f"{k}={v}"
+        for inp in self.inputs:
+            shape = shapes[inp.name]
+            if len(shape) != inp.rank:
+                raise ShapeError(f"Input {inp.name} has {inp.rank} dimensions "
+                                 f"({', '.join(map(str, inp.shape))}) but the array has "
+                                 f"{len(shape)} (shape {tuple(shape)})")
+            for d, (sym, n) in enumerate(zip(inp.shape, shape)):
+                if isinstance(sym, Size):
+                    if sym.name in sizes and sizes[sym.name] != n:
+                        raise ShapeError(
+                            f"size {sym.name} is {sizes[sym.name]} from {where[sym.name]} but "
+                            f"{n} from {inp.name}.shape[{d}]; arrays must agree on {sym.name}")
+                    sizes[sym.name] = int(n)
+                    where.setdefault(sym.name, f"{inp.name}.shape[{d}]")
+                elif eval_size(sym, {}) != n:
+                    raise ShapeError(f"Input {inp.name} dimension {d} must be {sym} but the array "
+                                     f"has {n} (shape {tuple(shape)})")
+        if out_shape is not None and self.output.shape is not None:
+            for d, sym in enumerate(self.output.shape):
+                if isinstance(sym, Size) and sym.name not in sizes and d < len(out_shape):
+                    sizes[sym.name] = int(out_shape[d])
+        missing = [s for s in self.sizes if s not in sizes]
+        if missing:
+            raise ShapeError(
+                f"size {missing[0]} is not fixed by any input array; pass it as {missing[0]}=... "
+                f"(or pass out=, when {self.output.name} was declared with that shape)")
+        bounds: dict[str, tuple[tuple[int, int], ...]] = {}
+        ranges: dict[str, dict[str, tuple[int, int]]] = {}
+        for inp in self.inputs:
+            bounds[inp.name] = tuple((0, int(n)) for n in shapes[inp.name])
+        for f in self.funcs:
+            d = f.definition
+            assert d is not None
+            r = {n: (eval_size(lo, sizes), eval_size(ext, sizes)) for n, lo, ext in d.ranges}
+            for n, (lo, ext) in r.items():
+                if ext < 0:
+                    raise ShapeError(
+                        f"In {d.lhs_str()}: {n} ranges over [{lo}, {lo + ext}) for "
+                        f"{_sizes_text(sizes)}: the inputs are too small for the reads of {f.name}")
+            ranges[f.name] = r
+            bounds[f.name] = tuple(r[a.name] for a in d.args)
+        for f in self.funcs:
+            self._check_reads(f, ranges[f.name], bounds, sizes)
+        return Binding(sizes, bounds, ranges)
+
+    def _check_reads(self, f: Func, ranges: dict[str, tuple[int, int]],
+                     bounds: dict[str, tuple[tuple[int, int], ...]], sizes: dict[str, int]) -> None:
+        d = f.definition
+        assert d is not None
+        if any(ext == 0 for _, ext in ranges.values()):
+            return  # an empty loop reads nothing
+        for a in walk(d.value):
+            if not isinstance(a, Access):
+                continue
+            if a.boundary is not None:
+                if a.boundary.kind == "clamp_edge" and any(e == 0 for _, e in bounds[a.name]):
+                    raise ShapeError(f"In {d.lhs_str()}: clamp_edge({a.name}) of an empty array "
+                                     f"has no edge to clamp to (shape {bounds[a.name]})")
+                continue
+            for dim, ix in enumerate(a.indices):
+                form = affine_form(ix)
+                lo = hi = form.const + sum(c * sizes[p] for p, c in form.params)
+                for v, c in form.coeffs:
+                    vlo, vext = ranges[v]
+                    vhi = vlo + vext - 1
+                    lo += c * (vlo if c > 0 else vhi)
+                    hi += c * (vhi if c > 0 else vlo)
+                pmin, pext = bounds[a.name][dim]
+                if lo < pmin or hi > pmin + pext - 1:
+                    bad = lo if lo < pmin else hi
+                    raise ShapeError(
+                        f"In {d.lhs_str()}: read {a} reaches index {bad} in dimension {dim} of "
+                        f"{a.name}, outside [{pmin}, {pmin + pext}) for {_sizes_text(sizes)}; "
+                        f"wrap {a.name} in tl.clamp_edge / tl.constant_exterior or shrink the "
+                        f"shape of {f.name}")
+
+
+def _sizes_text(sizes: Mapping[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "these sizes"
+
+
+def workload_key(output: Func) -> str:
+    """The workload key of the algorithm computing ``output``: a SHA-256 hex digest of its
+    canonical text (Inputs, dtypes, definitions; Vars renamed by position). Same algorithm text,
+    same key in every process; any change to the algorithm, a different key."""
+    return Pipeline(output).workload_key()
+
+
+def array_shapes(pipeline: Pipeline, arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
+    return {inp.name: tuple(arrays[inp.name].shape) for inp in pipeline.inputs}

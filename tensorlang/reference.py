@@ -1,0 +1,172 @@
+"""The NumPy reference evaluator: the oracle every compiled kernel is tested against.
+
+Each Func is evaluated over its whole domain by broadcasting: every Var of a definition gets its own
+axis of an index grid, the right side is evaluated with NumPy ufuncs on that grid, and reductions
+reduce the reduction axes. Large domains are evaluated in chunks along the first pure axis so that
+the grid holds at most ``CHUNK_ELEMENTS`` elements.
+
+Semantics shared with the compiled code (and documented on the operators): integer ``//`` and ``%``
+by zero give 0 (NumPy's result); float-to-int casts saturate and map NaN to 0; max/min propagate NaN.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .arguments import collect_arrays
+from .expr import Access, BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var
+from .func import Func
+from .pipeline import Binding, Pipeline
+
+CHUNK_ELEMENTS = 1 << 22
+
+_BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+        "floordiv": np.floor_divide, "mod": np.remainder, "max": np.maximum, "min": np.minimum,
+        "and": np.logical_and, "or": np.logical_or}
+_CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+        "eq": np.equal, "ne": np.not_equal}
+_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "neg": np.negative}
+_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
+
+
+def reference(output: Func, *args: np.ndarray, **kwargs: Any) -> np.ndarray:
+    """Evaluate the algorithm computing ``output`` with NumPy.
+
+    Args:
+        output: the output Func.
+        *args: input arrays in Input order (``Pipeline(output).inputs``), or
+        **kwargs: input arrays by Input name, and sizes no input fixes (``N=10``).
+
+    Returns:
+        A new C-contiguous array of ``output``'s dtype whose shape is its domain's extents; element
+        ``[0, ...]`` holds the domain's minimum point.
+
+    Raises:
+        ShapeError: the arrays do not fit the algorithm (see ``Pipeline.bind``).
+    """
+    p = Pipeline(output)
+    arrays, sizes = collect_arrays(p, args, kwargs)
+    b = p.bind({k: v.shape for k, v in arrays.items()}, sizes)
+    values: dict[str, np.ndarray] = dict(arrays)
+    for f in p.funcs:
+        values[f.name] = _eval_func(f, b, values)
+    return values[output.name]
+
+
+def _eval_func(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray:
+    d = f.definition
+    assert d is not None and f.dtype is not None
+    rng = b.ranges[f.name]
+    pure = [a.name for a in d.args]
+    red = [r.name for r in d.rvars]
+    order = pure + red
+    out = np.empty(tuple(rng[v][1] for v in pure), dtype=f.dtype.numpy)
+    if out.size == 0:
+        return out
+    inner = int(np.prod([rng[v][1] for v in order[1:]], dtype=np.int64)) if order else 1
+    rows = rng[pure[0]][1] if pure else 1
+    step = max(1, CHUNK_ELEMENTS // max(inner, 1))
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        env: dict[str, np.ndarray] = {}
+        for axis, v in enumerate(order):
+            lo, ext = rng[v]
+            vals = np.arange(lo, lo + ext, dtype=np.int64)
+            if axis == 0 and pure:
+                vals = vals[r0:r1]
+            shape = [1] * len(order)
+            shape[axis] = len(vals)
+            env[v] = vals.reshape(shape)
+        grid = tuple(len(env[v].ravel()) for v in order)
+        with np.errstate(all="ignore"):
+            val = np.broadcast_to(_eval(d.value, env, b, values), grid)
+            if d.reduce_op is not None:
+                axes = tuple(range(len(pure), len(order)))
+                val = _REDUCE[d.reduce_op](val, axis=axes, dtype=f.dtype.numpy) if all(
+                    g > 0 for g in grid) else _identity(d.reduce_op, f.dtype.numpy,
+                                                        grid[: len(pure)])
+        if pure:
+            out[r0:r1] = val
+        else:
+            out[()] = val
+    return out
+
+
+def _identity(op: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    if op == "sum":
+        v: Any = 0
+    elif op == "prod":
+        v = 1
+    elif dtype.kind == "f":
+        v = -np.inf if op == "max" else np.inf
+    else:
+        info = np.iinfo(dtype)
+        v = info.min if op == "max" else info.max
+    return np.full(shape, v, dtype=dtype)
+
+
+def _eval(e: Expr, env: dict[str, np.ndarray], b: Binding,
+          values: dict[str, np.ndarray]) -> np.ndarray:
+    def go(n: Expr) -> Any:
+        if isinstance(n, Const):
+            return np.array(n.value, dtype=n.dtype.numpy)
+        if isinstance(n, Var):
+            return env[n.name]
+        if isinstance(n, Size):
+            return np.array(b.sizes[n.name], dtype=np.int64)
+        if isinstance(n, BinOp):
+            return _BIN[n.op](go(n.a), go(n.b)).astype(n.dtype.numpy, copy=False)
+        if isinstance(n, Cmp):
+            return _CMP[n.op](go(n.a), go(n.b))
+        if isinstance(n, Not):
+            return np.logical_not(go(n.a))
+        if isinstance(n, Call):
+            return _CALL[n.name](go(n.args[0])).astype(n.dtype.numpy, copy=False)
+        if isinstance(n, Select):
+            return np.where(go(n.cond), go(n.t), go(n.f)).astype(n.dtype.numpy, copy=False)
+        if isinstance(n, Cast):
+            return cast_array(np.asarray(go(n.value)), n.dtype.numpy)
+        if isinstance(n, Access):
+            return _read(n, [np.asarray(go(i)) for i in n.indices], b, values)
+        raise TypeError(f"reference: unexpected node {type(n).__name__}")
+
+    return go(e)
+
+
+def cast_array(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``x.astype(dtype)`` with tensorlang's rules: float->int truncates toward zero and saturates
+    at the integer type's limits, NaN -> 0 (LLVM ``fptosi.sat``); anything->bool is ``!= 0``."""
+    if x.dtype.kind == "f" and dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        t = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0))
+        hi, lo = t >= float(info.max), t <= float(info.min)
+        safe = np.where(hi | lo, 0.0, t).astype(dtype)
+        return np.where(hi, info.max, np.where(lo, info.min, safe)).astype(dtype)
+    if dtype.kind == "b":
+        return x != 0
+    return x.astype(dtype)
+
+
+def _read(a: Access, idx: list[np.ndarray], b: Binding, values: dict[str, np.ndarray]) -> Any:
+    arr = values[a.name]
+    bounds = b.bounds[a.name]
+    shifted = []
+    mask = None
+    for ix, (lo, ext) in zip(idx, bounds):
+        if a.boundary is not None:
+            inside = (ix >= lo) & (ix < lo + ext)
+            mask = inside if mask is None else mask & inside
+            ix = np.clip(ix, lo, lo + ext - 1)
+        shifted.append(ix - lo)
+    if a.boundary is not None and any(ext == 0 for _, ext in bounds):
+        # an empty array has no edge (bind refuses clamp_edge of it): everything is exterior
+        assert a.boundary.value is not None
+        shape = np.broadcast_shapes(*(i.shape for i in idx))
+        return np.full(shape, a.boundary.value.value, dtype=arr.dtype)
+    val = arr[tuple(shifted)]
+    if a.boundary is not None and a.boundary.kind == "constant_exterior":
+        assert a.boundary.value is not None
+        val = np.where(mask, val, np.array(a.boundary.value.value, dtype=arr.dtype))
+    return val
