@@ -84,9 +84,12 @@ def _eval_func(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray
             val = np.broadcast_to(_eval(d.value, env, b, values), grid)
             if d.reduce_op is not None:
                 axes = tuple(range(len(pure), len(order)))
-                val = _REDUCE[d.reduce_op](val, axis=axes, dtype=f.dtype.numpy) if all(
-                    g > 0 for g in grid) else _identity(d.reduce_op, f.dtype.numpy,
-                                                        grid[: len(pure)])
+                if not all(g > 0 for g in grid):
+                    val = _identity(d.reduce_op, f.dtype.numpy, grid[: len(pure)])
+                elif d.reduce_op in ("sum", "prod"):
+                    val = _REDUCE[d.reduce_op](val, axis=axes, dtype=f.dtype.numpy)
+                else:
+                    val = _REDUCE[d.reduce_op](val, axis=axes)
         if pure:
             out[r0:r1] = val
         else:

@@ -1,0 +1,159 @@
+"""Pointwise math, dtypes and NumPy promotion: reference and compiled kernel against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from conftest import check
+
+DTYPES = [tl.float32, tl.float64, tl.int32, tl.int64]
+
+
+def unary_func(dtype, fn, n=None):
+    (N,) = tl.sizes("N") if n is None else (n,)
+    X = tl.Input("X", (N,), dtype)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = fn(X[i])
+    return F
+
+
+def binary_func(da, db, fn):
+    (N,) = tl.sizes("N")
+    X, Y = tl.Input("X", (N,), da), tl.Input("Y", (N,), db)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = fn(X[i], Y[i])
+    return F
+
+
+def sample(dtype, n, rng, lo=-20, hi=20):
+    if dtype.is_float:
+        return (rng.random(n) * (hi - lo) + lo).astype(dtype.numpy)
+    return rng.integers(lo, hi, n).astype(dtype.numpy)
+
+
+@pytest.mark.parametrize("da", DTYPES)
+@pytest.mark.parametrize("db", DTYPES)
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "max", "min"])
+def test_binary_promotion(da, db, op, rng):
+    fn = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+          "max": tl.maximum, "min": tl.minimum}[op]
+    npf = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "max": np.maximum,
+           "min": np.minimum}[op]
+    for n in (1, 7, 33):
+        x, y = sample(da, n, rng), sample(db, n, rng)
+        check(binary_func(da, db, fn), npf(x, y), x, y)
+
+
+@pytest.mark.parametrize("dtype", [tl.float32, tl.float64])
+def test_true_division_floats(dtype, rng):
+    x, y = sample(dtype, 19, rng), sample(dtype, 19, rng)
+    y[3] = 0.0
+    with np.errstate(divide="ignore"):
+        expected = x / y
+    check(binary_func(dtype, dtype, lambda a, b: a / b), expected, x, y)
+
+
+@pytest.mark.parametrize("dtype", [tl.int32, tl.int64])
+def test_integer_division_is_floor_division_with_zero_divisor(dtype, rng):
+    info = np.iinfo(dtype.numpy)
+    x = np.array([7, -7, 7, -7, 0, 5, info.min, info.min, 3], dtype.numpy)
+    y = np.array([2, 2, -2, -2, 3, 0, -1, 1, 0], dtype.numpy)
+    with np.errstate(all="ignore"):
+        expected_div, expected_mod = np.floor_divide(x, y), np.remainder(x, y)
+    check(binary_func(dtype, dtype, lambda a, b: a / b), expected_div, x, y)
+    check(binary_func(dtype, dtype, lambda a, b: a // b), expected_div, x, y)
+    check(binary_func(dtype, dtype, lambda a, b: a % b), expected_mod, x, y)
+
+
+@pytest.mark.parametrize("dtype", [tl.float32, tl.float64])
+def test_float_floordiv_and_mod_follow_numpy(dtype):
+    x = np.array([1.0, -1.0, 7.5, -7.5, 0.0, 3.0, 1.0, -0.0], dtype.numpy)
+    y = np.array([0.1, 3.0, -2.0, 2.0, 5.0, 0.0, -0.1, 2.0], dtype.numpy)
+    with np.errstate(all="ignore"):
+        check(binary_func(dtype, dtype, lambda a, b: a // b), np.floor_divide(x, y), x, y,
+              rtol=0, atol=0)
+        check(binary_func(dtype, dtype, lambda a, b: a % b), np.remainder(x, y), x, y,
+              rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unary_minus_and_abs(dtype, rng):
+    x = sample(dtype, 23, rng)
+    check(unary_func(dtype, lambda a: -a), -x, x)
+    check(unary_func(dtype, tl.abs), np.abs(x), x)
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sqrt"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_transcendentals(name, dtype, rng):
+    x = sample(dtype, 17, rng, 0, 10)
+    if dtype.is_float:
+        x[0] = 0.0
+    npf = getattr(np, name)
+    with np.errstate(all="ignore"):
+        expected = npf(x)
+    check(unary_func(dtype, getattr(tl, name)), expected, x, rtol=2e-6)
+
+
+@pytest.mark.parametrize("op", ["lt", "le", "gt", "ge", "eq", "ne"])
+def test_comparisons_where_and_logic(op, rng):
+    fn = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+          "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}[op]
+    x = np.array([1, 2, 3, np.nan, 5, 2], np.float32)
+    y = np.array([2, 2, 1, 1, np.nan, 2], np.float32)
+    check(binary_func(tl.float32, tl.float32, fn), fn(x, y), x, y)
+    check(binary_func(tl.float32, tl.float32, lambda a, b: tl.where(fn(a, b), a, b * 2)),
+          np.where(fn(x, y), x, y * 2), x, y)
+    check(binary_func(tl.float32, tl.float32, lambda a, b: (a < 3) & ~(b > 1) | (a == 5)),
+          (x < 3) & ~(y > 1) | (x == 5), x, y)
+
+
+def test_python_scalars_are_weak_like_numpy(rng):
+    x = sample(tl.float32, 9, rng)
+    check(unary_func(tl.float32, lambda a: a * 2.5 + 1), x * 2.5 + 1, x)
+    xi = sample(tl.int32, 9, rng)
+    check(unary_func(tl.int32, lambda a: a * 3 - 1), xi * 3 - 1, xi)
+    check(unary_func(tl.int32, lambda a: a * 0.5), xi * 0.5, xi)
+    assert unary_func(tl.int32, lambda a: a + 1).dtype is tl.int32
+    assert unary_func(tl.int32, lambda a: a + 1.0).dtype is tl.float64
+
+
+def test_casts_saturate_and_map_nan_to_zero():
+    x = np.array([1.9, -1.9, np.nan, np.inf, -np.inf, 3e10, -3e10, 0.5], np.float32)
+    expected = np.array([1, -1, 0, 2**31 - 1, -(2**31), 2**31 - 1, -(2**31), 0], np.int32)
+    check(unary_func(tl.float32, lambda a: tl.cast(tl.int32, a)), expected, x)
+    xi = np.array([0, 1, -3], np.int64)
+    check(unary_func(tl.int64, lambda a: tl.cast(tl.bool_, a)), xi != 0, xi)
+    check(unary_func(tl.int64, lambda a: a.astype("float32")), xi.astype(np.float32), xi)
+
+
+def test_int32_overflow_wraps_like_numpy():
+    x = np.array([2**31 - 1, -(2**31)], np.int32)
+    with np.errstate(all="ignore"):
+        check(unary_func(tl.int32, lambda a: a + 1), x + np.int32(1), x)
+
+
+def test_var_as_value_and_bool_func(rng):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float32)
+    (i,) = tl.vars("i")
+    F, G = tl.Func("F"), tl.Func("G")
+    F[i] = X[i] * i
+    G[i] = X[i] > 0.5
+    x = rng.random(11, dtype=np.float32)
+    check(F, x * np.arange(11), x)
+    check(G, x > 0.5, x)
+
+
+def test_zero_dim_output(rng):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (k,) = tl.vars("k")
+    S = tl.Func("S")
+    S[()] = X[k] * X[k]
+    x = rng.random(29)
+    check(S, np.asarray(np.dot(x, x)), x, rtol=1e-12)
