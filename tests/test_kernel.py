@@ -1,0 +1,162 @@
+"""Calling compiled kernels: arguments, ShapeErrors, out=, layouts, inspection."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+
+
+@pytest.fixture(scope="module")
+def mm():
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+    return C, tl.compile(C)
+
+
+def test_one_kernel_runs_every_shape_positional_and_by_name(mm, rng):
+    _, kern = mm
+    for m, n, k in [(1, 1, 1), (3, 5, 7), (13, 2, 11), (64, 64, 64)]:
+        a, b = rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-5)
+        np.testing.assert_allclose(kern(B=b, A=a), a @ b, rtol=1e-5)
+        np.testing.assert_allclose(kern(a, B=b), a @ b, rtol=1e-5)
+    assert kern.input_names == ("A", "B")
+
+
+@pytest.mark.parametrize("args,kwargs,msg", [
+    ((np.zeros((2, 3), np.float64), np.zeros((3, 2), np.float32)), {},
+     r"Input A expects dtype float32 but the array has float64"),
+    ((np.zeros((2, 3, 1), np.float32), np.zeros((3, 2), np.float32)), {},
+     r"Input A has 2 dimensions .* array has 3"),
+    ((np.zeros((2, 3), np.float32), np.zeros((4, 2), np.float32)), {},
+     r"size K is 3 from A.shape\[1\] but 4 from B.shape\[0\]"),
+    ((np.zeros((2, 3), np.float32),), {}, r"missing Input B"),
+    ((np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32)), {"Q": 1},
+     r"unknown argument 'Q'"),
+    (([[1.0]], np.zeros((1, 1), np.float32)), {}, r"must be a numpy.ndarray"),
+    ((np.zeros((2, 3), np.float32), np.zeros((3, 2), np.float32), np.zeros(1)), {},
+     r"3 positional arrays given but C has 2 inputs"),
+])
+def test_shape_errors(mm, args, kwargs, msg):
+    C, kern = mm
+    with pytest.raises(tl.ShapeError, match=msg):
+        kern(*args, **kwargs)
+    with pytest.raises(tl.ShapeError, match=msg):
+        tl.reference(C, *args, **kwargs)
+
+
+def test_inputs_too_small_for_valid_domain():
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float32)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = X[i - 1] + X[i + 1]
+    kern = tl.compile(F)
+    assert kern(np.ones(2, np.float32)).shape == (0,)
+    with pytest.raises(tl.ShapeError, match=r"i ranges over \[1, 0\) for N=1.*too small"):
+        kern(np.ones(1, np.float32))
+
+
+def test_fixed_shape_func_reading_out_of_bounds_is_refused_at_call_time():
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float32)
+    (i,) = tl.vars("i")
+    F = tl.Func("F", shape=(N,))
+    F[i] = X[i + 1]
+    with pytest.raises(tl.ShapeError, match=r"read X\[i \+ 1\] reaches index 5 .*clamp_edge"):
+        tl.compile(F)(np.ones(5, np.float32))
+
+
+def test_size_no_input_fixes_is_passed_by_keyword_or_out():
+    (N,) = tl.sizes("N")
+    (i,) = tl.vars("i")
+    X = tl.Input("X", (3,), tl.int64)
+    F = tl.Func("F", shape=(N,))
+    F[i] = tl.clamp_edge(X)[i] + i
+    kern = tl.compile(F)
+    x = np.array([5, 6, 7])
+    np.testing.assert_array_equal(kern(x, N=5), [5, 7, 9, 10, 11])
+    out = np.empty(4, np.int64)
+    assert kern(x, out=out) is out
+    np.testing.assert_array_equal(out, [5, 7, 9, 10])
+    with pytest.raises(tl.ShapeError, match="size N is not fixed by any input array; pass it as N="):
+        kern(x)
+    with pytest.raises(tl.ShapeError, match="Input X dimension 0 must be 3"):
+        kern(np.zeros(4, np.int64), N=2)
+
+
+def test_out_argument(mm, rng):
+    _, kern = mm
+    a, b = rng.random((4, 3), dtype=np.float32), rng.random((3, 5), dtype=np.float32)
+    out = np.full((4, 5), np.nan, np.float32)
+    assert kern(a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)
+    with pytest.raises(tl.ShapeError, match=r"out= has shape \(5, 4\) but C has shape \(4, 5\)"):
+        kern(a, b, out=np.empty((5, 4), np.float32))
+    with pytest.raises(tl.ShapeError, match="out= has dtype float64"):
+        kern(a, b, out=np.empty((4, 5), np.float64))
+    with pytest.raises(tl.ShapeError, match="C-contiguous"):
+        kern(a, b, out=np.empty((5, 4), np.float32).T)
+
+
+def test_out_overlapping_an_input_is_still_correct(rng):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = X[i + 1] + X[i]
+    kern = tl.compile(F)
+    buf = rng.random(10)
+    expected = buf[1:] + buf[:-1]
+    kern(buf, out=buf[:9])
+    np.testing.assert_allclose(buf[:9], expected)
+
+
+def test_non_contiguous_inputs_are_copied(mm, rng):
+    _, kern = mm
+    a = rng.random((6, 8), dtype=np.float32)[:, ::2]
+    b = rng.random((10, 4), dtype=np.float32).T
+    assert not a.flags.c_contiguous and not b.flags.c_contiguous
+    np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-5)
+
+
+def test_inspection(mm):
+    _, kern = mm
+    nest = kern.loop_nest()
+    assert "for i in [0, M):" in nest and "C[i, j] += A[i, k] * B[k, j]" in nest
+    ir = kern.llvm_ir()
+    assert ir.count("noalias") >= 3 and "fadd reassoc contract" in ir
+    assert "define" in kern.llvm_ir(optimized=True)
+    asm = kern.assembly()
+    assert "C:" in asm or "C" in asm
+
+
+def test_dump_after_each_pass(tmp_path):
+    code = (
+        "import tensorlang as tl\n"
+        "N, = tl.sizes('N'); X = tl.Input('X', (N,)); i, = tl.vars('i')\n"
+        "F = tl.Func('F'); F[i] = X[i] * 1 + 0\n"
+        "tl.compile(F)\n")
+    env = dict(os.environ, TENSORLANG_DUMP="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       check=True)
+    assert "--- after realize ---" in r.stderr and "--- after simplify ---" in r.stderr
+    assert "F[i] = X[i] * 1.0f + 0.0f" in r.stderr  # floats are never folded
+
+
+def test_cli_version_and_target():
+    r = subprocess.run([sys.executable, "-m", "autotune.cli", "--version"], capture_output=True,
+                       text=True, check=True)
+    assert r.stdout.startswith("tensorlang ")
+    r = subprocess.run([sys.executable, "-m", "autotune.cli", "target"], capture_output=True,
+                       text=True, check=True)
+    assert "cpu:" in r.stdout and "llvm:" in r.stdout
