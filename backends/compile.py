@@ -9,6 +9,7 @@ from tensorlang.pipeline import Pipeline
 from .kernel import Kernel
 from .llvm.codegen import generate
 from .llvm.jit import compile_ir
+from .llvm.runtime import load_libgomp, num_threads
 from .llvm.target import Target, host_target
 
 
@@ -21,7 +22,7 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
     what it can for the host CPU (AVX-512 where present).
 
     Args:
-        output: the output Func. schedule: reserved for ``tl.Schedule`` (None: the default).
+        output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default).
         target: the CPU to compile for (default: this machine). opt_level: LLVM speed level 0-3.
 
     Returns:
@@ -31,13 +32,18 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
         DefinitionError: ``output`` is not a defined Func.
         CompileError: code generation failed (a tensorlang bug).
     """
-    if schedule is not None:
-        raise DefinitionError("schedules are not supported yet; call tl.compile(output)")
     from schedule.lower import lower
+    from schedule.schedule import Schedule
 
-    p = Pipeline(output)
-    lowered = lower(p)
+    if schedule is not None and not isinstance(schedule, Schedule):
+        raise DefinitionError(f"schedule must be a tl.Schedule, got {type(schedule).__name__}")
+    if not isinstance(output, Func):
+        raise DefinitionError(f"tl.compile expects the output Func, got {type(output).__name__}")
+    lowered = lower(output, schedule)
+    p = schedule.pipeline if schedule is not None else Pipeline(output)
     tgt = target or host_target()
-    text = generate(lowered, tgt)
+    text, parallel = generate(lowered, tgt, num_threads())
+    if parallel:
+        load_libgomp()
     compiled = compile_ir(text, lowered.name, tgt, opt=opt_level, what=f"kernel {lowered.name}")
     return Kernel(p, lowered, compiled)

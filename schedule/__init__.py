@@ -3,6 +3,9 @@
 from .ir import Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc
 from .ir import ProducerConsumer, Stmt, Store, print_stmt
 from .lower import lower
+from .primitives import LoopRef, Step, TailStrategy
+from .schedule import Schedule, Stage
 
 __all__ = ["Allocate", "Block", "Buffer", "For", "ForKind", "IfThenElse", "LetStmt", "Load",
-           "LoweredFunc", "ProducerConsumer", "Stmt", "Store", "print_stmt", "lower"]
+           "LoweredFunc", "ProducerConsumer", "Stmt", "Store", "print_stmt", "lower", "LoopRef", "Step",
+           "TailStrategy", "Schedule", "Stage"]

@@ -72,13 +72,15 @@ class Stmt:
 
 @dataclass(frozen=True, eq=False)
 class For(Stmt):
-    """``for var in [min, min + extent): body``, run as ``kind``."""
+    """``for var in [min, min + extent): body``, run as ``kind``; ``width`` is the SIMD width of
+    a vectorized loop (0: its constant extent, or the native width when it has none)."""
 
     var: str
     min: Expr
     extent: Expr
     kind: ForKind
     body: Stmt
+    width: int = 0
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,7 +199,9 @@ def print_stmt(s: Stmt, indent: int = 0) -> str:
     pad = "  " * indent
     if isinstance(s, For):
         kind = "" if s.kind is ForKind.SERIAL else f"{s.kind.value} "
-        hi = e2s(_add(s.min, s.extent))
+        from tensorlang.affine import const_value
+
+        hi = e2s(s.extent) if const_value(s.min) == 0 else e2s(_add(s.min, s.extent))
         head = f"{pad}{kind}for {s.var} in [{e2s(s.min)}, {hi}):\n"
         return head + print_stmt(s.body, indent + 1)
     if isinstance(s, Store):

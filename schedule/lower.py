@@ -2,8 +2,9 @@
 
 Reading this file tells the whole story (Halide ``src/Lower.cpp``):
 
-1. ``realize``  — one loop nest per Func at root, loops in definition order, boundary conditions as
-   clamped loads, intermediates allocated (``schedule/realize.py``);
+1. ``realize``  — the loop nest of every Func where the schedule puts it (root, inline, at a
+   consumer loop, with bounds inference), its loops split/fused/reordered and their kinds set,
+   boundary conditions as clamped loads, intermediates allocated (``schedule/realize.py``);
 2. ``simplify`` — integer constant folding and identities (``schedule/simplify.py``).
 
 Set ``TENSORLANG_DUMP=1`` to print the loop nest after each pass (on standard error).
@@ -18,8 +19,11 @@ from typing import Callable
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
+from tensorlang.errors import ScheduleError
+
 from .ir import LoweredFunc
 from .realize import realize
+from .schedule import Schedule
 from .simplify import simplify
 
 PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
@@ -27,15 +31,24 @@ PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
 ]
 
 
-def lower(output: Func | Pipeline) -> LoweredFunc:
-    """Lower the algorithm computing ``output`` to loop-nest IR (default schedule).
+def lower(output: Func | Pipeline, schedule: Schedule | None = None) -> LoweredFunc:
+    """Lower the algorithm computing ``output`` under ``schedule`` (default: every Func at root,
+    loops in definition order) to loop-nest IR.
 
     Raises:
         DefinitionError: ``output`` is not a defined Func, or the pipeline has name clashes.
+        ScheduleError: the schedule is for another algorithm or cannot be realized.
     """
     p = output if isinstance(output, Pipeline) else Pipeline(output)
+    states = None
+    if schedule is not None:
+        if schedule.pipeline.workload_key() != p.workload_key():
+            raise ScheduleError(f"the schedule was made for {schedule.output.name}'s algorithm, "
+                                f"not this one; build it with tl.Schedule({p.output.name})")
+        p = schedule.pipeline
+        states = schedule.states
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
-    f = realize(p)
+    f = realize(p, states)
     if dump:
         print(f"--- after realize ---\n{f}", file=sys.stderr)
     for name, run in PASSES:

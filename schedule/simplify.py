@@ -8,7 +8,9 @@ left alone so that rounding stays exactly what the algorithm says.
 
 from __future__ import annotations
 
-from tensorlang.expr import BinOp, Const, Expr, cast, map_children
+from tensorlang.affine import NonAffine, affine_form
+from tensorlang.dtypes import int64
+from tensorlang.expr import BinOp, Cast, Const, Expr, cast, map_children
 
 from .ir import LoweredFunc, Stmt, map_stmt
 
@@ -55,8 +57,11 @@ def simplify_expr(e: Expr) -> Expr:
                 return a
             if n.op in ("max", "min") and a.same_as(b):
                 return a
-        from tensorlang.expr import Cast
-
+        if isinstance(n, BinOp) and n.dtype is int64 and n.op in ("add", "sub", "mul"):
+            try:
+                return affine_form(n).to_expr()  # canonical order, constants combined
+            except NonAffine:
+                pass
         if isinstance(n, Cast) and isinstance(n.value, Const):
             return cast(n.dtype, n.value)
         return n

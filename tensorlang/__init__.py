@@ -95,6 +95,10 @@ def __getattr__(name: str) -> Any:
         from backends import compile as _compile
 
         return _compile
+    if name in ("Schedule", "TailStrategy"):
+        import schedule as _schedule
+
+        return getattr(_schedule, name)
     if name == "Kernel":
         from backends.kernel import Kernel
 
@@ -108,5 +112,5 @@ __all__ = [
     "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
-    "compile",
+    "compile", "Schedule", "TailStrategy",
 ]

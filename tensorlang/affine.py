@@ -62,6 +62,7 @@ class Affine:
         """An int64 expression equal to this form (Vars and Sizes rebuilt by name)."""
         terms: list[tuple[Expr, int]] = [(Var(k), v) for k, v in self.coeffs]
         terms += [(Size(k), v) for k, v in self.params]
+        terms.sort(key=lambda t: t[1] < 0)  # positive terms first: N - 32 * j rather than 0 - ...
         out: Expr | None = None
         for node, c in terms:
             term = node if abs(c) == 1 else _mul(Const(abs(c), int64), node)
@@ -162,14 +163,15 @@ def sfloordiv(a: Expr, c: int) -> Expr:
     fa = _aff(a)
     if fa is not None and not fa.coeffs and not fa.params:
         return sconst(fa.const // c)
-    if fa is not None and all(v % c == 0 for _, v in fa.params) and fa.const % c == 0:
-        return Affine.make({}, {k: v // c for k, v in fa.params}, fa.const // c).to_expr()
+    if fa is not None and all(v % c == 0 for _, v in fa.params + fa.coeffs) and fa.const % c == 0:
+        return Affine.make({k: v // c for k, v in fa.coeffs}, {k: v // c for k, v in fa.params},
+                           fa.const // c).to_expr()
     return BinOp("floordiv", a, sconst(c), int64)
 
 
 def sceildiv(a: Expr, c: int) -> Expr:
-    """``ceil(a / c)`` for a positive constant ``c``."""
-    return smul(sfloordiv(smul(a, -1), c), -1)
+    """``ceil(a / c)`` for a positive constant ``c``, as ``(a + c - 1) // c``."""
+    return sfloordiv(sadd(a, sconst(c - 1)), c)
 
 
 def _const_diff(a: Expr, b: Expr) -> int | None:

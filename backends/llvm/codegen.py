@@ -19,6 +19,8 @@ NaN to 0 (``llvm.fptosi.sat``).
 
 from __future__ import annotations
 
+import re
+
 import llvmlite.ir as ir
 
 from schedule.ir import (
@@ -26,6 +28,7 @@ from schedule.ir import (
     Block,
     Buffer,
     For,
+    ForKind,
     IfThenElse,
     LetStmt,
     Load,
@@ -35,6 +38,7 @@ from schedule.ir import (
     Store,
 )
 from tensorlang.dtypes import DType
+from tensorlang.dtypes import int64 as I64_DT
 from tensorlang.expr import BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var
 from tensorlang.errors import CompileError
 
@@ -42,6 +46,8 @@ from .target import Target
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
+MAX_UNROLL = 256
+MAX_STACK_BYTES = 64 * 1024
 _FLOAT_FLAGS = ("contract",)
 _REDUCE_FLAGS = ("reassoc", "contract")
 
@@ -80,10 +86,26 @@ class CodeGen:
             self.sizes[s] = a
         self.vars: dict[str, ir.Value] = {}
         self.live_allocs: list[ir.Value] = []
-        self.builder = ir.IRBuilder(self.fn.append_basic_block("entry"))
+        self.allocas, self.builder = self._blocks(self.fn)
         self._intrinsics: dict[str, ir.Function] = {}
+        self._loop_md = 0
+        self._outlined = 0
+        self.in_parallel = False
+        self.uses_parallel = False
+        self.num_threads = 0
 
     # -- helpers ---------------------------------------------------------------------------------
+    @staticmethod
+    def _blocks(fn: ir.Function) -> tuple[ir.IRBuilder, ir.IRBuilder]:
+        """An ``entry`` block that only holds allocas (closed by :meth:`_close`) and a builder
+        for the body, so that stack slots are static allocas wherever they are requested."""
+        entry = ir.IRBuilder(fn.append_basic_block("entry"))
+        body = ir.IRBuilder(fn.append_basic_block("body"))
+        return entry, body
+
+    def _close(self) -> None:
+        self.allocas.branch(self.fn.basic_blocks[1])
+
     def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         if name not in self._intrinsics:
             fn = self.module.globals.get(name)
@@ -322,6 +344,10 @@ class CodeGen:
         b.store(value, ptr, align=d.itemsize)
 
     def loop(self, s: For) -> None:
+        if s.kind is ForKind.UNROLLED:
+            return self.unrolled(s)
+        if s.kind is ForKind.PARALLEL and not self.in_parallel:
+            return self.parallel(s)
         b = self.builder
         lo = self.expr(s.min)
         end = b.add(lo, self.expr(s.extent))
@@ -340,16 +366,156 @@ class CodeGen:
         self.stmt(s.body)
         nxt = b.add(iv, ir.Constant(I64, 1), flags=["nsw"])
         iv.add_incoming(nxt, b.block)
-        b.branch(header)
+        br = b.branch(header)
+        if s.kind is ForKind.VECTORIZED:
+            self.loop_metadata(br, s.width)
         b.position_at_end(exit_)
         if outer is None:
             del self.vars[s.var]
         else:
             self.vars[s.var] = outer
 
+    def unrolled(self, s: For) -> None:
+        from tensorlang.affine import const_value
+
+        n = const_value(s.extent)
+        if n is None or n > MAX_UNROLL:
+            raise CompileError(
+                f"cannot unroll loop {s.var}: its extent {s.extent} is not a constant of at most "
+                f"{MAX_UNROLL}; split it by a constant factor and unroll the inner loop")
+        lo = self.expr(s.min)
+        outer = self.vars.get(s.var)
+        for k in range(n):
+            self.vars[s.var] = self.builder.add(lo, ir.Constant(I64, k))
+            self.stmt(s.body)
+        if outer is None:
+            del self.vars[s.var]
+        else:
+            self.vars[s.var] = outer
+
+    def loop_metadata(self, br: ir.Instruction, width: int) -> None:
+        """Ask LLVM's loop vectorizer for ``width`` lanes (``llvm.loop`` metadata; the
+        self-reference is patched into the text by :func:`generate`)."""
+        m = self.module
+        self._loop_md += 1
+        props = [m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
+                                 ir.Constant(I1, 1)])]
+        if width > 1:
+            props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.width"),
+                                         ir.Constant(I32, width)]))
+        node = m.add_metadata([ir.MetaDataString(m, f"TL_LOOP_{self._loop_md}"), *props])
+        br.set_metadata("llvm.loop", node)
+
+    def parallel(self, s: For) -> None:
+        """Outline the loop into ``impl(noalias buffers..., ints..., lo, hi)`` called on each
+        thread's chunk by a trampoline that ``GOMP_parallel`` runs on every pool thread."""
+        self.uses_parallel = True
+        self._outlined += 1
+        m, b = self.module, self.builder
+        ptr_names = list(self.ptrs)
+        int_names = [("size", k) for k in self.sizes] + [("var", k) for k in self.vars]
+        ptr_types = [self.ptrs[k].type for k in ptr_names]
+        impl_ty = ir.FunctionType(I32, ptr_types + [I64] * (len(int_names) + 2))
+        impl = ir.Function(m, impl_ty, name=f"{self.fn.name}.par{self._outlined}")
+        impl.linkage = "internal"
+        for a, k in zip(impl.args, ptr_names):
+            a.name = k
+            a.add_attribute("noalias")
+        # -- caller: closure = [ptrs..., ints..., min, extent, status] as i64 ---------------------
+        nslots = len(ptr_names) + len(int_names) + 3
+        closure = self.allocas.alloca(ir.ArrayType(I64, nslots), name=f"closure{self._outlined}")
+        slots = [b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)]) for k in range(nslots)]
+        vals = [b.ptrtoint(self.ptrs[k], I64) for k in ptr_names]
+        vals += [self.sizes[k] if kind == "size" else self.vars[k] for kind, k in int_names]
+        vals += [self.expr(s.min), self.expr(s.extent), ir.Constant(I64, 0)]
+        for slot, v in zip(slots, vals):
+            b.store(v, slot)
+        tramp = self._trampoline(impl, ptr_types, len(int_names), nslots)
+        gomp = self.intrinsic("GOMP_parallel", ir.VoidType(),
+                              [tramp.type, I8.as_pointer(), I32, I32])
+        b.call(gomp, [tramp, b.bitcast(closure, I8.as_pointer()),
+                      ir.Constant(I32, self.num_threads), ir.Constant(I32, 0)])
+        status = b.load(slots[-1])
+        with b.if_then(b.icmp_signed("!=", status, ir.Constant(I64, 0)), likely=False):
+            self.free_all()
+            b.ret(b.trunc(status, I32))
+        # -- impl: the loop over [lo, hi) with the outer state rebuilt from arguments ------------
+        saved = (self.fn, self.builder, self.allocas, self.ptrs, self.sizes, self.vars,
+                 self.live_allocs)
+        self.fn = impl
+        self.allocas, self.builder = self._blocks(impl)
+        self.ptrs = dict(zip(ptr_names, impl.args))
+        ints = impl.args[len(ptr_names):]
+        self.sizes = {k: a for (kind, k), a in zip(int_names, ints) if kind == "size"}
+        self.vars = {k: a for (kind, k), a in zip(int_names, ints) if kind == "var"}
+        self.live_allocs = []
+        self.in_parallel = True
+        lo, hi = ints[-2], ints[-1]
+        from tensorlang.expr import BinOp, Var
+
+        chunk = For(s.var, Var("__lo"), BinOp("sub", Var("__hi"), Var("__lo"), I64_DT),
+                    ForKind.SERIAL, s.body)
+        self.vars["__lo"], self.vars["__hi"] = lo, hi
+        self.loop(chunk)
+        self.builder.ret(ir.Constant(I32, 0))
+        self._close()
+        self.in_parallel = False
+        (self.fn, self.builder, self.allocas, self.ptrs, self.sizes, self.vars,
+         self.live_allocs) = saved
+
+    def _trampoline(self, impl: ir.Function, ptr_types: list, n_ints: int,
+                    nslots: int) -> ir.Function:
+        m = self.module
+        tramp = ir.Function(m, ir.FunctionType(ir.VoidType(), [I8.as_pointer()]),
+                            name=f"{impl.name}.tramp")
+        tramp.linkage = "internal"
+        b = ir.IRBuilder(tramp.append_basic_block("entry"))
+        arr = b.bitcast(tramp.args[0], ir.ArrayType(I64, nslots).as_pointer())
+        slot = [b.gep(arr, [ir.Constant(I32, 0), ir.Constant(I32, k)]) for k in range(nslots)]
+        args = [b.inttoptr(b.load(slot[k]), t) for k, t in enumerate(ptr_types)]
+        args += [b.load(slot[len(ptr_types) + k]) for k in range(n_ints)]
+        base = len(ptr_types) + n_ints
+        mn, ext = b.load(slot[base]), b.load(slot[base + 1])
+        tid = b.sext(b.call(self.intrinsic("omp_get_thread_num", I32, []), []), I64)
+        nt = b.sext(b.call(self.intrinsic("omp_get_num_threads", I32, []), []), I64)
+        size = b.sdiv(b.sub(b.add(ext, nt), ir.Constant(I64, 1)), nt)
+        lo = b.add(mn, b.mul(tid, size))
+        end = b.add(mn, ext)
+        hi = self.call_intrinsic_with(b, "smin", b.add(lo, size), end)
+        with b.if_then(b.icmp_signed("<", lo, hi)):
+            rc = b.call(impl, args + [lo, hi])
+            with b.if_then(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), likely=False):
+                b.store_atomic(b.sext(rc, I64), slot[-1], "monotonic", 8)
+        b.ret_void()
+        return tramp
+
+    def call_intrinsic_with(self, b: ir.IRBuilder, base: str, *args: ir.Value) -> ir.Value:
+        t = args[0].type
+        fn = self.intrinsic(f"llvm.{base}.{self._suffix(t)}", t, [a.type for a in args])
+        return b.call(fn, list(args))
+
     def allocate(self, s: Allocate) -> None:
         b = self.builder
         buf = s.buffer
+        from tensorlang.affine import const_value
+
+        sizes = [const_value(e) for e in buf.extents]
+        if all(c is not None for c in sizes):
+            total = buf.dtype.itemsize
+            for c in sizes:
+                total *= max(int(c), 0)  # type: ignore[arg-type]
+            if total <= MAX_STACK_BYTES:
+                arr = self.allocas.alloca(memory_type(buf.dtype), max(total // buf.dtype.itemsize, 1),
+                                   name=buf.name)
+                arr.align = 64
+                outer = self.ptrs.get(buf.name)
+                self.ptrs[buf.name] = arr
+                self.stmt(s.body)
+                if outer is None:
+                    del self.ptrs[buf.name]
+                else:
+                    self.ptrs[buf.name] = outer
+                return
         n: ir.Value = ir.Constant(I64, buf.dtype.itemsize)
         for e in buf.extents:
             n = b.mul(n, self.expr(e))
@@ -365,7 +531,7 @@ class CodeGen:
         self.stmt(s.body)
         self.live_allocs.pop()
         free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
-        b.call(free, [raw])
+        self.builder.call(free, [raw])
         del self.ptrs[buf.name]
 
     def free_all(self) -> None:
@@ -376,14 +542,23 @@ class CodeGen:
     def build(self) -> ir.Module:
         self.stmt(self.f.body)
         self.builder.ret(ir.Constant(I32, 0))
+        self._close()
         return self.module
 
 
-def generate(f: LoweredFunc, target: Target) -> str:
-    """LLVM IR text of the kernel for lowered function ``f``.
+_LOOP_MD = re.compile(r'^(![0-9]+) = !\{!"TL_LOOP_[0-9]+"(.*)\}$', re.M)
+
+
+def generate(f: LoweredFunc, target: Target, num_threads: int = 0) -> tuple[str, bool]:
+    """LLVM IR text of the kernel for lowered function ``f``, and whether it uses parallel loops.
 
     Raises:
         CompileError: the loop nest uses a construct this backend does not support.
     """
-    return str(CodeGen(f, target).build())
+    cg = CodeGen(f, target)
+    cg.num_threads = num_threads
+    text = str(cg.build())
+    # llvm.loop nodes must be distinct and refer to themselves (llvmlite cannot say so)
+    text = _LOOP_MD.sub(lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}{m.group(2)}}}", text)
+    return text, cg.uses_parallel
 

@@ -1,0 +1,153 @@
+"""The state of one Func's stage under a schedule, and the loop rewrites (split, fuse, reorder).
+
+A stage starts with one loop per Var: the pure Vars in left-side order, then the reduction Vars
+(outermost first), exactly the default loop nest. Each rewrite replaces loops by new ones with
+deterministic names and records the relation, from which ``schedule/nest.py`` rebuilds every
+original Var as an expression of the final loops:
+
+- ``split(v, f)``: ``v == v.min + v.o * f + v.i`` with ``v.i`` in ``[0, f)``;
+- ``fuse(a, b)``: ``a == a.min + fused // extent(b)``, ``b == b.min + fused % extent(b)``.
+
+See also: Halide ``Func::split/fuse/reorder`` (``src/Func.cpp``), TVM ``split/fuse/reorder``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tensorlang.errors import ScheduleError
+from tensorlang.func import Func
+
+from .ir import ForKind
+from .primitives import TailStrategy
+
+
+@dataclass(frozen=True)
+class Split:
+    parent: str
+    outer: str
+    inner: str
+    factor: int
+    tail: TailStrategy
+
+
+@dataclass(frozen=True)
+class Fuse:
+    outer: str
+    inner: str
+    fused: str
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a Func is computed or stored: ``root``, ``inline``, or ``at`` loop ``loop`` of
+    Func ``func``'s stage."""
+
+    kind: str
+    func: str | None = None
+    loop: str | None = None
+
+    def __str__(self) -> str:
+        return self.kind if self.kind != "at" else f"at {self.func}.{self.loop}"
+
+
+ROOT = Location("root")
+INLINE = Location("inline")
+
+
+@dataclass
+class StageState:
+    """Mutable replay state of one stage (rebuilt from the trace; never stored)."""
+
+    func: str
+    pure: tuple[str, ...]
+    rvars: tuple[str, ...]
+    loops: list[str]
+    kinds: dict[str, ForKind]
+    origin: dict[str, frozenset[str]]
+    relations: list[Split | Fuse] = field(default_factory=list)
+    consumed: dict[str, str] = field(default_factory=dict)
+    compute: Location = ROOT
+    store: Location | None = None
+
+    @staticmethod
+    def initial(f: Func) -> StageState:
+        d = f.definition
+        assert d is not None
+        pure = tuple(a.name for a in d.args)
+        rvars = tuple(r.name for r in d.rvars)
+        loops = [*pure, *rvars]
+        return StageState(f.name, pure, rvars, loops, {n: ForKind.SERIAL for n in loops},
+                          {n: frozenset([n]) for n in loops})
+
+    def is_reduction_loop(self, loop: str) -> bool:
+        return bool(self.origin[loop] & set(self.rvars))
+
+    def resolve(self, loop: str, primitive: str) -> str:
+        """Check that ``loop`` is a current loop of this stage, else raise a ScheduleError."""
+        if loop in self.loops:
+            return loop
+        if loop in self.consumed:
+            raise ScheduleError(
+                f"In schedule for {self.func}: {primitive} got loop {loop}, which no longer "
+                f"exists: {self.consumed[loop]} replaced it; use the loops it returned "
+                f"(current loops: {', '.join(self.loops)})")
+        raise ScheduleError(
+            f"In schedule for {self.func}: {primitive} got unknown loop {loop!r}; the loops of "
+            f"{self.func} are {', '.join(self.loops)}")
+
+    def _fresh(self, name: str, primitive: str) -> str:
+        if name in self.loops or name in self.consumed:
+            raise ScheduleError(f"In schedule for {self.func}: {primitive} would create loop "
+                                f"{name}, which already exists")
+        return name
+
+
+def apply_split(st: StageState, loop: str, factor: int, tail: TailStrategy,
+                what: str) -> tuple[str, str]:
+    """Replace ``loop`` by ``loop.o`` (outer) and ``loop.i`` (inner, extent ``factor``)."""
+    st.resolve(loop, what)
+    outer, inner = st._fresh(f"{loop}.o", what), st._fresh(f"{loop}.i", what)
+    at = st.loops.index(loop)
+    st.loops[at: at + 1] = [outer, inner]
+    st.relations.append(Split(loop, outer, inner, factor, tail))
+    kind = st.kinds.pop(loop)
+    st.kinds[outer] = kind
+    st.kinds[inner] = ForKind.SERIAL
+    st.origin[outer] = st.origin[inner] = st.origin[loop]
+    st.consumed[loop] = what
+    return outer, inner
+
+
+def apply_fuse(st: StageState, outer: str, inner: str, what: str) -> str:
+    """Replace the adjacent loops ``outer``, ``inner`` by one loop ``outer.inner.fused``."""
+    st.resolve(outer, what)
+    st.resolve(inner, what)
+    a, b = st.loops.index(outer), st.loops.index(inner)
+    if b != a + 1:
+        raise ScheduleError(
+            f"In schedule for {st.func}: {what} needs {inner} directly inside {outer}, but the "
+            f"loop order is {', '.join(st.loops)}; reorder them first")
+    if st.is_reduction_loop(outer) != st.is_reduction_loop(inner):
+        raise ScheduleError(
+            f"In schedule for {st.func}: {what} would fuse a pure loop with a reduction loop "
+            f"({outer}, {inner}); fuse pure loops with pure loops only")
+    fused = st._fresh(f"{outer}.{inner}.fused", what)
+    st.loops[a: b + 1] = [fused]
+    st.relations.append(Fuse(outer, inner, fused))
+    st.kinds[fused] = st.kinds.pop(outer)
+    st.kinds.pop(inner)
+    st.origin[fused] = st.origin[outer] | st.origin[inner]
+    st.consumed[outer] = st.consumed[inner] = what
+    return fused
+
+
+def apply_reorder(st: StageState, loops: list[str], what: str) -> None:
+    """Permute ``loops`` (outermost first) among the positions they occupy together."""
+    for lp in loops:
+        st.resolve(lp, what)
+    if len(set(loops)) != len(loops):
+        raise ScheduleError(f"In schedule for {st.func}: {what} lists a loop twice")
+    positions = sorted(st.loops.index(lp) for lp in loops)
+    for pos, lp in zip(positions, loops):
+        st.loops[pos] = lp

@@ -1,0 +1,247 @@
+"""Build the loop nest of one scheduled stage over a region.
+
+From the stage's loop relations (``schedule/loops.py``) every original Var becomes an expression of
+the final loops; GuardWithIf tails become tightened loop bounds where an affine guard's innermost
+loop can carry it (``for v.i in [0, min(f, e - v.o * f))``) and ``if`` statements elsewhere;
+ShiftInwards tails become ``min(v.o * f, e - f)`` bases. A reduction stage initialises each cell
+with the reducer's identity just before its outermost reduction loop, in a nest over the pure loops
+inside that point (TVM's placement of ``init``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tensorlang.affine import NonAffine, affine_form, sadd, sconst, smin, ssub
+from tensorlang.dtypes import int64
+from tensorlang.errors import IllegalScheduleError, ScheduleError
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, substitute
+
+from .ir import Block, For, ForKind, IfThenElse, Stmt
+from .loops import Fuse, Split, StageState
+from .primitives import TailStrategy
+
+
+@dataclass
+class Leaf:
+    """A loop of the final nest: IR variable ``var`` (``name`` unless renamed to avoid shadowing
+    an enclosing loop), range ``[min, min + extent)``, kind, and whether it iterates a reduction."""
+
+    name: str
+    var: str
+    min: Expr
+    extent: Expr
+    kind: ForKind
+    reduction: bool
+    guards: list[Expr] = field(default_factory=list)  # if-conditions inside this loop
+    full_extent: Expr | None = None  # the extent before tail bounds were tightened
+
+
+@dataclass
+class StageNest:
+    """The loops of a stage and each original Var as an expression of them."""
+
+    func: str
+    leaves: list[Leaf]
+    values: dict[str, Expr]
+    versions: list[Expr]  # conditions under which the ShiftInwards bases are valid (extent >= f)
+    first_reduction: int | None
+
+    def leaf_ranges(self, start: int, loose: bool = False) -> dict[str, tuple[Expr, Expr]]:
+        """Inclusive ranges of the leaves at positions >= ``start`` (the varying ones);
+        ``loose``: with full tile extents (constant upper bounds, for allocation sizes)."""
+        out = {}
+        for lf in self.leaves[start:]:
+            ext = lf.full_extent if loose and lf.full_extent is not None else lf.extent
+            out[lf.var] = (lf.min, ssub(sadd(lf.min, ext), sconst(1)))
+        return out
+
+    def position(self, loop: str) -> int:
+        for n, lf in enumerate(self.leaves):
+            if lf.name == loop:
+                return n
+        raise ScheduleError(f"internal: loop {loop} not in stage {self.func}")
+
+
+def _ceildiv(e: Expr, f: int) -> Expr:
+    from tensorlang.affine import sceildiv
+
+    return sceildiv(e, f)
+
+
+def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope: set[str],
+                     shift_ok: bool) -> StageNest:
+    """Loops of stage ``st`` over ``region`` (original Var -> ``(min, extent)``).
+
+    ``scope``: IR loop variables of enclosing loops (leaves are renamed ``F.loop`` to avoid them).
+    ``shift_ok``: build ShiftInwards bases (else treat ShiftInwards as GuardWithIf).
+
+    Raises:
+        IllegalScheduleError: ShiftInwards where recomputation is not harmless.
+    """
+    ranges: dict[str, tuple[Expr, Expr]] = dict(region)
+    defs: dict[str, Expr] = {}
+    guards: list[tuple[Expr, Expr]] = []  # (expr, bound): expr < bound
+    versions: list[Expr] = []
+    for rel in st.relations:
+        if isinstance(rel, Split):
+            pm, pe = ranges[rel.parent]
+            f = rel.factor
+            o, i = Var(rel.outer), Var(rel.inner)
+            ranges[rel.outer] = (sconst(0), _ceildiv(pe, f))
+            ranges[rel.inner] = (sconst(0), sconst(f))
+            step = BinOp("mul", o, Const(f, int64), int64)
+            divides = _divides(pe, f)
+            if rel.tail is TailStrategy.ShiftInwards and not divides:
+                _check_shift(st, rel)
+            if rel.tail is TailStrategy.ShiftInwards and shift_ok and not divides:
+                base = BinOp("min", step, ssub(pe, sconst(f)), int64)
+                defs[rel.parent] = sadd(pm, BinOp("add", base, i, int64))
+                versions.append(Cmp("ge", pe, sconst(f)))
+            else:
+                defs[rel.parent] = sadd(pm, BinOp("add", step, i, int64))
+                if not divides:
+                    guards.append((BinOp("add", step, i, int64), pe))
+        elif isinstance(rel, Fuse):
+            (om, _), (im, ie) = ranges[rel.outer], ranges[rel.inner]
+            fv = Var(rel.fused)
+            ranges[rel.fused] = (sconst(0), BinOp("mul", ranges[rel.outer][1], ie, int64))
+            defs[rel.outer] = sadd(om, BinOp("floordiv", fv, ie, int64))
+            defs[rel.inner] = sadd(im, BinOp("mod", fv, ie, int64))
+    rename = {n: (f"{st.func}.{n}" if n in scope else n) for n in st.loops}
+    leaf_map: dict[str, Expr] = {n: Var(rename[n]) for n in st.loops}
+
+    def resolve(e: Expr) -> Expr:
+        # substitute until only leaf variables remain (relations form a tree)
+        for _ in range(len(st.relations) + 2):
+            ne = substitute(e, {**defs, **leaf_map})
+            if ne.same_as(e):
+                return ne
+            e = ne
+        return e
+
+    values = {v: resolve(defs.get(v, Var(v))) if v in defs else leaf_map.get(v, Var(v))
+              for v in (*st.pure, *st.rvars)}
+    values = {v: resolve(e) for v, e in values.items()}
+    leaves = [Leaf(n, rename[n], ranges[n][0], ranges[n][1], st.kinds[n],
+                   st.is_reduction_loop(n), full_extent=ranges[n][1]) for n in st.loops]
+    first_red = next((k for k, lf in enumerate(leaves) if lf.reduction), None)
+    pos = {lf.var: k for k, lf in enumerate(leaves)}
+    for expr, bound in guards:
+        e = resolve(expr)
+        _place_guard(e, bound, leaves, pos)
+    return StageNest(st.func, leaves, values, versions, first_red)
+
+
+def _width(lf: Leaf) -> int:
+    from tensorlang.affine import const_value
+
+    if lf.kind is not ForKind.VECTORIZED or lf.full_extent is None:
+        return 0
+    c = const_value(lf.full_extent)
+    return c if c is not None and 1 < c <= 64 else 0
+
+
+def _divides(extent: Expr, f: int) -> bool:
+    from tensorlang.affine import const_value
+
+    c = const_value(extent)
+    return f == 1 or (c is not None and c % f == 0)
+
+
+def _check_shift(st: StageState, rel: Split) -> None:
+    if st.is_reduction_loop(rel.outer):
+        raise IllegalScheduleError(
+            f"In schedule for {st.func}: split of {rel.parent} with ShiftInwards would run some "
+            f"reduction iterations twice and add their terms twice; use GuardWithIf")
+    if st.rvars:
+        par = [n for n in st.loops
+               if st.kinds[n] is ForKind.PARALLEL and rel.parent in _base_vars(st, n)]
+        if par:
+            raise IllegalScheduleError(
+                f"In schedule for {st.func}: ShiftInwards on {rel.parent} makes neighbouring "
+                f"tiles recompute the same cells of a reduction, and the parallel loop {par[0]} "
+                f"would run them at once (one tile re-initialises a cell while another "
+                f"accumulates into it); use GuardWithIf for {rel.parent}")
+        red = [n for n in st.loops if st.is_reduction_loop(n)]
+        if red and st.loops.index(rel.outer) > st.loops.index(red[0]):
+            raise IllegalScheduleError(
+                f"In schedule for {st.func}: ShiftInwards on {rel.parent} recomputes cells of a "
+                f"reduction, which is harmless only when {rel.outer} is outside every reduction "
+                f"loop (here it is inside {red[0]}); reorder or use GuardWithIf")
+
+
+def _base_vars(st: StageState, loop: str) -> set[str]:
+    """Every loop name ``loop`` was derived from (itself, its split parents, fused parts)."""
+    out = {loop}
+    changed = True
+    while changed:
+        changed = False
+        for rel in st.relations:
+            kids = (rel.outer, rel.inner) if isinstance(rel, Split) else (rel.fused,)
+            parents = (rel.parent,) if isinstance(rel, Split) else (rel.outer, rel.inner)
+            if any(k in out for k in kids):
+                for p_ in parents:
+                    if p_ not in out:
+                        out.add(p_)
+                        changed = True
+    return out
+
+
+def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) -> None:
+    try:
+        form = affine_form(e)
+    except NonAffine:
+        form = None
+    if form is not None:
+        mentioned = [v for v in form.vars if v in pos]
+        if not mentioned:
+            return
+        inner = max(mentioned, key=lambda v: pos[v])
+        lf = leaves[pos[inner]]
+        if form.coeff(inner) == 1 and lf.kind is not ForKind.UNROLLED:
+            rest = form.drop(inner).to_expr()
+            lf.extent = smin(lf.extent, ssub(ssub(bound, rest), lf.min))
+            return
+        leaves[pos[inner]].guards.append(Cmp("lt", e, bound))
+        return
+    from tensorlang.expr import free_vars
+
+    vs = [v.name for v in free_vars(e) if v.name in pos]
+    if vs:
+        leaves[max(pos[v] for v in vs)].guards.append(Cmp("lt", e, bound))
+
+
+def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
+              before: Callable[[Leaf], list[Stmt]], wrap: Callable[[Leaf, Stmt], Stmt]) -> Stmt:
+    """The statement running ``update`` over the stage's loops, with ``init`` (for a reduction)
+    placed before the outermost reduction loop, ``before(leaf)`` statements (compute_at
+    producers) at the top of each loop body and ``wrap(leaf, body)`` around it (allocations)."""
+
+    def guarded(lf: Leaf, body: Stmt) -> Stmt:
+        for g in reversed(lf.guards):
+            body = IfThenElse(g, body)
+        return body
+
+    def go(k: int, core: Stmt, init_done: bool) -> Stmt:
+        if init is not None and not init_done and k == nest.first_reduction:
+            init_leaves = [lf for lf in nest.leaves[k:] if not lf.reduction]
+            return Block((go_plain(0, init_leaves, init), go(k, core, True)))
+        if k == len(nest.leaves):
+            return core
+        lf = nest.leaves[k]
+        inner = go(k + 1, core, init_done)
+        pre = before(lf)
+        body = Block((*pre, inner)) if pre else inner
+        body = wrap(lf, guarded(lf, body))
+        return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
+
+    def go_plain(k: int, leaves: list[Leaf], core: Stmt) -> Stmt:
+        if k == len(leaves):
+            return core
+        lf = leaves[k]
+        body = guarded(lf, go_plain(k + 1, leaves, core))
+        return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
+
+    return go(0, update, init is None)

@@ -1,0 +1,366 @@
+"""``tl.Schedule``: how to compute an algorithm, as a replayable trace of primitives.
+
+``s = tl.Schedule(C)``; ``s[C]`` is C's stage; stage methods check their arguments, record a
+:class:`~schedule.primitives.Step` and apply its rewrite, so the trace is the single source of truth:
+``Schedule.from_json(C, s.to_json())`` replays it into the identical loop nest.
+
+Loop order convention: ``reorder(*loops)`` lists loops **outermost first**, as the loop nest prints
+(TVM's order; Halide lists innermost first).
+
+See also: Halide ``Func`` scheduling (``src/Func.h``), "Halide: A Language and Compiler for
+Optimizing Parallelism, Locality, and Recomputation in Image Processing Pipelines" (PLDI 2013);
+TVM ``te.Schedule`` and ``tir.Schedule`` traces.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Union
+
+from tensorlang.errors import IllegalScheduleError, ScheduleError
+from tensorlang.expr import Var
+from tensorlang.func import Func
+from tensorlang.pipeline import Pipeline
+
+from .ir import ForKind
+from .loops import INLINE, ROOT, Location, StageState, apply_fuse, apply_reorder, apply_split
+from .primitives import LoopRef, Step, TailStrategy
+
+LoopLike = Union[LoopRef, Var, str]
+FORMAT_VERSION = 1
+
+
+def _tail(tail: Any) -> TailStrategy:
+    if isinstance(tail, TailStrategy):
+        return tail
+    try:
+        return TailStrategy(tail)
+    except ValueError:
+        raise ScheduleError(f"unknown tail strategy {tail!r}; use one of "
+                            f"{', '.join(t.value for t in TailStrategy)}") from None
+
+
+class Schedule:
+    """A schedule for the pipeline computing ``output``; ``s[F]`` gives F's :class:`Stage`.
+
+    Raises:
+        DefinitionError: ``output`` is not a defined Func.
+    """
+
+    def __init__(self, output: Func) -> None:
+        self.pipeline = Pipeline(output)
+        self.output = output
+        self.steps: list[Step] = []
+        self.states: dict[str, StageState] = {
+            f.name: StageState.initial(f) for f in self.pipeline.funcs}
+
+    def __getitem__(self, f: Func | str) -> Stage:
+        name = f.name if isinstance(f, Func) else f
+        if name not in self.states:
+            raise ScheduleError(f"{name} is not a Func of the pipeline of {self.output.name} "
+                                f"(its Funcs: {', '.join(self.states)})")
+        return Stage(self, name)
+
+    # -- replay ---------------------------------------------------------------------------------
+    def apply(self, step: Step) -> Any:
+        """Apply one recorded step (what every stage method does) and append it to the trace."""
+        st = self._state(step)
+        what = str(step)
+        result: Any = None
+        if step.op == "split":
+            result = apply_split(st, step.get("loop"), step.get("factor"), _tail(step.get("tail")),
+                                 what)
+        elif step.op == "tile":
+            x, y = step.get("x"), step.get("y")
+            tail = _tail(step.get("tail"))
+            xo, xi = apply_split(st, x, step.get("fx"), tail, what)
+            yo, yi = apply_split(st, y, step.get("fy"), tail, what)
+            apply_reorder(st, [xo, yo, xi, yi], what)
+            result = (xo, yo, xi, yi)
+        elif step.op == "fuse":
+            result = apply_fuse(st, step.get("outer"), step.get("inner"), what)
+        elif step.op == "reorder":
+            apply_reorder(st, list(step.get("loops")), what)
+        elif step.op in ("unroll", "vectorize", "parallel"):
+            loop = st.resolve(step.get("loop"), what)
+            factor = step.get("factor")
+            if factor is not None:
+                outer, inner = apply_split(st, loop, factor, _tail(step.get("tail")), what)
+                loop = outer if step.op == "parallel" else inner
+                result = loop
+            kind = {"unroll": ForKind.UNROLLED, "vectorize": ForKind.VECTORIZED,
+                    "parallel": ForKind.PARALLEL}[step.op]
+            if kind is not ForKind.UNROLLED and st.is_reduction_loop(loop):
+                raise IllegalScheduleError(
+                    f"In schedule for {st.func}: cannot {step.op} {loop}: it iterates over the "
+                    f"reduction variable{'s' if len(st.origin[loop]) > 1 else ''} "
+                    f"{', '.join(sorted(st.origin[loop]))}, and two iterations update the same "
+                    f"cell of {st.func}; {step.op} a pure loop instead (rfactor is not available "
+                    f"yet)")
+            st.kinds[loop] = kind
+        elif step.op == "compute_root":
+            st.compute, st.store = ROOT, None
+        elif step.op == "compute_inline":
+            self._check_inline(st, what)
+            st.compute, st.store = INLINE, None
+        elif step.op in ("compute_at", "store_at"):
+            loc = self._check_at(st, step.get("consumer"), step.get("loop"), what)
+            if step.op == "compute_at":
+                st.compute = loc
+            else:
+                st.store = loc
+        else:
+            raise ScheduleError(f"unknown schedule primitive {step.op!r} in {what}")
+        self.steps.append(step)
+        return result
+
+    def _state(self, step: Step) -> StageState:
+        if step.func not in self.states:
+            raise ScheduleError(f"{step}: {step.func} is not a Func of this pipeline")
+        return self.states[step.func]
+
+    def _check_inline(self, st: StageState, what: str) -> None:
+        f = self.pipeline.func(st.func)
+        if f is self.output:
+            raise ScheduleError(f"{what}: {st.func} is the output; it cannot be inlined")
+        if st.rvars:
+            raise ScheduleError(f"{what}: {st.func} is a reduction; only pointwise Funcs can be "
+                                f"inlined (compute it at root or at a consumer loop instead)")
+
+    def _check_at(self, st: StageState, consumer: str, loop: str, what: str) -> Location:
+        if consumer not in self.states:
+            raise ScheduleError(f"{what}: {consumer} is not a Func of this pipeline")
+        if self.pipeline.func(st.func) is self.output:
+            raise ScheduleError(f"{what}: {st.func} is the output; it is always computed at root")
+        self.states[consumer].resolve(loop, what)
+        readers = [f.name for f in self.pipeline.funcs
+                   if any(p.name == st.func for p in f.producers)]
+        if consumer not in readers:
+            raise ScheduleError(f"{what}: {consumer} does not read {st.func} (its readers: "
+                                f"{', '.join(readers)})")
+        return Location("at", consumer, loop)
+
+    # -- formats --------------------------------------------------------------------------------
+    def to_json(self) -> str:
+        """The trace as JSON: ``{"version": 1, "output": name, "steps": [...]}``."""
+        return json.dumps({"version": FORMAT_VERSION, "output": self.output.name,
+                           "steps": [s.to_dict() for s in self.steps]})
+
+    @staticmethod
+    def from_json(output: Func, text: str | dict | list) -> Schedule:
+        """Replay a trace (as written by :meth:`to_json`, or its list of steps) on ``output``.
+
+        Raises:
+            ScheduleError: malformed JSON, a newer format version, or a step that does not apply.
+        """
+        try:
+            data = json.loads(text) if isinstance(text, str) else text
+        except json.JSONDecodeError as exc:
+            raise ScheduleError(f"schedule JSON is malformed: {exc}") from exc
+        steps = data["steps"] if isinstance(data, dict) else data
+        if isinstance(data, dict) and data.get("version", 1) > FORMAT_VERSION:
+            raise ScheduleError(f"schedule format version {data['version']} is newer than this "
+                                f"tensorlang understands ({FORMAT_VERSION}); upgrade tensorlang")
+        s = Schedule(output)
+        for d in steps:
+            s.apply(Step.from_dict(d))
+        return s
+
+    def to_python(self, schedule_name: str = "s") -> str:
+        """The schedule as paste-able Python (Funcs and loops referred to by name)."""
+        lines = []
+        for step in self.steps:
+            st = f'{schedule_name}["{step.func}"]'
+            p = dict(step.params)
+            if step.op in ("split", "unroll", "vectorize", "parallel"):
+                args = [repr(p["loop"])]
+                if p.get("factor") is not None:
+                    args.append(repr(p["factor"]))
+                if p.get("tail", "GuardWithIf") != "GuardWithIf":
+                    args.append(f"tail={p['tail']!r}")
+            elif step.op == "tile":
+                args = [repr(p["x"]), repr(p["y"]), repr(p["fx"]), repr(p["fy"])]
+                if p.get("tail", "GuardWithIf") != "GuardWithIf":
+                    args.append(f"tail={p['tail']!r}")
+            elif step.op == "fuse":
+                args = [repr(p["outer"]), repr(p["inner"])]
+            elif step.op == "reorder":
+                args = [repr(x) for x in p["loops"]]
+            elif step.op in ("compute_at", "store_at"):
+                args = [f'{schedule_name}["{p["consumer"]}"]', repr(p["loop"])]
+            else:
+                args = []
+            lines.append(f"{st}.{step.op}({', '.join(args)})")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_python()
+
+
+def _name(loop: LoopLike, func: str, primitive: str) -> str:
+    if isinstance(loop, LoopRef):
+        if loop.func != func:
+            raise ScheduleError(f"In schedule for {func}: {primitive} got loop {loop.name} of "
+                                f"{loop.func}; use a loop of {func}")
+        return loop.name
+    if isinstance(loop, Var):
+        return loop.name
+    if isinstance(loop, str):
+        return loop
+    raise ScheduleError(f"In schedule for {func}: {primitive} expects a loop (a Var, a loop "
+                        f"handle or a loop name), got {type(loop).__name__}")
+
+
+def _factor(factor: Any, func: str, primitive: str) -> int:
+    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
+        raise ScheduleError(f"In schedule for {func}: {primitive} factor must be a positive "
+                            f"int, got {factor!r}")
+    return factor
+
+
+class Stage:
+    """The scheduling handle of one Func. Methods return the stage (to chain) or loop handles."""
+
+    def __init__(self, schedule: Schedule, func: str) -> None:
+        self.schedule = schedule
+        self.func = func
+
+    def _ref(self, name: str) -> LoopRef:
+        return LoopRef(self.func, name)
+
+    def _do(self, op: str, **params: Any) -> Any:
+        return self.schedule.apply(Step(op, self.func, tuple(params.items())))
+
+    @property
+    def loops(self) -> list[LoopRef]:
+        """The current loops of this stage, outermost first."""
+        return [self._ref(n) for n in self.schedule.states[self.func].loops]
+
+    def split(self, loop: LoopLike, factor: int,
+              tail: TailStrategy | str = TailStrategy.GuardWithIf) -> tuple[LoopRef, LoopRef]:
+        """Split ``loop`` into ``loop.o`` (outer) and ``loop.i`` (inner, ``factor`` iterations).
+
+        Contract: ``loop == loop.min + loop.o * factor + loop.i``, ``0 <= loop.i < factor``,
+        ``loop.o`` in ``[0, ceil(extent / factor))``; ``tail`` says what the last, partial tile
+        does (see ``TailStrategy``). Before/after::
+
+            for k in [0, K):            for k.o in [0, (K + 7) // 8):
+              C[i] += A[i, k]     ->       for k.i in [0, min(8, K - k.o * 8)):
+                                             C[i] += A[i, k.o * 8 + k.i]
+
+        Raises:
+            ScheduleError: unknown or consumed loop, factor not a positive int.
+        See also: Halide ``Func::split``, TVM ``split``.
+        """
+        name = _name(loop, self.func, "split")
+        o, i = self._do("split", loop=name, factor=_factor(factor, self.func, "split"),
+                        tail=_tail(tail).value)
+        return self._ref(o), self._ref(i)
+
+    def tile(self, x: LoopLike, y: LoopLike, fx: int, fy: int,
+             tail: TailStrategy | str = TailStrategy.GuardWithIf
+             ) -> tuple[LoopRef, LoopRef, LoopRef, LoopRef]:
+        """Split ``x`` by ``fx`` and ``y`` by ``fy`` and order ``x.o, y.o, x.i, y.i`` (outermost
+        first) in the positions the four loops take. Returns ``(x.o, y.o, x.i, y.i)``.
+
+        See also: Halide ``Func::tile``, TVM ``tile``.
+        """
+        xs, ys = _name(x, self.func, "tile"), _name(y, self.func, "tile")
+        res = self._do("tile", x=xs, y=ys, fx=_factor(fx, self.func, "tile"),
+                       fy=_factor(fy, self.func, "tile"), tail=_tail(tail).value)
+        return tuple(self._ref(n) for n in res)  # type: ignore[return-value]
+
+    def fuse(self, outer: LoopLike, inner: LoopLike) -> LoopRef:
+        """Fuse ``inner`` (directly inside ``outer``) into one loop ``outer.inner.fused`` of
+        extent ``extent(outer) * extent(inner)``; ``outer == fused // extent(inner)``.
+
+        Raises:
+            ScheduleError: loops not adjacent, or one pure and one reduction loop.
+        See also: Halide ``Func::fuse``, TVM ``fuse``.
+        """
+        o, i = _name(outer, self.func, "fuse"), _name(inner, self.func, "fuse")
+        return self._ref(self._do("fuse", outer=o, inner=i))
+
+    def reorder(self, *loops: LoopLike) -> Stage:
+        """Order ``loops`` outermost first, in the positions they occupy together.
+
+        See also: Halide ``Func::reorder`` (which lists innermost first), TVM ``reorder``.
+        """
+        names = [_name(lp, self.func, "reorder") for lp in loops]
+        self._do("reorder", loops=tuple(names))
+        return self
+
+    def _kind(self, op: str, loop: LoopLike, factor: int | None,
+              tail: TailStrategy | str) -> Stage:
+        name = _name(loop, self.func, op)
+        params: dict[str, Any] = {"loop": name}
+        if factor is not None:
+            params["factor"] = _factor(factor, self.func, op)
+            params["tail"] = _tail(tail).value
+        self._do(op, **params)
+        return self
+
+    def unroll(self, loop: LoopLike, factor: int | None = None,
+               tail: TailStrategy | str = TailStrategy.GuardWithIf) -> Stage:
+        """Replicate the body of ``loop`` (its extent must be a constant); with ``factor``, split
+        by it first and unroll the inner loop. Always legal. See also: Halide ``unroll``."""
+        return self._kind("unroll", loop, factor, tail)
+
+    def vectorize(self, loop: LoopLike, width: int | None = None,
+                  tail: TailStrategy | str = TailStrategy.GuardWithIf) -> Stage:
+        """Run ``loop`` as SIMD lanes (width ``width``, or the whole loop when it is not given:
+        with ``width`` the loop is split by it first). Legal only on a pure loop.
+
+        Raises:
+            IllegalScheduleError: the loop iterates a reduction variable.
+        See also: Halide ``vectorize``, TVM ``vectorize``."""
+        return self._kind("vectorize", loop, width, tail)
+
+    def parallel(self, loop: LoopLike, factor: int | None = None,
+                 tail: TailStrategy | str = TailStrategy.GuardWithIf) -> Stage:
+        """Run the iterations of ``loop`` on the thread pool (``TENSORLANG_NUM_THREADS``,
+        default all CPUs). Legal only on a pure loop.
+
+        Raises:
+            IllegalScheduleError: the loop iterates a reduction variable.
+        See also: Halide ``parallel``, TVM ``parallel``."""
+        return self._kind("parallel", loop, factor, tail)
+
+    def compute_root(self) -> Stage:
+        """Compute this Func entirely before its consumers, into a buffer over its whole
+        domain (the default). See also: Halide ``compute_root``."""
+        self._do("compute_root")
+        return self
+
+    def compute_inline(self) -> Stage:
+        """Substitute this (pointwise) Func's definition into every read of it.
+
+        Raises:
+            ScheduleError: it is the output or a reduction.
+        See also: Halide ``compute_inline``, TVM ``compute_inline``."""
+        self._do("compute_inline")
+        return self
+
+    def compute_at(self, consumer: Stage, loop: LoopLike) -> Stage:
+        """Compute the region of this Func that one iteration of ``consumer``'s ``loop`` reads,
+        inside that loop, just before the consumer uses it (bounds inference sizes the region).
+
+        Raises:
+            ScheduleError: ``consumer`` does not read this Func, or the loop is not its loop.
+        See also: Halide ``compute_at``, TVM ``compute_at``."""
+        if not isinstance(consumer, Stage):
+            raise ScheduleError("compute_at expects a stage: s[consumer]")
+        self._do("compute_at", consumer=consumer.func, loop=_name(loop, consumer.func,
+                                                                  "compute_at"))
+        return self
+
+    def store_at(self, consumer: Stage, loop: LoopLike) -> Stage:
+        """Allocate this Func's buffer at ``consumer``'s ``loop`` (outside its compute level),
+        sized for the region one iteration of that loop reads. See also: Halide ``store_at``."""
+        if not isinstance(consumer, Stage):
+            raise ScheduleError("store_at expects a stage: s[consumer]")
+        self._do("store_at", consumer=consumer.func, loop=_name(loop, consumer.func, "store_at"))
+        return self
+
+    def __repr__(self) -> str:
+        return f"<Stage {self.func}: loops {', '.join(self.schedule.states[self.func].loops)}>"
