@@ -5,7 +5,9 @@ Reading this file tells the whole story (Halide ``src/Lower.cpp``):
 1. ``realize``  — the loop nest of every Func where the schedule puts it (root, inline, at a
    consumer loop, with bounds inference), its loops split/fused/reordered and their kinds set,
    boundary conditions as clamped loads, intermediates allocated (``schedule/realize.py``);
-2. ``simplify`` — integer constant folding and identities (``schedule/simplify.py``).
+2. ``simplify`` — integer constant folding and identities (``schedule/simplify.py``);
+3. ``promote_accumulators`` — a reduction's register tile accumulates in a local buffer that
+   LLVM keeps in registers (``schedule/promote.py``).
 
 Set ``TENSORLANG_DUMP=1`` to print the loop nest after each pass (on standard error).
 """
@@ -22,12 +24,14 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.errors import ScheduleError
 
 from .ir import LoweredFunc
+from .promote import promote_accumulators
 from .realize import realize
 from .schedule import Schedule
 from .simplify import simplify
 
 PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
     ("simplify", simplify),
+    ("promote_accumulators", promote_accumulators),
 ]
 
 

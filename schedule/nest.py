@@ -75,7 +75,8 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     """Loops of stage ``st`` over ``region`` (original Var -> ``(min, extent)``).
 
     ``scope``: IR loop variables of enclosing loops (leaves are renamed ``F.loop`` to avoid them).
-    ``shift_ok``: build ShiftInwards bases (else treat ShiftInwards as GuardWithIf).
+    ``shift_ok``: build the fast version: ShiftInwards bases, and no GuardWithIf tails, valid
+    under the conditions returned in ``versions`` (else: the always-valid guarded version).
 
     Raises:
         IllegalScheduleError: ShiftInwards where recomputation is not harmless.
@@ -101,7 +102,11 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 versions.append(Cmp("ge", pe, sconst(f)))
             else:
                 defs[rel.parent] = sadd(pm, BinOp("add", step, i, int64))
-                if not divides:
+                if not divides and shift_ok:
+                    # fast version: taken only when the factor divides the extent (no tail)
+                    versions.append(Cmp("eq", BinOp("mod", pe, Const(f, int64), int64),
+                                        sconst(0)))
+                elif not divides:
                     guards.append((BinOp("add", step, i, int64), pe))
         elif isinstance(rel, Fuse):
             (om, _), (im, ie) = ranges[rel.outer], ranges[rel.inner]

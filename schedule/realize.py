@@ -250,8 +250,10 @@ def realize(p: Pipeline, states: dict[str, StageState] | None = None) -> Lowered
     """Build the loop nest of pipeline ``p`` under the schedule ``states`` (default: every Func
     at root, loops in definition order).
 
-    When a root stage uses ShiftInwards, the kernel holds two versions of the nest: the shifted
-    one, taken when every shifted extent is at least its factor, and a GuardWithIf one.
+    When a root stage splits a loop whose extent is not known to be a multiple of the factor,
+    the kernel holds two versions of the nest (loop versioning): a fast one without tails, taken
+    when every GuardWithIf extent is a multiple of its factor and every ShiftInwards extent is at
+    least its factor, and the always-valid guarded one.
 
     Raises:
         ScheduleError / IllegalScheduleError: a compute/store location that cannot be realized.

@@ -39,7 +39,8 @@ from schedule.ir import (
 )
 from tensorlang.dtypes import DType
 from tensorlang.dtypes import int64 as I64_DT
-from tensorlang.expr import BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var
+from tensorlang.affine import NonAffine, affine_form
+from tensorlang.expr import BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var, walk
 from tensorlang.errors import CompileError
 
 from .target import Target
@@ -93,6 +94,8 @@ class CodeGen:
         self.in_parallel = False
         self.uses_parallel = False
         self.num_threads = 0
+        self.vec: tuple[str, int] | None = None  # (loop variable, lanes) of an explicit vector loop
+        self.lane0 = False  # evaluate the vector loop variable as a scalar (addresses, lanes)
 
     # -- helpers ---------------------------------------------------------------------------------
     @staticmethod
@@ -115,7 +118,30 @@ class CodeGen:
         return self._intrinsics[name]
 
     def _suffix(self, t: ir.Type) -> str:
+        if isinstance(t, ir.VectorType):
+            return f"v{t.count}{self._suffix(t.element)}"
         return {F32: "f32", F64: "f64", I32: "i32", I64: "i64", I8: "i8", I1: "i1"}[t]
+
+    @staticmethod
+    def const(t: ir.Type, value: object) -> ir.Constant:
+        """A constant of type ``t``, splatted when ``t`` is a vector type."""
+        if isinstance(t, ir.VectorType):
+            return ir.Constant(t, [value] * t.count)
+        return ir.Constant(t, value)
+
+    def splat(self, v: ir.Value, lanes: int) -> ir.Value:
+        b = self.builder
+        vt = ir.VectorType(v.type, lanes)
+        undef = ir.Constant(vt, ir.Undefined)
+        one = b.insert_element(undef, v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def unify(self, *vals: ir.Value) -> list[ir.Value]:
+        """Broadcast scalars to the vector width of any vector operand."""
+        lanes = next((v.type.count for v in vals if isinstance(v.type, ir.VectorType)), None)
+        if lanes is None:
+            return list(vals)
+        return [v if isinstance(v.type, ir.VectorType) else self.splat(v, lanes) for v in vals]
 
     def call_intrinsic(self, base: str, *args: ir.Value, extra: tuple = ()) -> ir.Value:
         t = args[0].type
@@ -135,24 +161,30 @@ class CodeGen:
             t = value_type(e.dtype)
             return ir.Constant(t, int(e.value) if not e.dtype.is_float else float(e.value))
         if isinstance(e, Var):
-            return self.vars[e.name]
+            v = self.vars[e.name]
+            if self.vec is not None and e.name == self.vec[0] and not self.lane0:
+                lanes = self.vec[1]
+                return b.add(self.splat(v, lanes),
+                             ir.Constant(ir.VectorType(I64, lanes), list(range(lanes))))
+            return v
         if isinstance(e, Size):
             return self.sizes[e.name]
         if isinstance(e, Load):
-            ptr = self.address(e.buffer, e.indices)
-            v = b.load(ptr, align=e.dtype.itemsize)
-            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0)) if e.dtype.is_bool else v
+            return self.load(e)
         if isinstance(e, BinOp):
-            return self.binop(e.op, self.expr(e.a), self.expr(e.b), e.dtype)
+            x, y = self.unify(self.expr(e.a), self.expr(e.b))
+            return self.binop(e.op, x, y, e.dtype)
         if isinstance(e, Cmp):
-            return self.compare(e.op, self.expr(e.a), self.expr(e.b), e.a.dtype)
+            x, y = self.unify(self.expr(e.a), self.expr(e.b))
+            return self.compare(e.op, x, y, e.a.dtype)
         if isinstance(e, Not):
-            return b.xor(self.expr(e.a), ir.Constant(I1, 1))
+            a = self.expr(e.a)
+            return b.xor(a, self.const(a.type, 1))
         if isinstance(e, Call):
             return self.call(e.name, self.expr(e.args[0]), e.dtype)
         if isinstance(e, Select):
-            c = self.expr(e.cond)
-            return b.select(c, self.expr(e.t), self.expr(e.f))
+            c, t, f = self.unify(self.expr(e.cond), self.expr(e.t), self.expr(e.f))
+            return b.select(c, t, f)
         if isinstance(e, Cast):
             return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
         raise CompileError(f"codegen: unsupported expression {type(e).__name__}: {e}")
@@ -190,8 +222,9 @@ class CodeGen:
         """Floor division / modulo; 0 for y == 0; y == -1 handled without the x86 overflow trap."""
         b = self.builder
         t = x.type
-        zero, one, mone = ir.Constant(t, 0), ir.Constant(t, 1), ir.Constant(t, -1)
-        if isinstance(y, ir.Constant) and y.constant not in (0, -1):
+        zero, one, mone = self.const(t, 0), self.const(t, 1), self.const(t, -1)
+        if isinstance(y, ir.Constant) and isinstance(y.type, ir.IntType) and \
+                y.constant not in (0, -1):
             safe = y
             special = None
         else:
@@ -215,7 +248,7 @@ class CodeGen:
         """NumPy's ``npy_divmod``: floor division and modulo that agree with Python's."""
         b = self.builder
         t = x.type
-        zero, one, half = ir.Constant(t, 0.0), ir.Constant(t, 1.0), ir.Constant(t, 0.5)
+        zero, one, half = self.const(t, 0.0), self.const(t, 1.0), self.const(t, 0.5)
         mod = b.frem(x, y)
         div = b.fdiv(b.fsub(x, mod), y)
         mod_nz = b.fcmp_unordered("!=", mod, zero)
@@ -259,12 +292,14 @@ class CodeGen:
     def cast(self, x: ir.Value, src: DType, dst: DType) -> ir.Value:
         b = self.builder
         t = value_type(dst)
+        if isinstance(x.type, ir.VectorType):
+            t = ir.VectorType(t, x.type.count)
         if src is dst:
             return x
         if dst.is_bool:
             if src.is_float:
-                return b.fcmp_unordered("!=", x, ir.Constant(x.type, 0.0))
-            return b.icmp_signed("!=", x, ir.Constant(x.type, 0))
+                return b.fcmp_unordered("!=", x, self.const(x.type, 0.0))
+            return b.icmp_signed("!=", x, self.const(x.type, 0))
         if src.is_bool:
             return b.uitofp(x, t) if dst.is_float else b.zext(x, t)
         if src.is_float and dst.is_float:
@@ -328,26 +363,149 @@ class CodeGen:
         else:
             raise CompileError(f"codegen: unsupported statement {type(s).__name__}")
 
+    # -- vector memory access ----------------------------------------------------------------------
+    def _pattern(self, indices: tuple[Expr, ...]) -> str:
+        """How an access varies with the vector loop variable: ``scalar`` (not at all),
+        ``contiguous`` (unit stride in the last dimension) or ``gather`` (anything else)."""
+        if self.vec is None or self.lane0:
+            return "scalar"
+        var = self.vec[0]
+        coefs = []
+        for ix in indices:
+            if not any(isinstance(n, Var) and n.name == var for n in walk(ix)):
+                coefs.append(0)
+                continue
+            try:
+                coefs.append(affine_form(ix).coeff(var))
+            except NonAffine:
+                return "gather"
+        if not any(coefs):
+            return "scalar"
+        if coefs[-1] == 1 and not any(coefs[:-1]):
+            return "contiguous"
+        return "gather"
+
+    def _lane(self, lane: int) -> None:
+        var, _ = self.vec  # type: ignore[misc]
+        self.lane0 = True
+        self.vars[var] = self._vbase if lane == 0 else self.builder.add(
+            self._vbase, ir.Constant(I64, lane))
+
+    def _end_lane(self) -> None:
+        self.lane0 = False
+        self.vars[self.vec[0]] = self._vbase  # type: ignore[index]
+
+    def load(self, e: Load) -> ir.Value:
+        b = self.builder
+        mt = memory_type(e.dtype)
+        pattern = self._pattern(e.indices)
+        if pattern == "scalar":
+            v = b.load(self.address(e.buffer, e.indices), align=e.dtype.itemsize)
+        elif pattern == "contiguous":
+            lanes = self.vec[1]  # type: ignore[index]
+            self._lane(0)
+            ptr = self.address(e.buffer, e.indices)
+            self._end_lane()
+            v = b.load(b.bitcast(ptr, ir.VectorType(mt, lanes).as_pointer()),
+                       align=e.dtype.itemsize)
+        else:
+            lanes = self.vec[1]  # type: ignore[index]
+            v = ir.Constant(ir.VectorType(mt, lanes), ir.Undefined)
+            for lane in range(lanes):
+                self._lane(lane)
+                x = b.load(self.address(e.buffer, e.indices), align=e.dtype.itemsize)
+                self._end_lane()
+                v = b.insert_element(v, x, ir.Constant(I32, lane))
+        return b.icmp_unsigned("!=", v, self.const(v.type, 0)) if e.dtype.is_bool else v
+
     def store(self, s: Store) -> None:
         b = self.builder
         d = self.buffer(s.buffer).dtype
         value = self.expr(s.value)
-        ptr = self.address(s.buffer, s.indices)
+        pattern = self._pattern(s.indices)
+        if pattern != "scalar" and not isinstance(value.type, ir.VectorType):
+            value = self.splat(value, self.vec[1])  # type: ignore[index]
         if s.reduce_op is not None:
-            old = b.load(ptr, align=d.itemsize)
-            if d.is_bool:
-                old = b.icmp_unsigned("!=", old, ir.Constant(I8, 0))
+            old = self.load(Load(s.buffer, s.indices, d))
             op = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[s.reduce_op]
             value = self.binop(op, old, value, d, flags=_REDUCE_FLAGS)
         if d.is_bool:
-            value = b.zext(value, I8)
-        b.store(value, ptr, align=d.itemsize)
+            value = b.zext(value, ir.VectorType(I8, value.type.count)
+                           if isinstance(value.type, ir.VectorType) else I8)
+        if pattern == "scalar":
+            b.store(value, self.address(s.buffer, s.indices), align=d.itemsize)
+        elif pattern == "contiguous":
+            self._lane(0)
+            ptr = self.address(s.buffer, s.indices)
+            self._end_lane()
+            b.store(value, b.bitcast(ptr, value.type.as_pointer()), align=d.itemsize)
+        else:
+            for lane in range(self.vec[1]):  # type: ignore[index]
+                self._lane(lane)
+                ptr = self.address(s.buffer, s.indices)
+                self._end_lane()
+                b.store(b.extract_element(value, ir.Constant(I32, lane)), ptr, align=d.itemsize)
+
+    def vector_loop(self, s: For, lanes: int) -> None:
+        """Emit the body with the loop variable as a vector of lanes, in chunks no wider than a
+        native register (e.g. 32 float32 lanes = 2 x 16 on AVX-512): equal-width loads and
+        stores of each accumulator let LLVM keep it in a register across outer loops."""
+        itemsize = max((self.f.buffers[n].dtype.itemsize for n in _buffers_in(s.body)
+                        if n in self.f.buffers), default=4)
+        native = max(1, self.target.vector_bits // (8 * itemsize))
+        outer_vec, outer_base = self.vec, getattr(self, "_vbase", None)
+        base = self.expr(s.min)
+        saved = self.vars.get(s.var)
+        start = 0
+        while start < lanes:
+            width = min(native, lanes - start)
+            self._vbase = base if start == 0 else self.builder.add(base, ir.Constant(I64, start))
+            self.vars[s.var] = self._vbase
+            if width == 1:
+                self.vec = None
+                self.stmt(s.body)
+            else:
+                self.vec = (s.var, width)
+                self.stmt(s.body)
+            start += width
+        self.vec, self._vbase = outer_vec, outer_base
+        if saved is None:
+            del self.vars[s.var]
+        else:
+            self.vars[s.var] = saved
+
+    def _vectorizable(self, s: For, lanes: int) -> bool:
+        def mentions(e: Expr) -> bool:
+            return any(isinstance(n, Var) and n.name == s.var for n in walk(e))
+
+        def ok(st: Stmt) -> bool:
+            if isinstance(st, Block):
+                return all(ok(c) for c in st.stmts)
+            if isinstance(st, ProducerConsumer):
+                return ok(st.body)
+            if isinstance(st, Store):
+                return any(mentions(i) for i in st.indices)
+            if isinstance(st, For):
+                return (st.kind in (ForKind.SERIAL, ForKind.UNROLLED) and not mentions(st.min)
+                        and not mentions(st.extent) and ok(st.body))
+            if isinstance(st, IfThenElse):
+                return (not mentions(st.cond) and ok(st.then)
+                        and (st.otherwise is None or ok(st.otherwise)))
+            return False
+
+        return self.vec is None and 1 < lanes <= 64 and ok(s.body)
 
     def loop(self, s: For) -> None:
         if s.kind is ForKind.UNROLLED:
             return self.unrolled(s)
         if s.kind is ForKind.PARALLEL and not self.in_parallel:
             return self.parallel(s)
+        if s.kind is ForKind.VECTORIZED:
+            from tensorlang.affine import const_value
+
+            lanes = const_value(s.extent)
+            if lanes is not None and self._vectorizable(s, lanes):
+                return self.vector_loop(s, lanes)
         b = self.builder
         lo = self.expr(s.min)
         end = b.add(lo, self.expr(s.extent))
@@ -544,6 +702,32 @@ class CodeGen:
         self.builder.ret(ir.Constant(I32, 0))
         self._close()
         return self.module
+
+
+def _buffers_in(s: Stmt) -> set[str]:
+    out: set[str] = set()
+
+    def exprs(e: Expr) -> None:
+        for n in walk(e):
+            if isinstance(n, Load):
+                out.add(n.buffer)
+
+    def go(st: Stmt) -> None:
+        if isinstance(st, Store):
+            out.add(st.buffer)
+            exprs(st.value)
+        elif isinstance(st, Block):
+            for c in st.stmts:
+                go(c)
+        elif isinstance(st, (For, ProducerConsumer, LetStmt, Allocate)):
+            go(st.body)
+        elif isinstance(st, IfThenElse):
+            go(st.then)
+            if st.otherwise is not None:
+                go(st.otherwise)
+
+    go(s)
+    return out
 
 
 _LOOP_MD = re.compile(r'^(![0-9]+) = !\{!"TL_LOOP_[0-9]+"(.*)\}$', re.M)

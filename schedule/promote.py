@@ -1,0 +1,164 @@
+"""Lowering pass ``promote_accumulators``: keep a reduction's register tile in a local buffer.
+
+For a serial loop ``L`` (typically the reduction loop ``k``) whose body updates ``C`` through exactly
+one reduction store, enclosed inside ``L`` only by unrolled or vectorized loops of constant extent
+(the register tile), and whose indices do not depend on ``L``::
+
+    for k:                                   allocate C.acc[8, 32]
+      unrolled for i.i in [0, 8):            unrolled for i.i: vectorized for j.i: C.acc[..] = C[..]
+        vectorized for j.i in [0, 32):  ->   for k:
+          C[i, j] += A[i, k] * B[k, j]         unrolled for i.i: vectorized for j.i: C.acc[..] += ..
+                                             unrolled for i.i: vectorized for j.i: C[..] = C.acc[..]
+
+The accumulator has constant shape and is indexed by unrolled constants and whole vectors, so LLVM
+(SROA) keeps it in registers; C is read and written once per tile instead of once per ``k``. This
+is what TVM's ``cache_write(C, "local")`` and Halide's register blocking achieve, done automatically:
+without it LLVM cannot keep the tile in registers when C's row stride is symbolic (the rows might
+overlap). It changes no result: C is touched by nothing else inside ``L``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tensorlang.affine import const_value
+from tensorlang.expr import Expr, Var, walk
+
+from .ir import Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt, Store, map_stmt
+
+MAX_TILE_ELEMENTS = 1024
+
+
+def _stores(s: Stmt, path: tuple[For, ...] = ()) -> list[tuple[Store, tuple[For, ...]]]:
+    out: list[tuple[Store, tuple[For, ...]]] = []
+    if isinstance(s, Store):
+        out.append((s, path))
+    elif isinstance(s, For):
+        out.extend(_stores(s.body, path + (s,)))
+    elif isinstance(s, Block):
+        for c in s.stmts:
+            out.extend(_stores(c, path))
+    else:
+        for f in ("body", "then", "otherwise"):
+            c = getattr(s, f, None)
+            if isinstance(c, Stmt):
+                out.extend(_stores(c, path + (s,)))  # type: ignore[arg-type]
+    return out
+
+
+def _loads(s: Stmt) -> list[Load]:
+    out: list[Load] = []
+
+    def ex(e: Expr) -> None:
+        out.extend(n for n in walk(e) if isinstance(n, Load))
+
+    def go(st: Stmt) -> None:
+        if isinstance(st, Store):
+            ex(st.value)
+            for i in st.indices:
+                ex(i)
+        elif isinstance(st, For):
+            ex(st.min)
+            ex(st.extent)
+            go(st.body)
+        elif isinstance(st, Block):
+            for c in st.stmts:
+                go(c)
+        else:
+            for f in ("body", "then", "otherwise"):
+                c = getattr(st, f, None)
+                if isinstance(c, Stmt):
+                    go(c)
+
+    go(s)
+    return out
+
+
+def _vars(e: Expr) -> set[str]:
+    return {n.name for n in walk(e) if isinstance(n, Var)}
+
+
+def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> Stmt | None:
+    if loop.kind not in (ForKind.SERIAL,):
+        return None
+    stores = _stores(loop.body)
+    reds = [(s, p) for s, p in stores if s.reduce_op is not None]
+    if len(reds) != 1:
+        return None
+    store, path = reds[0]
+    if any(s.buffer == store.buffer for s, _ in stores if s is not store):
+        return None
+    if any(ld.buffer == store.buffer for ld in _loads(loop.body)):
+        return None
+    chain = list(path)
+    if not chain or any(not isinstance(f, For) or f.kind not in (
+            ForKind.UNROLLED, ForKind.VECTORIZED) for f in chain):
+        return None
+    exts = [const_value(f.extent) for f in chain]
+    if any(e is None or e < 1 for e in exts):
+        return None
+    size = 1
+    for e in exts:
+        size *= e  # type: ignore[operator]
+    if size > MAX_TILE_ELEMENTS:
+        return None
+    chain_vars = {f.var for f in chain}
+    inner_bound = {loop.var} | {f.var for f in chain}
+    idx_vars = set().union(*(_vars(i) for i in store.indices)) if store.indices else set()
+    if loop.var in idx_vars or (idx_vars & inner_bound) - chain_vars:
+        return None
+    if any(_vars(f.min) & ({loop.var} | chain_vars) for f in chain):
+        return None
+    # the tile loops must be a perfect chain around the store (nothing else inside them)
+    for outer, inner in zip(chain, chain[1:] + [None]):
+        if inner is not None and outer.body is not inner:
+            return None
+        if inner is None and outer.body is not store:
+            return None
+    counter[0] += 1
+    cbuf = buffers[store.buffer]
+    acc = Buffer(f"{store.buffer}.acc{counter[0]}", cbuf.dtype, tuple(f.min for f in chain),
+                 tuple(_c(e) for e in exts), "internal")  # type: ignore[arg-type]
+    buffers[acc.name] = acc
+    acc_idx = tuple(Var(f.var) for f in chain)
+
+    def nest(core: Stmt) -> Stmt:
+        for f in reversed(chain):
+            core = dataclasses.replace(f, body=core)
+        return core
+
+    load_in = nest(Store(acc.name, acc_idx, Load(store.buffer, store.indices, cbuf.dtype)))
+    write_out = nest(Store(store.buffer, store.indices, Load(acc.name, acc_idx, cbuf.dtype)))
+    new_store = Store(acc.name, acc_idx, store.value, store.reduce_op)
+    new_loop = dataclasses.replace(loop, body=_replace(loop.body, store, new_store))
+    return Allocate(acc, Block((load_in, new_loop, write_out)))
+
+
+def _c(v: int) -> Expr:
+    from tensorlang.affine import sconst
+
+    return sconst(v)
+
+
+def _replace(s: Stmt, old: Store, new: Store) -> Stmt:
+    if s is old:
+        return new
+    return map_stmt(s, lambda c: _replace(c, old, new), lambda e: e)
+
+
+def promote_accumulators(f: LoweredFunc) -> LoweredFunc:
+    """Apply the promotion to the outermost qualifying loop of every loop nest."""
+    buffers = dict(f.buffers)
+    counter = [0]
+
+    def go(s: Stmt) -> Stmt:
+        if isinstance(s, For):
+            r = _try_promote(s, buffers, counter)
+            if r is not None:
+                return r
+        return map_stmt(s, go, lambda e: e)
+
+    body = go(f.body)
+    if body is f.body:
+        return f
+    return dataclasses.replace(f, body=body, buffers=buffers)
