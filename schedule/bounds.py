@@ -59,45 +59,77 @@ def interval(e: Expr, ranges: dict[str, Interval]) -> Interval:
     raise ScheduleError(f"bounds inference cannot bound the index expression {e}")
 
 
-def required_region(producer: str, exprs: list[Expr], ranges: dict[str, Interval],
-                    domain: tuple[tuple[Expr, Expr], ...]
-                    ) -> tuple[tuple[Expr, Expr], ...]:
-    """The box of ``producer`` read by ``exprs`` (consumer expressions, loop Vars in ``ranges``
-    varying) as ``(min, extent)`` per dimension, clipped to the producer's ``domain``.
+Box = list[Interval | None]  # per dimension (lo, hi) inclusive, None where nothing is read
 
-    Returns the producer's whole domain for a dimension no read touches.
-    """
-    reads = [n for e in exprs for n in walk(e) if isinstance(n, Access) and n.name == producer]
+
+def read_box(producer: str, exprs: list[Expr], ranges: dict[str, Interval], rank: int,
+             domain: tuple[tuple[Expr, Expr], ...]) -> Box:
+    """The box of ``producer`` that ``exprs`` read while the Vars in ``ranges`` vary (reads
+    through a boundary condition are clamped into ``domain`` first)."""
+    box: Box = [None] * rank
+    for e in exprs:
+        for a in walk(e):
+            if not isinstance(a, Access) or a.name != producer:
+                continue
+            for d, ix in enumerate(a.indices):
+                lo, hi = interval(ix, ranges)
+                if a.boundary is not None:
+                    dmin, dext = domain[d]
+                    dhi = ssub(sadd(dmin, dext), sconst(1))
+                    lo, hi = smin(smax(lo, dmin), dhi), smin(smax(hi, dmin), dhi)
+                cur = box[d]
+                box[d] = (lo, hi) if cur is None else (smin(cur[0], lo), smax(cur[1], hi))
+    return box
+
+
+def union_box(a: Box, b: Box) -> Box:
+    """The smallest box containing ``a`` and ``b``."""
+    out: Box = []
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            out.append(x if y is None else y)
+        else:
+            out.append((smin(x[0], y[0]), smax(x[1], y[1])))
+    return out
+
+
+def clip_box(box: Box, domain: tuple[tuple[Expr, Expr], ...]) -> tuple[tuple[Expr, Expr], ...]:
+    """``(min, extent)`` per dimension of ``box`` clipped to ``domain`` (the whole domain where
+    the box is unknown)."""
     out = []
-    for d, (dmin, dext) in enumerate(domain):
-        lo: Expr | None = None
-        hi: Expr | None = None
-        dhi = ssub(sadd(dmin, dext), sconst(1))
-        for a in reads:
-            ilo, ihi = interval(a.indices[d], ranges)
-            if a.boundary is not None:  # the read is clamped into the domain
-                ilo, ihi = smin(smax(ilo, dmin), dhi), smin(smax(ihi, dmin), dhi)
-            lo = ilo if lo is None else smin(lo, ilo)
-            hi = ihi if hi is None else smax(hi, ihi)
-        if lo is None or hi is None:
+    for b, (dmin, dext) in zip(box, domain):
+        if b is None:
             out.append((dmin, dext))
             continue
-        clo, chi = smax(lo, dmin), smin(hi, dhi)
-        out.append((clo, sadd(ssub(chi, clo), sconst(1))))
+        dhi = ssub(sadd(dmin, dext), sconst(1))
+        lo, hi = smax(b[0], dmin), smin(b[1], dhi)
+        out.append((lo, sadd(ssub(hi, lo), sconst(1))))
     return tuple(out)
 
 
-def unclipped_extent(producer: str, exprs: list[Expr], ranges: dict[str, Interval],
-                     dim: int) -> Expr | None:
-    """The extent of the box read in dimension ``dim`` before clipping (None if no read)."""
-    lo: Expr | None = None
-    hi: Expr | None = None
-    for e in exprs:
-        for a in walk(e):
-            if isinstance(a, Access) and a.name == producer:
-                ilo, ihi = interval(a.indices[dim], ranges)
-                lo = ilo if lo is None else smin(lo, ilo)
-                hi = ihi if hi is None else smax(hi, ihi)
-    if lo is None or hi is None:
-        return None
-    return sadd(ssub(hi, lo), sconst(1))
+def box_extents(box: Box) -> list[Expr | None]:
+    """Unclipped extent of each dimension (an upper bound of the clipped one)."""
+    return [None if b is None else sadd(ssub(b[1], b[0]), sconst(1)) for b in box]
+
+
+def simplify_in_ranges(e: Expr, ranges: dict[str, Interval]) -> Expr:
+    """Drop ``max``/``min`` operands that the ranges of the enclosing loops decide: with ``i`` in
+    ``[0, R - 1]``, ``max(i, 0)`` is ``i`` and ``min(i, R - 1)`` is ``i`` (Halide's simplifier
+    with loop bounds, in miniature)."""
+    from tensorlang.expr import map_children
+
+    def go(n: Expr) -> Expr:
+        n = map_children(n, go)
+        if isinstance(n, BinOp) and n.op in ("max", "min") and n.dtype.is_int:
+            try:
+                dlo, dhi = interval(ssub(n.a, n.b), ranges)
+            except ScheduleError:
+                return n
+            lo, hi = const_value(dlo), const_value(dhi)
+            if lo is not None and lo >= 0:
+                return n.a if n.op == "max" else n.b
+            if hi is not None and hi <= 0:
+                return n.b if n.op == "max" else n.a
+        return n
+
+    return go(e)

@@ -6,7 +6,8 @@ Reading this file tells the whole story (Halide ``src/Lower.cpp``):
    consumer loop, with bounds inference), its loops split/fused/reordered and their kinds set,
    boundary conditions as clamped loads, intermediates allocated (``schedule/realize.py``);
 2. ``simplify`` — integer constant folding and identities (``schedule/simplify.py``);
-3. ``promote_accumulators`` — a reduction's register tile accumulates in a local buffer that
+3. ``check_loops`` — refuse unrolled loops without a constant extent;
+4. ``promote_accumulators`` — a reduction's register tile accumulates in a local buffer that
    LLVM keeps in registers (``schedule/promote.py``).
 
 Set ``TENSORLANG_DUMP=1`` to print the loop nest after each pass (on standard error).
@@ -29,8 +30,29 @@ from .realize import realize
 from .schedule import Schedule
 from .simplify import simplify
 
+def check_loops(f: LoweredFunc) -> LoweredFunc:
+    """Refuse what codegen cannot honour: an unrolled loop without a constant extent."""
+    from tensorlang.affine import const_value
+
+    from .ir import For, ForKind, map_stmt
+    from .realize import MAX_UNROLL
+
+    def go(s):
+        if isinstance(s, For) and s.kind is ForKind.UNROLLED:
+            n = const_value(s.extent)
+            if n is None or n > MAX_UNROLL:
+                raise ScheduleError(
+                    f"cannot unroll loop {s.var}: its extent {s.extent} is not a constant of at "
+                    f"most {MAX_UNROLL}; split it by a constant factor and unroll the inner loop")
+        return map_stmt(s, go, lambda e: e)
+
+    go(f.body)
+    return f
+
+
 PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
     ("simplify", simplify),
+    ("check_loops", check_loops),
     ("promote_accumulators", promote_accumulators),
 ]
 

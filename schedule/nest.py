@@ -48,6 +48,10 @@ class StageNest:
     versions: list[Expr]  # conditions under which the ShiftInwards bases are valid (extent >= f)
     first_reduction: int | None
 
+    @property
+    def values_leaves(self) -> set[str]:
+        return {lf.var for lf in self.leaves}
+
     def leaf_ranges(self, start: int, loose: bool = False) -> dict[str, tuple[Expr, Expr]]:
         """Inclusive ranges of the leaves at positions >= ``start`` (the varying ones);
         ``loose``: with full tile extents (constant upper bounds, for allocation sizes)."""
@@ -81,6 +85,11 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     Raises:
         IllegalScheduleError: ShiftInwards where recomputation is not harmless.
     """
+    # Relations are resolved in a private namespace ("_in." + name) so that the region's
+    # expressions, which name the enclosing consumer's loops, are never captured.
+    def iv(n: str) -> Var:
+        return Var(_PRIVATE + n)
+
     ranges: dict[str, tuple[Expr, Expr]] = dict(region)
     defs: dict[str, Expr] = {}
     guards: list[tuple[Expr, Expr]] = []  # (expr, bound): expr < bound
@@ -89,7 +98,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
         if isinstance(rel, Split):
             pm, pe = ranges[rel.parent]
             f = rel.factor
-            o, i = Var(rel.outer), Var(rel.inner)
+            o, i = iv(rel.outer), iv(rel.inner)
             ranges[rel.outer] = (sconst(0), _ceildiv(pe, f))
             ranges[rel.inner] = (sconst(0), sconst(f))
             step = BinOp("mul", o, Const(f, int64), int64)
@@ -98,10 +107,10 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 _check_shift(st, rel)
             if rel.tail is TailStrategy.ShiftInwards and shift_ok and not divides:
                 base = BinOp("min", step, ssub(pe, sconst(f)), int64)
-                defs[rel.parent] = sadd(pm, BinOp("add", base, i, int64))
+                defs[_PRIVATE + rel.parent] = sadd(pm, BinOp("add", base, i, int64))
                 versions.append(Cmp("ge", pe, sconst(f)))
             else:
-                defs[rel.parent] = sadd(pm, BinOp("add", step, i, int64))
+                defs[_PRIVATE + rel.parent] = sadd(pm, BinOp("add", step, i, int64))
                 if not divides and shift_ok:
                     # fast version: taken only when the factor divides the extent (no tail)
                     versions.append(Cmp("eq", BinOp("mod", pe, Const(f, int64), int64),
@@ -110,12 +119,12 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                     guards.append((BinOp("add", step, i, int64), pe))
         elif isinstance(rel, Fuse):
             (om, _), (im, ie) = ranges[rel.outer], ranges[rel.inner]
-            fv = Var(rel.fused)
+            fv = iv(rel.fused)
             ranges[rel.fused] = (sconst(0), BinOp("mul", ranges[rel.outer][1], ie, int64))
-            defs[rel.outer] = sadd(om, BinOp("floordiv", fv, ie, int64))
-            defs[rel.inner] = sadd(im, BinOp("mod", fv, ie, int64))
+            defs[_PRIVATE + rel.outer] = sadd(om, BinOp("floordiv", fv, ie, int64))
+            defs[_PRIVATE + rel.inner] = sadd(im, BinOp("mod", fv, ie, int64))
     rename = {n: (f"{st.func}.{n}" if n in scope else n) for n in st.loops}
-    leaf_map: dict[str, Expr] = {n: Var(rename[n]) for n in st.loops}
+    leaf_map: dict[str, Expr] = {_PRIVATE + n: Var(rename[n]) for n in st.loops}
 
     def resolve(e: Expr) -> Expr:
         # substitute until only leaf variables remain (relations form a tree)
@@ -126,9 +135,9 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             e = ne
         return e
 
-    values = {v: resolve(defs.get(v, Var(v))) if v in defs else leaf_map.get(v, Var(v))
-              for v in (*st.pure, *st.rvars)}
-    values = {v: resolve(e) for v, e in values.items()}
+    values = {v: resolve(iv(v)) for v in (*st.pure, *st.rvars)}
+    # leaf ranges may mention other (outer) leaves of this stage: map them to IR names too
+    ranges = {n: (resolve(lo), resolve(ext)) for n, (lo, ext) in ranges.items()}
     leaves = [Leaf(n, rename[n], ranges[n][0], ranges[n][1], st.kinds[n],
                    st.is_reduction_loop(n), full_extent=ranges[n][1]) for n in st.loops]
     first_red = next((k for k, lf in enumerate(leaves) if lf.reduction), None)
@@ -146,6 +155,9 @@ def _width(lf: Leaf) -> int:
         return 0
     c = const_value(lf.full_extent)
     return c if c is not None and 1 < c <= 64 else 0
+
+
+_PRIVATE = "_in."
 
 
 def _divides(extent: Expr, f: int) -> bool:

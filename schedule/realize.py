@@ -20,8 +20,10 @@ import numpy as np
 from tensorlang.affine import const_value, sadd, sconst, ssub
 from tensorlang.dtypes import DType, int64
 from tensorlang.errors import IllegalScheduleError, ScheduleError
+from tensorlang.affine import smax, smin
 from tensorlang.expr import (
     Access,
+    Var,
     BinOp,
     Cmp,
     Const,
@@ -34,7 +36,7 @@ from tensorlang.expr import (
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
-from .bounds import required_region, unclipped_extent
+from .bounds import Box, box_extents, clip_box, interval, read_box, simplify_in_ranges, union_box
 from .ir import (
     Allocate,
     Block,
@@ -49,6 +51,10 @@ from .ir import (
 )
 from .loops import StageState
 from .nest import Leaf, build_stage_nest, emit_nest
+
+
+#: The largest extent an unrolled loop may have.
+MAX_UNROLL = 256
 
 
 def identity(op: str, dtype: DType) -> Const:
@@ -152,6 +158,7 @@ class _Realizer:
             for a in walk(self.values[c.name]):
                 if isinstance(a, Access) and a.name in readers and c.name not in readers[a.name]:
                     readers[a.name].append(c.name)
+        self.readers = readers
         self.computed_at: dict[tuple[str, str], list[Func]] = {}
         self.stored_at: dict[tuple[str, str], list[Func]] = {}
         for f in self.live:
@@ -161,15 +168,20 @@ class _Realizer:
                     raise ScheduleError(f"In schedule for {f.name}: store_at needs compute_at "
                                         f"(a Func computed at root is stored at root)")
                 continue
-            if readers[f.name] != [st.compute.func]:
-                raise ScheduleError(
-                    f"In schedule for {f.name}: compute_at({st.compute.func}, "
-                    f"{st.compute.loop}) needs {st.compute.func} to be the only reader of "
-                    f"{f.name}, but {', '.join(readers[f.name])} read it; compute it at root "
-                    f"or inline the other readers")
             key = (st.compute.func, st.compute.loop)
+            for r in readers[f.name]:
+                rl = states[r].compute
+                if r != st.compute.func and (rl.kind, rl.func, rl.loop) != ("at", *key):
+                    raise ScheduleError(
+                        f"In schedule for {f.name}: compute_at({st.compute.func}, "
+                        f"{st.compute.loop}) needs every reader of {f.name} inside that loop, "
+                        f"but {r} is computed {rl}; compute {r} at the same loop, inline it, "
+                        f"or compute {f.name} at root")
             self.computed_at.setdefault(key, []).append(f)
             store = st.store or st.compute
+            if st.store is not None and readers[f.name] != [st.compute.func]:
+                raise ScheduleError(f"In schedule for {f.name}: store_at needs "
+                                    f"{st.compute.func} to be the only reader")
             if store.func != st.compute.func:
                 raise ScheduleError(f"In schedule for {f.name}: store_at and compute_at must "
                                     f"name the same consumer")
@@ -188,7 +200,8 @@ class _Realizer:
                     f"store it inside {par[0]}")
             self.stored_at.setdefault((store.func, store.loop), []).append(f)
 
-    def produce(self, f: Func, region: tuple[tuple[Expr, Expr], ...], scope: set[str]) -> Stmt:
+    def produce(self, f: Func, region: tuple[tuple[Expr, Expr], ...], scope: set[str],
+                scope_ranges: dict[str, tuple[Expr, Expr]] | None = None) -> Stmt:
         d = f.definition
         assert d is not None and f.dtype is not None
         st = self.states[f.name]
@@ -203,29 +216,118 @@ class _Realizer:
         update = Store(f.name, idx, lower_reads(value, self.domains), d.reduce_op)
         init = None if d.reduce_op is None else Store(f.name, idx, identity(d.reduce_op, f.dtype))
 
-        def before(lf: Leaf) -> list[Stmt]:
-            out = []
+        regions: dict[str, tuple[tuple[Expr, Expr], ...]] = {}
+        allocs: dict[str, tuple[Expr, ...]] = {}
+
+        outer_ranges = dict(scope_ranges or {})
+        all_vars = [a.name for a in d.args] + [r.name for r in d.rvars]
+
+        def consumer_view(k: int, clip: bool = True
+                          ) -> tuple[Expr, dict[str, tuple[Expr, Expr]]]:
+            """This stage's right side with its Vars bounded for one iteration of leaf ``k``:
+            a Var whose loops are all outside is a point (its loop expression); one whose loops
+            are all inside ranges over its region; a mixed one over its tile, clipped."""
+            inner = {x.var for x in nest.leaves[k + 1:]}
+            loose = nest.leaf_ranges(k + 1, loose=True)
+            points: dict[str, Expr] = {}
+            ranges: dict[str, tuple[Expr, Expr]] = {}
+            for v in all_vars:
+                e = nest.values[v]
+                used = {n.name for n in walk(e) if isinstance(n, Var)} & inner
+                vlo, vext = reg[v]
+                vhi = ssub(sadd(vlo, vext), sconst(1))
+                if not used:
+                    points[v] = e
+                elif not any(isinstance(n, Var) and n.name not in inner
+                             and n.name in nest.values_leaves for n in walk(e)):
+                    ranges[v] = (vlo, vhi)
+                else:
+                    lo, hi = interval(e, loose)
+                    ranges[v] = (smax(lo, vlo), smin(hi, vhi)) if clip else (lo, hi)
+            return substitute(self.values[f.name], points), ranges
+
+        def tidy(e: Expr, k: int) -> Expr:
+            known = dict(outer_ranges)
+            known.update(nest.leaf_ranges(0, loose=True))
+            for x in nest.leaves[k + 1:]:
+                known.pop(x.var, None)
+            return simplify_in_ranges(e, known)
+
+        def boxes_at(lf: Leaf, group: list[Func], clip: bool = True) -> dict[str, Box]:
+            """The box of each Func of ``group`` read within one iteration of ``lf``: by this
+            stage's loops inside it, and by the other Funcs of the group (consumers first).
+            ``clip=False``: whole tiles even at the region's edge (for allocation sizes)."""
             k = nest.position(lf.name)
-            for g in self.computed_at.get((f.name, lf.name), []):
-                rng = nest.leaf_ranges(k + 1)
-                greg = required_region(g.name, [value], rng, g.bounds)
-                inner_scope = scope | {x.var for x in nest.leaves[: k + 1]}
-                out.append(self.produce(g, greg, inner_scope))
+            view, rng = consumer_view(k, clip)
+            out: dict[str, Box] = {}
+            for g in reversed(group):
+                box = read_box(g.name, [view], rng, len(g.bounds), g.bounds)
+                for r in group:
+                    if r.name in out and g.name in self.readers.get(r.name, []) or (
+                            r.name in out and any(a.name == g.name for a in walk(
+                                self.values[r.name]) if isinstance(a, Access))):
+                        rd = r.definition
+                        assert rd is not None
+                        rr = {a.name: b for a, b in zip(rd.args, _bounds_of(out[r.name],
+                                                                            r.bounds))}
+                        for rv in rd.rvars:
+                            lo, ext = rd.range_of(rv.name)
+                            rr[rv.name] = (lo, ssub(sadd(lo, ext), sconst(1)))
+                        box = union_box(box, read_box(g.name, [self.values[r.name]], rr,
+                                                      len(g.bounds), g.bounds))
+                out[g.name] = [None if b is None else (tidy(b[0], k), tidy(b[1], k))
+                               for b in box]
+            return out
+
+        def before(lf: Leaf) -> list[Stmt]:
+            group = self.computed_at.get((f.name, lf.name), [])
+            if not group:
+                return []
+            k = nest.position(lf.name)
+            boxes = boxes_at(lf, group)
+            full_boxes = boxes_at(lf, group, clip=False)
+            inner_scope = scope | {x.var for x in nest.leaves[: k + 1]}
+            out = []
+            inner_ranges = dict(outer_ranges)
+            inner_ranges.update(nest.leaf_ranges(0, loose=True))
+            for x in nest.leaves[k + 1:]:
+                inner_ranges.pop(x.var, None)
+            for g in group:
+                regions[g.name] = tuple((tidy(lo, k), tidy(ext, k))
+                                        for lo, ext in clip_box(boxes[g.name], g.bounds))
+                if self.states[g.name].store is None:
+                    exts = []
+                    for (lo, ext), full in zip(regions[g.name],
+                                               box_extents(full_boxes[g.name])):
+                        exts.append(full if full is not None and const_value(full) is not None
+                                    else ext)
+                    allocs[g.name] = tuple(exts)
+                out.append(self.produce(g, regions[g.name], inner_scope, inner_ranges))
             return out
 
         def wrap(lf: Leaf, body: Stmt) -> Stmt:
-            k = nest.position(lf.name)
-            for g in reversed(self.stored_at.get((f.name, lf.name), [])):
-                rng = nest.leaf_ranges(k + 1)
-                greg = required_region(g.name, [value], rng, g.bounds)
-                loose = nest.leaf_ranges(k + 1, loose=True)
+            placed = [g for g in self.computed_at.get((f.name, lf.name), [])
+                      if self.states[g.name].store is None]
+            stored = self.stored_at.get((f.name, lf.name), [])
+            for g in stored:
+                if g in placed:
+                    continue
+                box = boxes_at(lf, [g])[g.name]
+                full_box = boxes_at(lf, [g], clip=False)[g.name]
+                kk = nest.position(lf.name)
+                region = tuple((tidy(lo, kk), tidy(ext, kk))
+                               for lo, ext in clip_box(box, g.bounds))
                 exts = []
-                for dim, (lo, ext) in enumerate(greg):
-                    full = unclipped_extent(g.name, [value], loose, dim)
+                for (lo, ext), full in zip(region, box_extents(full_box)):
                     exts.append(full if full is not None and const_value(full) is not None
                                 else ext)
+                regions[g.name + "@store"] = region
+                allocs[g.name] = tuple(exts)
+            for g in reversed(placed + [g for g in stored if g not in placed]):
                 assert g.dtype is not None
-                buf = Buffer(g.name, g.dtype, tuple(lo for lo, _ in greg), tuple(exts),
+                mins = regions.get(g.name + "@store", regions.get(g.name))
+                assert mins is not None
+                buf = Buffer(g.name, g.dtype, tuple(lo for lo, _ in mins), allocs[g.name],
                              "internal")
                 self.buffers[g.name] = buf
                 body = Allocate(buf, body)
@@ -244,6 +346,14 @@ class _Realizer:
                 self.buffers[f.name] = self.domains[f.name]
                 stmt = Allocate(self.domains[f.name], stmt)
         return stmt
+
+
+def _bounds_of(box: Box, domain) -> list[tuple[Expr, Expr]]:
+    out = []
+    for b, (dmin, dext) in zip(clip_box(box, domain), domain):
+        lo, ext = b
+        out.append((lo, ssub(sadd(lo, ext), sconst(1))))
+    return out
 
 
 def realize(p: Pipeline, states: dict[str, StageState] | None = None) -> LoweredFunc:

@@ -135,10 +135,20 @@ class Schedule:
         self.states[consumer].resolve(loop, what)
         readers = [f.name for f in self.pipeline.funcs
                    if any(p.name == st.func for p in f.producers)]
-        if consumer not in readers:
-            raise ScheduleError(f"{what}: {consumer} does not read {st.func} (its readers: "
-                                f"{', '.join(readers)})")
+        if consumer not in self._transitive_readers(st.func):
+            raise ScheduleError(f"{what}: {consumer} does not read {st.func}, directly or "
+                                f"through other Funcs (its readers: {', '.join(readers)})")
         return Location("at", consumer, loop)
+
+    def _transitive_readers(self, func: str) -> set[str]:
+        out: set[str] = set()
+        frontier = {func}
+        while frontier:
+            nxt = {f.name for f in self.pipeline.funcs
+                   if any(p.name in frontier for p in f.producers)} - out
+            out |= nxt
+            frontier = nxt
+        return out
 
     # -- formats --------------------------------------------------------------------------------
     def to_json(self) -> str:

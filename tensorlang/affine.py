@@ -174,10 +174,20 @@ def sceildiv(a: Expr, c: int) -> Expr:
     return sfloordiv(sadd(a, sconst(c - 1)), c)
 
 
+def _split_const(e: Expr) -> tuple[Expr, int]:
+    """``e`` as ``base + c`` for an integer constant ``c`` (``base`` may be non-affine)."""
+    if isinstance(e, BinOp) and e.op in ("add", "sub") and isinstance(e.b, Const) \
+            and e.dtype.is_int:
+        base, c = _split_const(e.a)
+        return base, c + (int(e.b.value) if e.op == "add" else -int(e.b.value))
+    return e, 0
+
+
 def _const_diff(a: Expr, b: Expr) -> int | None:
     fa, fb = _aff(a), _aff(b)
     if fa is None or fb is None:
-        return None
+        (ba, ca), (bb, cb) = _split_const(a), _split_const(b)
+        return ca - cb if ba.same_as(bb) else None
     d = fa + fb.scale(-1)
     return None if d.coeffs or d.params else d.const
 

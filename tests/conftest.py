@@ -39,3 +39,32 @@ def check(F: tl.Func, expected: np.ndarray, *args, rtol: float = 1e-5, atol: flo
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-golden", action="store_true",
+                     help="rewrite tests/golden/*.txt from the current loop nests")
+
+
+GOLDEN = os.path.join(os.path.dirname(__file__), "golden")
+
+
+@pytest.fixture
+def golden(request):
+    """``golden(name, text)``: compare ``text`` with tests/golden/<name>.txt (or rewrite it with
+    --update-golden)."""
+
+    def check_golden(name: str, text: str) -> None:
+        path = os.path.join(GOLDEN, f"{name}.txt")
+        if request.config.getoption("--update-golden") or not os.path.exists(path):
+            os.makedirs(GOLDEN, exist_ok=True)
+            with open(path, "w") as fh:
+                fh.write(text)
+            if not request.config.getoption("--update-golden"):
+                pytest.fail(f"golden file {path} was missing and has been written; re-run")
+            return
+        with open(path) as fh:
+            expected = fh.read()
+        assert text == expected, f"loop nest differs from {path} (run with --update-golden)"
+
+    return check_golden

@@ -47,7 +47,8 @@ from .target import Target
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
-MAX_UNROLL = 256
+from schedule.realize import MAX_UNROLL  # noqa: E402
+
 MAX_STACK_BYTES = 64 * 1024
 _FLOAT_FLAGS = ("contract",)
 _REDUCE_FLAGS = ("reassoc", "contract")

@@ -1,0 +1,113 @@
+"""The algorithms the schedule tests use: matmul, batched matmul, blur, conv2d, softmax, layernorm.
+
+Each builder returns ``(output Func, make_arrays(rng, size_scale) -> dict, extra Funcs by name)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tensorlang as tl
+
+
+def matmul():
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+
+    def arrays(rng, m, n, k_):
+        return {"A": rng.random((m, k_), dtype=np.float32),
+                "B": rng.random((k_, n), dtype=np.float32)}
+
+    return C, arrays
+
+
+def batch_matmul():
+    Bt, M, N, K = tl.sizes("Bt M N K")
+    A, B = tl.Input("A", (Bt, M, K), tl.float32), tl.Input("B", (Bt, K, N), tl.float32)
+    b, i, j, k = tl.vars("b i j k")
+    C = tl.Func("C")
+    C[b, i, j] = A[b, i, k] * B[b, k, j]
+
+    def arrays(rng, m, n, k_):
+        return {"A": rng.random((2, m, k_), dtype=np.float32),
+                "B": rng.random((2, k_, n), dtype=np.float32)}
+
+    return C, arrays
+
+
+def blur():
+    H, W = tl.sizes("H W")
+    In = tl.Input("In", (H, W), tl.float32)
+    y, x = tl.vars("y x")
+    bx = tl.Func("bx")
+    bx[y, x] = (In[y, x - 1] + In[y, x] + In[y, x + 1]) / 3
+    out = tl.Func("out")
+    out[y, x] = (bx[y - 1, x] + bx[y, x] + bx[y + 1, x]) / 3
+
+    def arrays(rng, m, n, k_):
+        return {"In": rng.random((m + 2, n + 2), dtype=np.float32)}
+
+    return out, arrays
+
+
+def conv2d():
+    Nb, CI, H, W, CO = tl.sizes("Nb CI H W CO")
+    In = tl.Input("In", (Nb, CI, H, W), tl.float32)
+    Wt = tl.Input("Wt", (CO, CI, 3, 3), tl.float32)
+    n, co, y, x, ci, ry, rx = tl.vars("n co y x ci ry rx")
+    pad = tl.Func("pad", shape=(Nb, CI, H, W))
+    pad[n, ci, y, x] = In[n, ci, y, x]
+    padded = tl.constant_exterior(pad, 0.0)
+    O = tl.Func("O", shape=(Nb, CO, H, W))
+    O[n, co, y, x] = padded[n, ci, y + ry - 1, x + rx - 1] * Wt[co, ci, ry, rx]
+
+    def arrays(rng, m, n_, k_):
+        return {"In": rng.random((1, 3, m, n_), dtype=np.float32),
+                "Wt": rng.random((k_ % 4 + 1, 3, 3, 3), dtype=np.float32)}
+
+    return O, arrays
+
+
+def softmax():
+    R, S = tl.sizes("R S")
+    X = tl.Input("X", (R, S), tl.float32)
+    i, j, k = tl.vars("i j k")
+    mx = tl.Func("mx")
+    mx[i] = tl.max(X[i, k])
+    e = tl.Func("e")
+    e[i, j] = tl.exp(X[i, j] - mx[i])
+    sm = tl.Func("sm")
+    sm[i] = e[i, k]
+    out = tl.Func("softmax")
+    out[i, j] = e[i, j] / sm[i]
+
+    def arrays(rng, m, n, k_):
+        return {"X": (rng.standard_normal((m, n)) * 3).astype(np.float32)}
+
+    return out, arrays
+
+
+def layernorm():
+    R, S = tl.sizes("R S")
+    X = tl.Input("X", (R, S), tl.float32)
+    G, Bb = tl.Input("G", (S,), tl.float32), tl.Input("Bb", (S,), tl.float32)
+    i, j, k = tl.vars("i j k")
+    mean = tl.Func("mean")
+    mean[i] = X[i, k] / tl.cast(tl.float32, S)
+    var = tl.Func("var")
+    var[i] = (X[i, k] - mean[i]) * (X[i, k] - mean[i]) / tl.cast(tl.float32, S)
+    out = tl.Func("layernorm")
+    out[i, j] = (X[i, j] - mean[i]) / tl.sqrt(var[i] + 1e-5) * G[j] + Bb[j]
+
+    def arrays(rng, m, n, k_):
+        return {"X": rng.standard_normal((m, n)).astype(np.float32),
+                "G": rng.random(n, dtype=np.float32), "Bb": rng.random(n, dtype=np.float32)}
+
+    return out, arrays
+
+
+ALL = {"matmul": matmul, "batch_matmul": batch_matmul, "blur": blur, "conv2d": conv2d,
+       "softmax": softmax, "layernorm": layernorm}

@@ -1,0 +1,197 @@
+"""Every schedule primitive three ways: numerically (odd sizes), structurally (golden loop nests)
+and on failure (the error names the loop and the fix); plus a JSON round-trip for each."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from algorithms import blur, conv2d, matmul, softmax
+
+SIZES = [(1, 1, 1), (7, 13, 5), (17, 33, 11), (64, 64, 64)]
+
+
+def check_schedule(out, s, arrays_fn, sizes=SIZES, rtol=1e-4, rng=None):
+    """Compile with ``s``, compare with the reference on every size, round-trip the trace."""
+    rng = rng or np.random.default_rng(7)
+    kern = tl.compile(out, s)
+    for size in sizes:
+        arrs = arrays_fn(rng, *size)
+        np.testing.assert_allclose(kern(**arrs), tl.reference(out, **arrs), rtol=rtol, atol=1e-5)
+    replay = tl.Schedule.from_json(out, s.to_json())
+    assert tl.compile(out, replay).loop_nest() == kern.loop_nest()
+    return kern
+
+
+def mm_schedule(build):
+    C, arrays = matmul()
+    s = tl.Schedule(C)
+    i, j, k = C.definition.args + C.definition.rvars
+    build(s, C, i, j, k)
+    return C, s, arrays
+
+
+PRIMITIVES = {
+    "split": lambda s, C, i, j, k: s[C].split(i, 4),
+    "split_reduction": lambda s, C, i, j, k: s[C].split(k, 3),
+    "split_shift_inwards": lambda s, C, i, j, k: s[C].split(j, 8, tail="ShiftInwards"),
+    "tile": lambda s, C, i, j, k: s[C].tile(i, j, 4, 8),
+    "fuse": lambda s, C, i, j, k: s[C].fuse(i, j),
+    "reorder": lambda s, C, i, j, k: s[C].reorder(k, j, i),
+    "unroll": lambda s, C, i, j, k: s[C].unroll(j, 4),
+    "vectorize": lambda s, C, i, j, k: s[C].reorder(i, k, j).vectorize(j, 16),
+    "parallel": lambda s, C, i, j, k: s[C].parallel(i),
+    "parallel_fused": lambda s, C, i, j, k: s[C].parallel(s[C].fuse(i, j)),
+    "register_tile": lambda s, C, i, j, k: _register_tile(s, C, i, j, k),
+}
+
+
+def _register_tile(s, C, i, j, k):
+    io, ii = s[C].split(i, 4)
+    jo, ji = s[C].split(j, 32, tail="ShiftInwards")
+    s[C].reorder(io, jo, k, ii, ji).unroll(ii).vectorize(ji).parallel(io)
+
+
+@pytest.mark.parametrize("name", sorted(PRIMITIVES))
+def test_matmul_primitive(name, golden):
+    C, s, arrays = mm_schedule(PRIMITIVES[name])
+    kern = check_schedule(C, s, arrays)
+    golden(f"matmul_{name}", kern.loop_nest())
+
+
+def test_blur_compute_at_and_inline(golden):
+    out, arrays = blur()
+    bx = tl.Pipeline(out).func("bx")
+    y, x = out.definition.args
+    s = tl.Schedule(out)
+    yo, xo, yi, xi = s[out].tile(y, x, 8, 16)
+    s[out].vectorize(xi, 8).parallel(yo)
+    s[bx].compute_at(s[out], xo).vectorize(bx.definition.args[1], 8)
+    kern = check_schedule(out, s, arrays)
+    golden("blur_compute_at", kern.loop_nest())
+    s = tl.Schedule(out)
+    s[bx].compute_inline()
+    s[out].vectorize(x, 8)
+    kern = check_schedule(out, s, arrays)
+    golden("blur_inline", kern.loop_nest())
+
+
+def test_blur_store_at_outer_loop(golden):
+    out, arrays = blur()
+    bx = tl.Pipeline(out).func("bx")
+    y, x = out.definition.args
+    s = tl.Schedule(out)
+    yo, yi = s[out].split(y, 4)
+    s[bx].store_at(s[out], yo).compute_at(s[out], yi)
+    kern = check_schedule(out, s, arrays)
+    golden("blur_store_at", kern.loop_nest())
+
+
+def test_conv2d_padding_compute_inline_and_tiles(golden):
+    O, arrays = conv2d()
+    pad = tl.Pipeline(O).func("pad")
+    n, co, y, x = O.definition.args
+    s = tl.Schedule(O)
+    s[pad].compute_inline()
+    s[O].reorder(n, co, y, *O.definition.rvars, x).vectorize(x, 8).parallel(co)
+    kern = check_schedule(O, s, arrays, sizes=[(1, 1, 0), (5, 7, 2), (9, 16, 3)])
+    golden("conv2d_inline_pad", kern.loop_nest())
+
+
+def test_softmax_compute_at_row(golden):
+    out, arrays = softmax()
+    p = tl.Pipeline(out)
+    i, j = out.definition.args
+    s = tl.Schedule(out)
+    for name in ("mx", "e", "sm"):
+        s[p.func(name)].compute_at(s[out], i)
+    s[p.func("e")].vectorize(p.func("e").definition.args[1], 16)
+    s[out].vectorize(j, 16).parallel(i)
+    kern = check_schedule(out, s, arrays)
+    golden("softmax_rows", kern.loop_nest())
+
+
+def test_vector_width_in_assembly():
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float32)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = X[i] * 2.0 + 1.0
+    for width, reg in ((16, "zmm"), (8, "ymm")):
+        s = tl.Schedule(F)
+        s[F].vectorize(i, width)
+        kern = tl.compile(F, s)
+        asm = kern.assembly()
+        assert re.search(rf"vfmadd\w*\s+%{reg}", asm) or re.search(rf"v\w+ps\s+.*%{reg}", asm), \
+            f"no {reg} arithmetic in the assembly of a width-{width} vector loop"
+        for n in (1, 15, 16, 17, 100):
+            x = np.arange(n, dtype=np.float32)
+            np.testing.assert_allclose(kern(x), x * 2 + 1)
+
+
+def test_trace_round_trip_and_python():
+    C, s, _ = mm_schedule(PRIMITIVES["register_tile"])
+    text = s.to_json()
+    assert '"op": "split"' in text and '"tail": "ShiftInwards"' in text
+    again = tl.Schedule.from_json(C, text)
+    assert again.to_json() == text
+    py = s.to_python()
+    assert 's["C"].split(\'i\', 4)' in py and "tail='ShiftInwards'" in py
+    ns = {"s": tl.Schedule(C)}
+    exec(py, ns)
+    assert ns["s"].to_json() == text
+
+
+@pytest.mark.parametrize("build,exc,msg", [
+    (lambda s, C, i, j, k: (s[C].split(i, 4), s[C].split(i, 2)), tl.ScheduleError,
+     r"got loop i, which no longer exists: split\(C, loop='i', factor=4"),
+    (lambda s, C, i, j, k: s[C].split("q", 4), tl.ScheduleError, r"unknown loop 'q'.*i, j, k"),
+    (lambda s, C, i, j, k: s[C].split(i, 0), tl.ScheduleError, "factor must be a positive int"),
+    (lambda s, C, i, j, k: s[C].fuse(i, k), tl.ScheduleError, "needs k directly inside i"),
+    (lambda s, C, i, j, k: s[C].reorder(i, k, j).fuse(k, j), tl.ScheduleError,
+     "pure loop with a reduction loop"),
+    (lambda s, C, i, j, k: s[C].parallel(k), tl.IllegalScheduleError,
+     "cannot parallel k: it iterates over the reduction variable k"),
+    (lambda s, C, i, j, k: s[C].vectorize(k, 8), tl.IllegalScheduleError,
+     r"cannot vectorize k\.i"),
+    (lambda s, C, i, j, k: s[C].compute_inline(), tl.ScheduleError, "output; it cannot be inlined"),
+    (lambda s, C, i, j, k: s[C].split(k, 4, tail="ShiftInwards"), tl.IllegalScheduleError,
+     "add their terms twice"),
+    (lambda s, C, i, j, k: s[C].split(i, 4, tail="ShiftInwards")[0] and s[C].parallel("i.o"),
+     tl.IllegalScheduleError, "parallel loop i.o would run them at once"),
+    (lambda s, C, i, j, k: s[C].split(i, 4, tail="Sideways"), tl.ScheduleError,
+     "unknown tail strategy"),
+    (lambda s, C, i, j, k: s[C].unroll(i), tl.ScheduleError,
+     "cannot unroll loop i: its extent M is not a constant"),
+])
+def test_schedule_errors(build, exc, msg):
+    C, arrays = matmul()
+    s = tl.Schedule(C)
+    with pytest.raises(exc, match=msg):
+        build(s, C, *C.definition.args, *C.definition.rvars)
+        tl.compile(C, s)
+
+
+def test_compute_at_errors():
+    out, _ = blur()
+    bx = tl.Pipeline(out).func("bx")
+    s = tl.Schedule(out)
+    with pytest.raises(tl.ScheduleError, match="bx does not read bx"):
+        s[bx].compute_at(s[bx], "x")
+    with pytest.raises(tl.ScheduleError, match="mx is a reduction; only pointwise"):
+        sm, _ = softmax()
+        tl.Schedule(sm)["mx"].compute_inline()
+    s = tl.Schedule(out)
+    y, x = out.definition.args
+    yo, yi = s[out].split(y, 4)
+    s[out].parallel(yi)
+    s[bx].store_at(s[out], yo).compute_at(s[out], yi)
+    with pytest.raises(tl.IllegalScheduleError, match="threads would share one buffer"):
+        tl.compile(out, s)
+    s = tl.Schedule(out)
+    with pytest.raises(tl.ScheduleError, match="made for"):
+        C, _ = matmul()
+        tl.compile(C, s)
