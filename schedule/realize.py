@@ -169,6 +169,9 @@ class _Realizer:
                                         f"(a Func computed at root is stored at root)")
                 continue
             key = (st.compute.func, st.compute.loop)
+            states[key[0]].resolve(key[1], f"compute_at of {f.name}")
+            if st.store is not None:
+                states[st.store.func].resolve(st.store.loop, f"store_at of {f.name}")
             for r in readers[f.name]:
                 rl = states[r].compute
                 if r != st.compute.func and (rl.kind, rl.func, rl.loop) != ("at", *key):

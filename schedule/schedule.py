@@ -14,10 +14,11 @@ TVM ``te.Schedule`` and ``tir.Schedule`` traces.
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any, Union
 
-from tensorlang.errors import IllegalScheduleError, ScheduleError
+from tensorlang.errors import IllegalScheduleError, ScheduleError, TensorlangError
 from tensorlang.expr import Var
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
@@ -63,8 +64,18 @@ class Schedule:
 
     # -- replay ---------------------------------------------------------------------------------
     def apply(self, step: Step) -> Any:
-        """Apply one recorded step (what every stage method does) and append it to the trace."""
+        """Apply one recorded step (what every stage method does) and append it to the trace.
+
+        Atomic: a step that raises leaves the schedule exactly as it was."""
         st = self._state(step)
+        saved = copy.deepcopy(st)
+        try:
+            return self._apply(step, st)
+        except TensorlangError:
+            self.states[step.func] = saved
+            raise
+
+    def _apply(self, step: Step, st: StageState) -> Any:
         what = str(step)
         result: Any = None
         if step.op == "split":
