@@ -182,7 +182,8 @@ def _check_shift(st: StageState, rel: Split) -> None:
                 f"would run them at once (one tile re-initialises a cell while another "
                 f"accumulates into it); use GuardWithIf for {rel.parent}")
         red = [n for n in st.loops if st.is_reduction_loop(n)]
-        if red and st.loops.index(rel.outer) > st.loops.index(red[0]):
+        outer_leaves = [n for n in st.loops if rel.outer in _base_vars(st, n)]
+        if red and any(st.loops.index(n) > st.loops.index(red[0]) for n in outer_leaves):
             raise IllegalScheduleError(
                 f"In schedule for {st.func}: ShiftInwards on {rel.parent} recomputes cells of a "
                 f"reduction, which is harmless only when {rel.outer} is outside every reduction "

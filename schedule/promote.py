@@ -109,6 +109,16 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         return None
     if any(_vars(f.min) & ({loop.var} | chain_vars) for f in chain):
         return None
+    # each tile loop must select its own cells: every chain variable appears in exactly one
+    # index, alone among the chain variables there (so the tile maps one-to-one onto cells)
+    seen: set[str] = set()
+    for ix in store.indices:
+        used = _vars(ix) & chain_vars
+        if len(used) > 1:
+            return None
+        seen |= used
+    if seen != chain_vars:
+        return None
     # the tile loops must be a perfect chain around the store (nothing else inside them)
     for outer, inner in zip(chain, chain[1:] + [None]):
         if inner is not None and outer.body is not inner:

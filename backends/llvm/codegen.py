@@ -19,6 +19,7 @@ NaN to 0 (``llvm.fptosi.sat``).
 
 from __future__ import annotations
 
+import functools
 import re
 
 import llvmlite.ir as ir
@@ -269,6 +270,43 @@ class CodeGen:
             return b.select(y_zero, b.fdiv(x, y), fdiv)
         return b.select(y_zero, mod, mod3)
 
+    def exp_f32(self, x: ir.Value) -> ir.Value:
+        """``exp`` of float32 scalars or vectors as straight-line IR (no libm call per lane).
+
+        Cephes ``expf``: ``exp(x) = 2**n * p(r)`` with ``n = round(x / ln 2)``, ``r = x - n ln 2``
+        (ln 2 in two parts) and a degree-6 polynomial ``p``; relative error <= 2.5e-7 (about 2
+        ulp) on [-87.3, 88.7]; exactly ``inf`` above 88.72, ``0`` below -87.34 (NumPy returns
+        subnormals there, below 1.2e-38), NaN for NaN. See also: Halide ``fast_exp``; SLEEF.
+        """
+        b = self.builder
+        t = x.type
+        c = functools.partial(self.const, t)
+        lo, hi = -87.33654475, 88.72283935546875
+        big = b.fcmp_ordered(">", x, c(88.72283935546875))
+        small = b.fcmp_ordered("<", x, c(lo))
+        nan = b.fcmp_unordered("uno", x, x)
+        xc = self.call_intrinsic("minnum", self.call_intrinsic("maxnum", x, c(lo)), c(hi))
+        fx = self.call_intrinsic("floor", self.fop("fadd", self.fop("fmul", xc, c(
+            1.44269504088896341)), c(0.5)))
+        r = self.fop("fsub", xc, self.fop("fmul", fx, c(0.693359375)))
+        r = self.fop("fsub", r, self.fop("fmul", fx, c(-2.12194440e-4)))
+        z = self.fop("fmul", r, r)
+        y = c(1.9875691500e-4)
+        for coef in (1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                     5.0000001201e-1):
+            y = self.fop("fadd", self.fop("fmul", y, r), c(coef))
+        y = self.fop("fadd", self.fop("fadd", self.fop("fmul", y, z), r), c(1.0))
+        it = ir.VectorType(I32, t.count) if isinstance(t, ir.VectorType) else I32
+        n = b.fptosi(fx, it)
+        # n reaches 128 near the top of the range: scale by 2**(n - 1) and then by 2
+        top = b.icmp_signed(">", n, self.const(it, 127))
+        n = b.select(top, b.sub(n, self.const(it, 1)), n)
+        pow2 = b.bitcast(b.shl(b.add(n, self.const(it, 127)), self.const(it, 23)), t)
+        res = self.fop("fmul", self.fop("fmul", y, pow2), b.select(top, c(2.0), c(1.0)))
+        res = b.select(big, c(float("inf")), res)
+        res = b.select(small, c(0.0), res)
+        return b.select(nan, x, res)
+
     def compare(self, op: str, x: ir.Value, y: ir.Value, d: DType) -> ir.Value:
         sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[op]
         if d.is_float:
@@ -280,6 +318,8 @@ class CodeGen:
         return self.builder.icmp_signed(sym, x, y)
 
     def call(self, name: str, x: ir.Value, d: DType) -> ir.Value:
+        if name == "exp" and d is DType.float32:
+            return self.exp_f32(x)
         if name in ("exp", "log", "sqrt"):
             return self.call_intrinsic(name, x)
         if name == "abs":
