@@ -1,8 +1,9 @@
 """Lowering pass ``promote_accumulators``: keep a reduction's register tile in a local buffer.
 
-For a serial loop ``L`` (typically the reduction loop ``k``) whose body updates ``C`` through exactly
-one reduction store, enclosed inside ``L`` only by unrolled or vectorized loops of constant extent
-(the register tile), and whose indices do not depend on ``L``::
+For a serial loop ``L`` (typically the outermost reduction loop) whose body updates ``C`` through
+exactly one unguarded reduction store whose indices do not depend on ``L``, and where every loop
+inside ``L`` that the indices do use is unrolled or vectorized with a constant extent (the register
+tile; other loops inside ``L`` are reduction loops and stay in place)::
 
     for k:                                   allocate C.acc[8, 32]
       unrolled for i.i in [0, 8):            unrolled for i.i: vectorized for j.i: C.acc[..] = C[..]
@@ -79,7 +80,7 @@ def _vars(e: Expr) -> set[str]:
 
 
 def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> Stmt | None:
-    if loop.kind not in (ForKind.SERIAL,):
+    if loop.kind not in (ForKind.SERIAL, ForKind.UNROLLED):
         return None
     stores = _stores(loop.body)
     reds = [(s, p) for s, p in stores if s.reduce_op is not None]
@@ -90,9 +91,18 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         return None
     if any(ld.buffer == store.buffer for ld in _loads(loop.body)):
         return None
-    chain = list(path)
-    if not chain or any(not isinstance(f, For) or f.kind not in (
-            ForKind.UNROLLED, ForKind.VECTORIZED) for f in chain):
+    if any(not isinstance(f, For) for f in path):
+        return None  # a guarded store: whole-tile loads could leave the buffer
+    idx_vars = set().union(*(_vars(i) for i in store.indices)) if store.indices else set()
+    if loop.var in idx_vars:
+        return None
+    # the tile: the loops inside L that select the cell; the others (inner reduction loops)
+    # stay where they are
+    chain = [f for f in path if f.var in idx_vars]
+    others = [f for f in path if f.var not in idx_vars]
+    if not chain or any(f.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) for f in chain):
+        return None
+    if any(f.kind in (ForKind.PARALLEL, ForKind.VECTORIZED) for f in others):
         return None
     exts = [const_value(f.extent) for f in chain]
     if any(e is None or e < 1 for e in exts):
@@ -103,11 +113,8 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     if size > MAX_TILE_ELEMENTS:
         return None
     chain_vars = {f.var for f in chain}
-    inner_bound = {loop.var} | {f.var for f in chain}
-    idx_vars = set().union(*(_vars(i) for i in store.indices)) if store.indices else set()
-    if loop.var in idx_vars or (idx_vars & inner_bound) - chain_vars:
-        return None
-    if any(_vars(f.min) & ({loop.var} | chain_vars) for f in chain):
+    inner_bound = {loop.var} | {f.var for f in path}
+    if any(_vars(f.min) & inner_bound or _vars(f.extent) & inner_bound for f in chain):
         return None
     # each tile loop must select its own cells: every chain variable appears in exactly one
     # index, alone among the chain variables there (so the tile maps one-to-one onto cells)
@@ -119,12 +126,6 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         seen |= used
     if seen != chain_vars:
         return None
-    # the tile loops must be a perfect chain around the store (nothing else inside them)
-    for outer, inner in zip(chain, chain[1:] + [None]):
-        if inner is not None and outer.body is not inner:
-            return None
-        if inner is None and outer.body is not store:
-            return None
     counter[0] += 1
     cbuf = buffers[store.buffer]
     acc = Buffer(f"{store.buffer}.acc{counter[0]}", cbuf.dtype, tuple(f.min for f in chain),

@@ -24,6 +24,7 @@ from .errors import DefinitionError
 from .expr import (
     Access,
     Boundary,
+    Const,
     Expr,
     Reduce,
     Size,
@@ -39,18 +40,26 @@ from .expr import (
 
 
 def _as_shape(shape: Any, owner: str) -> tuple[Expr, ...]:
-    if isinstance(shape, (int, Size)):
+    if isinstance(shape, (int, Expr)):
         shape = (shape,)
     out: list[Expr] = []
     for d, s in enumerate(shape):
-        if isinstance(s, Size):
+        if isinstance(s, Expr) and s.dtype.is_int and not s.dtype.is_bool:
+            try:
+                affine_form(s)
+            except NonAffine:
+                raise DefinitionError(f"shape of {owner}: dimension {d} ({s}) is not an affine "
+                                      f"expression of sizes") from None
+            if any(isinstance(n, Var) for n in walk(s)):
+                raise DefinitionError(f"shape of {owner}: dimension {d} ({s}) uses a Var; "
+                                      f"shapes are sizes")
             out.append(s)
         elif isinstance(s, int) and not isinstance(s, bool) and s >= 0:
             out.append(sconst(s))
         else:
             raise DefinitionError(
-                f"shape of {owner}: dimension {d} is {s!r}; use a non-negative int or a tl.sizes() "
-                f"symbol")
+                f"shape of {owner}: dimension {d} is {s!r}; use a non-negative int, a tl.sizes() "
+                f"symbol or an affine expression of them (H + 2)")
     return tuple(out)
 
 
@@ -97,6 +106,10 @@ class Input:
     def __init__(self, name: str, shape: Any, dtype: Any = "float32") -> None:
         self.name = check_name(name, "Input")
         self.shape = _as_shape(shape, f"Input {name}")
+        for d, s in enumerate(self.shape):
+            if not isinstance(s, (Size, Const)):
+                raise DefinitionError(f"shape of Input {name}: dimension {d} ({s}) must be a "
+                                      f"size symbol or an int (sizes are bound from the arrays)")
         self.dtype = as_dtype(dtype)
 
     @property
