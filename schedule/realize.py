@@ -136,11 +136,9 @@ def inline_funcs(p: Pipeline, inline: set[str]) -> dict[str, Expr]:
 
 
 class _Realizer:
-    def __init__(self, p: Pipeline, states: dict[str, StageState], shift_ok: bool) -> None:
+    def __init__(self, p: Pipeline, states: dict[str, StageState]) -> None:
         self.p = p
         self.states = states
-        self.shift_ok = shift_ok
-        self.versions: list[Expr] = []
         inline = {n for n, st in states.items() if st.compute.kind == "inline"}
         self.values = inline_funcs(p, inline)
         self.live = [f for f in p.funcs if f.name not in inline]
@@ -211,9 +209,22 @@ class _Realizer:
         reg = {a.name: r for a, r in zip(d.args, region)}
         for r in d.rvars:
             reg[r.name] = d.range_of(r.name)
-        shift = self.shift_ok and st.compute.kind == "root"
-        nest = build_stage_nest(st, reg, scope, shift)
-        self.versions.extend(nest.versions)
+        nest = build_stage_nest(st, reg, scope, True)
+        if not nest.versions:
+            return self._emit(f, nest, reg, scope, scope_ranges)
+        # loop versioning, per stage instance: the fast nest (no tails, ShiftInwards bases) runs
+        # when its conditions hold for this region, else the always-valid guarded nest
+        cond: Expr = nest.versions[0]
+        for c in nest.versions[1:]:
+            cond = BinOp("and", cond, c, DType.bool_)
+        fast = self._emit(f, nest, reg, scope, scope_ranges)
+        safe = self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope, scope_ranges)
+        return IfThenElse(cond, fast, safe)
+
+    def _emit(self, f: Func, nest, reg, scope: set[str],
+              scope_ranges: dict[str, tuple[Expr, Expr]] | None) -> Stmt:
+        d = f.definition
+        assert d is not None and f.dtype is not None
         value = substitute(self.values[f.name], nest.values)
         idx = tuple(nest.values[a.name] for a in d.args)
         update = Store(f.name, idx, lower_reads(value, self.domains), d.reduce_op)
@@ -363,24 +374,17 @@ def realize(p: Pipeline, states: dict[str, StageState] | None = None) -> Lowered
     """Build the loop nest of pipeline ``p`` under the schedule ``states`` (default: every Func
     at root, loops in definition order).
 
-    When a root stage splits a loop whose extent is not known to be a multiple of the factor,
-    the kernel holds two versions of the nest (loop versioning): a fast one without tails, taken
-    when every GuardWithIf extent is a multiple of its factor and every ShiftInwards extent is at
-    least its factor, and the always-valid guarded one.
+    When a stage splits a loop whose extent is not known to be a multiple of the factor, the
+    stage has two versions of its nest (loop versioning, decided per instance of the stage): a
+    fast one without tails, taken when every GuardWithIf extent is a multiple of its factor and
+    every ShiftInwards extent is at least its factor, and the always-valid guarded one.
 
     Raises:
         ScheduleError / IllegalScheduleError: a compute/store location that cannot be realized.
     """
     if states is None:
         states = {f.name: StageState.initial(f) for f in p.funcs}
-    r = _Realizer(p, states, shift_ok=True)
+    r = _Realizer(p, states)
     body = r.run()
-    if r.versions:
-        safe = _Realizer(p, states, shift_ok=False)
-        cond: Expr = r.versions[0]
-        for c in r.versions[1:]:
-            cond = BinOp("and", cond, c, DType.bool_)
-        body = IfThenElse(cond, body, safe.run())
-        r.buffers.update({k: v for k, v in safe.buffers.items() if k not in r.buffers})
     return LoweredFunc(p.output.name, tuple(r.buffers[i.name] for i in p.inputs),
                        r.buffers[p.output.name], p.sizes, r.buffers, body)

@@ -96,6 +96,7 @@ class CodeGen:
         self.in_parallel = False
         self.uses_parallel = False
         self.num_threads = 0
+        self.scoped: dict[str, list[Buffer]] = {}  # buffers by enclosing Allocate, innermost last
         self.vec: tuple[str, int] | None = None  # (loop variable, lanes) of an explicit vector loop
         self.lane0 = False  # evaluate the vector loop variable as a scalar (addresses, lanes)
 
@@ -355,7 +356,9 @@ class CodeGen:
 
     # -- memory ----------------------------------------------------------------------------------
     def buffer(self, name: str) -> Buffer:
-        return self.f.buffers[name]
+        """The geometry of ``name``: from the innermost enclosing Allocate, else the argument."""
+        scoped = self.scoped.get(name)
+        return scoped[-1] if scoped else self.f.buffers[name]
 
     def address(self, name: str, indices: tuple[Expr, ...]) -> ir.Value:
         b = self.builder
@@ -491,8 +494,8 @@ class CodeGen:
         """Emit the body with the loop variable as a vector of lanes, in chunks no wider than a
         native register (e.g. 32 float32 lanes = 2 x 16 on AVX-512): equal-width loads and
         stores of each accumulator let LLVM keep it in a register across outer loops."""
-        itemsize = max((self.f.buffers[n].dtype.itemsize for n in _buffers_in(s.body)
-                        if n in self.f.buffers), default=4)
+        itemsize = max((self.buffer(n).dtype.itemsize for n in _buffers_in(s.body)
+                        if n in self.f.buffers or self.scoped.get(n)), default=4)
         native = max(1, self.target.vector_bits // (8 * itemsize))
         outer_vec, outer_base = self.vec, getattr(self, "_vbase", None)
         base = self.expr(s.min)
@@ -694,6 +697,13 @@ class CodeGen:
         return b.call(fn, list(args))
 
     def allocate(self, s: Allocate) -> None:
+        self.scoped.setdefault(s.buffer.name, []).append(s.buffer)
+        try:
+            self._allocate(s)
+        finally:
+            self.scoped[s.buffer.name].pop()
+
+    def _allocate(self, s: Allocate) -> None:
         b = self.builder
         buf = s.buffer
         from tensorlang.affine import const_value
