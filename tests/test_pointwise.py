@@ -157,3 +157,28 @@ def test_zero_dim_output(rng):
     S[()] = X[k] * X[k]
     x = rng.random(29)
     check(S, np.asarray(np.dot(x, x)), x, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name,lo,hi", [("exp", -87.0, 88.7), ("log", 1e-44, 3e38)])
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_float32_exp_log_polynomials_accuracy_and_specials(name, lo, hi, vectorized):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float32)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = getattr(tl, name)(X[i])
+    s = tl.Schedule(F)
+    if vectorized:
+        s[F].vectorize(i, 16)
+    kern = tl.compile(F, s)
+    grid = np.linspace(lo, hi, 20001) if name == "exp" else np.geomspace(lo, hi, 20001)
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 100.0, -100.0]
+    x = np.concatenate([grid, specials]).astype(np.float32)
+    with np.errstate(all="ignore"):
+        expected = getattr(np, name)(x)
+    got = kern(x)
+    normal = np.isfinite(expected) & (np.abs(expected) > 1.2e-38)
+    rel = np.abs(got[normal].astype(np.float64) - expected[normal]) / np.abs(expected[normal])
+    assert rel.max() < 3e-7 or np.abs(got[normal] - expected[normal]).max() < 1e-6
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(got[np.isinf(expected)], expected[np.isinf(expected)])

@@ -308,6 +308,43 @@ class CodeGen:
         res = b.select(small, c(0.0), res)
         return b.select(nan, x, res)
 
+    def log_f32(self, x: ir.Value) -> ir.Value:
+        """Natural ``log`` of float32 scalars or vectors as straight-line IR.
+
+        Cephes ``logf``: ``x = m * 2**e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` from the bits,
+        ``log(x) = log(m) + e ln 2`` with a degree-9 polynomial for ``log(1 + f)``; relative error
+        <= 2e-7 for normal and subnormal inputs; ``log(0) = -inf``, ``log(<0) = NaN``,
+        ``log(inf) = inf``, NaN for NaN (NumPy's results). See also: Halide ``fast_log``.
+        """
+        b = self.builder
+        t = x.type
+        c = functools.partial(self.const, t)
+        it = ir.VectorType(I32, t.count) if isinstance(t, ir.VectorType) else I32
+        ci = functools.partial(self.const, it)
+        sub = b.fcmp_ordered("<", x, c(1.17549435e-38))  # subnormal (or <= 0): scale up first
+        xs = b.select(sub, self.fop("fmul", x, c(8388608.0)), x)
+        bits = b.bitcast(xs, it)
+        e = b.sub(b.and_(b.lshr(bits, ci(23)), ci(0xFF)), ci(126))
+        e = b.select(sub, b.sub(e, ci(23)), e)
+        m = b.bitcast(b.or_(b.and_(bits, ci(0x807FFFFF)), ci(0x3F000000)), t)  # [0.5, 1)
+        small = b.fcmp_ordered("<", m, c(0.707106781186547524))
+        ef = b.sitofp(b.select(small, b.sub(e, ci(1)), e), t)
+        m = b.select(small, self.fop("fadd", m, m), m)
+        f = self.fop("fsub", m, c(1.0))
+        z = self.fop("fmul", f, f)
+        y = c(7.0376836292e-2)
+        for coef in (-1.1514610310e-1, 1.1676998740e-1, -1.2420140846e-1, 1.4249322787e-1,
+                     -1.6668057665e-1, 2.0000714765e-1, -2.4999993993e-1, 3.3333331174e-1):
+            y = self.fop("fadd", self.fop("fmul", y, f), c(coef))
+        y = self.fop("fmul", self.fop("fmul", y, f), z)
+        y = self.fop("fadd", y, self.fop("fmul", ef, c(-2.12194440e-4)))
+        y = self.fop("fadd", y, self.fop("fmul", z, c(-0.5)))
+        res = self.fop("fadd", self.fop("fadd", f, y), self.fop("fmul", ef, c(0.693359375)))
+        res = b.select(b.fcmp_ordered("==", x, c(0.0)), c(float("-inf")), res)
+        res = b.select(b.fcmp_ordered("<", x, c(0.0)), c(float("nan")), res)
+        res = b.select(b.fcmp_ordered("==", x, c(float("inf"))), x, res)
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
     def compare(self, op: str, x: ir.Value, y: ir.Value, d: DType) -> ir.Value:
         sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[op]
         if d.is_float:
@@ -321,6 +358,8 @@ class CodeGen:
     def call(self, name: str, x: ir.Value, d: DType) -> ir.Value:
         if name == "exp" and d is DType.float32:
             return self.exp_f32(x)
+        if name == "log" and d is DType.float32:
+            return self.log_f32(x)
         if name in ("exp", "log", "sqrt"):
             return self.call_intrinsic(name, x)
         if name == "abs":
