@@ -67,14 +67,16 @@ def lower(output: Func | Pipeline, schedule: Schedule | None = None) -> LoweredF
     """
     p = output if isinstance(output, Pipeline) else Pipeline(output)
     states = None
+    view = None
     if schedule is not None:
         if schedule.pipeline.workload_key() != p.workload_key():
             raise ScheduleError(f"the schedule was made for {schedule.output.name}'s algorithm, "
                                 f"not this one; build it with tl.Schedule({p.output.name})")
         p = schedule.pipeline
         states = schedule.states
+        view = schedule.view
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
-    f = realize(p, states)
+    f = realize(view or p, states)
     if dump:
         print(f"--- after realize ---\n{f}", file=sys.stderr)
     for name, run in PASSES:

@@ -140,6 +140,14 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     ranges = {n: (resolve(lo), resolve(ext)) for n, (lo, ext) in ranges.items()}
     leaves = [Leaf(n, rename[n], ranges[n][0], ranges[n][1], st.kinds[n],
                    st.is_reduction_loop(n), full_extent=ranges[n][1]) for n in st.loops]
+    if not shift_ok:
+        # the guarded version: an unrolled loop whose extent is only known at run time (a tile
+        # at the domain's edge) runs as a serial loop there
+        from tensorlang.affine import const_value
+
+        for lf in leaves:
+            if lf.kind is ForKind.UNROLLED and const_value(lf.extent) is None:
+                lf.kind = ForKind.SERIAL
     first_red = next((k for k, lf in enumerate(leaves) if lf.reduction), None)
     pos = {lf.var: k for k, lf in enumerate(leaves)}
     for expr, bound in guards:

@@ -51,6 +51,7 @@ from .ir import (
 )
 from .loops import StageState
 from .nest import Leaf, build_stage_nest, emit_nest
+from .view import AlgorithmView
 
 
 #: The largest extent an unrolled loop may have.
@@ -106,20 +107,18 @@ def lower_reads(e: Expr, domains: dict[str, Buffer]) -> Expr:
     return go(e)
 
 
-def inline_funcs(p: Pipeline, inline: set[str]) -> dict[str, Expr]:
+def inline_funcs(p: AlgorithmView, inline: set[str]) -> dict[str, Expr]:
     """Each Func's right side with reads of ``inline`` Funcs replaced by their definitions."""
     values: dict[str, Expr] = {}
     for f in p.funcs:
-        d = f.definition
-        assert d is not None
+        d = p.definition(f.name)
 
         def go(n: Expr) -> Expr:
             n = map_children(n, go)
             if not isinstance(n, Access) or n.name not in inline:
                 return n
             g = p.func(n.name)
-            gd = g.definition
-            assert gd is not None
+            gd = p.definition(g.name)
             idx = n.indices
             inside = None
             if n.boundary is not None:
@@ -136,7 +135,7 @@ def inline_funcs(p: Pipeline, inline: set[str]) -> dict[str, Expr]:
 
 
 class _Realizer:
-    def __init__(self, p: Pipeline, states: dict[str, StageState]) -> None:
+    def __init__(self, p: AlgorithmView, states: dict[str, StageState]) -> None:
         self.p = p
         self.states = states
         inline = {n for n, st in states.items() if st.compute.kind == "inline"}
@@ -202,29 +201,40 @@ class _Realizer:
             self.stored_at.setdefault((store.func, store.loop), []).append(f)
 
     def produce(self, f: Func, region: tuple[tuple[Expr, Expr], ...], scope: set[str],
-                scope_ranges: dict[str, tuple[Expr, Expr]] | None = None) -> Stmt:
-        d = f.definition
-        assert d is not None and f.dtype is not None
+                scope_ranges: dict[str, tuple[Expr, Expr]] | None = None,
+                full_extents: tuple[Expr | None, ...] | None = None) -> Stmt:
+        d = self.p.definition(f.name)
+        assert f.dtype is not None
         st = self.states[f.name]
         reg = {a.name: r for a, r in zip(d.args, region)}
         for r in d.rvars:
             reg[r.name] = d.range_of(r.name)
-        nest = build_stage_nest(st, reg, scope, True)
-        if not nest.versions:
+        # full tiles: a region extent that is a constant except at the domain's edge
+        fast_reg = dict(reg)
+        conds: list[Expr] = []
+        for a, full in zip(d.args, full_extents or ()):
+            lo, ext = reg[a.name]
+            c = None if full is None else const_value(full)
+            if c is not None and const_value(ext) is None:
+                fast_reg[a.name] = (lo, sconst(c))
+                conds.append(Cmp("eq", ext, sconst(c)))
+        nest = build_stage_nest(st, fast_reg, scope, True)
+        versions = conds + nest.versions
+        if not versions:
             return self._emit(f, nest, reg, scope, scope_ranges)
-        # loop versioning, per stage instance: the fast nest (no tails, ShiftInwards bases) runs
-        # when its conditions hold for this region, else the always-valid guarded nest
-        cond: Expr = nest.versions[0]
-        for c in nest.versions[1:]:
-            cond = BinOp("and", cond, c, DType.bool_)
-        fast = self._emit(f, nest, reg, scope, scope_ranges)
+        # loop versioning, per stage instance: the fast nest (no tails, ShiftInwards bases, full
+        # tiles) runs when its conditions hold for this region, else the always-valid guarded one
+        cond: Expr = versions[0]
+        for c_ in versions[1:]:
+            cond = BinOp("and", cond, c_, DType.bool_)
+        fast = self._emit(f, nest, fast_reg, scope, scope_ranges)
         safe = self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope, scope_ranges)
         return IfThenElse(cond, fast, safe)
 
     def _emit(self, f: Func, nest, reg, scope: set[str],
               scope_ranges: dict[str, tuple[Expr, Expr]] | None) -> Stmt:
-        d = f.definition
-        assert d is not None and f.dtype is not None
+        d = self.p.definition(f.name)
+        assert f.dtype is not None
         value = substitute(self.values[f.name], nest.values)
         idx = tuple(nest.values[a.name] for a in d.args)
         update = Store(f.name, idx, lower_reads(value, self.domains), d.reduce_op)
@@ -280,8 +290,7 @@ class _Realizer:
                     if r.name in out and g.name in self.readers.get(r.name, []) or (
                             r.name in out and any(a.name == g.name for a in walk(
                                 self.values[r.name]) if isinstance(a, Access))):
-                        rd = r.definition
-                        assert rd is not None
+                        rd = self.p.definition(r.name)
                         rr = {a.name: b for a, b in zip(rd.args, _bounds_of(out[r.name],
                                                                             r.bounds))}
                         for rv in rd.rvars:
@@ -316,7 +325,8 @@ class _Realizer:
                         exts.append(full if full is not None and const_value(full) is not None
                                     else ext)
                     allocs[g.name] = tuple(exts)
-                out.append(self.produce(g, regions[g.name], inner_scope, inner_ranges))
+                out.append(self.produce(g, regions[g.name], inner_scope, inner_ranges,
+                                        tuple(box_extents(full_boxes[g.name]))))
             return out
 
         def wrap(lf: Leaf, body: Stmt) -> Stmt:
@@ -370,7 +380,8 @@ def _bounds_of(box: Box, domain) -> list[tuple[Expr, Expr]]:
     return out
 
 
-def realize(p: Pipeline, states: dict[str, StageState] | None = None) -> LoweredFunc:
+def realize(p: Pipeline | AlgorithmView,
+            states: dict[str, StageState] | None = None) -> LoweredFunc:
     """Build the loop nest of pipeline ``p`` under the schedule ``states`` (default: every Func
     at root, loops in definition order).
 
@@ -382,6 +393,8 @@ def realize(p: Pipeline, states: dict[str, StageState] | None = None) -> Lowered
     Raises:
         ScheduleError / IllegalScheduleError: a compute/store location that cannot be realized.
     """
+    if isinstance(p, Pipeline):
+        p = AlgorithmView(p)
     if states is None:
         states = {f.name: StageState.initial(f) for f in p.funcs}
     r = _Realizer(p, states)

@@ -15,16 +15,28 @@ TVM ``te.Schedule`` and ``tir.Schedule`` traces.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any, Union
 
 from tensorlang.errors import IllegalScheduleError, ScheduleError, TensorlangError
 from tensorlang.expr import Var
-from tensorlang.func import Func
+from tensorlang.func import Definition, Func, Input
 from tensorlang.pipeline import Pipeline
 
 from .ir import ForKind
-from .loops import INLINE, ROOT, Location, StageState, apply_fuse, apply_reorder, apply_split
+from .loops import (
+    INLINE,
+    ROOT,
+    Fuse,
+    Location,
+    Split,
+    StageState,
+    apply_fuse,
+    apply_reorder,
+    apply_split,
+)
+from .view import AlgorithmView
 from .primitives import LoopRef, Step, TailStrategy
 
 LoopLike = Union[LoopRef, Var, str]
@@ -50,6 +62,7 @@ class Schedule:
 
     def __init__(self, output: Func) -> None:
         self.pipeline = Pipeline(output)
+        self.view = AlgorithmView(self.pipeline)
         self.output = output
         self.steps: list[Step] = []
         self.states: dict[str, StageState] = {
@@ -114,6 +127,14 @@ class Schedule:
         elif step.op == "compute_inline":
             self._check_inline(st, what)
             st.compute, st.store = INLINE, None
+        elif step.op == "cache_read":
+            result = self._cache_read(st, step.get("tensor"), step.get("loop"), what)
+        elif step.op == "cache_write":
+            result = self._cache_write(st, step.get("loop"), what)
+        elif step.op == "cache_read":
+            result = self._cache_read(st, step.get("tensor"), step.get("loop"), what)
+        elif step.op == "cache_write":
+            result = self._cache_write(st, step.get("loop"), what)
         elif step.op in ("compute_at", "store_at"):
             loc = self._check_at(st, step.get("consumer"), step.get("loop"), what)
             if step.op == "compute_at":
@@ -131,7 +152,7 @@ class Schedule:
         return self.states[step.func]
 
     def _check_inline(self, st: StageState, what: str) -> None:
-        f = self.pipeline.func(st.func)
+        f = self.view.func(st.func)
         if f is self.output:
             raise ScheduleError(f"{what}: {st.func} is the output; it cannot be inlined")
         if st.rvars:
@@ -141,11 +162,10 @@ class Schedule:
     def _check_at(self, st: StageState, consumer: str, loop: str, what: str) -> Location:
         if consumer not in self.states:
             raise ScheduleError(f"{what}: {consumer} is not a Func of this pipeline")
-        if self.pipeline.func(st.func) is self.output:
+        if self.view.func(st.func) is self.output:
             raise ScheduleError(f"{what}: {st.func} is the output; it is always computed at root")
         self.states[consumer].resolve(loop, what)
-        readers = [f.name for f in self.pipeline.funcs
-                   if any(p.name == st.func for p in f.producers)]
+        readers = self.view.readers(st.func)
         if consumer not in self._transitive_readers(st.func):
             raise ScheduleError(f"{what}: {consumer} does not read {st.func}, directly or "
                                 f"through other Funcs (its readers: {', '.join(readers)})")
@@ -155,11 +175,58 @@ class Schedule:
         out: set[str] = set()
         frontier = {func}
         while frontier:
-            nxt = {f.name for f in self.pipeline.funcs
-                   if any(p.name in frontier for p in f.producers)} - out
+            nxt = {f.name for f in self.view.funcs
+                   if any(p in frontier for p in self.view.reads(f.name))} - out
             out |= nxt
             frontier = nxt
         return out
+
+    def _cache_read(self, st: StageState, tensor: str, loop: str, what: str) -> str:
+        st.resolve(loop, what)
+        if tensor not in self.view.reads(st.func):
+            raise ScheduleError(f"{what}: {st.func} does not read {tensor} (it reads "
+                                f"{', '.join(self.view.reads(st.func))})")
+        src = self.view.producer(tensor)
+        name = self.view.unique_name(f"{tensor}_local")
+        idx = tuple(Var(f"{name}_d{d}") for d in range(len(src.bounds)))
+        copy_f = Func(name, shape=None, dtype=src.dtype)
+        copy_f[idx] = src[idx]
+        self.view.add_before(copy_f, st.func)
+        self.view.redirect(st.func, tensor, copy_f)
+        new = StageState.initial(copy_f)
+        new.compute = Location("at", st.func, loop)
+        self.states[name] = new
+        return name
+
+    def _cache_write(self, st: StageState, loop: str, what: str) -> str:
+        st.resolve(loop, what)
+        f = self.view.func(st.func)
+        d = self.view.definition(st.func)
+        if st.compute.kind == "inline":
+            raise ScheduleError(f"{what}: {st.func} is inlined; it has no loops to cache at")
+        if st.is_reduction_loop(loop):
+            raise ScheduleError(f"{what}: {loop} iterates a reduction; cache at a pure loop")
+        touched = {n for rel in st.relations for n in _rel_names(rel)}
+        if any(r in touched for r in st.rvars):
+            raise ScheduleError(
+                f"{what}: the reduction loops of {st.func} were already scheduled; call "
+                f"cache_write before scheduling them, then schedule them on the new stage")
+        name = self.view.unique_name(f"{st.func}_local")
+        local = Func.from_definition(name, f, dataclasses.replace(d, func=name))
+        self.view.add_before(local, st.func)
+        pure_ranges = tuple(r for r in d.ranges if r[0] in st.pure)
+        args = tuple(d.args)
+        self.view.replace_definition(st.func, Definition(
+            st.func, args, local[args], None, (), pure_ranges))
+        for r in st.rvars:
+            st.loops.remove(r)
+            st.kinds.pop(r)
+            st.origin.pop(r)
+        st.rvars = ()
+        new = StageState.initial(local)
+        new.compute = Location("at", st.func, loop)
+        self.states[name] = new
+        return name
 
     # -- formats --------------------------------------------------------------------------------
     def to_json(self) -> str:
@@ -209,6 +276,13 @@ class Schedule:
                 args = [repr(x) for x in p["loops"]]
             elif step.op in ("compute_at", "store_at"):
                 args = [f'{schedule_name}["{p["consumer"]}"]', repr(p["loop"])]
+            elif step.op == "cache_read":
+                lines.append(f'{schedule_name}.cache_read({p["tensor"]!r}, {st}, '
+                             f'{p["loop"]!r})')
+                continue
+            elif step.op == "cache_write":
+                lines.append(f'{schedule_name}.cache_write({step.func!r}, {p["loop"]!r})')
+                continue
             else:
                 args = []
             lines.append(f"{st}.{step.op}({', '.join(args)})")
@@ -216,6 +290,53 @@ class Schedule:
 
     def __str__(self) -> str:
         return self.to_python()
+
+    # -- staging primitives (they add a stage) ---------------------------------------------------
+    def cache_read(self, tensor: Input | Func | str, consumer: Stage, loop: LoopLike) -> Stage:
+        """Copy the tile of ``tensor`` that one iteration of ``consumer``'s ``loop`` reads into a
+        local buffer computed at that loop, and make ``consumer`` read the copy.
+
+        The copy is a new stage ``<tensor>_local`` (returned, to be scheduled: vectorize its
+        inner loop); bounds inference sizes it. Before/after, for ``cache_read(B, s[C], "k.o")``::
+
+            for k.o:                        for k.o:
+              for i, j, k.i:                  B_local[k.o*8 .. +8, 0 .. N) = B[...]
+                C += A[i, k] * B[k, j]        for i, j, k.i:  C += A[i, k] * B_local[k, j]
+
+        Raises:
+            ScheduleError: ``consumer`` does not read ``tensor``, or the loop is not its loop.
+        See also: TVM ``cache_read``, Halide ``Func::in``.
+        """
+        name = tensor if isinstance(tensor, str) else tensor.name
+        if not isinstance(consumer, Stage):
+            raise ScheduleError("cache_read expects the consumer's stage: s[consumer]")
+        new = self.apply(Step("cache_read", consumer.func, (
+            ("tensor", name), ("loop", _name(loop, consumer.func, "cache_read")))))
+        return Stage(self, new)
+
+    def cache_write(self, f: Func | str, loop: LoopLike) -> Stage:
+        """Compute ``f``'s tile for one iteration of its ``loop`` into a local buffer (registers
+        when small and constant), then write the tile out.
+
+        ``f``'s definition moves to a new stage ``<f>_local`` (returned, with its own loops to
+        schedule: reorder its reduction loops, unroll and vectorize its tile) computed at
+        ``loop``; ``f`` becomes the copy ``f[...] = f_local[...]`` over the loops it had, minus
+        its reduction loops. Call it before scheduling ``f``'s reduction loops.
+
+        Raises:
+            ScheduleError: ``loop`` is a reduction loop, or ``f``'s reduction loops were
+                already split or fused.
+        See also: TVM ``cache_write``.
+        """
+        name = f if isinstance(f, str) else f.name
+        new = self.apply(Step("cache_write", name, (("loop", _name(loop, name, "cache_write")),)))
+        return Stage(self, new)
+
+
+def _rel_names(rel: Split | Fuse) -> tuple[str, ...]:
+    if isinstance(rel, Split):
+        return (rel.parent, rel.outer, rel.inner)
+    return (rel.outer, rel.inner, rel.fused)
 
 
 def _name(loop: LoopLike, func: str, primitive: str) -> str:

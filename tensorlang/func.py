@@ -192,6 +192,15 @@ class Func:
         self.definition: Definition | None = None
         self._bounds: tuple[tuple[Expr, Expr], ...] | None = None
 
+    @classmethod
+    def from_definition(cls, name: str, like: Func, definition: Definition) -> Func:
+        """A Func named ``name`` with ``like``'s shape, dtype and domain and the given definition
+        (used by schedules that add stages, e.g. ``cache_write``)."""
+        f = cls(name, shape=like.shape, dtype=like.dtype)
+        f.definition = definition
+        f._bounds = like.bounds
+        return f
+
     # -- properties --------------------------------------------------------------------------
     @property
     def rank(self) -> int | None:

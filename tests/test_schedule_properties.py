@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 import tensorlang as tl
 from algorithms import ALL
 
-OPS = ["split", "split", "reorder", "fuse", "unroll", "vectorize", "parallel"]
+OPS = ["split", "split", "reorder", "fuse", "unroll", "vectorize", "parallel", "cache_read",
+       "cache_write"]
 
 
 def random_schedule(data, out):
@@ -59,6 +60,13 @@ def random_schedule(data, out):
                                 data.draw(st.sampled_from([4, 8, 16])))
             elif op == "parallel":
                 stage.parallel(data.draw(st.sampled_from(loops)))
+            elif op == "cache_read":
+                s.cache_read(data.draw(st.sampled_from(s.view.reads(name))), stage,
+                             data.draw(st.sampled_from(loops)))
+                funcs = [f.name for f in s.view.funcs]
+            elif op == "cache_write":
+                s.cache_write(name, data.draw(st.sampled_from(loops)))
+                funcs = [f.name for f in s.view.funcs]
         except tl.ScheduleError:
             pass
     return s

@@ -195,3 +195,48 @@ def test_compute_at_errors():
     with pytest.raises(tl.ScheduleError, match="made for"):
         C, _ = matmul()
         tl.compile(C, s)
+
+
+def test_cache_read_packs_a_panel(golden):
+    C, arrays = matmul()
+    i, j = C.definition.args
+    (k,) = C.definition.rvars
+    s = tl.Schedule(C)
+    jo, ji = s[C].split(j, 32)
+    ko, ki = s[C].split(k, 8)
+    s[C].reorder(jo, ko, i, ki, ji).vectorize(ji, 16)
+    b_local = s.cache_read("B", s[C], ko)
+    b_local.vectorize(b_local.loops[-1], 16)
+    assert [lp.name for lp in b_local.loops] == ["B_local_d0", "B_local_d1.o", "B_local_d1.i"]
+    kern = check_schedule(C, s, arrays)
+    assert "allocate B_local[float32, 8, 32]" in kern.loop_nest()
+    golden("matmul_cache_read", kern.loop_nest())
+    assert "s.cache_read('B', s[\"C\"], 'k.o')" in s.to_python()
+
+
+def test_cache_write_register_tile(golden):
+    C, arrays = matmul()
+    i, j = C.definition.args
+    s = tl.Schedule(C)
+    io, jo, ii, ji = s[C].tile(i, j, 4, 16)
+    c_local = s.cache_write(C, jo)
+    ci, cj, ck = c_local.loops
+    c_local.reorder(ck, ci, cj).unroll(ci).vectorize(cj)
+    s[C].vectorize(ji).parallel(io)
+    kern = check_schedule(C, s, arrays)
+    assert "allocate C_local[float32, 4, 16]" in kern.loop_nest()
+    golden("matmul_cache_write", kern.loop_nest())
+
+
+def test_cache_errors():
+    C, _ = matmul()
+    i, j = C.definition.args
+    (k,) = C.definition.rvars
+    s = tl.Schedule(C)
+    with pytest.raises(tl.ScheduleError, match="C does not read Q"):
+        s.cache_read("Q", s[C], i)
+    with pytest.raises(tl.ScheduleError, match="k iterates a reduction"):
+        s.cache_write(C, k)
+    s[C].split(k, 4)
+    with pytest.raises(tl.ScheduleError, match="reduction loops of C were already scheduled"):
+        s.cache_write(C, j)

@@ -1,0 +1,77 @@
+"""The algorithm as a schedule sees it: the pipeline's Funcs plus the stages that ``cache_read``
+and ``cache_write`` add, with the affected reads redirected. The user's Funcs are never mutated."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tensorlang.errors import ScheduleError
+from tensorlang.expr import Access, Expr, map_children, walk
+from tensorlang.func import Definition, Func, Input
+from tensorlang.pipeline import Pipeline
+
+
+class AlgorithmView:
+    """Funcs in producer-first order and each one's (possibly rewritten) definition."""
+
+    def __init__(self, p: Pipeline) -> None:
+        self.pipeline = p
+        self.output = p.output
+        self.inputs = p.inputs
+        self.sizes = p.sizes
+        self.funcs: list[Func] = list(p.funcs)
+        self.defs: dict[str, Definition] = {f.name: f.definition for f in p.funcs}  # type: ignore
+
+    def func(self, name: str) -> Func:
+        for f in self.funcs:
+            if f.name == name:
+                return f
+        raise KeyError(name)
+
+    def definition(self, name: str) -> Definition:
+        return self.defs[name]
+
+    def producer(self, name: str) -> Func | Input:
+        for obj in (*self.inputs, *self.funcs):
+            if obj.name == name:
+                return obj
+        raise ScheduleError(f"{name} is neither an Input nor a Func of this pipeline")
+
+    def reads(self, name: str) -> list[str]:
+        """Names of the Inputs and Funcs that ``name``'s definition reads, in order."""
+        seen: dict[str, None] = {}
+        for a in walk(self.defs[name].value):
+            if isinstance(a, Access):
+                seen.setdefault(a.name)
+        return list(seen)
+
+    def readers(self, name: str) -> list[str]:
+        return [f.name for f in self.funcs if name in self.reads(f.name)]
+
+    def unique_name(self, base: str) -> str:
+        taken = {o.name for o in (*self.inputs, *self.funcs)}
+        name, n = base, 1
+        while name in taken:
+            n += 1
+            name = f"{base}{n}"
+        return name
+
+    def add_before(self, f: Func, consumer: str) -> None:
+        self.funcs.insert(self.funcs.index(self.func(consumer)), f)
+        assert f.definition is not None
+        self.defs[f.name] = f.definition
+
+    def redirect(self, consumer: str, old: str, new: Func) -> None:
+        """Make ``consumer`` read ``new`` wherever it read ``old`` (same indices, boundary)."""
+
+        def go(e: Expr) -> Expr:
+            e = map_children(e, go)
+            if isinstance(e, Access) and e.name == old:
+                return dataclasses.replace(e, name=new.name, producer=new)
+            return e
+
+        d = self.defs[consumer]
+        self.defs[consumer] = dataclasses.replace(d, value=go(d.value))
+
+    def replace_definition(self, name: str, d: Definition) -> None:
+        self.defs[name] = d
