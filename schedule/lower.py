@@ -8,7 +8,9 @@ Reading this file tells the whole story (Halide ``src/Lower.cpp``):
 2. ``simplify`` — integer constant folding and identities (``schedule/simplify.py``);
 3. ``check_loops`` — refuse unrolled loops without a constant extent;
 4. ``promote_accumulators`` — a reduction's register tile accumulates in a local buffer that
-   LLVM keeps in registers (``schedule/promote.py``).
+   LLVM keeps in registers (``schedule/promote.py``);
+5. ``hoist_invariants`` — loop-invariant index arithmetic computed once per loop, shared between
+   equal expressions (``schedule/hoist.py``).
 
 Set ``TENSORLANG_DUMP=1`` to print the loop nest after each pass (on standard error).
 """
@@ -25,6 +27,7 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.errors import ScheduleError
 
 from .ir import LoweredFunc
+from .hoist import hoist_invariants
 from .promote import promote_accumulators
 from .realize import realize
 from .schedule import Schedule
@@ -54,6 +57,7 @@ PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
     ("simplify", simplify),
     ("check_loops", check_loops),
     ("promote_accumulators", promote_accumulators),
+    ("hoist_invariants", hoist_invariants),
 ]
 
 

@@ -1,0 +1,164 @@
+"""Lowering pass ``hoist_invariants``: loop-invariant code motion and CSE of index arithmetic.
+
+For each loop, the largest integer subexpressions of its body that depend on no variable bound
+inside the loop (its own variable, inner loops, inner lets) and are not trivial (a lone variable,
+size or constant) are computed once, in a ``let`` just before the loop; equal expressions share one
+``let`` (common-subexpression elimination). Only index and bound arithmetic (int64) moves: data
+loads never do, so no read is moved past a write. Loops inside a vectorized loop are left alone so
+that the vector body stays a single block of explicit SIMD. Printing the nest shows what each
+loop really computes per iteration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+from tensorlang.dtypes import int64
+from tensorlang.expr import BinOp, Expr, Var, map_children, walk
+
+from .ir import (
+    Allocate,
+    Block,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    Load,
+    LoweredFunc,
+    ProducerConsumer,
+    Stmt,
+    Store,
+)
+
+
+def _bound_inside(s: Stmt) -> set[str]:
+    out: set[str] = set()
+
+    def go(st: Stmt) -> None:
+        if isinstance(st, For):
+            out.add(st.var)
+        if isinstance(st, LetStmt):
+            out.add(st.var)
+        for f in ("body", "then", "otherwise"):
+            c = getattr(st, f, None)
+            if isinstance(c, Stmt):
+                go(c)
+        if isinstance(st, Block):
+            for c in st.stmts:
+                go(c)
+
+    go(s)
+    return out
+
+
+def _candidates(e: Expr, inner: set[str], out: list[Expr]) -> None:
+    """Collect the maximal hoistable subexpressions of ``e``."""
+    if _hoistable(e, inner):
+        out.append(e)
+        return
+    for n in _children(e):
+        _candidates(n, inner, out)
+
+
+def _children(e: Expr) -> list[Expr]:
+    from tensorlang.expr import children
+
+    return list(children(e))
+
+
+def _hoistable(e: Expr, inner: set[str]) -> bool:
+    if not isinstance(e, BinOp) or e.dtype is not int64:
+        return False
+    for n in walk(e):
+        if isinstance(n, Load):
+            return False
+        if isinstance(n, Var) and n.name in inner:
+            return False
+    return True
+
+
+def _exprs_of(s: Stmt) -> list[Expr]:
+    if isinstance(s, For):
+        return [s.min, s.extent]
+    if isinstance(s, Store):
+        return [*s.indices, s.value]
+    if isinstance(s, IfThenElse):
+        return [s.cond]
+    if isinstance(s, LetStmt):
+        return [s.value]
+    return []
+
+
+def _rewrite(s: Stmt, table: dict[tuple, Var]) -> Stmt:
+    def fe(e: Expr) -> Expr:
+        v = table.get(e.key)
+        if v is not None:
+            return v
+        return map_children(e, fe)
+
+    def fs(st: Stmt) -> Stmt:
+        return _map(st, fs, fe)
+
+    return fs(s)
+
+
+def _map(s: Stmt, fs, fe) -> Stmt:
+    from .ir import map_stmt
+
+    if isinstance(s, Allocate):
+        buf = s.buffer
+        nb = dataclasses.replace(buf, mins=tuple(fe(m) for m in buf.mins),
+                                 extents=tuple(fe(x) for x in buf.extents))
+        return dataclasses.replace(s, buffer=nb, body=fs(s.body))
+    return map_stmt(s, fs, fe)
+
+
+def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
+    """Apply the pass top-down: hoist out of a serial or parallel loop first, then visit the
+    loops inside it (which then see the outer ``let`` variables as plain names)."""
+    names = (f"t{n}" for n in itertools.count())
+
+    def hoist(s: For) -> Stmt:
+        inner = _bound_inside(s)
+        found: list[Expr] = []
+
+        def collect(st: Stmt) -> None:
+            for e in _exprs_of(st):
+                _candidates(e, inner, found)
+            if isinstance(st, Allocate):
+                for e in (*st.buffer.mins, *st.buffer.extents):
+                    _candidates(e, inner, found)
+            for fld in ("body", "then", "otherwise"):
+                c = getattr(st, fld, None)
+                if isinstance(c, Stmt):
+                    collect(c)
+            if isinstance(st, Block):
+                for c in st.stmts:
+                    collect(c)
+
+        collect(s.body)
+        table: dict[tuple, Var] = {}
+        lets: list[tuple[str, Expr]] = []
+        for e in found:
+            if e.key not in table:
+                v = Var(next(names))
+                table[e.key] = v
+                lets.append((v.name, e))
+        out: Stmt = dataclasses.replace(s, body=visit(_rewrite(s.body, table), False))
+        for name, e in reversed(lets):
+            out = LetStmt(name, e, out)
+        return out
+
+    def visit(s: Stmt, in_vector: bool) -> Stmt:
+        if isinstance(s, For):
+            if in_vector or s.kind is ForKind.VECTORIZED:
+                return dataclasses.replace(s, body=visit(s.body, True))
+            if s.kind is ForKind.UNROLLED:
+                return dataclasses.replace(s, body=visit(s.body, False))
+            return hoist(s)
+        if isinstance(s, (Block, IfThenElse, LetStmt, ProducerConsumer, Allocate)):
+            return _map(s, lambda c: visit(c, in_vector), lambda e: e)
+        return s
+
+    return dataclasses.replace(f, body=visit(f.body, False))
