@@ -25,6 +25,11 @@ class TailStrategy(enum.Enum):
       loop is outside every reduction loop (each cell is then re-initialised and fully reduced in
       the tile that recomputes it). When the extent is smaller than the factor at run time the
       kernel takes a GuardWithIf version of the loop nest.
+
+    Halide's ``RoundUp`` (compute whole tiles past the extent into a rounded-up internal buffer) is
+    deliberately not offered: the extra points lie outside the Func's domain, where its own reads
+    are not proven in bounds, so it could read past the end of an input. ``ShiftInwards`` gives
+    the same constant tiles without leaving the domain.
     """
 
     GuardWithIf = "GuardWithIf"
