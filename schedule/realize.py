@@ -54,6 +54,8 @@ from .nest import Leaf, build_stage_nest, emit_nest
 from .view import AlgorithmView
 
 
+_UPDATES_LOWERED = False
+
 #: The largest extent an unrolled loop may have.
 MAX_UNROLL = 256
 
@@ -395,6 +397,10 @@ def realize(p: Pipeline | AlgorithmView,
     """
     if isinstance(p, Pipeline):
         p = AlgorithmView(p)
+    for f in p.funcs:
+        if f.updates and not _UPDATES_LOWERED:
+            raise ScheduleError(f"{f.name} has update definitions, which cannot be compiled yet "
+                                f"(tl.reference evaluates them)")
     if states is None:
         states = {f.name: StageState.initial(f) for f in p.funcs}
     r = _Realizer(p, states)

@@ -21,7 +21,8 @@ from .errors import (
 )
 from .expr import Expr, Size, Var, binary, call, cast, compare
 from .expr import const as _const
-from .func import BoundaryView, Definition, Func, Input, clamp_edge, constant_exterior
+from .func import BoundaryView, Definition, Func, Input, Update, clamp_edge, constant_exterior
+from .rdom import RDom, RVar
 from .pipeline import Pipeline, workload_key
 from .reducers import max, min, prod, sum  # noqa: A004
 from .reference import reference
@@ -112,5 +113,5 @@ __all__ = [
     "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
-    "compile", "Schedule", "TailStrategy",
+    "compile", "Schedule", "TailStrategy", "RDom", "RVar", "Update",
 ]

@@ -66,6 +66,7 @@ def infer_ranges(
     rvars: list[str],
     constraints: list[Constraint],
     shape: tuple[Expr, ...] | None,
+    fixed: dict[str, Range] | None = None,
 ) -> dict[str, Range]:
     """Infer the inclusive range of each pure and reduction Var.
 
@@ -74,11 +75,12 @@ def infer_ranges(
         pure: the pure Vars (left side), rvars: the reduction Vars, by name.
         constraints: one per bounded read and index dimension.
         shape: the Func's declared shape, which fixes the pure ranges to ``[0, shape)``.
+        fixed: Vars whose range is given (RVars of an explicit RDom).
 
     Raises:
         DefinitionError: a Var no read bounds, or a range that is empty for every size.
     """
-    known: dict[str, Range] = {}
+    known: dict[str, Range] = dict(fixed or {})
     if shape is not None:
         for v, s in zip(pure, shape):
             known[v] = (sconst(0), ssub(s, sconst(1)))
@@ -111,7 +113,7 @@ def infer_ranges(
             for v in c.form.vars:
                 if v in pure:
                     known[v] = _intersect(known[v], _bound(v, c, known))
-    for v in pure + rvars:
+    for v in pure + [r for r in rvars if r not in (fixed or {})]:
         lo, hi = known[v]
         ext = const_value(sadd(ssub(hi, lo), sconst(1)))
         if ext is not None and ext <= 0:

@@ -360,6 +360,8 @@ def as_expr(x: Any) -> Expr:
         return x
     if _is_scalar(x):
         return const(x)
+    if hasattr(x, "as_index"):  # a one-dimensional RDom is its RVar
+        return x.as_index()
     hint = ""
     if hasattr(x, "name") and hasattr(x, "rank"):
         hint = f"; {x.name} is a Func or Input: read it with indices, e.g. {x.name}[i]"

@@ -21,6 +21,7 @@ from .affine import NonAffine, affine_form, sadd, sconst, ssub
 from .domain import Constraint, infer_ranges
 from .dtypes import DType, as_dtype, int64
 from .errors import DefinitionError
+from .rdom import RVar
 from .expr import (
     Access,
     Boundary,
@@ -64,7 +65,10 @@ def _as_shape(shape: Any, owner: str) -> tuple[Expr, ...]:
 
 
 def _index_tuple(idx: Any) -> tuple:
-    return idx if isinstance(idx, tuple) else (idx,)
+    from .rdom import as_index
+
+    items = idx if isinstance(idx, tuple) else (idx,)
+    return tuple(as_index(i) for i in items)
 
 
 def _make_access(producer: Any, name: str, rank: int | None, dtype: DType, idx: Any,
@@ -168,6 +172,36 @@ class Definition:
         return f"{self.lhs_str()} = {v}"
 
 
+@dataclass(frozen=True, eq=False)
+class Update:
+    """Update definition number ``number`` of ``func``: ``func[index] = value``, run after the
+    pure definition and the earlier updates, for every value of its pure Vars (the Func's domain in
+    those dimensions, in any order: they are independent) and every point of its RVars in
+    lexicographic order, first RDom dimension innermost (Halide's semantics).
+
+    ``index``: per dimension the pure Var of that position (``pure`` lists them) or an affine
+    expression of RVars; ``value`` may read ``func`` itself.
+    """
+
+    func: str
+    number: int
+    index: tuple[Expr, ...]
+    value: Expr
+    pure: tuple[str, ...]
+    rvars: tuple[Any, ...]
+
+    @property
+    def key(self) -> tuple:
+        return ("Update", self.func, self.number, tuple(i.key for i in self.index),
+                self.value.key, self.pure, tuple(r.key for r in self.rvars))
+
+    def lhs_str(self) -> str:
+        return f"{self.func}[{', '.join(map(str, self.index))}]"
+
+    def __str__(self) -> str:
+        return f"{self.lhs_str()} = {self.value}"
+
+
 class Func:
     """A function over an integer domain, defined once by ``F[i, j, ...] = expr``.
 
@@ -190,6 +224,7 @@ class Func:
         self.shape = None if shape is None else _as_shape(shape, f"Func {name}")
         self._dtype = None if dtype is None else as_dtype(dtype)
         self.definition: Definition | None = None
+        self.updates: list[Update] = []
         self._bounds: tuple[tuple[Expr, Expr], ...] | None = None
 
     @classmethod
@@ -228,9 +263,11 @@ class Func:
         if self.definition is None:
             return []
         seen: dict[int, Any] = {}
-        for n in walk(self.definition.value):
-            if isinstance(n, Access) and id(n.producer) not in seen:
-                seen[id(n.producer)] = n.producer
+        for e in (self.definition.value, *(u.value for u in self.updates)):
+            for n in walk(e):
+                if isinstance(n, Access) and n.producer is not self and \
+                        id(n.producer) not in seen:
+                    seen[id(n.producer)] = n.producer
         return list(seen.values())
 
     # -- reads and the definition --------------------------------------------------------------
@@ -248,12 +285,16 @@ class Func:
         """Give this Func its pure definition (``F[idx] = value`` calls this)."""
         lhs = _index_tuple(idx)
         if self.definition is not None:
-            raise DefinitionError(
-                f"Func {self.name} already has a pure definition ({self.definition.lhs_str()} = "
-                f"...); a Func is defined once: use a new Func for another stage")
+            self._define_update(lhs, value)
+            return
         lhs_text = f"{self.name}[{', '.join(map(str, lhs))}]"
         seen: set[str] = set()
         for d, v in enumerate(lhs):
+            if isinstance(v, RVar):
+                raise DefinitionError(
+                    f"In definition of {lhs_text}: index {d} is the reduction variable {v.name}; "
+                    f"give {self.name} a pure definition first (F[x] = 0), then update it over "
+                    f"the RDom")
             if not isinstance(v, Var):
                 raise DefinitionError(
                     f"In definition of {lhs_text}: left index {d} ({v}) is not a Var; a pure "
@@ -287,14 +328,77 @@ class Func:
             dtype = int64
         expr = cast(dtype, expr)
         constraints = self._constraints(expr)
+        fixed = {r.name: (r.min, ssub(sadd(r.min, r.extent), sconst(1)))
+                 for r in rvars if isinstance(r, RVar)}
         ranges = infer_ranges(self.name, lhs_text, pure, [r.name for r in rvars], constraints,
-                              self.shape)
+                              self.shape, fixed)
         table = tuple(
             (v, lo, _extent(lo, hi)) for v, (lo, hi) in
             ((n, ranges[n]) for n in pure + [r.name for r in rvars]))
         self._dtype = dtype
         self.definition = Definition(self.name, tuple(lhs), expr, op, tuple(rvars), table)
         self._bounds = tuple((lo, ext) for _, lo, ext in table[: len(pure)])
+
+    def _define_update(self, lhs: tuple, value: Any) -> None:
+        d = self.definition
+        assert d is not None
+        lhs_text = f"{self.name}[{', '.join(map(str, lhs))}]"
+        where = f"In update definition {len(self.updates)} of {self.name} ({lhs_text} = ...)"
+        pure_names = [a.name for a in d.args]
+        if len(lhs) != len(pure_names):
+            raise DefinitionError(f"{where}: {self.name} has {len(pure_names)} dimensions but "
+                                  f"the left side has {len(lhs)} indices")
+        index: list[Expr] = []
+        pure_used: list[str] = []
+        for pos, ix in enumerate(lhs):
+            e = as_expr(ix)
+            if not e.dtype.is_int:
+                raise DefinitionError(f"{where}: index {pos} ({e}) is not an integer")
+            if isinstance(e, Var) and not isinstance(e, RVar):
+                if e.name != pure_names[pos]:
+                    raise DefinitionError(
+                        f"{where}: index {pos} is Var {e.name}, but the pure Var of dimension "
+                        f"{pos} is {pure_names[pos]}; a pure Var keeps its position in every "
+                        f"definition (use an RDom to index other points)")
+                pure_used.append(e.name)
+            else:
+                try:
+                    affine_form(e)
+                except NonAffine as exc:
+                    raise DefinitionError(f"{where}: index {pos} ({e}) is not affine: {exc}")
+                plain = [n.name for n in walk(e) if isinstance(n, Var) and
+                         not isinstance(n, RVar)]
+                if plain:
+                    raise DefinitionError(
+                        f"{where}: index {pos} ({e}) uses Var {plain[0]}; index an update with "
+                        f"the pure Var of that position or an expression of RDom variables")
+                e = cast(int64, e)
+            index.append(e)
+        expr = self._lift_reductions(as_expr(value), pure_used, lhs_text)
+        for n in walk(expr):
+            if isinstance(n, Var) and not isinstance(n, RVar) and n.name not in pure_used:
+                raise DefinitionError(
+                    f"{where}: Var {n.name} is free on the right side; an update reduces only "
+                    f"over RDom variables (tl.RDom) — use one, or a pure Var of the left side")
+        for a in walk(expr):
+            if isinstance(a, Access) and a.producer is self:
+                for pos, p in enumerate(pure_names):
+                    if p in pure_used and not (isinstance(a.indices[pos], Var)
+                                               and a.indices[pos].name == p):  # type: ignore
+                        raise DefinitionError(
+                            f"{where}: the read {a} uses {a.indices[pos]} in dimension {pos}, "
+                            f"where the left side has the pure Var {p}; read {self.name} at {p} "
+                            f"there (each value of {p} is updated independently), or make that "
+                            f"dimension an RDom")
+        assert self.dtype is not None
+        expr = cast(self.dtype, expr)
+        rvars: dict[str, Any] = {}
+        for e in (*index, expr):
+            for n in walk(e):
+                if isinstance(n, RVar):
+                    rvars.setdefault(n.name, n)
+        self.updates.append(Update(self.name, len(self.updates), tuple(index), expr,
+                                   tuple(pure_used), tuple(rvars.values())))
 
     def _lift_reductions(self, expr: Expr, pure: list[str], lhs_text: str) -> Expr:
         counter = itertools.count()  # per definition: names stay deterministic across programs
@@ -330,7 +434,10 @@ class Func:
         return out
 
     def __repr__(self) -> str:
-        return f"Func({self.name!r})" if self.definition is None else f"Func({self.definition})"
+        if self.definition is None:
+            return f"Func({self.name!r})"
+        ups = "".join(f"; {u}" for u in self.updates)
+        return f"Func({self.definition}{ups})"
 
 
 def _extent(lo: Expr, hi: Expr) -> Expr:

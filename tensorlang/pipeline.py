@@ -81,8 +81,10 @@ class Pipeline:
                 if isinstance(s, Size):
                     sizes.setdefault(s.name)
         for f in order:
-            for lo, ext in f.bounds:
-                for n in (*walk(lo), *walk(ext)):
+            exprs = [e for b in f.bounds for e in b]
+            exprs += [e for u in f.updates for r in u.rvars for e in (r.min, r.extent)]
+            for e in exprs:
+                for n in walk(e):
                     if isinstance(n, Size):
                         sizes.setdefault(n.name)
         self.sizes: tuple[str, ...] = tuple(sizes)
@@ -108,6 +110,13 @@ class Pipeline:
             ranges = tuple((ren[n].name, lo.key, ext.key) for n, lo, ext in d.ranges)  # type: ignore[attr-defined]
             parts.append(repr(("Func", f.name, f.dtype.value, shape, len(d.args), d.reduce_op,
                                substitute(d.value, ren).key, ranges)))
+            for u in f.updates:
+                uren: dict[str, Expr] = {v.name: Var(f"v{i}") for i, v in enumerate(d.args)}
+                uren.update({r.name: Var(f"u{i}") for i, r in enumerate(u.rvars)})
+                parts.append(repr((
+                    "Update", f.name, u.number, tuple(substitute(i, uren).key for i in u.index),
+                    substitute(u.value, uren).key,
+                    tuple((r.min.key, r.extent.key) for r in u.rvars))))
         return "\n".join(parts)
 
     def workload_key(self) -> str:
@@ -176,6 +185,13 @@ class Pipeline:
             bounds[f.name] = tuple(r[a.name] for a in d.args)
         for f in self.funcs:
             self._check_reads(f, ranges[f.name], bounds, sizes)
+            for u in f.updates:
+                ur = update_ranges(u, ranges[f.name], f, sizes)
+                ranges[f"{f.name}.update({u.number})"] = ur
+                self._check_access_list(
+                    f"update {u.number} of {f.name} ({u.lhs_str()} = ...)", ur, bounds, sizes,
+                    [a for a in walk(u.value) if isinstance(a, Access)]
+                    + [Access(f.name, u.index, f.dtype, None, f)], write_last=True)
         return Binding(sizes, bounds, ranges)
 
     def _check_reads(self, f: Func, ranges: dict[str, tuple[int, int]],
@@ -184,12 +200,19 @@ class Pipeline:
         assert d is not None
         if any(ext == 0 for _, ext in ranges.values()):
             return  # an empty loop reads nothing
-        for a in walk(d.value):
-            if not isinstance(a, Access):
-                continue
+        self._check_access_list(d.lhs_str(), ranges, bounds, sizes,
+                                [a for a in walk(d.value) if isinstance(a, Access)])
+
+    def _check_access_list(self, where: str, ranges: dict[str, tuple[int, int]],
+                           bounds: dict[str, tuple[tuple[int, int], ...]], sizes: dict[str, int],
+                           reads: list[Access], write_last: bool = False) -> None:
+        if any(ext <= 0 for _, ext in ranges.values()):
+            return  # an empty loop touches nothing
+        for n, a in enumerate(reads):
+            verb = "write" if write_last and n == len(reads) - 1 else "read"
             if a.boundary is not None:
                 if a.boundary.kind == "clamp_edge" and any(e == 0 for _, e in bounds[a.name]):
-                    raise ShapeError(f"In {d.lhs_str()}: clamp_edge({a.name}) of an empty array "
+                    raise ShapeError(f"In {where}: clamp_edge({a.name}) of an empty array "
                                      f"has no edge to clamp to (shape {bounds[a.name]})")
                 continue
             for dim, ix in enumerate(a.indices):
@@ -204,10 +227,20 @@ class Pipeline:
                 if lo < pmin or hi > pmin + pext - 1:
                     bad = lo if lo < pmin else hi
                     raise ShapeError(
-                        f"In {d.lhs_str()}: read {a} reaches index {bad} in dimension {dim} of "
+                        f"In {where}: {verb} {a} reaches index {bad} in dimension {dim} of "
                         f"{a.name}, outside [{pmin}, {pmin + pext}) for {_sizes_text(sizes)}; "
-                        f"wrap {a.name} in tl.clamp_edge / tl.constant_exterior or shrink the "
-                        f"shape of {f.name}")
+                        f"wrap {a.name} in tl.clamp_edge / tl.constant_exterior, shrink the "
+                        f"domain, or fix the RDom bounds")
+
+
+def update_ranges(u: Any, func_ranges: dict[str, tuple[int, int]], f: Func,
+                  sizes: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Concrete ``(min, extent)`` of an update's pure Vars (the Func's domain) and RVars (their
+    RDom; a negative extent means no iterations)."""
+    out = {p: func_ranges[p] for p in u.pure}
+    for r in u.rvars:
+        out[r.name] = (eval_size(r.min, sizes), max(0, eval_size(r.extent, sizes)))
+    return out
 
 
 def _sizes_text(sizes: Mapping[str, int]) -> str:

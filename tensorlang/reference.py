@@ -11,6 +11,7 @@ by zero give 0 (NumPy's result); float-to-int casts saturate and map NaN to 0; m
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,37 @@ def reference(output: Func, *args: np.ndarray, **kwargs: Any) -> np.ndarray:
     values: dict[str, np.ndarray] = dict(arrays)
     for f in p.funcs:
         values[f.name] = _eval_func(f, b, values)
+        for u in f.updates:
+            _eval_update(f, u, b, values)
     return values[output.name]
+
+
+def _eval_update(f: Func, u, b: Binding, values: dict[str, np.ndarray]) -> None:
+    """Run update ``u`` in place: RDom points in lexicographic order (first dimension
+    innermost), all values of the pure Vars at once (they are independent)."""
+    rng = b.ranges[f"{f.name}.update({u.number})"]
+    arr = values[f.name]
+    fmin = [lo for lo, _ in b.bounds[f.name]]
+    if any(ext <= 0 for _, ext in rng.values()):
+        return
+    pure = list(u.pure)
+    env: dict[str, np.ndarray] = {}
+    for axis, v in enumerate(pure):
+        lo, ext = rng[v]
+        shape = [1] * len(pure)
+        shape[axis] = ext
+        env[v] = np.arange(lo, lo + ext, dtype=np.int64).reshape(shape)
+    grid = tuple(rng[v][1] for v in pure)
+    rv = list(u.rvars)
+    spans = [range(rng[r.name][0], rng[r.name][0] + rng[r.name][1]) for r in rv]
+    with np.errstate(all="ignore"):
+        for point in itertools.product(*reversed(spans)):  # last dimension outermost
+            for r, val in zip(reversed(rv), point):
+                env[r.name] = np.array(val, dtype=np.int64)
+            value = np.broadcast_to(_eval(u.value, env, b, values), grid)
+            idx = tuple(np.broadcast_to(np.asarray(_eval(i, env, b, values)), grid) - m
+                        for i, m in zip(u.index, fmin))
+            arr[idx] = value
 
 
 def _eval_func(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray:

@@ -76,12 +76,22 @@ def test_empty_inferred_range():
         F[x] = In[x] + In[x + 5]
 
 
-def test_second_pure_definition(alg):
+def test_second_definition_is_an_update_with_halides_rules(alg):
     A, i, j, k = alg
     F = tl.Func("F")
     F[i, j] = A[i, j]
-    with pytest.raises(tl.DefinitionError, match="F already has a pure definition"):
-        F[i, j] = A[i, j] * 2
+    F[i, j] = F[i, j] * 2  # a legal update: every (i, j) once
+    assert len(F.updates) == 1
+    with pytest.raises(tl.DefinitionError, match="index 0 is Var j, but the pure Var of "
+                                                 "dimension 0 is i"):
+        F[j, i] = A[i, j]
+    with pytest.raises(tl.DefinitionError, match=r"the read F\[i - 1, j\] uses i - 1"):
+        F[i, j] = F[i - 1, j]
+    with pytest.raises(tl.DefinitionError, match="Var k is free on the right side"):
+        F[i, j] = F[i, j] + A[i, k]
+    with pytest.raises(tl.DefinitionError, match="index 0 is the reduction variable"):
+        G = tl.Func("G")
+        G[tl.RDom((0, 3))] = 1.0
 
 
 def test_undefined_func_used_as_input(alg):
