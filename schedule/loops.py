@@ -69,6 +69,20 @@ class StageState:
     consumed: dict[str, str] = field(default_factory=dict)
     compute: Location = ROOT
     store: Location | None = None
+    update: int | None = None  # the update definition this stage runs (None: the pure one)
+
+    @staticmethod
+    def initial_update(f: Func, number: int) -> StageState:
+        """The stage of update ``number`` of ``f``: pure Vars outermost (left-side order), then
+        the RVars with each RDom's first dimension innermost (Halide's default)."""
+        u = f.updates[number]
+        pure = tuple(u.pure)
+        rv = sorted(u.rvars, key=lambda r: (r.name.rsplit("_", 1)[0], -r.dim))
+        rvars = tuple(r.name for r in rv)
+        loops = [*pure, *rvars]
+        return StageState(f"{f.name}.update({number})", pure, rvars, loops,
+                          {n: ForKind.SERIAL for n in loops}, {n: frozenset([n]) for n in loops},
+                          update=number)
 
     @staticmethod
     def initial(f: Func) -> StageState:
@@ -143,11 +157,37 @@ def apply_fuse(st: StageState, outer: str, inner: str, what: str) -> str:
 
 
 def apply_reorder(st: StageState, loops: list[str], what: str) -> None:
-    """Permute ``loops`` (outermost first) among the positions they occupy together."""
+    """Permute ``loops`` (outermost first) among the positions they occupy together.
+
+    Raises:
+        IllegalScheduleError: in an update stage, the RDom loops would change relative order.
+    """
     for lp in loops:
         st.resolve(lp, what)
     if len(set(loops)) != len(loops):
         raise ScheduleError(f"In schedule for {st.func}: {what} lists a loop twice")
+    before = [lp for lp in st.loops if st.is_reduction_loop(lp)]
     positions = sorted(st.loops.index(lp) for lp in loops)
+    new = list(st.loops)
     for pos, lp in zip(positions, loops):
-        st.loops[pos] = lp
+        new[pos] = lp
+    after = [lp for lp in new if st.is_reduction_loop(lp)]
+    if st.update is not None and before != after:
+        from tensorlang.errors import IllegalScheduleError
+
+        raise IllegalScheduleError(
+            f"In schedule for {st.func}: {what} would run the RDom loops {', '.join(before)} in "
+            f"the order {', '.join(after)}; an update runs its RDom points in lexicographic "
+            f"order and reordering them is not proven legal (pure loops may move freely)")
+    st.loops[:] = new
+
+
+def default_states(funcs: list[Func]) -> dict[str, StageState]:
+    """The default stage of every Func and of each of its update definitions."""
+    out: dict[str, StageState] = {}
+    for f in funcs:
+        out[f.name] = StageState.initial(f)
+        for k in range(len(f.updates)):
+            st = StageState.initial_update(f, k)
+            out[st.func] = st
+    return out

@@ -49,12 +49,11 @@ from .ir import (
     Stmt,
     Store,
 )
-from .loops import StageState
+from .loops import StageState, default_states
 from .nest import Leaf, build_stage_nest, emit_nest
 from .view import AlgorithmView
 
 
-_UPDATES_LOWERED = False
 
 #: The largest extent an unrolled loop may have.
 MAX_UNROLL = 256
@@ -110,7 +109,8 @@ def lower_reads(e: Expr, domains: dict[str, Buffer]) -> Expr:
 
 
 def inline_funcs(p: AlgorithmView, inline: set[str]) -> dict[str, Expr]:
-    """Each Func's right side with reads of ``inline`` Funcs replaced by their definitions."""
+    """Each Func's right side with reads of ``inline`` Funcs replaced by their definitions; update
+    definitions' right sides under the keys ``F.update(k)``."""
     values: dict[str, Expr] = {}
     for f in p.funcs:
         d = p.definition(f.name)
@@ -133,6 +133,8 @@ def inline_funcs(p: AlgorithmView, inline: set[str]) -> dict[str, Expr]:
             return body
 
         values[f.name] = go(d.value)
+        for u in f.updates:
+            values[f"{f.name}.update({u.number})"] = go(u.value)
     return values
 
 
@@ -154,9 +156,12 @@ class _Realizer:
         self.buffers[p.output.name] = self.domains[p.output.name]
         readers: dict[str, list[str]] = {f.name: [] for f in self.live}
         for c in self.live:
-            for a in walk(self.values[c.name]):
-                if isinstance(a, Access) and a.name in readers and c.name not in readers[a.name]:
-                    readers[a.name].append(c.name)
+            stages = [c.name] + [f"{c.name}.update({u.number})" for u in c.updates]
+            for stage in stages:
+                for a in walk(self.values[stage]):
+                    if isinstance(a, Access) and a.name in readers and a.name != c.name and \
+                            stage not in readers[a.name]:
+                        readers[a.name].append(stage)
         self.readers = readers
         self.computed_at: dict[tuple[str, str], list[Func]] = {}
         self.stored_at: dict[tuple[str, str], list[Func]] = {}
@@ -232,6 +237,31 @@ class _Realizer:
         fast = self._emit(f, nest, fast_reg, scope, scope_ranges)
         safe = self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope, scope_ranges)
         return IfThenElse(cond, fast, safe)
+
+    def produce_update(self, f: Func, u) -> Stmt:
+        """The nest of update ``u`` of root Func ``f``: its pure Vars over f's domain, its RVars
+        over their RDom, in the order its stage gives (Halide's rules keep it legal)."""
+        name = f"{f.name}.update({u.number})"
+        st = self.states[name]
+        dom = dict(zip([a.name for a in self.p.definition(f.name).args], f.bounds))
+        reg = {v: dom[v] for v in u.pure}
+        for r in u.rvars:
+            reg[r.name] = (r.min, r.extent)
+
+        def emit(nest) -> Stmt:
+            value = substitute(self.values[name], nest.values)
+            index = tuple(substitute(i, nest.values) for i in u.index)
+            store = Store(f.name, index, lower_reads(value, self.domains))
+            return emit_nest(nest, store, None, lambda lf: [], lambda lf, body: body)
+
+        nest = build_stage_nest(st, reg, set(), True)
+        if not nest.versions:
+            return ProducerConsumer(name, emit(nest))
+        cond: Expr = nest.versions[0]
+        for c_ in nest.versions[1:]:
+            cond = BinOp("and", cond, c_, DType.bool_)
+        safe = build_stage_nest(st, reg, set(), False)
+        return ProducerConsumer(name, IfThenElse(cond, emit(nest), emit(safe)))
 
     def _emit(self, f: Func, nest, reg, scope: set[str],
               scope_ranges: dict[str, tuple[Expr, Expr]] | None) -> Stmt:
@@ -366,6 +396,8 @@ class _Realizer:
         roots = [f for f in self.live if self.states[f.name].compute.kind == "root"]
         for f in roots:
             stages.append(self.produce(f, f.bounds, set()))
+            for u in f.updates:
+                stages.append(self.produce_update(f, u))
         stmt: Stmt = Block(tuple(stages)) if len(stages) > 1 else stages[0]
         for f in reversed(roots):
             if f is not self.p.output:
@@ -397,12 +429,8 @@ def realize(p: Pipeline | AlgorithmView,
     """
     if isinstance(p, Pipeline):
         p = AlgorithmView(p)
-    for f in p.funcs:
-        if f.updates and not _UPDATES_LOWERED:
-            raise ScheduleError(f"{f.name} has update definitions, which cannot be compiled yet "
-                                f"(tl.reference evaluates them)")
     if states is None:
-        states = {f.name: StageState.initial(f) for f in p.funcs}
+        states = default_states(p.funcs)
     r = _Realizer(p, states)
     body = r.run()
     return LoweredFunc(p.output.name, tuple(r.buffers[i.name] for i in p.inputs),

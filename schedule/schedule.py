@@ -35,6 +35,7 @@ from .loops import (
     apply_fuse,
     apply_reorder,
     apply_split,
+    default_states,
 )
 from .view import AlgorithmView
 from .primitives import LoopRef, Step, TailStrategy
@@ -65,8 +66,7 @@ class Schedule:
         self.view = AlgorithmView(self.pipeline)
         self.output = output
         self.steps: list[Step] = []
-        self.states: dict[str, StageState] = {
-            f.name: StageState.initial(f) for f in self.pipeline.funcs}
+        self.states: dict[str, StageState] = default_states(list(self.pipeline.funcs))
 
     def __getitem__(self, f: Func | str) -> Stage:
         name = f.name if isinstance(f, Func) else f
@@ -91,6 +91,22 @@ class Schedule:
     def _apply(self, step: Step, st: StageState) -> Any:
         what = str(step)
         result: Any = None
+        if step.op in ("split", "tile") and st.update is not None and \
+                _tail(step.get("tail")) is TailStrategy.ShiftInwards:
+            raise IllegalScheduleError(
+                f"In schedule for {st.func}: {what}: ShiftInwards recomputes some points, and "
+                f"running an update twice on a point changes its result; use GuardWithIf")
+        if step.op in ("compute_root", "compute_inline", "compute_at", "store_at", "cache_write") \
+                and (st.update is not None or self.view.func(st.func).updates):
+            raise ScheduleError(
+                f"{what}: {st.func.split('.')[0]} has update definitions; it is computed at root "
+                f"(its definitions run in order over its whole domain), and its update stages "
+                f"have no placement of their own")
+        if step.op in ("compute_at", "store_at", "cache_read"):
+            target = step.get("consumer", st.func) if step.op != "cache_read" else st.func
+            if target in self.states and self.states[target].update is not None:
+                raise ScheduleError(f"{what}: an update stage cannot host other stages yet; "
+                                    f"compute the producer at root")
         if step.op == "split":
             result = apply_split(st, step.get("loop"), step.get("factor"), _tail(step.get("tail")),
                                  what)
@@ -114,6 +130,14 @@ class Schedule:
                 result = loop
             kind = {"unroll": ForKind.UNROLLED, "vectorize": ForKind.VECTORIZED,
                     "parallel": ForKind.PARALLEL}[step.op]
+            if kind is not ForKind.UNROLLED and st.is_reduction_loop(loop) and \
+                    st.update is not None:
+                raise IllegalScheduleError(
+                    f"In schedule for {st.func}: cannot {step.op} {loop}: it iterates the RDom "
+                    f"variable{'s' if len(st.origin[loop]) > 1 else ''} "
+                    f"{', '.join(sorted(st.origin[loop]))} of an update, whose points run in "
+                    f"order (each may read what the previous one wrote); {step.op} a pure loop "
+                    f"of the update instead")
             if kind is not ForKind.UNROLLED and st.is_reduction_loop(loop):
                 raise IllegalScheduleError(
                     f"In schedule for {st.func}: cannot {step.op} {loop}: it iterates over the "
@@ -259,6 +283,9 @@ class Schedule:
         lines = []
         for step in self.steps:
             st = f'{schedule_name}["{step.func}"]'
+            if ".update(" in step.func:
+                base, num = step.func.split(".update(")
+                st = f'{schedule_name}["{base}"].update({num.rstrip(")")})'
             p = dict(step.params)
             if step.op in ("split", "unroll", "vectorize", "parallel"):
                 args = [repr(p["loop"])]
@@ -372,6 +399,20 @@ class Stage:
 
     def _do(self, op: str, **params: Any) -> Any:
         return self.schedule.apply(Step(op, self.func, tuple(params.items())))
+
+    def update(self, number: int = 0) -> Stage:
+        """The stage of update definition ``number`` of this Func (Halide's ``F.update(i)``):
+        its own loops, pure Vars outermost then the RDom's (first dimension innermost).
+
+        Raises:
+            ScheduleError: the Func has no such update.
+        """
+        name = f"{self.func}.update({number})"
+        if name not in self.schedule.states:
+            n = sum(1 for k in self.schedule.states if k.startswith(f"{self.func}.update("))
+            raise ScheduleError(f"{self.func} has {n} update definition{'s' if n != 1 else ''}; "
+                                f"there is no update({number})")
+        return Stage(self.schedule, name)
 
     @property
     def loops(self) -> list[LoopRef]:

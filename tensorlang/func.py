@@ -316,6 +316,7 @@ class Func:
         expr = self._lift_reductions(expr, pure, lhs_text)
         self._check_reads(expr, lhs_text)
         rvars = [v for v in free_vars(expr) if v.name not in seen]
+        _collect_rvars((expr,), f"In definition of {lhs_text}")
         if rvars and op is None:
             op = "sum"
         if not rvars:
@@ -392,11 +393,7 @@ class Func:
                             f"dimension an RDom")
         assert self.dtype is not None
         expr = cast(self.dtype, expr)
-        rvars: dict[str, Any] = {}
-        for e in (*index, expr):
-            for n in walk(e):
-                if isinstance(n, RVar):
-                    rvars.setdefault(n.name, n)
+        rvars = _collect_rvars((*index, expr), where)
         self.updates.append(Update(self.name, len(self.updates), tuple(index), expr,
                                    tuple(pure_used), tuple(rvars.values())))
 
@@ -438,6 +435,20 @@ class Func:
             return f"Func({self.name!r})"
         ups = "".join(f"; {u}" for u in self.updates)
         return f"Func({self.definition}{ups})"
+
+
+def _collect_rvars(exprs: tuple, where: str) -> dict[str, Any]:
+    """The RVars in ``exprs`` by name; two different RDom variables with one name are refused."""
+    out: dict[str, Any] = {}
+    for e in exprs:
+        for n in walk(e):
+            if isinstance(n, RVar):
+                other = out.setdefault(n.name, n)
+                if other is not n and not other.same_as(n):
+                    raise DefinitionError(
+                        f"{where}: two different RDoms both have a variable named {n.name}; "
+                        f"give them distinct names, e.g. tl.RDom(..., name='s')")
+    return out
 
 
 def _extent(lo: Expr, hi: Expr) -> Expr:

@@ -10,7 +10,6 @@ See also: Halide ``RDom``/``RVar``; TVM ``te.reduce_axis``.
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,6 @@ from .dtypes import int64
 from .errors import DefinitionError
 from .expr import Expr, Var, as_expr, walk
 
-_rdom_names = itertools.count()
 _DIMS = "xyzw"
 
 
@@ -29,6 +27,7 @@ class RVar(Var):
 
     min: Expr = field(default_factory=lambda: sconst(0))
     extent: Expr = field(default_factory=lambda: sconst(0))
+    dim: int = field(default=0, compare=False)  # position in its RDom (0 = innermost loop)
 
 
 def _bound(v: Any, what: str) -> Expr:
@@ -45,9 +44,10 @@ def _bound(v: Any, what: str) -> Expr:
 
 
 class RDom:
-    """A reduction domain: ``tl.RDom((lo0, hi0), (lo1, hi1), ..., name=None)``.
+    """A reduction domain: ``tl.RDom((lo0, hi0), (lo1, hi1), ..., name="r")``.
 
-    Each pair is a half-open range ``[lo, hi)`` of ints or size expressions (``(1, N)``). A single
+    Its variables are named ``<name>_x``, ``<name>_y``, ... (these are also their loop names in a
+    schedule). Each pair is a half-open range ``[lo, hi)`` of ints or size expressions (``(1, N)``). A single
     range may be given bare: ``tl.RDom((1, N))``.
 
     Raises:
@@ -59,7 +59,9 @@ class RDom:
             ranges = tuple(ranges[0])
         if not ranges:
             raise DefinitionError("an RDom needs at least one (lo, hi) range")
-        self.name = name or f"r{next(_rdom_names)}"
+        # a deterministic default (loop names in traces must not depend on creation order);
+        # two different RDoms in one definition need distinct names (checked there)
+        self.name = name or "r"
         dims = []
         for d, rg in enumerate(ranges):
             if not (isinstance(rg, tuple) and len(rg) == 2):
@@ -67,7 +69,7 @@ class RDom:
             lo, hi = _bound(rg[0], f"dimension {d} lower bound"), _bound(rg[1], f"dimension "
                                                                                 f"{d} upper bound")
             suffix = _DIMS[d] if d < len(_DIMS) else str(d)
-            dims.append(RVar(f"{self.name}_{suffix}", lo, ssub(hi, lo)))
+            dims.append(RVar(f"{self.name}_{suffix}", lo, ssub(hi, lo), d))
         self.dims: tuple[RVar, ...] = tuple(dims)
 
     def __len__(self) -> int:

@@ -111,3 +111,24 @@ def layernorm():
 
 ALL = {"matmul": matmul, "batch_matmul": batch_matmul, "blur": blur, "conv2d": conv2d,
        "softmax": softmax, "layernorm": layernorm}
+
+
+def scan():
+    """Cumulative sum along x for every row (an update over an RDom), then a pointwise stage."""
+    H, W = tl.sizes("H W")
+    X = tl.Input("X", (H, W), tl.float32)
+    y, x = tl.vars("y x")
+    S = tl.Func("S")
+    S[y, x] = X[y, x]
+    r = tl.RDom((1, W))
+    S[y, r] = S[y, r - 1] + X[y, r]
+    out = tl.Func("scaled")
+    out[y, x] = S[y, x] * 0.5
+
+    def arrays(rng, m, n, k_):
+        return {"X": rng.random((m, n), dtype=np.float32)}
+
+    return out, arrays
+
+
+ALL["scan"] = scan

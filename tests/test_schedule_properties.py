@@ -39,7 +39,7 @@ def random_schedule(data, out):
         except tl.ScheduleError:
             pass
     for _ in range(data.draw(st.integers(0, 7), label="steps")):
-        name = data.draw(st.sampled_from(funcs), label="func")
+        name = data.draw(st.sampled_from(sorted(s.states)), label="stage")
         stage = s[name]
         loops = stage.loops
         op = data.draw(st.sampled_from(OPS), label="op")
@@ -60,13 +60,11 @@ def random_schedule(data, out):
                                 data.draw(st.sampled_from([4, 8, 16])))
             elif op == "parallel":
                 stage.parallel(data.draw(st.sampled_from(loops)))
-            elif op == "cache_read":
+            elif op == "cache_read" and name in s.view.defs:
                 s.cache_read(data.draw(st.sampled_from(s.view.reads(name))), stage,
                              data.draw(st.sampled_from(loops)))
-                funcs = [f.name for f in s.view.funcs]
-            elif op == "cache_write":
+            elif op == "cache_write" and name in s.view.defs:
                 s.cache_write(name, data.draw(st.sampled_from(loops)))
-                funcs = [f.name for f in s.view.funcs]
         except tl.ScheduleError:
             pass
     return s

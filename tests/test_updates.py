@@ -1,0 +1,117 @@
+"""Update definitions (Halide semantics): scans, recurrences, in-place stencils; their stages."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from conftest import check
+
+
+def cumsum_rows(dtype=tl.float32):
+    H, W = tl.sizes("H W")
+    X = tl.Input("X", (H, W), dtype)
+    y, x = tl.vars("y x")
+    S = tl.Func("S")
+    S[y, x] = X[y, x]
+    r = tl.RDom((1, W))
+    S[y, r] = S[y, r - 1] + X[y, r]
+    return S, y, r
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 17), (8, 2), (5, 64)])
+def test_scan_reference_and_compiled(shape, rng):
+    S, _, _ = cumsum_rows(tl.float64)
+    a = rng.random(shape)
+    check(S, np.cumsum(a, axis=1), a, rtol=1e-12)
+
+
+def test_one_dimensional_scan_and_explicit_rdom_reduction(rng):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.int64)
+    (i,) = tl.vars("i")
+    S = tl.Func("S")
+    S[i] = X[i]
+    r = tl.RDom((1, N))
+    S[r] = S[r - 1] + X[r]
+    x = rng.integers(-5, 5, 23)
+    check(S, np.cumsum(x), x)
+    (K,) = tl.sizes("K")
+    Wt = tl.Input("Wt", (K,), tl.int64)
+    rk = tl.RDom((0, K))
+    G = tl.Func("G")
+    G[i] = tl.sum(X[i + rk] * Wt[rk])
+    w = rng.integers(-3, 3, 4)
+    check(G, np.convolve(x, w[::-1], "valid"), x, w)
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (5, 4), (9, 13)])
+def test_skewed_recurrence(shape, rng):
+    H, W = tl.sizes("H W")
+    Y = tl.Input("Y", (H, W), tl.float64)
+    y, x = tl.vars("y x")
+    F = tl.Func("F")
+    F[y, x] = Y[y, x]
+    r = tl.RDom((1, H), (0, W - 1))
+    F[r.x, r.y] = F[r.x - 1, r.y + 1] * 0.5 + Y[r.x, r.y]
+    b = rng.random(shape)
+    ref = b.copy()
+    for yy in range(shape[1] - 1):  # r.y outer, r.x inner: first dimension innermost
+        for xx in range(1, shape[0]):
+            ref[xx, yy] = ref[xx - 1, yy + 1] * 0.5 + b[xx, yy]
+    check(F, ref, b, rtol=1e-12)
+
+
+def test_in_place_stencil_two_updates(rng):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = X[i]
+    r = tl.RDom((1, N - 1))
+    F[r] = (F[r - 1] + F[r] + F[r + 1]) / 3  # Gauss-Seidel sweep: reads the new F[r - 1]
+    F[i] = F[i] * 2
+    x = rng.random(12)
+    ref = x.copy()
+    for k in range(1, 11):
+        ref[k] = (ref[k - 1] + ref[k] + ref[k + 1]) / 3
+    check(F, ref * 2, x, rtol=1e-12)
+
+
+def test_update_stage_schedules(golden, rng):
+    S, y, r = cumsum_rows()
+    s = tl.Schedule(S)
+    yo, yi = s[S].update(0).split(y, 8)
+    s[S].update(0).reorder(yo, r.x, yi).vectorize(yi).parallel(yo)
+    s[S].vectorize(s[S].loops[-1], 16)
+    kern = tl.compile(S, s)
+    for shape in [(1, 1), (9, 5), (16, 33)]:
+        a = rng.random(shape, dtype=np.float32)
+        np.testing.assert_allclose(kern(a), np.cumsum(a, axis=1), rtol=1e-5)
+    golden("scan_update_schedule", kern.loop_nest())
+    assert 's["S"].update(0).split(\'y\', 8)' in s.to_python()
+    again = tl.Schedule.from_json(S, s.to_json())
+    assert tl.compile(S, again).loop_nest() == kern.loop_nest()
+
+
+@pytest.mark.parametrize("build,exc,msg", [
+    (lambda s, S, y, r: s[S].update(0).parallel(r.x), tl.IllegalScheduleError,
+     "cannot parallel r_x: it iterates the RDom variable r_x of an update"),
+    (lambda s, S, y, r: s[S].update(0).vectorize(r.x, 8), tl.IllegalScheduleError,
+     "cannot vectorize"),
+    (lambda s, S, y, r: s[S].update(0).split(r.x, 4, tail="ShiftInwards"),
+     tl.IllegalScheduleError, "running an update twice"),
+    (lambda s, S, y, r: (s[S].update(0).split(r.x, 4), s[S].update(0).reorder(
+        f"{r.x.name}.i", f"{r.x.name}.o")), tl.IllegalScheduleError,
+     "would run the RDom loops .* in the order"),
+    (lambda s, S, y, r: s[S].update(1), tl.ScheduleError, "there is no update\\(1\\)"),
+    (lambda s, S, y, r: s[S].compute_inline(), tl.ScheduleError, "has update definitions"),
+])
+def test_update_schedule_errors(build, exc, msg):
+    S, y, r = cumsum_rows()
+    out = tl.Func("out")
+    out[y, S.definition.args[1]] = S[y, S.definition.args[1]] + 1
+    s = tl.Schedule(out)
+    with pytest.raises(exc, match=msg):
+        build(s, S, y, r)
