@@ -14,7 +14,7 @@ from .llvm.target import Target, host_target
 
 
 def compile(output: Func, schedule: object = None, *, target: Target | None = None,  # noqa: A001
-            opt_level: int = 3) -> Kernel:
+            opt_level: int = 3, check: bool = True) -> Kernel:
     """Compile the algorithm computing ``output`` to a native kernel for the host CPU.
 
     The default schedule computes every Func at root, loops in definition order (pure Vars
@@ -24,12 +24,17 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
     Args:
         output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default).
         target: the CPU to compile for (default: this machine). opt_level: LLVM speed level 0-3.
+        check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:
+            an illegal schedule then silently computes wrong results (the autotuner never uses
+            it); it only skips a few milliseconds.
 
     Returns:
         A ``Kernel``; ``kernel(A=a, B=b)`` returns a new ndarray.
 
     Raises:
         DefinitionError: ``output`` is not a defined Func.
+        IllegalScheduleError: the schedule would change the result (stage, primitive, loop,
+            dependence and a witness pair of iterations in the message).
         CompileError: code generation failed (a tensorlang bug).
     """
     from schedule.lower import lower
@@ -39,6 +44,10 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
         raise DefinitionError(f"schedule must be a tl.Schedule, got {type(schedule).__name__}")
     if not isinstance(output, Func):
         raise DefinitionError(f"tl.compile expects the output Func, got {type(output).__name__}")
+    if check and schedule is not None:
+        err = schedule.check().error()
+        if err is not None:
+            raise err
     lowered = lower(output, schedule)
     p = schedule.pipeline if schedule is not None else Pipeline(output)
     tgt = target or host_target()

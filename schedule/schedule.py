@@ -130,21 +130,6 @@ class Schedule:
                 result = loop
             kind = {"unroll": ForKind.UNROLLED, "vectorize": ForKind.VECTORIZED,
                     "parallel": ForKind.PARALLEL}[step.op]
-            if kind is not ForKind.UNROLLED and st.is_reduction_loop(loop) and \
-                    st.update is not None:
-                raise IllegalScheduleError(
-                    f"In schedule for {st.func}: cannot {step.op} {loop}: it iterates the RDom "
-                    f"variable{'s' if len(st.origin[loop]) > 1 else ''} "
-                    f"{', '.join(sorted(st.origin[loop]))} of an update, whose points run in "
-                    f"order (each may read what the previous one wrote); {step.op} a pure loop "
-                    f"of the update instead")
-            if kind is not ForKind.UNROLLED and st.is_reduction_loop(loop):
-                raise IllegalScheduleError(
-                    f"In schedule for {st.func}: cannot {step.op} {loop}: it iterates over the "
-                    f"reduction variable{'s' if len(st.origin[loop]) > 1 else ''} "
-                    f"{', '.join(sorted(st.origin[loop]))}, and two iterations update the same "
-                    f"cell of {st.func}; {step.op} a pure loop instead (rfactor is not available "
-                    f"yet)")
             st.kinds[loop] = kind
         elif step.op == "compute_root":
             st.compute, st.store = ROOT, None
@@ -253,6 +238,35 @@ class Schedule:
         return name
 
     # -- formats --------------------------------------------------------------------------------
+    def check(self):
+        """Prove this schedule legal with isl (see ``schedule.legality``): a ``LegalityReport``
+        with, for each refuted property, the primitive that introduced it."""
+        from .legality import check_schedule
+
+        report = check_schedule(self)
+        for prob in report.problems:
+            prob.primitive = self._blame(prob)
+        return report
+
+    def _blame(self, prob) -> str | None:
+        """The first step after which ``prob``'s stage fails the same way (replaying the trace)."""
+        from .legality.check import check_stage
+        from .legality.model import model_for
+
+        f = self.view.func(prob.stage.split(".update(")[0])
+        number = int(prob.stage.split(".update(")[1].rstrip(")")) if ".update(" in \
+            prob.stage else -1
+        model = model_for(self.pipeline.workload_key(), f, number, tuple(self.pipeline.sizes))
+        replay = Schedule(self.output)
+        for step in self.steps:
+            replay.apply(step)
+            st = replay.states.get(prob.stage)
+            if st is None or step.func != prob.stage:
+                continue
+            if model is not None and any(p.kind == prob.kind for p in check_stage(model, st)):
+                return str(step)
+        return None
+
     def to_json(self) -> str:
         """The trace as JSON: ``{"version": 1, "output": name, "steps": [...]}``."""
         return json.dumps({"version": FORMAT_VERSION, "output": self.output.name,

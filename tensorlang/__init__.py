@@ -96,6 +96,16 @@ def __getattr__(name: str) -> Any:
         from backends import compile as _compile
 
         return _compile
+    if name == "check":
+        def check(output: Func, schedule: Any) -> Any:
+            """Prove ``schedule`` legal for ``output`` without compiling: a LegalityReport
+            (``.ok``, ``.stages`` proven/refuted, ``.problems`` with witnesses)."""
+            if schedule.output is not output:
+                raise ScheduleError(f"the schedule was made for {schedule.output.name}, "
+                                    f"not {output.name}")
+            return schedule.check()
+
+        return check
     if name in ("Schedule", "TailStrategy"):
         import schedule as _schedule
 
@@ -113,5 +123,5 @@ __all__ = [
     "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
-    "compile", "Schedule", "TailStrategy", "RDom", "RVar", "Update",
+    "compile", "Schedule", "TailStrategy", "RDom", "RVar", "Update", "check",
 ]

@@ -154,9 +154,10 @@ def test_trace_round_trip_and_python():
     (lambda s, C, i, j, k: s[C].reorder(i, k, j).fuse(k, j), tl.ScheduleError,
      "pure loop with a reduction loop"),
     (lambda s, C, i, j, k: s[C].parallel(k), tl.IllegalScheduleError,
-     "cannot parallel k: it iterates over the reduction variable k"),
+     r"parallel\(C, loop='k'\): cannot parallel k: the reduction dependence between "
+     r"iterations \(i=0, j=0, k=0\) and \(i=0, j=0, k=1\) is carried by k"),
     (lambda s, C, i, j, k: s[C].vectorize(k, 8), tl.IllegalScheduleError,
-     r"cannot vectorize k\.i"),
+     r"cannot vectorize k\.i: the reduction dependence .* is carried by k\.i"),
     (lambda s, C, i, j, k: s[C].compute_inline(), tl.ScheduleError, "output; it cannot be inlined"),
     (lambda s, C, i, j, k: s[C].split(k, 4, tail="ShiftInwards"), tl.IllegalScheduleError,
      "add their terms twice"),

@@ -97,14 +97,16 @@ def test_update_stage_schedules(golden, rng):
 
 @pytest.mark.parametrize("build,exc,msg", [
     (lambda s, S, y, r: s[S].update(0).parallel(r.x), tl.IllegalScheduleError,
-     "cannot parallel r_x: it iterates the RDom variable r_x of an update"),
+     r"cannot parallel r_x: the flow dependence between iterations \(y=0, r_x=1\) and "
+     r"\(y=0, r_x=2\) is carried by r_x"),
     (lambda s, S, y, r: s[S].update(0).vectorize(r.x, 8), tl.IllegalScheduleError,
-     "cannot vectorize"),
+     r"cannot vectorize r_x\.i: the flow dependence"),
     (lambda s, S, y, r: s[S].update(0).split(r.x, 4, tail="ShiftInwards"),
      tl.IllegalScheduleError, "running an update twice"),
     (lambda s, S, y, r: (s[S].update(0).split(r.x, 4), s[S].update(0).reorder(
         f"{r.x.name}.i", f"{r.x.name}.o")), tl.IllegalScheduleError,
-     "would run the RDom loops .* in the order"),
+     r"reorder\(S.update\(0\), loops=\('r_x.i', 'r_x.o'\)\): the flow dependence from "
+     r"iteration \(y=0, r_x=\d+\) to \(y=0, r_x=\d+\) would run backwards"),
     (lambda s, S, y, r: s[S].update(1), tl.ScheduleError, "there is no update\\(1\\)"),
     (lambda s, S, y, r: s[S].compute_inline(), tl.ScheduleError, "has update definitions"),
 ])
@@ -115,3 +117,4 @@ def test_update_schedule_errors(build, exc, msg):
     s = tl.Schedule(out)
     with pytest.raises(exc, match=msg):
         build(s, S, y, r)
+        tl.compile(out, s)

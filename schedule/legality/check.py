@@ -1,0 +1,183 @@
+"""Legality of a schedule, proven with isl, and refusals explained with a witness pair.
+
+For every stage with dependences between its own iterations (see ``model.py``):
+
+- **order**: every strict dependence (flow, anti, output) of an update definition must go forward in
+  time under the schedule: ``dep ∩ {(a, b) : T(a) >=lex T(b)}`` is empty (notes A2);
+- **parallel / vectorized loops**: no dependence, strict or reduction, may be *carried* by the loop:
+  no dependent pair agrees on every outer loop and differs on this one.
+
+Reduction dependences (``C[i, j] += ...`` over ``k``) never constrain the order (the reduction
+policy: reductions are associative, so reordering and tiling reduction loops only changes rounding)
+but forbid running two of their iterations at once. Witnesses are sampled with the sizes fixed to
+small example values (isl ``lexmin`` + ``sample_point``) only after a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import islpy as isl
+
+from tensorlang.errors import IllegalScheduleError
+
+from ..ir import ForKind
+from ..loops import StageState
+from .model import StageModel, model_for
+from .time_map import carried_at, time_map
+
+EXAMPLE_SIZES = (16, 64, 5)
+
+
+@dataclass
+class Problem:
+    """One refuted property of a stage: ``kind`` is ``order`` or ``parallel``/``vectorize``."""
+
+    stage: str
+    kind: str
+    loop: str | None
+    dependence: str
+    source: dict[str, int]
+    sink: dict[str, int]
+    primitive: str | None = None
+    sizes: dict[str, int] = field(default_factory=dict)  # the example sizes of the witness
+
+    def message(self) -> str:
+        src = ", ".join(f"{k}={v}" for k, v in self.source.items())
+        snk = ", ".join(f"{k}={v}" for k, v in self.sink.items())
+        prim = f"{self.primitive}: " if self.primitive else ""
+        if self.kind == "order":
+            return (f"In schedule for {self.stage}: {prim}the {self.dependence} dependence from "
+                    f"iteration ({src}) to ({snk}) would run backwards — ({src}) must run before "
+                    f"({snk}), but the loop order puts it after (first at loop {self.loop}); "
+                    f"keep the loops of this recurrence in an order that runs it forwards")
+        what = "reduction" if self.dependence == "reduction" else self.dependence
+        fix = ("split the loop and parallelize a pure outer loop instead (rfactor is not "
+               "available yet)" if what == "reduction" else
+               f"{self.kind} a loop that carries no dependence (one of the independent pure "
+               f"loops)")
+        return (f"In schedule for {self.stage}: {prim}cannot {self.kind} {self.loop}: the "
+                f"{what} dependence between iterations ({src}) and ({snk}) is carried by "
+                f"{self.loop} — they would run at the same time; {fix}")
+
+
+@dataclass
+class LegalityReport:
+    """Per stage: ``proven`` (every dependence respected) or the problems found."""
+
+    stages: dict[str, str] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def error(self) -> IllegalScheduleError | None:
+        if not self.problems:
+            return None
+        return IllegalScheduleError(self.problems[0].message())
+
+    def __str__(self) -> str:
+        lines = [f"{name}: {status}" for name, status in self.stages.items()]
+        lines += [p.message() for p in self.problems]
+        return "\n".join(lines)
+
+
+def _witness(model: StageModel, rel: isl.Map
+             ) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    """A concrete dependent pair (source, sink) and the sizes it needs (small examples first)."""
+    for val in EXAMPLE_SIZES:
+        m = rel
+        for k, p in enumerate(model.params):
+            if not p.startswith("lo_"):
+                m = m.fix_val(isl.dim_type.param, k, val)
+        for k, p in enumerate(model.params):
+            if p.startswith("lo_"):
+                m = m.fix_val(isl.dim_type.param, k, 0) if not m.fix_val(
+                    isl.dim_type.param, k, 0).is_empty() else m
+        if m.is_empty():
+            continue
+        pt = m.wrap().lexmin().sample_point()
+        return _coords(model, pt)
+    return _coords(model, rel.wrap().sample_point())
+
+
+def _coords(model: StageModel, pt: isl.Point
+            ) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
+    n = len(model.vars)
+    coords = [pt.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(2 * n)]
+    sizes = {p: pt.get_coordinate_val(isl.dim_type.param, k).to_python()
+             for k, p in enumerate(model.params)}
+    return dict(zip(model.vars, coords[:n])), dict(zip(model.vars, coords[n:])), sizes
+
+
+def check_stage(model: StageModel, st: StageState) -> list[Problem]:
+    """The problems of stage ``st`` under its current loops (empty: proven legal)."""
+    T, where = time_map(model, st)
+    problems: list[Problem] = []
+    n_dims = T.dim(isl.dim_type.out)
+    for kind, dep in model.strict.items():
+        bad = dep.intersect(T.lex_ge_map(T))
+        if not bad.is_empty():
+            src, snk, sizes = _witness(model, bad)
+            loop = _first_broken(T, where, src, snk, sizes, model)
+            problems.append(Problem(st.func, "order", loop, kind, src, snk, sizes=sizes))
+            break
+    deps = list(model.strict.items())
+    if model.reduction is not None:
+        deps.append(("reduction", model.reduction))
+    for leaf in st.loops:
+        kind = st.kinds[leaf]
+        if kind not in (ForKind.PARALLEL, ForKind.VECTORIZED):
+            continue
+        sep = T.apply_range(carried_at(n_dims, where[leaf])).apply_range(T.reverse())
+        for name, dep in deps:
+            hit = dep.intersect(sep)
+            if not hit.is_empty():
+                src, snk, sizes = _witness(model, hit)
+                word = "parallel" if kind is ForKind.PARALLEL else "vectorize"
+                problems.append(Problem(st.func, word, leaf, name, src, snk, sizes=sizes))
+                break
+    return problems
+
+
+def _first_broken(T: isl.Map, where: dict[str, list[int]], src: dict[str, int],
+                  snk: dict[str, int], sizes: dict[str, int], model: StageModel) -> str | None:
+    """The outermost loop at which the two instances' times differ."""
+    times = []
+    for inst in (src, snk):
+        m = T
+        for k, p in enumerate(model.params):
+            m = m.fix_val(isl.dim_type.param, k, sizes.get(p, 0))
+        for k, v in enumerate(model.vars):
+            m = m.fix_val(isl.dim_type.in_, k, inst[v])
+        pt = m.range().sample_point()
+        n = T.dim(isl.dim_type.out)
+        times.append([pt.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(n)])
+    for leaf, dims in where.items():
+        if any(times[0][d] != times[1][d] for d in dims):
+            return leaf
+    return next((leaf for leaf, dims in where.items() if dims), None)
+
+
+def check_schedule(schedule) -> LegalityReport:
+    """Check every stage of ``schedule`` (a ``tl.Schedule``) that has self-dependences."""
+    report = LegalityReport()
+    key = schedule.pipeline.workload_key()
+    sizes = tuple(schedule.pipeline.sizes)
+    for f in schedule.view.funcs:
+        if f.definition is None:
+            continue
+        for number in range(-1, len(f.updates)):
+            stage = f.name if number < 0 else f"{f.name}.update({number})"
+            st = schedule.states.get(stage)
+            if st is None or st.compute.kind == "inline":
+                continue
+            model = model_for(key, f, number, sizes)
+            if model is None:
+                report.stages[stage] = "no dependences between its iterations"
+                continue
+            probs = check_stage(model, st)
+            report.stages[stage] = "proven" if not probs else "refuted"
+            report.problems.extend(probs)
+    return report

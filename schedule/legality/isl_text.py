@@ -1,0 +1,51 @@
+"""Algorithm expressions as isl text: affine index expressions and domain constraints."""
+
+from __future__ import annotations
+
+from tensorlang.affine import NonAffine, affine_form
+from tensorlang.expr import BinOp, Const, Expr
+
+
+class Unrepresentable(Exception):
+    """An expression isl cannot state exactly (the caller over-approximates or gives up)."""
+
+
+def affine(e: Expr, rename: dict[str, str] | None = None) -> str:
+    """``e`` (affine in Vars and sizes) as isl text, Vars renamed through ``rename``."""
+    try:
+        f = affine_form(e)
+    except NonAffine as exc:
+        raise Unrepresentable(str(exc)) from None
+    ren = rename or {}
+    terms = [f"{c}*{ren.get(v, v)}" for v, c in f.coeffs]
+    terms += [f"{c}*{p}" for p, c in f.params]
+    terms.append(str(f.const))
+    return " + ".join(terms)
+
+
+def lower_bounds(e: Expr) -> list[str]:
+    """Expressions whose maximum is ``e`` (``max(a, b)`` -> both; ``a // c`` -> floor)."""
+    if isinstance(e, BinOp) and e.op == "max":
+        return lower_bounds(e.a) + lower_bounds(e.b)
+    return [_quasi(e)]
+
+
+def upper_bounds(e: Expr) -> list[str]:
+    """Expressions whose minimum is ``e``."""
+    if isinstance(e, BinOp) and e.op == "min":
+        return upper_bounds(e.a) + upper_bounds(e.b)
+    return [_quasi(e)]
+
+
+def _quasi(e: Expr) -> str:
+    if isinstance(e, BinOp) and e.op == "floordiv" and isinstance(e.b, Const):
+        return f"floor(({_quasi(e.a)})/{int(e.b.value)})"
+    if isinstance(e, BinOp) and e.op in ("add", "sub"):
+        try:
+            return affine(e)
+        except Unrepresentable:
+            op = "+" if e.op == "add" else "-"
+            return f"({_quasi(e.a)}) {op} ({_quasi(e.b)})"
+    if isinstance(e, BinOp) and e.op == "mul" and isinstance(e.b, Const):
+        return f"{int(e.b.value)}*({_quasi(e.a)})"
+    return affine(e)

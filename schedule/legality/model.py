@@ -1,0 +1,128 @@
+"""The polyhedral model of one stage: its instances, the cells it writes and reads of its own Func,
+and the order the algorithm defines (isl manual, "Sets and Relations"; the dependence analysis of
+Feautrier, and Pugh & Wonnacott's memory-based dependences).
+
+Only stages that touch their own Func across iterations need a model: a pure definition with a
+reduction (``C[i, j] = sum_k ...``: iterations with the same cell are *reduction dependences*, free
+to reorder, never run at once) and an update definition (``F[r] = F[r - 1] + X[r]``: strict
+flow/anti/output dependences in the RDom's lexicographic order). Every other dependence in a
+pipeline is between stages, which the lowering orders by construction (producers run before their
+consumers; compute_at regions come from conservative bounds inference).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import islpy as isl
+
+from tensorlang.expr import Access, walk
+from tensorlang.func import Func
+
+from .isl_text import Unrepresentable, affine, lower_bounds, upper_bounds
+
+
+@dataclass
+class StageModel:
+    """isl objects of one stage: ``S[v...]`` instances (``domain``), and its dependences.
+
+    ``vars``: the stage's original Vars in ``S[...]`` order; ``strict``: flow/anti/output
+    dependences (update definitions), by kind; ``reduction``: pairs of instances updating the same
+    cell (pure definitions with a reduction). Parameters: the sizes, plus ``lo_<v>`` for each
+    Var (the origin of its loop: the region minimum, which compute_at makes variable).
+    """
+
+    stage: str
+    vars: list[str]
+    params: list[str]
+    domain: isl.Set
+    strict: dict[str, isl.Map]
+    reduction: isl.Map | None
+
+
+def _space(params: list[str]) -> str:
+    return "[" + ", ".join(params) + "]"
+
+
+def _name(v: str) -> str:
+    return v.replace(".", "_")
+
+
+def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageModel | None:
+    """The model of ``f``'s pure definition (``update`` None) or of ``update``; None when the
+    stage has no dependences between its own iterations."""
+    if update is None and (definition.reduce_op is None or not definition.rvars):
+        return None
+    if update is None:
+        pure = [a.name for a in definition.args]
+        rv = [r.name for r in definition.rvars]
+        ranges = {n: (lo, ext) for n, lo, ext in definition.ranges}
+        write_idx = [a for a in definition.args]
+        value = definition.value
+        stage = f.name
+    else:
+        pure = list(update.pure)
+        rv = [r.name for r in update.rvars]
+        dom = dict(zip([a.name for a in definition.args], f.bounds))
+        ranges = {p: dom[p] for p in pure}
+        ranges.update({r.name: (r.min, r.extent) for r in update.rvars})
+        write_idx = list(update.index)
+        value = update.value
+        stage = f"{f.name}.update({update.number})"
+    allv = pure + rv
+    ren = {v: _name(v) for v in allv}
+    params = list(sizes) + [f"lo_{_name(v)}" for v in allv]
+    sp = _space(params)
+    cons = []
+    for v in allv:
+        lo, ext = ranges[v]
+        from tensorlang.affine import sadd, sconst, ssub
+
+        hi = ssub(sadd(lo, ext), sconst(1))
+        try:
+            cons += [f"{ren[v]} >= {b}" for b in lower_bounds(lo)]
+            cons += [f"{ren[v]} <= {b}" for b in upper_bounds(hi)]
+        except Unrepresentable:
+            pass  # over-approximate: more instances can only add dependences
+    tup = ", ".join(ren[v] for v in allv)
+    domain = isl.Set(f"{sp} -> {{ S[{tup}] : {' and '.join(cons) or 'true'} }}")
+
+    def acc(idx) -> isl.Map:
+        body = ", ".join(affine(i, ren) for i in idx)
+        return isl.Map(f"{sp} -> {{ S[{tup}] -> M[{body}] }}").intersect_domain(domain)
+
+    write = acc(write_idx)
+    reads = [acc(a.indices) for a in walk(value) if isinstance(a, Access) and a.name == f.name]
+    if update is None:
+        same = write.apply_range(write.reverse())
+        ident = isl.Map(f"{sp} -> {{ S[{tup}] -> S[{tup}] }}")
+        return StageModel(stage, allv, params, domain, {}, same.subtract(ident))
+    # original order: RDom points lexicographically, last RDom dimension outermost; pure Vars are
+    # independent (each reads its own Func only at its own value)
+    rv_order = [r.name for r in sorted(update.rvars, key=lambda r: -r.dim)]
+    order = isl.Map(f"{sp} -> {{ S[{tup}] -> [{', '.join(ren[v] for v in rv_order + pure)}] }}")
+    order = order.intersect_domain(domain)
+    before = order.lex_lt_map(order)
+    strict = {}
+    w_inv = write.reverse()
+    for r in reads or []:
+        strict.setdefault("flow", None)
+        dep = write.apply_range(r.reverse()).intersect(before)
+        strict["flow"] = dep if strict["flow"] is None else strict["flow"].union(dep)
+        anti = r.apply_range(w_inv).intersect(before)
+        strict["anti"] = anti if "anti" not in strict else strict["anti"].union(anti)
+    strict["output"] = write.apply_range(w_inv).intersect(before)
+    strict = {k: v for k, v in strict.items() if v is not None}
+    return StageModel(stage, allv, params, domain, strict, None)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached(key: str, f: Func, number: int, sizes: tuple[str, ...]) -> StageModel | None:
+    d = f.definition
+    return stage_model(f, d, None if number < 0 else f.updates[number], sizes)
+
+
+def model_for(workload: str, f: Func, number: int, sizes: tuple[str, ...]) -> StageModel | None:
+    """Cached per algorithm (workload key) and stage: the dependence analysis is done once."""
+    return _cached(f"{workload}:{f.name}:{number}", f, number, sizes)
