@@ -250,7 +250,7 @@ class Schedule:
 
     def _blame(self, prob) -> str | None:
         """The first step after which ``prob``'s stage fails the same way (replaying the trace)."""
-        from .legality.check import check_stage
+        from .legality.check import MODEL_ERRORS, check_stage
         from .legality.model import model_for
 
         f = self.view.func(prob.stage.split(".update(")[0])
@@ -263,7 +263,12 @@ class Schedule:
             st = replay.states.get(prob.stage)
             if st is None or step.func != prob.stage:
                 continue
-            if model is not None and any(p.kind == prob.kind for p in check_stage(model, st)):
+            try:
+                found = model is not None and any(p.kind == prob.kind
+                                                  for p in check_stage(model, st))
+            except MODEL_ERRORS:  # the step that made the stage unmodellable
+                found = prob.kind == "unproven"
+            if found:
                 return str(step)
         return None
 

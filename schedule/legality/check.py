@@ -23,10 +23,13 @@ from tensorlang.errors import IllegalScheduleError
 
 from ..ir import ForKind
 from ..loops import StageState
+from .isl_text import Unrepresentable
 from .model import StageModel, model_for
 from .time_map import carried_at, time_map
 
 EXAMPLE_SIZES = (16, 64, 5)
+#: What building or checking a model may raise for a schedule isl cannot state (not a bug).
+MODEL_ERRORS = (Unrepresentable, isl.Error)
 
 
 @dataclass
@@ -46,6 +49,9 @@ class Problem:
         src = ", ".join(f"{k}={v}" for k, v in self.source.items())
         snk = ", ".join(f"{k}={v}" for k, v in self.sink.items())
         prim = f"{self.primitive}: " if self.primitive else ""
+        if self.kind == "unproven":
+            return (f"In schedule for {self.stage}: {prim}cannot prove this stage's loop order "
+                    f"legal: {self.dependence}")
         if self.kind == "order":
             return (f"In schedule for {self.stage}: {prim}the {self.dependence} dependence from "
                     f"iteration ({src}) to ({snk}) would run backwards — ({src}) must run before "
@@ -177,7 +183,11 @@ def check_schedule(schedule) -> LegalityReport:
             if model is None:
                 report.stages[stage] = "no dependences between its iterations"
                 continue
-            probs = check_stage(model, st)
+            try:
+                probs = check_stage(model, st)
+            except MODEL_ERRORS as exc:
+                probs = [Problem(stage, "unproven", None, str(exc).strip().splitlines()[0], {},
+                                 {})]
             report.stages[stage] = "proven" if not probs else "refuted"
             report.problems.extend(probs)
     return report

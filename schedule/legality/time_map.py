@@ -23,11 +23,13 @@ def time_map(model: StageModel, st: StageState) -> tuple[isl.Map, dict[str, list
         coords[v] = [f"({_name(v)} - lo_{_name(v)})"]
     for rel in st.relations:
         if isinstance(rel, Split):
-            (c,) = coords[rel.parent] if len(coords[rel.parent]) == 1 else (None,)
-            if c is None:  # split of a fused loop: order is that of its parts
-                coords[rel.outer] = coords[rel.parent]
-                coords[rel.inner] = []
-                continue
+            if len(coords[rel.parent]) != 1:
+                from .isl_text import Unrepresentable
+
+                raise Unrepresentable(
+                    f"{rel.parent} fuses loops of symbolic extent and is then split; its "
+                    f"iteration order is not affine — split the loops before fusing them")
+            (c,) = coords[rel.parent]
             coords[rel.outer] = [f"floor(({c})/{rel.factor})"]
             coords[rel.inner] = [f"(({c}) mod {rel.factor})"]
         elif isinstance(rel, Fuse):
