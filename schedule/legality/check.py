@@ -49,6 +49,9 @@ class Problem:
         src = ", ".join(f"{k}={v}" for k, v in self.source.items())
         snk = ", ".join(f"{k}={v}" for k, v in self.sink.items())
         prim = f"{self.primitive}: " if self.primitive else ""
+        if self.kind == "recompute":
+            return self.dependence if not self.primitive else self.dependence.replace(
+                f"In schedule for {self.stage}: ", f"In schedule for {self.stage}: {prim}", 1)
         if self.kind == "unproven":
             return (f"In schedule for {self.stage}: {prim}cannot prove this stage's loop order "
                     f"legal: {self.dependence}")
@@ -166,6 +169,28 @@ def _first_broken(T: isl.Map, where: dict[str, list[int]], src: dict[str, int],
     return next((leaf for leaf, dims in where.items() if dims), None)
 
 
+def _recompute_problem(st: StageState) -> Problem | None:
+    """ShiftInwards recomputes points; for a reduction or an update that changes the result
+    unless the recomputation is complete and not concurrent (``nest._check_shift``)."""
+    from ..loops import Split
+    from ..nest import _check_shift
+    from ..primitives import TailStrategy
+
+    for rel in st.relations:
+        if isinstance(rel, Split) and rel.tail is TailStrategy.ShiftInwards and (
+                st.rvars or st.update is not None):
+            try:
+                if st.update is not None:
+                    raise IllegalScheduleError(
+                        f"In schedule for {st.func}: ShiftInwards on {rel.parent} would run the "
+                        f"update twice on some points, which changes their result; use "
+                        f"GuardWithIf")
+                _check_shift(st, rel)
+            except IllegalScheduleError as exc:
+                return Problem(st.func, "recompute", rel.outer, str(exc), {}, {})
+    return None
+
+
 def check_schedule(schedule) -> LegalityReport:
     """Check every stage of ``schedule`` (a ``tl.Schedule``) that has self-dependences."""
     report = LegalityReport()
@@ -178,6 +203,11 @@ def check_schedule(schedule) -> LegalityReport:
             stage = f.name if number < 0 else f"{f.name}.update({number})"
             st = schedule.states.get(stage)
             if st is None or st.compute.kind == "inline":
+                continue
+            recompute = _recompute_problem(st)
+            if recompute is not None:
+                report.stages[stage] = "refuted"
+                report.problems.append(recompute)
                 continue
             model = model_for(key, f, number, sizes)
             if model is None:
