@@ -1,7 +1,20 @@
 """Schedules, the loop-nest IR, lowering and (with islpy) legality. Imports: tensorlang, islpy."""
 
-from .ir import Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc
-from .ir import ProducerConsumer, Stmt, Store, print_stmt
+from .ir import (
+           Allocate,
+           Block,
+           Buffer,
+           For,
+           ForKind,
+           IfThenElse,
+           LetStmt,
+           Load,
+           LoweredFunc,
+           ProducerConsumer,
+           Stmt,
+           Store,
+           print_stmt,
+)
 from .lower import lower
 from .primitives import LoopRef, Step, TailStrategy
 from .schedule import Schedule, Stage

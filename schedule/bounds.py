@@ -10,7 +10,7 @@ See also: Halide ``src/Bounds.cpp`` (boxes_required), the Halide PLDI 2013 paper
 
 from __future__ import annotations
 
-from tensorlang.affine import sadd, sconst, sfloordiv, smax, smin, smul, ssub, const_value
+from tensorlang.affine import const_value, sadd, sconst, sfloordiv, smax, smin, smul, ssub
 from tensorlang.errors import ScheduleError
 from tensorlang.expr import Access, BinOp, Cast, Const, Expr, Select, Size, Var, walk
 

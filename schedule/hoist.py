@@ -29,27 +29,13 @@ from .ir import (
     ProducerConsumer,
     Stmt,
     Store,
+    walk_stmts,
 )
 
 
 def _bound_inside(s: Stmt) -> set[str]:
-    out: set[str] = set()
-
-    def go(st: Stmt) -> None:
-        if isinstance(st, For):
-            out.add(st.var)
-        if isinstance(st, LetStmt):
-            out.add(st.var)
-        for f in ("body", "then", "otherwise"):
-            c = getattr(st, f, None)
-            if isinstance(c, Stmt):
-                go(c)
-        if isinstance(st, Block):
-            for c in st.stmts:
-                go(c)
-
-    go(s)
-    return out
+    """Variables bound by ``s`` or inside it (loop variables and lets)."""
+    return {st.var for st in walk_stmts(s) if isinstance(st, (For, LetStmt))}
 
 
 def _candidates(e: Expr, inner: set[str], out: list[Expr]) -> None:
@@ -79,6 +65,8 @@ def _hoistable(e: Expr, inner: set[str]) -> bool:
 
 
 def _exprs_of(s: Stmt) -> list[Expr]:
+    if isinstance(s, Allocate):
+        return [*s.buffer.mins, *s.buffer.extents]
     if isinstance(s, For):
         return [s.min, s.extent]
     if isinstance(s, Store):
@@ -122,22 +110,9 @@ def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
     def hoist(s: For) -> Stmt:
         inner = _bound_inside(s)
         found: list[Expr] = []
-
-        def collect(st: Stmt) -> None:
+        for st in walk_stmts(s.body):
             for e in _exprs_of(st):
                 _candidates(e, inner, found)
-            if isinstance(st, Allocate):
-                for e in (*st.buffer.mins, *st.buffer.extents):
-                    _candidates(e, inner, found)
-            for fld in ("body", "then", "otherwise"):
-                c = getattr(st, fld, None)
-                if isinstance(c, Stmt):
-                    collect(c)
-            if isinstance(st, Block):
-                for c in st.stmts:
-                    collect(c)
-
-        collect(s.body)
         table: dict[tuple, Var] = {}
         lets: list[tuple[str, Expr]] = []
         for e in found:

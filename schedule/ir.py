@@ -152,6 +152,24 @@ class LoweredFunc:
 
 
 # -- traversal -----------------------------------------------------------------------------------
+def child_stmts(s: Stmt) -> tuple[Stmt, ...]:
+    """The statements directly inside ``s``, in order."""
+    if isinstance(s, Block):
+        return s.stmts
+    if isinstance(s, IfThenElse):
+        return (s.then,) if s.otherwise is None else (s.then, s.otherwise)
+    if isinstance(s, (For, Allocate, LetStmt, ProducerConsumer)):
+        return (s.body,)
+    return ()
+
+
+def walk_stmts(s: Stmt):
+    """Pre-order traversal of ``s`` and every statement inside it."""
+    yield s
+    for c in child_stmts(s):
+        yield from walk_stmts(c)
+
+
 def map_stmt(s: Stmt, fs: Callable[[Stmt], Stmt], fe: Callable[[Expr], Expr]) -> Stmt:
     """Rebuild ``s`` with ``fs`` applied to child statements and ``fe`` to its expressions."""
     import dataclasses

@@ -21,17 +21,17 @@ import os
 import sys
 from typing import Callable
 
+from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
-from tensorlang.errors import ScheduleError
-
-from .ir import LoweredFunc
 from .hoist import hoist_invariants
+from .ir import LoweredFunc
 from .promote import promote_accumulators
 from .realize import realize
 from .schedule import Schedule
 from .simplify import simplify
+
 
 def check_loops(f: LoweredFunc) -> LoweredFunc:
     """Refuse what codegen cannot honour: an unrolled loop without a constant extent."""

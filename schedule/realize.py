@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorlang.affine import const_value, sadd, sconst, ssub
+from tensorlang.affine import const_value, sadd, sconst, smax, smin, ssub
 from tensorlang.dtypes import DType, int64
 from tensorlang.errors import IllegalScheduleError, ScheduleError
-from tensorlang.affine import smax, smin
 from tensorlang.expr import (
     Access,
-    Var,
     BinOp,
     Cmp,
     Const,
     Expr,
     Select,
+    Var,
     map_children,
     substitute,
     walk,
@@ -52,8 +51,6 @@ from .ir import (
 from .loops import StageState, default_states
 from .nest import Leaf, build_stage_nest, emit_nest
 from .view import AlgorithmView
-
-
 
 #: The largest extent an unrolled loop may have.
 MAX_UNROLL = 256
@@ -351,12 +348,7 @@ class _Realizer:
                 regions[g.name] = tuple((tidy(lo, k), tidy(ext, k))
                                         for lo, ext in clip_box(boxes[g.name], g.bounds))
                 if self.states[g.name].store is None:
-                    exts = []
-                    for (lo, ext), full in zip(regions[g.name],
-                                               box_extents(full_boxes[g.name])):
-                        exts.append(full if full is not None and const_value(full) is not None
-                                    else ext)
-                    allocs[g.name] = tuple(exts)
+                    allocs[g.name] = _alloc_extents(regions[g.name], full_boxes[g.name])
                 out.append(self.produce(g, regions[g.name], inner_scope, inner_ranges,
                                         tuple(box_extents(full_boxes[g.name]))))
             return out
@@ -373,12 +365,8 @@ class _Realizer:
                 kk = nest.position(lf.name)
                 region = tuple((tidy(lo, kk), tidy(ext, kk))
                                for lo, ext in clip_box(box, g.bounds))
-                exts = []
-                for (lo, ext), full in zip(region, box_extents(full_box)):
-                    exts.append(full if full is not None and const_value(full) is not None
-                                else ext)
                 regions[g.name + "@store"] = region
-                allocs[g.name] = tuple(exts)
+                allocs[g.name] = _alloc_extents(region, full_box)
             for g in reversed(placed + [g for g in stored if g not in placed]):
                 assert g.dtype is not None
                 mins = regions.get(g.name + "@store", regions.get(g.name))
@@ -406,12 +394,17 @@ class _Realizer:
         return stmt
 
 
-def _bounds_of(box: Box, domain) -> list[tuple[Expr, Expr]]:
+def _alloc_extents(region, full_box: Box) -> tuple[Expr, ...]:
+    """Allocation extents of a region: the whole tile's extent where it is a constant (a stack
+    buffer that fits every iteration, tails included), else the region's own extent."""
     out = []
-    for b, (dmin, dext) in zip(clip_box(box, domain), domain):
-        lo, ext = b
-        out.append((lo, ssub(sadd(lo, ext), sconst(1))))
-    return out
+    for (_, ext), full in zip(region, box_extents(full_box)):
+        out.append(full if full is not None and const_value(full) is not None else ext)
+    return tuple(out)
+
+
+def _bounds_of(box: Box, domain) -> list[tuple[Expr, Expr]]:
+    return [(lo, ssub(sadd(lo, ext), sconst(1))) for lo, ext in clip_box(box, domain)]
 
 
 def realize(p: Pipeline | AlgorithmView,

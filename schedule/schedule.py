@@ -37,8 +37,8 @@ from .loops import (
     apply_split,
     default_states,
 )
-from .view import AlgorithmView
 from .primitives import LoopRef, Step, TailStrategy
+from .view import AlgorithmView
 
 LoopLike = Union[LoopRef, Var, str]
 FORMAT_VERSION = 1

@@ -22,8 +22,8 @@ from .errors import (
 from .expr import Expr, Size, Var, binary, call, cast, compare
 from .expr import const as _const
 from .func import BoundaryView, Definition, Func, Input, Update, clamp_edge, constant_exterior
-from .rdom import RDom, RVar
 from .pipeline import Pipeline, workload_key
+from .rdom import RDom, RVar
 from .reducers import max, min, prod, sum  # noqa: A004
 from .reference import reference
 

@@ -21,7 +21,6 @@ from .affine import NonAffine, affine_form, sadd, sconst, ssub
 from .domain import Constraint, infer_ranges
 from .dtypes import DType, as_dtype, int64
 from .errors import DefinitionError
-from .rdom import RVar
 from .expr import (
     Access,
     Boundary,
@@ -38,6 +37,7 @@ from .expr import (
     map_children,
     walk,
 )
+from .rdom import RVar
 
 
 def _as_shape(shape: Any, owner: str) -> tuple[Expr, ...]:
@@ -366,7 +366,8 @@ class Func:
                 try:
                     affine_form(e)
                 except NonAffine as exc:
-                    raise DefinitionError(f"{where}: index {pos} ({e}) is not affine: {exc}")
+                    raise DefinitionError(
+                        f"{where}: index {pos} ({e}) is not affine: {exc}") from None
                 plain = [n.name for n in walk(e) if isinstance(n, Var) and
                          not isinstance(n, RVar)]
                 if plain:

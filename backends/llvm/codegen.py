@@ -38,11 +38,11 @@ from schedule.ir import (
     Stmt,
     Store,
 )
+from tensorlang.affine import NonAffine, affine_form
 from tensorlang.dtypes import DType
 from tensorlang.dtypes import int64 as I64_DT
-from tensorlang.affine import NonAffine, affine_form
-from tensorlang.expr import BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var, walk
 from tensorlang.errors import CompileError
+from tensorlang.expr import BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var, walk
 
 from .target import Target
 
