@@ -139,6 +139,8 @@ class _Realizer:
     def __init__(self, p: AlgorithmView, states: dict[str, StageState]) -> None:
         self.p = p
         self.states = states
+        self.proven = 0  # compute_at placements whose coverage isl proved
+        self.unproven = 0  # ... that isl could not state (bounds inference trusted)
         inline = {n for n, st in states.items() if st.compute.kind == "inline"}
         self.values = inline_funcs(p, inline)
         self.live = [f for f in p.funcs if f.name not in inline]
@@ -234,6 +236,32 @@ class _Realizer:
         fast = self._emit(f, nest, fast_reg, scope, scope_ranges)
         safe = self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope, scope_ranges)
         return IfThenElse(cond, fast, safe)
+
+    def _verify(self, g: Func, region, k: int, group: list[Func], regions, nest,
+                outer_ranges, consumer_view) -> None:
+        """Prove with isl that ``region`` covers what this loop iteration reads of ``g``."""
+        from .legality.coverage import verify_coverage
+
+        view, rng = consumer_view(k)
+        readers = [(view, rng)]
+        for r in group:
+            if r.name in regions and r is not g and any(
+                    isinstance(a, Access) and a.name == g.name for a in walk(self.values[r.name])):
+                rd = self.p.definition(r.name)
+                rr = {a.name: (lo, ssub(sadd(lo, ext), sconst(1)))
+                      for a, (lo, ext) in zip(rd.args, regions[r.name])}
+                for rv in rd.rvars:
+                    lo, ext = rd.range_of(rv.name)
+                    rr[rv.name] = (lo, ssub(sadd(lo, ext), sconst(1)))
+                readers.append((self.values[r.name], rr))
+        context = dict(outer_ranges)
+        context.update({lf.var: rg for lf, rg in zip(
+            nest.leaves[: k + 1], nest.leaf_ranges(0, loose=True).values())})
+        if verify_coverage(g.name, g.bounds, region, readers, context,
+                           f"{g.name} computed at {nest.func}.{nest.leaves[k].name}"):
+            self.proven += 1
+        else:
+            self.unproven += 1
 
     def produce_update(self, f: Func, u) -> Stmt:
         """The nest of update ``u`` of root Func ``f``: its pure Vars over f's domain, its RVars
@@ -347,6 +375,8 @@ class _Realizer:
             for g in group:
                 regions[g.name] = tuple((tidy(lo, k), tidy(ext, k))
                                         for lo, ext in clip_box(boxes[g.name], g.bounds))
+                self._verify(g, regions[g.name], k, group, regions, nest, outer_ranges,
+                             consumer_view)
                 if self.states[g.name].store is None:
                     allocs[g.name] = _alloc_extents(regions[g.name], full_boxes[g.name])
                 out.append(self.produce(g, regions[g.name], inner_scope, inner_ranges,

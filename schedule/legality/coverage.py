@@ -1,0 +1,132 @@
+"""Coverage of compute_at / store_at regions, proven with isl set inclusion.
+
+For a producer ``P`` computed at loop ``L`` of a consumer, every cell of ``P`` that one iteration of
+``L`` reads — the consumer's reads over its tile, plus the reads of the other producers computed
+there — must lie in the region the lowering computes (bounds inference, ``schedule/bounds.py``). The
+tile and the region are parametric in the enclosing loops' variables and the sizes; the enclosing
+loops' ranges are the context. Reads outside P's domain are excluded: the call-time check refuses
+shapes for which the algorithm would make them. A failure is a tensorlang bug (bounds inference
+under-approximated a region) and is reported with a witness cell.
+See also: isl manual "Subset checks"; notes A4 (footprints for compute_at).
+"""
+
+from __future__ import annotations
+
+import islpy as isl
+
+from tensorlang.errors import CompileError
+from tensorlang.expr import Access, BinOp, Const, Expr, Size, Var, walk
+
+from .isl_text import Unrepresentable
+
+Range = tuple[Expr, Expr]  # inclusive
+
+
+def _name(n: str, size: bool) -> str:
+    return ("s_" if size else "v_") + n.replace(".", "_")
+
+
+def isl_expr(e: Expr) -> str:
+    """``e`` as an isl quasi-affine expression (+, -, * constant, // and % by constants, min,
+    max). Raises Unrepresentable otherwise."""
+    if isinstance(e, Const) and e.dtype.is_int:
+        return str(int(e.value))
+    if isinstance(e, Var):
+        return _name(e.name, False)
+    if isinstance(e, Size):
+        return _name(e.name, True)
+    if isinstance(e, BinOp) and e.dtype.is_int:
+        a, b = e.a, e.b
+        if e.op in ("add", "sub"):
+            return f"({isl_expr(a)} {'+' if e.op == 'add' else '-'} {isl_expr(b)})"
+        if e.op == "mul":
+            if isinstance(b, Const):
+                return f"({int(b.value)} * {isl_expr(a)})"
+            if isinstance(a, Const):
+                return f"({int(a.value)} * {isl_expr(b)})"
+        if e.op in ("max", "min"):
+            return f"{e.op}({isl_expr(a)}, {isl_expr(b)})"
+        if e.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
+            c = int(b.value)
+            return f"floor(({isl_expr(a)})/{c})" if e.op == "floordiv" else \
+                f"(({isl_expr(a)}) mod {c})"
+    raise Unrepresentable(f"{e} is not quasi-affine")
+
+
+def _params(texts: list[str]) -> str:
+    import re
+
+    names = sorted(set(re.findall(r"\b[sv]_[A-Za-z0-9_]+\b", " ".join(texts))))
+    return "[" + ", ".join(names) + "]"
+
+
+def verify_coverage(producer: str, domain: tuple[tuple[Expr, Expr], ...],
+                    region: tuple[tuple[Expr, Expr], ...],
+                    readers: list[tuple[Expr, dict[str, Range]]],
+                    context: dict[str, Range], where: str) -> bool:
+    """Prove that ``readers`` (expression, ranged Vars) read ``producer`` only inside ``region``
+    (``(min, extent)`` per dimension). Returns False when isl cannot state the problem.
+
+    Raises:
+        CompileError: a read cell lies outside the region (a bounds-inference bug).
+    """
+    try:
+        rank = len(domain)
+        pvars = [f"p{d}" for d in range(rank)]
+        dom_c, reg_c = [], []
+        for p, (lo, ext), (rlo, rext) in zip(pvars, domain, region):
+            dom_c.append(f"{isl_expr(lo)} <= {p} <= {isl_expr(lo)} + {isl_expr(ext)} - 1")
+            reg_c.append(f"{isl_expr(rlo)} <= {p} <= {isl_expr(rlo)} + {isl_expr(rext)} - 1")
+        ctx = [f"{isl_expr(lo)} <= {_name(v, False)} <= {isl_expr(hi)}"
+               for v, (lo, hi) in context.items()]
+        texts: list[str] = dom_c + reg_c + ctx
+        reads_txt = []
+        for expr, ranges in readers:
+            tvars = list(ranges)
+            tup = ", ".join(_name(v, False) + "_t" for v in tvars)
+            ren = {_name(v, False): _name(v, False) + "_t" for v in tvars}
+            cons = [f"{isl_expr(lo)} <= {_name(v, False)}_t <= {isl_expr(hi)}"
+                    for v, (lo, hi) in ranges.items()]
+            for a in walk(expr):
+                if not isinstance(a, Access) or a.name != producer:
+                    continue
+                idx = []
+                for d, ix in enumerate(a.indices):
+                    t = isl_expr(ix)
+                    if a.boundary is not None:
+                        lo, ext = domain[d]
+                        t = f"max(min({t}, {isl_expr(lo)} + {isl_expr(ext)} - 1), {isl_expr(lo)})"
+                    idx.append(t)
+                body = ", ".join(idx)
+                for old, new in ren.items():
+                    import re
+
+                    body = re.sub(rf"\b{old}\b", new, body)
+                    cons = [re.sub(rf"\b{old}\b(?!_t)", new, c) for c in cons]
+                reads_txt.append((tup, cons, body))
+                texts += cons + [body]
+        if not reads_txt:
+            return True
+        sp = _params(texts)
+        dom_set = isl.Set(f"{sp} -> {{ P[{', '.join(pvars)}] : {' and '.join(dom_c)} }}")
+        reg_set = isl.Set(f"{sp} -> {{ P[{', '.join(pvars)}] : {' and '.join(reg_c)} }}")
+        ctx_set = isl.Set(f"{sp} -> {{ : {' and '.join(ctx) or 'true'} }}")
+        foot = None
+        for tup, cons, body in reads_txt:
+            tile = isl.Set(f"{sp} -> {{ T[{tup}] : {' and '.join(cons) or 'true'} }}")
+            m = isl.Map(f"{sp} -> {{ T[{tup}] -> P[{body}] }}")
+            img = tile.apply(m)
+            foot = img if foot is None else foot.union(img)
+        assert foot is not None
+        foot = foot.intersect(dom_set).intersect_params(ctx_set)
+        missing = foot.subtract(reg_set)
+    except (Unrepresentable, isl.Error):
+        return False
+    if missing.is_empty():
+        return True
+    pt = missing.sample_point()
+    cell = [pt.get_coordinate_val(isl.dim_type.set, d).to_python() for d in range(rank)]
+    raise CompileError(
+        f"internal error in bounds inference for {where}: the region computed for {producer} "
+        f"misses cell {producer}{cell} that the consumer reads (isl witness); please report "
+        f"this with the schedule (s.to_python())")
