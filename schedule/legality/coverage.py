@@ -12,6 +12,8 @@ See also: isl manual "Subset checks"; notes A4 (footprints for compute_at).
 
 from __future__ import annotations
 
+import re
+
 import islpy as isl
 
 from tensorlang.errors import CompileError
@@ -54,10 +56,12 @@ def isl_expr(e: Expr) -> str:
 
 
 def _params(texts: list[str]) -> str:
-    import re
-
     names = sorted(set(re.findall(r"\b[sv]_[A-Za-z0-9_]+\b", " ".join(texts))))
-    return "[" + ", ".join(names) + "]"
+    return "[" + ", ".join(n for n in names if not n.endswith("__t")) + "]"
+
+
+def _rename(text: str, ren: dict[str, str]) -> str:
+    return re.sub(r"\b[sv]_[A-Za-z0-9_]+\b", lambda m: ren.get(m.group(0), m.group(0)), text)
 
 
 def verify_coverage(producer: str, domain: tuple[tuple[Expr, Expr], ...],
@@ -83,26 +87,23 @@ def verify_coverage(producer: str, domain: tuple[tuple[Expr, Expr], ...],
         reads_txt = []
         for expr, ranges in readers:
             tvars = list(ranges)
-            tup = ", ".join(_name(v, False) + "_t" for v in tvars)
-            ren = {_name(v, False): _name(v, False) + "_t" for v in tvars}
-            cons = [f"{isl_expr(lo)} <= {_name(v, False)}_t <= {isl_expr(hi)}"
+            # the tile's own Vars get private names: their bounds may mention enclosing loops
+            # that share a name with them (a producer's x inside its consumer's loop x)
+            ren = {_name(v, False): _name(v, False) + "__t" for v in tvars}
+            tup = ", ".join(ren.values())
+            cons = [f"{isl_expr(lo)} <= {ren[_name(v, False)]} <= {isl_expr(hi)}"
                     for v, (lo, hi) in ranges.items()]
             for a in walk(expr):
                 if not isinstance(a, Access) or a.name != producer:
                     continue
                 idx = []
                 for d, ix in enumerate(a.indices):
-                    t = isl_expr(ix)
+                    t = _rename(isl_expr(ix), ren)
                     if a.boundary is not None:
                         lo, ext = domain[d]
                         t = f"max(min({t}, {isl_expr(lo)} + {isl_expr(ext)} - 1), {isl_expr(lo)})"
                     idx.append(t)
                 body = ", ".join(idx)
-                for old, new in ren.items():
-                    import re
-
-                    body = re.sub(rf"\b{old}\b", new, body)
-                    cons = [re.sub(rf"\b{old}\b(?!_t)", new, c) for c in cons]
                 reads_txt.append((tup, cons, body))
                 texts += cons + [body]
         if not reads_txt:
