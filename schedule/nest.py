@@ -175,11 +175,20 @@ def _divides(extent: Expr, f: int) -> bool:
     return f == 1 or (c is not None and c % f == 0)
 
 
+def shift_witness(rel: Split) -> str:
+    """Two iterations a ShiftInwards split runs on the same point (extent = factor + 1: the last
+    tile starts at 1 instead of factor)."""
+    f = rel.factor
+    return (f"(witness: with {rel.parent} of extent {f + 1}, iterations ({rel.outer}=0, "
+            f"{rel.inner}=1) and ({rel.outer}=1, {rel.inner}=0) both run {rel.parent}=1)")
+
+
 def _check_shift(st: StageState, rel: Split) -> None:
     if st.is_reduction_loop(rel.outer):
         raise IllegalScheduleError(
             f"In schedule for {st.func}: split of {rel.parent} with ShiftInwards would run some "
-            f"reduction iterations twice and add their terms twice; use GuardWithIf")
+            f"reduction iterations twice and add their terms twice {shift_witness(rel)}; use "
+            f"GuardWithIf")
     if st.rvars:
         par = [n for n in st.loops
                if st.kinds[n] is ForKind.PARALLEL and rel.parent in _base_vars(st, n)]
@@ -188,14 +197,15 @@ def _check_shift(st: StageState, rel: Split) -> None:
                 f"In schedule for {st.func}: ShiftInwards on {rel.parent} makes neighbouring "
                 f"tiles recompute the same cells of a reduction, and the parallel loop {par[0]} "
                 f"would run them at once (one tile re-initialises a cell while another "
-                f"accumulates into it); use GuardWithIf for {rel.parent}")
+                f"accumulates into it) {shift_witness(rel)}; use GuardWithIf for {rel.parent}")
         red = [n for n in st.loops if st.is_reduction_loop(n)]
         outer_leaves = [n for n in st.loops if rel.outer in _base_vars(st, n)]
         if red and any(st.loops.index(n) > st.loops.index(red[0]) for n in outer_leaves):
             raise IllegalScheduleError(
                 f"In schedule for {st.func}: ShiftInwards on {rel.parent} recomputes cells of a "
                 f"reduction, which is harmless only when {rel.outer} is outside every reduction "
-                f"loop (here it is inside {red[0]}); reorder or use GuardWithIf")
+                f"loop (here it is inside {red[0]}) {shift_witness(rel)}; reorder or use "
+                f"GuardWithIf")
 
 
 def _base_vars(st: StageState, loop: str) -> set[str]:

@@ -93,15 +93,16 @@ class Schedule:
         result: Any = None
         if step.op in ("split", "tile") and st.update is not None and \
                 _tail(step.get("tail")) is TailStrategy.ShiftInwards:
+            loop = step.get("loop") or step.get("x")
+            f = step.get("factor") or step.get("fx")
             raise IllegalScheduleError(
                 f"In schedule for {st.func}: {what}: ShiftInwards recomputes some points, and "
-                f"running an update twice on a point changes its result; use GuardWithIf")
+                f"running an update twice on a point changes its result (witness: with {loop} "
+                f"of extent {f + 1}, iterations ({loop}.o=0, {loop}.i=1) and ({loop}.o=1, "
+                f"{loop}.i=0) both run {loop}=1); use GuardWithIf")
         if step.op in ("compute_root", "compute_inline", "compute_at", "store_at", "cache_write") \
                 and (st.update is not None or self.view.func(st.func).updates):
-            raise ScheduleError(
-                f"{what}: {st.func.split('.')[0]} has update definitions; it is computed at root "
-                f"(its definitions run in order over its whole domain), and its update stages "
-                f"have no placement of their own")
+            self._refuse_placement(st, step, what)
         if step.op in ("compute_at", "store_at", "cache_read"):
             target = step.get("consumer", st.func) if step.op != "cache_read" else st.func
             if target in self.states and self.states[target].update is not None:
@@ -154,6 +155,28 @@ class Schedule:
             raise ScheduleError(f"unknown schedule primitive {step.op!r} in {what}")
         self.steps.append(step)
         return result
+
+    def _refuse_placement(self, st: StageState, step: Step, what: str) -> None:
+        """A Func with update definitions is computed at root: recomputing it in pieces (at a
+        consumer loop, or inlined) would cut the recurrences its updates carry."""
+        from .legality.check import recurrence_witness
+
+        base = st.func.split(".update(")[0]
+        msg = (f"{what}: {base} has update definitions; it is computed at root (its definitions "
+               f"run in order over its whole domain), and its update stages have no placement of "
+               f"their own")
+        if step.op in ("compute_at", "store_at", "compute_inline") and st.update is None:
+            wit = recurrence_witness(self.view.func(base), tuple(self.pipeline.sizes),
+                                     self.pipeline.workload_key())
+            if wit is not None:
+                loop = step.get("loop")
+                where = f"at {step.get('consumer')}.{loop}" if loop else "inline"
+                raise IllegalScheduleError(
+                    f"In schedule for {base}: {what}: computing {base} {where} recomputes it in "
+                    f"pieces, but its recurrence carries values across them: {wit}, which a "
+                    f"piece that starts at the later iteration would not have computed; "
+                    f"compute {base} at root")
+        raise ScheduleError(msg)
 
     def _state(self, step: Step) -> StageState:
         if step.func not in self.states:

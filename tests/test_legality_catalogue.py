@@ -175,7 +175,8 @@ CASES = [
     ("scan_parallel_pure_def", scan_rows, lambda s: st(s, "S").parallel("y").vectorize("x", 4),
      True, []),
     ("scan_shift_inwards", scan_rows, lambda s: st(s, "S").update(0).split(
-        "y", 4, tail="ShiftInwards"), False, ["ShiftInwards", "running an update twice"]),
+        "y", 4, tail="ShiftInwards"), False, ["split(S.update(0), loop='y'", "running an update "
+                                               "twice", "iterations (y.o=0, y.i=1)"]),
     # -- multi-dimensional recurrences --------------------------------------------------------
     ("skewed_default", skewed, lambda s: None, True, []),
     ("skewed_interchange", skewed, lambda s: st(s, "F").update(0).reorder("r_x", "r_y"), False,
@@ -198,7 +199,9 @@ CASES = [
      True, []),
     ("prefix2d_parallel_scan_dim", prefix2d, lambda s: st(s, "S").update(1).parallel("ry_x"),
      False, ["S.update(1)", "cannot parallel ry_x", "flow dependence"]),
-    ("scan_compute_at_consumer_tile", None, None, False, ["has update definitions"]),
+    ("scan_compute_at_consumer_tile", None, None, False,
+     ["compute_at(S, consumer='out', loop='x.o')", "S.update(0) iteration (y=0, r_x=2) reads "
+      "what (y=0, r_x=1) wrote"]),
     # a scan producer cannot be recomputed per consumer tile (it needs the whole row)
 ]
 
@@ -214,7 +217,7 @@ def test_catalogue(case):
         out[y, x] = S[y, x] * 2
         s = tl.Schedule(out)
         s[out].tile(y, x, 4, 4)
-        with pytest.raises(tl.ScheduleError) as err:
+        with pytest.raises(tl.IllegalScheduleError) as err:
             s[S].compute_at(s[out], "x.o")
         for frag in fragments:
             assert frag in str(err.value)

@@ -181,10 +181,12 @@ def _recompute_problem(st: StageState) -> Problem | None:
                 st.rvars or st.update is not None):
             try:
                 if st.update is not None:
+                    from ..nest import shift_witness
+
                     raise IllegalScheduleError(
                         f"In schedule for {st.func}: ShiftInwards on {rel.parent} would run the "
-                        f"update twice on some points, which changes their result; use "
-                        f"GuardWithIf")
+                        f"update twice on some points, which changes their result "
+                        f"{shift_witness(rel)}; use GuardWithIf")
                 _check_shift(st, rel)
             except IllegalScheduleError as exc:
                 return Problem(st.func, "recompute", rel.outer, str(exc), {}, {})
@@ -221,3 +223,17 @@ def check_schedule(schedule) -> LegalityReport:
             report.stages[stage] = "proven" if not probs else "refuted"
             report.problems.extend(probs)
     return report
+
+
+def recurrence_witness(f, sizes: tuple[str, ...], workload: str) -> str | None:
+    """A flow dependence of ``f``'s first update that carries across its RDom, as text:
+    ``iteration (...) reads what (...) wrote`` (None if its updates have none)."""
+    for u in f.updates:
+        model = model_for(workload, f, u.number, sizes)
+        if model is None or "flow" not in model.strict or model.strict["flow"].is_empty():
+            continue
+        src, snk, _ = _witness(model, model.strict["flow"])
+        a = ", ".join(f"{k}={v}" for k, v in snk.items())
+        b = ", ".join(f"{k}={v}" for k, v in src.items())
+        return f"{f.name}.update({u.number}) iteration ({a}) reads what ({b}) wrote"
+    return None
