@@ -269,6 +269,11 @@ class Schedule:
         report = check_schedule(self)
         for prob in report.problems:
             prob.primitive = self._blame(prob)
+        blamed = {p.primitive for p in report.problems}
+        if report.problems and None in blamed:
+            blamed.add(str(self.steps[-1]) if self.steps else None)
+        report.primitives = [(str(st), "refuted" if str(st) in blamed else "proven")
+                             for st in self.steps]
         return report
 
     def _blame(self, prob) -> str | None:

@@ -163,12 +163,12 @@ CASES = [
     ("scan_parallel_rx", scan_rows, lambda s: st(s, "S").update(0).parallel("r_x"), False,
      ["parallel(S.update(0), loop='r_x')", "flow dependence", "(y=0, r_x=1)"]),
     ("scan_vectorize_rx", scan_rows, lambda s: st(s, "S").update(0).vectorize("r_x", 4), False,
-     ["cannot vectorize r_x.i", "flow dependence"]),
+     ["cannot vectorize r_x.i", "flow dependence between iterations (y=0, r_x="]),
     ("scan_split_rx", scan_rows, lambda s: st(s, "S").update(0).split("r_x", 4), True, []),
     # splitting keeps the order
     ("scan_split_rx_swap", scan_rows, lambda s: (st(s, "S").update(0).split("r_x", 4), st(
         s, "S").update(0).reorder("r_x.i", "r_x.o")), False,
-     ["reorder(S.update(0)", "would run backwards", "r_x.i"]),  # runs r_x out of order
+     ["reorder(S.update(0)", "would run backwards", "from iteration (y=0, r_x=", "r_x.i"]),  # runs r_x out of order
     ("scan_unroll_rx", scan_rows, lambda s: st(s, "S").update(0).unroll("r_x", 2), True, []),
     ("scan_reorder_rows_inside", scan_rows, lambda s: st(s, "S").update(0).reorder("r_x", "y"),
      True, []),  # pure loop moves freely
@@ -198,7 +198,7 @@ CASES = [
                                                           st(s, "S").update(1).parallel("x")),
      True, []),
     ("prefix2d_parallel_scan_dim", prefix2d, lambda s: st(s, "S").update(1).parallel("ry_x"),
-     False, ["S.update(1)", "cannot parallel ry_x", "flow dependence"]),
+     False, ["S.update(1)", "cannot parallel ry_x", "flow dependence between iterations ("]),
     ("scan_compute_at_consumer_tile", None, None, False,
      ["compute_at(S, consumer='out', loop='x.o')", "S.update(0) iteration (y=0, r_x=2) reads "
       "what (y=0, r_x=1) wrote"]),
@@ -227,6 +227,8 @@ def test_catalogue(case):
     if not legal:
         with pytest.raises(tl.IllegalScheduleError) as err:
             build(s)
+            report = tl.check(out, s)
+            assert any(status == "refuted" for _, status in report.primitives), str(report)
             tl.compile(out, s)
         text = str(err.value)
         for frag in fragments:
@@ -235,6 +237,7 @@ def test_catalogue(case):
     build(s)
     report = tl.check(out, s)
     assert report.ok, str(report)
+    assert all(status == "proven" for _, status in report.primitives)
     kern = tl.compile(out, s)
     for m, n in [(5, 7), (2, 3), (9, 4)]:
         arrs = arrays(rng, m, n)

@@ -76,6 +76,9 @@ class LegalityReport:
 
     stages: dict[str, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    #: Each primitive of the trace, in order, with ``proven`` or ``refuted`` (it introduced a
+    #: problem); filled by ``Schedule.check``.
+    primitives: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -87,7 +90,8 @@ class LegalityReport:
         return IllegalScheduleError(self.problems[0].message())
 
     def __str__(self) -> str:
-        lines = [f"{name}: {status}" for name, status in self.stages.items()]
+        lines = [f"{step}: {status}" for step, status in self.primitives]
+        lines += [f"{name}: {status}" for name, status in self.stages.items()]
         lines += [p.message() for p in self.problems]
         return "\n".join(lines)
 
