@@ -38,7 +38,6 @@ from schedule.ir import (
     Stmt,
     Store,
 )
-from tensorlang.affine import NonAffine, affine_form
 from tensorlang.dtypes import DType
 from tensorlang.dtypes import int64 as I64_DT
 from tensorlang.errors import CompileError
@@ -97,6 +96,8 @@ class CodeGen:
         self.uses_parallel = False
         self.num_threads = 0
         self.scoped: dict[str, list[Buffer]] = {}  # buffers by enclosing Allocate, innermost last
+        self._entry_values: dict[int, dict[tuple, ir.Value]] = {}
+        self._size_only_memo: dict[tuple, bool] = {}
         self.vec: tuple[str, int] | None = None  # (loop variable, lanes) of an explicit vector loop
         self.lane0 = False  # evaluate the vector loop variable as a scalar (addresses, lanes)
 
@@ -159,6 +160,30 @@ class CodeGen:
 
     # -- expressions -------------------------------------------------------------------------------
     def expr(self, e: Expr) -> ir.Value:
+        """Emit ``e``. Expressions of sizes only (strides, extents, bounds) are emitted once per
+        function, in its entry block, which dominates every use."""
+        if isinstance(e, (BinOp, Cast)) and self._size_only(e):
+            cache = self._entry_values.setdefault(id(self.fn), {})
+            v = cache.get(e.key)
+            if v is None:
+                saved, self.builder = self.builder, self.allocas
+                try:
+                    v = self._expr(e)
+                finally:
+                    self.builder = saved
+                cache[e.key] = v
+            return v
+        return self._expr(e)
+
+    def _size_only(self, e: Expr) -> bool:
+        k = e.key
+        r = self._size_only_memo.get(k)
+        if r is None:
+            r = not any(isinstance(n, (Var, Load)) for n in walk(e))
+            self._size_only_memo[k] = r
+        return r
+
+    def _expr(self, e: Expr) -> ir.Value:
         b = self.builder
         if isinstance(e, Const):
             t = value_type(e.dtype)
@@ -455,13 +480,10 @@ class CodeGen:
         var = self.vec[0]
         coefs = []
         for ix in indices:
-            if not any(isinstance(n, Var) and n.name == var for n in walk(ix)):
-                coefs.append(0)
-                continue
-            try:
-                coefs.append(affine_form(ix).coeff(var))
-            except NonAffine:
+            c = _linear_coeff(ix, var)
+            if c is None:
                 return "gather"
+            coefs.append(c)
         if not any(coefs):
             return "scalar"
         if coefs[-1] == 1 and not any(coefs[:-1]):
@@ -792,6 +814,29 @@ class CodeGen:
         self.builder.ret(ir.Constant(I32, 0))
         self._close()
         return self.module
+
+
+def _linear_coeff(e: Expr, var: str) -> int | None:
+    """``c`` if ``e == c * var + (terms without var)``, whatever those terms are (min, //, ...);
+    None if ``var`` occurs non-linearly."""
+    if isinstance(e, Var):
+        return 1 if e.name == var else 0
+    if not any(isinstance(n, Var) and n.name == var for n in walk(e)):
+        return 0
+    if isinstance(e, BinOp) and e.dtype.is_int:
+        if e.op in ("add", "sub"):
+            a, b = _linear_coeff(e.a, var), _linear_coeff(e.b, var)
+            if a is None or b is None:
+                return None
+            return a + b if e.op == "add" else a - b
+        if e.op == "mul":
+            for x, y in ((e.a, e.b), (e.b, e.a)):
+                if isinstance(y, Const):
+                    c = _linear_coeff(x, var)
+                    return None if c is None else c * int(y.value)
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+        return _linear_coeff(e.value, var)
+    return None
 
 
 def _buffers_in(s: Stmt) -> set[str]:
