@@ -20,6 +20,15 @@ from tensorlang.pipeline import Pipeline
 from .llvm.jit import CompiledModule
 
 
+def _address(a: np.ndarray) -> int:
+    """The data address of a C-contiguous array (``c_char.from_buffer`` is ~3x cheaper than
+    ``a.ctypes.data``; read-only and empty arrays take the general path)."""
+    try:
+        return ctypes.addressof(ctypes.c_char.from_buffer(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
+
+
 class Kernel:
     """A native kernel for one pipeline; one kernel runs every shape.
 
@@ -48,6 +57,8 @@ class Kernel:
             lowered.sizes)
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(compiled.address)
         self._out_dtype = lowered.output.dtype.numpy
+        self._names = tuple(i.name for i in pipeline.inputs)
+        self._dtypes = tuple(i.dtype.numpy for i in pipeline.inputs)
         self._cache: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     @property
@@ -60,7 +71,13 @@ class Kernel:
 
     def __call__(self, *args: np.ndarray, out: np.ndarray | None = None,
                  **kwargs: Any) -> np.ndarray:
-        arrays, sizes = collect_arrays(self.pipeline, args, kwargs)
+        if not kwargs and len(args) == len(self._dtypes) and all(
+                type(a) is np.ndarray and a.dtype == d and a.flags.c_contiguous
+                for a, d in zip(args, self._dtypes)):
+            arrays = dict(zip(self._names, args))  # fast path: exactly what the kernel takes
+            sizes: dict[str, int] = {}
+        else:
+            arrays, sizes = collect_arrays(self.pipeline, args, kwargs)
         key = (tuple(a.shape for a in arrays.values()), tuple(sizes.items()),
                None if out is None else out.shape)
         plan = self._cache.get(key)
@@ -75,7 +92,7 @@ class Kernel:
             self._check_out(out, out_shape)
             if any(np.may_share_memory(out, a) for a in arrays.values()):
                 target = np.empty(out_shape, dtype=self._out_dtype)
-        rc = self._fn(*[a.ctypes.data for a in arrays.values()], target.ctypes.data, *size_args)
+        rc = self._fn(*[_address(a) for a in arrays.values()], _address(target), *size_args)
         if rc != 0:
             raise MemoryError(f"kernel {self.name}: an internal buffer could not be allocated")
         if out is not None and target is not out:
