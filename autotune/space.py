@@ -1,0 +1,166 @@
+"""The search space of schedules, generated from the algorithm (no per-workload templates).
+
+Decisions are made define-by-run (Optuna's ``trial.suggest_*``), from the output backwards, so a
+producer's placement can refer to loops its consumer already has. Per stage (the output and every
+Func computed at root or at a consumer loop):
+
+- ``<F>.<v>.split``: each pure Var ``v`` split by a factor, or not (1). Factors: powers of two and
+  divisors of the extent, from 2 up to ``min(extent, 256)`` (divisors make tails disappear).
+- ``<F>.<r>.split``: each reduction Var likewise (reduction tiling / cache blocking).
+- ``<F>.order``: the loop order family. ``tile``: outer pure loops, outer reduction loops, inner
+  reduction loops, inner pure loops (register tiles: the reduction runs around the tile, GEMM-style);
+  ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost).
+- ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not.
+- ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
+- ``<F>.parallel``: the outermost pure loop in parallel, or not.
+- ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
+  (computed at the k-th loop, outermost first, of its single consumer; clamped to the consumer's
+  loops).
+- Update definitions keep their order; ``<F>.update<i>.parallel`` runs their outermost pure loop in
+  parallel when they have one.
+
+Every choice set is fixed for a given algorithm and shape, as TPE requires. Samples may still be
+illegal (a parallel loop over a scan's rows is fine, over a reduction it is not); the tuner proves
+each one with the legality check before compiling it. See also: Ansor's sketch rules (Zheng et al.,
+OSDI 2020), Halide's Adams2019 decision order (consumers first).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from schedule.schedule import Schedule
+from tensorlang.errors import ScheduleError
+from tensorlang.func import Func
+from tensorlang.pipeline import Pipeline
+
+MAX_FACTOR = 256
+VECTOR_WIDTHS = (0, 4, 8, 16)
+AT_LEVELS = 4
+
+
+class Trial(Protocol):
+    """What the space needs from a sampler (an ``optuna.Trial`` fits)."""
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any: ...
+
+
+def factor_choices(extent: int) -> list[int]:
+    """1 (no split), then powers of two and divisors of ``extent`` in ``[2, min(extent, 256)]``."""
+    top = min(extent, MAX_FACTOR)
+    out = {1}
+    p = 2
+    while p <= top:
+        out.add(p)
+        p *= 2
+    out.update(d for d in range(2, top + 1) if extent % d == 0)
+    return sorted(out)
+
+
+class SearchSpace:
+    """Schedules of ``output`` for concrete ``sizes`` (by size name).
+
+    Raises:
+        ShapeError: the sizes do not fit the algorithm (through ``Pipeline.bind``).
+    """
+
+    def __init__(self, output: Func, sizes: dict[str, int]) -> None:
+        self.output = output
+        self.pipeline = Pipeline(output)
+        shapes = {inp.name: tuple(int(sizes[s.name]) if hasattr(s, "name") and s.name in sizes
+                                  else int(s.value) for s in inp.shape)  # type: ignore[attr-defined]
+                  for inp in self.pipeline.inputs}
+        self.binding = self.pipeline.bind(shapes, {k: v for k, v in sizes.items()
+                                                   if k in self.pipeline.sizes})
+        self.shapes = shapes
+
+    def extent(self, func: str, var: str) -> int:
+        return self.binding.ranges[func][var][1]
+
+    def sample(self, trial: Trial) -> Schedule:
+        """Draw one schedule (decisions named as in the module docstring)."""
+        s = Schedule(self.output)
+        for f in reversed(self.pipeline.funcs):
+            if f is not self.output:
+                where = self._place(trial, s, f)
+                if where == "inline":
+                    continue
+            self._loops(trial, s, f)
+            for u in f.updates:
+                st = s[f].update(u.number)
+                if u.pure and trial.suggest_categorical(f"{f.name}.update{u.number}.parallel",
+                                                        [False, True]):
+                    st.parallel(u.pure[0])
+        return s
+
+    def _place(self, trial: Trial, s: Schedule, f: Func) -> str:
+        readers = s.view.readers(f.name)
+        options = ["root"]
+        if f.definition is not None and f.definition.reduce_op is None and not f.updates:
+            options.append("inline")
+        if len(readers) == 1 and not f.updates and ".update(" not in readers[0]:
+            options += [f"at{k}" for k in range(AT_LEVELS)]
+        where = trial.suggest_categorical(f"{f.name}.where", options)
+        if where == "inline":
+            s[f].compute_inline()
+        elif where.startswith("at"):
+            consumer = s[readers[0]]
+            loops = consumer.loops
+            k = min(int(where[2:]), len(loops) - 1)
+            try:
+                s[f].compute_at(consumer, loops[k])
+            except ScheduleError:
+                return "root"
+        return where
+
+    def _loops(self, trial: Trial, s: Schedule, f: Func) -> None:
+        d = f.definition
+        assert d is not None
+        stage = s[f]
+        outer_p, inner_p, outer_r, inner_r = [], [], [], []
+        for group_o, group_i, vars_ in ((outer_p, inner_p, d.args), (outer_r, inner_r, d.rvars)):
+            for v in vars_:
+                ext = self.extent(f.name, v.name)
+                fac = trial.suggest_categorical(f"{f.name}.{v.name}.split",
+                                                factor_choices(max(ext, 1)))
+                if fac > 1 and fac < ext:
+                    o, i = stage.split(v, fac)
+                    group_o.append(o.name)
+                    group_i.append(i.name)
+                else:
+                    group_o.append(v.name)
+        order = "tile"
+        if d.rvars:
+            order = trial.suggest_categorical(f"{f.name}.order", ["tile", "dot"])
+        if order == "tile":
+            loops = outer_p + outer_r + inner_r + inner_p
+        else:
+            loops = outer_p + outer_r + inner_p + inner_r
+        stage.reorder(*loops)
+        pure_order = [lp for lp in loops if lp in outer_p + inner_p]
+        width = trial.suggest_categorical(f"{f.name}.vectorize", list(VECTOR_WIDTHS))
+        if pure_order and width:
+            last = pure_order[-1]
+            ext = self._loop_extent(s, f, last)
+            if ext is not None and ext == width:
+                stage.vectorize(last)
+            elif ext is None or ext > width:
+                stage.vectorize(last, width)
+                pure_order[-1] = f"{last}.o"
+        if len(pure_order) >= 2 and trial.suggest_categorical(f"{f.name}.unroll", [False, True]):
+            cand = pure_order[-2]
+            ext = self._loop_extent(s, f, cand)
+            if ext is not None and ext <= 16 and cand in inner_p:
+                stage.unroll(cand)
+        if pure_order and trial.suggest_categorical(f"{f.name}.parallel", [False, True]):
+            stage.parallel(pure_order[0])
+
+    @staticmethod
+    def _loop_extent(s: Schedule, f: Func, loop: str) -> int | None:
+        """The constant extent of an inner split loop (``v.i`` of ``split(v, factor)``)."""
+        from schedule.loops import Split
+
+        for rel in s.states[f.name].relations:
+            if isinstance(rel, Split) and rel.inner == loop:
+                return rel.factor
+        return None
