@@ -106,6 +106,10 @@ def __getattr__(name: str) -> Any:
             return schedule.check()
 
         return check
+    if name == "autotune":
+        from autotune.tuner import autotune as _autotune
+
+        return _autotune
     if name in ("Schedule", "TailStrategy"):
         import schedule as _schedule
 
@@ -124,4 +128,5 @@ __all__ = [
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
     "compile", "Schedule", "TailStrategy", "RDom", "RVar", "Update", "check",
+    "autotune",
 ]

@@ -111,3 +111,54 @@ def test_illegal_candidate_is_an_error_result():
     with Measurer(out, sizes, _shapes(out, sizes), repeats=1, min_seconds=0.0) as m:
         res = m.measure(s.to_json())
     assert res.error.startswith("IllegalScheduleError") and res.seconds == float("inf")
+
+
+def test_autotune_small_matmul_finds_a_verified_schedule():
+    out, _ = matmul()
+    res = tl.autotune(out, {"M": 24, "N": 40, "K": 16}, trials=10, sampler="random", seed=3,
+                      repeats=2, min_seconds=0.0)
+    assert len(res.history) == 10
+    assert res.pruned + res.failed + sum(r.state == "measured" for r in res.history) == 10
+    assert np.isfinite(res.best_seconds) and res.best_trace is not None
+    best = res.best_schedule
+    kern = tl.compile(out, best)
+    a = np.random.default_rng(0).random((24, 16), dtype=np.float32)
+    b = np.random.default_rng(1).random((16, 40), dtype=np.float32)
+    np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4)
+    curve = res.best_so_far()
+    assert curve == sorted(curve, reverse=True) and curve[-1] == res.best_seconds
+
+
+def test_autotune_goes_on_after_crashes_and_reproduces_proposals():
+    out, _ = matmul()
+    kw = dict(trials=8, sampler="random", seed=11, repeats=1, min_seconds=0.0,
+              measure_hook=crash_on_parallel)
+    r1 = tl.autotune(out, {"M": 16, "N": 16, "K": 8}, **kw)
+    r2 = tl.autotune(out, {"M": 16, "N": 16, "K": 8}, **kw)
+    assert [r.trace for r in r1.history] == [r.trace for r in r2.history]
+    crashed = [r for r in r1.history if r.state == "failed"]
+    assert crashed and all("died" in r.error for r in crashed)
+    assert any(r.state == "measured" for r in r1.history)
+
+
+class ScanSpace(SearchSpace):
+    """The generated space, plus a coin flip that parallelizes the scan's own RDom loop."""
+
+    def sample(self, trial):
+        s = super().sample(trial)
+        if trial.suggest_categorical("parallel_rdom", [False, True]):
+            s["S"].update(0).parallel("r_x")
+        return s
+
+
+def test_autotune_prunes_and_counts_illegal_candidates_without_measuring_them():
+    out, _ = ALL["scan"]()
+    sizes = {"H": 8, "W": 12}
+    res = tl.autotune(out, sizes, trials=12, sampler="random", seed=0, repeats=1,
+                      min_seconds=0.0, space=ScanSpace(out, sizes))
+    pruned = [r for r in res.history if r.state == "pruned"]
+    assert pruned and res.pruned == len(pruned)
+    assert all("cannot parallel r_x" in r.error and r.seconds == float("inf") for r in pruned)
+    assert all('"parallel"' in r.trace for r in pruned)
+    assert np.isfinite(res.best_seconds)
+    assert '"loop": "r_x"' not in res.best_trace

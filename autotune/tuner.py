@@ -1,0 +1,164 @@
+"""The search loop: Optuna proposes, the legality check prunes, the measurer times.
+
+Each round: ``study.ask()`` -> a schedule from the search space -> ``Schedule.check()`` (an illegal
+candidate is told to Optuna as *pruned* and counted, never compiled) -> measured in the worker
+process -> ``study.tell(seconds)``; a failed candidate (crash, timeout, compile error) is told as
+*failed* and its error kept. A candidate that beats the best so far is measured again with the NumPy
+reference check and accepted only if it matches. The per-candidate timeout follows the best time:
+``max(timeout_floor, 50 x best + 20 s)`` (compilation included), so hopeless candidates cost little.
+
+The scikit-learn cost model that ranks many proposals per round (issue: autotuner) is not part of
+this loop yet: every proposal is measured.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import optuna
+
+from schedule.schedule import Schedule
+from tensorlang.errors import ShapeError
+from tensorlang.func import Func
+
+from .measure import Measurer
+from .space import SearchSpace
+
+
+@dataclass
+class TrialRecord:
+    """One proposal: its trace, state (``measured``, ``pruned``, ``failed``), median seconds
+    (``inf`` unless measured), all timed runs, compile seconds, error text, wall-clock time."""
+
+    number: int
+    trace: str
+    state: str
+    seconds: float = float("inf")
+    times: list[float] = field(default_factory=list)
+    compile_seconds: float = 0.0
+    error: str | None = None
+    timestamp: float = field(default_factory=time.time)
+
+
+@dataclass
+class TuningResult:
+    """The best schedule found, its median seconds, and every proposal in order."""
+
+    output: Func
+    best_trace: str | None
+    best_seconds: float
+    history: list[TrialRecord]
+
+    @property
+    def best_schedule(self) -> Schedule | None:
+        return None if self.best_trace is None else Schedule.from_json(self.output,
+                                                                        self.best_trace)
+
+    @property
+    def pruned(self) -> int:
+        return sum(1 for r in self.history if r.state == "pruned")
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.history if r.state == "failed")
+
+    def best_so_far(self) -> list[float]:
+        """Best median seconds after each proposal (``inf`` until one succeeds)."""
+        out, best = [], float("inf")
+        for r in self.history:
+            best = min(best, r.seconds)
+            out.append(best)
+        return out
+
+
+def _sizes(output: Func, shapes: dict[str, int] | None, arrays: dict[str, np.ndarray] | None
+           ) -> dict[str, int]:
+    from tensorlang.pipeline import Pipeline
+
+    p = Pipeline(output)
+    if shapes is not None:
+        missing = [s for s in p.sizes if s not in shapes]
+        if missing:
+            raise ShapeError(f"shapes= gives no value for size {missing[0]}")
+        return {k: int(v) for k, v in shapes.items()}
+    if arrays is None:
+        raise ShapeError("tl.autotune needs shapes={size: value} or example arrays")
+    b = p.bind({k: np.asarray(v).shape for k, v in arrays.items()})
+    return dict(b.sizes)
+
+
+def autotune(output: Func, shapes: dict[str, int] | None = None, *,
+             arrays: dict[str, np.ndarray] | None = None, trials: int = 50,
+             timeout: float | None = None, seed: int = 0, sampler: str = "tpe",
+             repeats: int = 5, min_seconds: float = 0.05, timeout_floor: float = 60.0,
+             measure_hook: Callable | None = None,
+             progress: Callable[[TrialRecord, float], Any] | None = None,
+             space: Any = None) -> TuningResult:
+    """Search schedules of ``output`` for the given sizes and return the fastest verified one.
+
+    Args:
+        output: the output Func. shapes: concrete sizes by name (``{"M": 1024, ...}``), or
+        arrays: example input arrays by Input name (their shapes give the sizes).
+        trials: proposals to make; timeout: stop after this many seconds of tuning (wall clock).
+        seed: seeds the sampler (with ``sampler="random"`` the proposals are reproducible).
+        sampler: ``"tpe"`` (Optuna's TPE) or ``"random"``.
+        repeats, min_seconds: measurement effort per candidate (median of >= ``repeats`` runs
+            and >= ``min_seconds`` of timed work). timeout_floor: per-candidate timeout floor (s).
+        measure_hook: a picklable callable the worker runs on each trace (instrumentation).
+        progress: called after each proposal with the record and the best seconds so far.
+        space: a custom search space (anything with ``sample(trial) -> Schedule`` and
+            ``shapes``); default ``SearchSpace(output, sizes)``.
+
+    Returns:
+        A ``TuningResult``; ``best_trace`` is None when no candidate succeeded.
+
+    Raises:
+        ShapeError: the sizes or arrays do not fit the algorithm.
+    """
+    sizes = _sizes(output, shapes, arrays)
+    space = space if space is not None else SearchSpace(output, sizes)
+    samplers = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed, n_startup_trials=10),
+                "random": lambda: optuna.samplers.RandomSampler(seed=seed)}
+    if sampler not in samplers:
+        raise ValueError(f"sampler must be one of {sorted(samplers)}, got {sampler!r}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(direction="minimize", sampler=samplers[sampler]())
+    history: list[TrialRecord] = []
+    best, best_trace = float("inf"), None
+    start = time.perf_counter()
+    with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
+                  timeout=timeout_floor, hook=measure_hook) as m:
+        for n in range(trials):
+            if timeout is not None and time.perf_counter() - start > timeout:
+                break
+            trial = study.ask()
+            s = space.sample(trial)
+            trace = s.to_json()
+            report = s.check()
+            if not report.ok:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                rec = TrialRecord(n, trace, "pruned", error=report.problems[0].message())
+            else:
+                limit = max(timeout_floor, 50 * best + 20) if np.isfinite(best) else timeout_floor
+                res = m.measure(trace, timeout=limit)
+                if res.error is None and res.seconds < best:
+                    check = m.measure(trace, verify=True, timeout=max(limit, 600.0))
+                    if check.verified is not True:
+                        res.error = check.error or "result differs from the NumPy reference"
+                if res.error is not None:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    rec = TrialRecord(n, trace, "failed", error=res.error,
+                                      compile_seconds=res.compile_seconds)
+                else:
+                    study.tell(trial, res.seconds)
+                    rec = TrialRecord(n, trace, "measured", res.seconds, res.times,
+                                      res.compile_seconds)
+                    if res.seconds < best:
+                        best, best_trace = res.seconds, trace
+            history.append(rec)
+            if progress is not None:
+                progress(rec, best)
+    return TuningResult(output, best_trace, best, history)
