@@ -1,7 +1,8 @@
 """Measuring candidates in a separate process, so a crash, a hang or a runaway kernel becomes a
 failed measurement (time ``inf``, error kept) instead of ending the tuner.
 
-One worker process (``spawn``: no fork after OpenMP threads exist) receives the algorithm once, then
+One worker process (``python -m autotune.worker``: a fresh interpreter, so no fork after OpenMP
+threads exist and no re-import of the user's script) receives the algorithm once, then
 candidates as schedule traces; for each it compiles (the legality check included), runs on seeded
 random inputs — one warm-up, then repeats until ``min_seconds`` in total (at least ``repeats``) —
 and answers the median and all times in seconds. A worker that dies or exceeds its per-candidate
@@ -11,14 +12,20 @@ timeout is killed and replaced. ``verify=True`` also compares the result with th
 
 from __future__ import annotations
 
-import multiprocessing as mp
+import os
+import pickle
+import select
 import statistics
+import subprocess
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+
+from .worker import recv, send
 
 
 @dataclass
@@ -53,9 +60,12 @@ def random_inputs(pipeline: Any, shapes: dict[str, tuple[int, ...]], seed: int =
     return out
 
 
-def _worker(conn: Any, output: Any, shapes: dict, sizes: dict, hook: Callable | None) -> None:
+def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
+    """The worker's loop (see ``autotune/worker.py``): setup, then one result per candidate."""
     import tensorlang as tl
     from tensorlang.pipeline import Pipeline
+
+    output, shapes, sizes, hook = receive()
 
     pipeline = Pipeline(output)
     arrays = random_inputs(pipeline, shapes)
@@ -63,7 +73,7 @@ def _worker(conn: Any, output: Any, shapes: dict, sizes: dict, hook: Callable | 
     extra = {k: v for k, v in extra.items() if all(
         k not in [getattr(s, "name", None) for s in i.shape] for i in pipeline.inputs)}
     while True:
-        msg = conn.recv()
+        msg = receive()
         if msg is None:
             return
         trace, repeats, min_seconds, verify = msg
@@ -94,7 +104,7 @@ def _worker(conn: Any, output: Any, shapes: dict, sizes: dict, hook: Callable | 
         except Exception as exc:  # noqa: BLE001 - the worker reports, the tuner decides
             res.times = []
             res.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
-        conn.send(res)
+        reply(res)
 
 
 class Measurer:
@@ -118,53 +128,53 @@ class Measurer:
         self.min_seconds = min_seconds
         self.timeout = timeout
         self.hook = hook
-        self._ctx = mp.get_context("spawn")
-        self._proc: Any = None
-        self._conn: Any = None
+        self._proc: subprocess.Popen | None = None
         self.restarts = 0
 
     def _start(self) -> None:
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(
-            target=_worker, args=(child, self.output, self.shapes, self.sizes, self.hook),
-            daemon=True)
-        self._proc.start()
-        self._conn = parent
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self._proc = subprocess.Popen([sys.executable, "-m", "autotune.worker"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        send(self._proc.stdin, (self.output, self.shapes, self.sizes, self.hook))
 
     def _kill(self) -> None:
         if self._proc is not None:
             self._proc.kill()
-            self._proc.join(5)
+            self._proc.wait(5)
         self._proc = None
-        self._conn = None
         self.restarts += 1
 
     def measure(self, trace: str, verify: bool = False, timeout: float | None = None
                 ) -> MeasureResult:
         """Compile and time one schedule trace (JSON); never raises for a bad candidate."""
-        if self._proc is None or not self._proc.is_alive():
+        if self._proc is None or self._proc.poll() is not None:
             self._start()
+        assert self._proc is not None
         limit = self.timeout if timeout is None else timeout
         try:
-            self._conn.send((trace, self.repeats, self.min_seconds, verify))
-            if self._conn.poll(limit):
-                return self._conn.recv()
+            send(self._proc.stdin, (trace, self.repeats, self.min_seconds, verify))
+            ready, _, _ = select.select([self._proc.stdout], [], [], limit)
+            if ready:
+                return recv(self._proc.stdout)
             self._kill()
             return MeasureResult(error=f"timeout: no result within {limit:.1f} s")
-        except (EOFError, BrokenPipeError, ConnectionResetError):
-            code = self._proc.exitcode if self._proc is not None else None
+        except (EOFError, BrokenPipeError, ConnectionResetError, pickle.UnpicklingError):
+            self._proc.wait(5)
+            code = self._proc.returncode
             self._kill()
             return MeasureResult(error=f"the measuring process died (exit code {code})")
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.is_alive():
+        if self._proc is not None and self._proc.poll() is None:
             try:
-                self._conn.send(None)
-                self._proc.join(5)
-            except (BrokenPipeError, OSError):
+                send(self._proc.stdin, None)
+                self._proc.wait(5)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
                 pass
-            if self._proc.is_alive():
+            if self._proc.poll() is None:
                 self._proc.kill()
+                self._proc.wait(5)
         self._proc = None
 
     def __enter__(self) -> Measurer:
