@@ -7,8 +7,12 @@ process -> ``study.tell(seconds)``; a failed candidate (crash, timeout, compile 
 reference check and accepted only if it matches. The per-candidate timeout follows the best time:
 ``max(timeout_floor, 50 x best + 20 s)`` (compilation included), so hopeless candidates cost little.
 
-The scikit-learn cost model that ranks many proposals per round (issue: autotuner) is not part of
-this loop yet: every proposal is measured.
+With ``cost_model="gbt"`` (the default) the loop runs in rounds: Optuna proposes ``pool``
+candidates, the illegal ones are pruned, the learned cost model (``cost_model.py``) ranks the rest
+by predicted time from their features (``features.py``), and the best ``measure_per_round - 1`` plus
+one random exploratory candidate are measured; the model is refit after each round. Unmeasured
+proposals are told to Optuna as failed, so they do not bias TPE. ``trials`` counts measured
+candidates. ``cost_model="none"`` measures every legal proposal (for ablations).
 """
 
 from __future__ import annotations
@@ -20,10 +24,13 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
+from schedule.lower import lower
 from schedule.schedule import Schedule
-from tensorlang.errors import ShapeError
+from tensorlang.errors import ScheduleError, ShapeError
 from tensorlang.func import Func
 
+from .cost_model import CostModel
+from .features import features
 from .measure import Measurer
 from .space import SearchSpace
 
@@ -96,7 +103,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
              repeats: int = 5, min_seconds: float = 0.05, timeout_floor: float = 60.0,
              measure_hook: Callable | None = None,
              progress: Callable[[TrialRecord, float], Any] | None = None,
-             space: Any = None) -> TuningResult:
+             space: Any = None, cost_model: str = "gbt", pool: int = 24,
+             measure_per_round: int = 4) -> TuningResult:
     """Search schedules of ``output`` for the given sizes and return the fastest verified one.
 
     Args:
@@ -111,6 +119,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         progress: called after each proposal with the record and the best seconds so far.
         space: a custom search space (anything with ``sample(trial) -> Schedule`` and
             ``shapes``); default ``SearchSpace(output, sizes)``.
+        cost_model: ``"gbt"`` (rank ``pool`` proposals per round with the learned model and
+            measure ``measure_per_round`` of them) or ``"none"`` (measure every proposal).
 
     Returns:
         A ``TuningResult``; ``best_trace`` is None when no candidate succeeded.
@@ -127,38 +137,96 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(direction="minimize", sampler=samplers[sampler]())
     history: list[TrialRecord] = []
-    best, best_trace = float("inf"), None
     start = time.perf_counter()
+    model = CostModel(seed=seed) if cost_model == "gbt" else None
+    if cost_model not in ("gbt", "none"):
+        raise ValueError(f"cost_model must be 'gbt' or 'none', got {cost_model!r}")
+    rng = np.random.default_rng(seed)
+    state = {"best": float("inf"), "trace": None}
+
+    def out_of_time() -> bool:
+        return timeout is not None and time.perf_counter() - start > timeout
+
     with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
                   timeout=timeout_floor, hook=measure_hook) as m:
-        for n in range(trials):
-            if timeout is not None and time.perf_counter() - start > timeout:
-                break
-            trial = study.ask()
-            s = space.sample(trial)
+
+        def run(trial: Any, s: Schedule, fv: np.ndarray | None) -> None:
             trace = s.to_json()
-            report = s.check()
-            if not report.ok:
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                rec = TrialRecord(n, trace, "pruned", error=report.problems[0].message())
+            best = state["best"]
+            limit = max(timeout_floor, 50 * best + 20) if np.isfinite(best) else timeout_floor
+            res = m.measure(trace, timeout=limit)
+            if res.error is None and res.seconds < best:
+                check = m.measure(trace, verify=True, timeout=max(limit, 600.0))
+                if check.verified is not True:
+                    res.error = check.error or "result differs from the NumPy reference"
+            if res.error is not None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                rec = TrialRecord(len(history), trace, "failed", error=res.error,
+                                  compile_seconds=res.compile_seconds)
             else:
-                limit = max(timeout_floor, 50 * best + 20) if np.isfinite(best) else timeout_floor
-                res = m.measure(trace, timeout=limit)
-                if res.error is None and res.seconds < best:
-                    check = m.measure(trace, verify=True, timeout=max(limit, 600.0))
-                    if check.verified is not True:
-                        res.error = check.error or "result differs from the NumPy reference"
-                if res.error is not None:
-                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                    rec = TrialRecord(n, trace, "failed", error=res.error,
-                                      compile_seconds=res.compile_seconds)
-                else:
-                    study.tell(trial, res.seconds)
-                    rec = TrialRecord(n, trace, "measured", res.seconds, res.times,
-                                      res.compile_seconds)
-                    if res.seconds < best:
-                        best, best_trace = res.seconds, trace
+                study.tell(trial, res.seconds)
+                rec = TrialRecord(len(history), trace, "measured", res.seconds, res.times,
+                                  res.compile_seconds)
+                if model is not None and fv is not None:
+                    model.add(fv, res.seconds)
+                if res.seconds < best:
+                    state["best"], state["trace"] = res.seconds, trace
             history.append(rec)
             if progress is not None:
-                progress(rec, best)
+                progress(rec, state["best"])
+
+        def prune(trial: Any, s: Schedule, report: Any) -> None:
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            history.append(TrialRecord(len(history), s.to_json(), "pruned",
+                                       error=report.problems[0].message()))
+            if progress is not None:
+                progress(history[-1], state["best"])
+
+        measured = 0
+        while measured < trials and not out_of_time():
+            if model is None:
+                trial = study.ask()
+                s = space.sample(trial)
+                report = s.check()
+                if not report.ok:
+                    prune(trial, s, report)
+                    if sum(r.state == "pruned" for r in history) > 20 * max(trials, 1):
+                        break  # the space is (almost) all illegal
+                    continue
+                run(trial, s, None)
+                measured += 1
+                continue
+            cands = []
+            for _ in range(pool):
+                trial = study.ask()
+                s = space.sample(trial)
+                report = s.check()
+                if not report.ok:
+                    prune(trial, s, report)
+                    continue
+                try:
+                    fv = features(lower(output, s), sizes)
+                except ScheduleError as exc:  # a placement lowering cannot realize
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                    history.append(TrialRecord(len(history), s.to_json(), "pruned",
+                                               error=str(exc)))
+                    continue
+                cands.append((trial, s, fv))
+            if not cands:
+                break
+            pred = model.predict(np.stack([c[2] for c in cands]))
+            order = list(rng.permutation(len(cands))) if pred is None else list(np.argsort(pred))
+            take = order[: max(1, measure_per_round - 1)]
+            rest = order[len(take):]
+            if rest:
+                take.append(rest[int(rng.integers(len(rest)))])  # one exploratory pick
+            for idx in take:
+                if measured >= trials or out_of_time():
+                    break
+                run(*cands[idx])
+                measured += 1
+            for idx in set(range(len(cands))) - set(take):
+                study.tell(cands[idx][0], state=optuna.trial.TrialState.FAIL)
+            model.fit()
+    best, best_trace = state["best"], state["trace"]
     return TuningResult(output, best_trace, best, history)

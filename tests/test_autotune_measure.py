@@ -116,7 +116,7 @@ def test_illegal_candidate_is_an_error_result():
 def test_autotune_small_matmul_finds_a_verified_schedule():
     out, _ = matmul()
     res = tl.autotune(out, {"M": 24, "N": 40, "K": 16}, trials=10, sampler="random", seed=3,
-                      repeats=2, min_seconds=0.0)
+                      repeats=2, min_seconds=0.0, cost_model="none")
     assert len(res.history) == 10
     assert res.pruned + res.failed + sum(r.state == "measured" for r in res.history) == 10
     assert np.isfinite(res.best_seconds) and res.best_trace is not None
@@ -132,7 +132,7 @@ def test_autotune_small_matmul_finds_a_verified_schedule():
 def test_autotune_goes_on_after_crashes_and_reproduces_proposals():
     out, _ = matmul()
     kw = dict(trials=8, sampler="random", seed=11, repeats=1, min_seconds=0.0,
-              measure_hook=crash_on_parallel)
+              measure_hook=crash_on_parallel, cost_model="none")
     r1 = tl.autotune(out, {"M": 16, "N": 16, "K": 8}, **kw)
     r2 = tl.autotune(out, {"M": 16, "N": 16, "K": 8}, **kw)
     assert [r.trace for r in r1.history] == [r.trace for r in r2.history]
@@ -155,10 +155,43 @@ def test_autotune_prunes_and_counts_illegal_candidates_without_measuring_them():
     out, _ = ALL["scan"]()
     sizes = {"H": 8, "W": 12}
     res = tl.autotune(out, sizes, trials=12, sampler="random", seed=0, repeats=1,
-                      min_seconds=0.0, space=ScanSpace(out, sizes))
+                      min_seconds=0.0, space=ScanSpace(out, sizes), cost_model="none")
     pruned = [r for r in res.history if r.state == "pruned"]
     assert pruned and res.pruned == len(pruned)
     assert all("cannot parallel r_x" in r.error and r.seconds == float("inf") for r in pruned)
     assert all('"parallel"' in r.trace for r in pruned)
     assert np.isfinite(res.best_seconds)
     assert '"loop": "r_x"' not in res.best_trace
+
+
+def test_model_guided_rounds_measure_the_budget_and_learn():
+    out, _ = matmul()
+    seen = []
+    res = tl.autotune(out, {"M": 32, "N": 32, "K": 32}, trials=12, seed=5, repeats=2,
+                      min_seconds=0.0, pool=10, measure_per_round=4,
+                      progress=lambda rec, best: seen.append(rec.state))
+    measured = [r for r in res.history if r.state in ("measured", "failed")]
+    assert len(measured) == 12
+    assert np.isfinite(res.best_seconds)
+    assert seen == [r.state for r in res.history]
+
+
+def test_features_are_fixed_length_and_finite():
+    from autotune.features import FEATURE_NAMES, features
+    from schedule.lower import lower
+
+    out, _ = ALL["softmax"]()
+    sizes = {"R": 16, "S": 24}
+    space = SearchSpace(out, sizes)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=2))
+    done = 0
+    for _ in range(12):
+        s = space.sample(study.ask())
+        try:
+            lowered = lower(out, s)
+        except tl.ScheduleError:
+            continue  # a placement lowering refuses (the tuner prunes it)
+        fv = features(lowered, sizes)
+        assert fv.shape == (len(FEATURE_NAMES),) and np.all(np.isfinite(fv))
+        done += 1
+    assert done >= 3
