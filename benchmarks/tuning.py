@@ -1,0 +1,123 @@
+"""Tuning with and without the cost model, against NumPy (issue: autotuner).
+
+Run: python benchmarks/tuning.py [--trials 150] [--workloads gemm,blur,softmax,conv2d] [--quick]
+For each workload and each search — model-guided (TPE proposals ranked by the learned cost model),
+plain Optuna TPE, random — with one equal budget of measured trials: the best time, the ratio to
+NumPy measured in the same run (im2col + matmul for conv2d), the tuning wall time, and the best
+time after 10/25/50/100/150 measured trials; then, per workload, how many measured trials each
+search needed to reach 90% of its own final best (fewer is better).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from common import median_seconds, table  # noqa: E402
+
+import tensorlang as tl  # noqa: E402
+from algorithms import blur, conv2d, matmul, softmax  # noqa: E402
+
+
+def workloads(quick: bool) -> dict:
+    n = 256 if quick else 1024
+    img = 512 if quick else 4096
+    c, hw = (16, 28) if quick else (64, 56)
+    rng = np.random.default_rng(0)
+
+    def gemm_np():
+        a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+        return lambda: a @ b
+
+    def blur_np():
+        x = rng.random((img + 2, img + 2), dtype=np.float32)
+        t = np.float32(1 / 3)
+
+        def f():
+            bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) / 3
+            return (bx[:-2] + bx[1:-1] + bx[2:]) / 3
+        return f
+
+    def softmax_np():
+        x = rng.standard_normal((img, img), dtype=np.float32)
+
+        def f():
+            z = np.exp(x - x.max(axis=1, keepdims=True))
+            return z / z.sum(axis=1, keepdims=True)
+        return f
+
+    def conv_np():
+        a = rng.random((1, c, hw, hw), dtype=np.float32)
+        w = rng.random((c, c, 3, 3), dtype=np.float32).reshape(c, -1)
+
+        def f():
+            p = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)))
+            cols = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))
+            cols = cols.transpose(0, 1, 4, 5, 2, 3).reshape(c * 9, hw * hw)
+            return w @ cols
+        return f
+
+    return {
+        "gemm": (matmul, {"M": n, "N": n, "K": n}, gemm_np, 2 * n**3),
+        "blur": (blur, {"H": img + 2, "W": img + 2}, blur_np, 8 * img * img),
+        "softmax": (softmax, {"R": img, "S": img}, softmax_np, 5 * img * img),
+        "conv2d": (conv2d, {"Nb": 1, "CI": c, "H": hw, "W": hw, "CO": c}, conv_np,
+                   2 * c * c * 9 * hw * hw),
+    }
+
+
+SEARCHES = [("model-guided", dict(cost_model="gbt", sampler="tpe")),
+            ("TPE", dict(cost_model="none", sampler="tpe")),
+            ("random", dict(cost_model="none", sampler="random"))]
+
+
+def to_90(curve: list[float]) -> int:
+    final = curve[-1]
+    for k, v in enumerate(curve):
+        if v <= final / 0.9:
+            return k + 1
+    return len(curve)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--trials", type=int, default=150)
+    ap.add_argument("--workloads", default="gemm,blur,softmax,conv2d")
+    ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    wl = workloads(args.quick)
+    checkpoints = [k for k in (10, 25, 50, 100, 150) if k <= args.trials]
+    rows, speed = [], []
+    for name in args.workloads.split(","):
+        build, sizes, np_fn, flops = wl[name]
+        out, _ = build()
+        t_np = median_seconds(np_fn())
+        reach = []
+        for label, kw in SEARCHES:
+            t0 = time.perf_counter()
+            res = tl.autotune(out, sizes, trials=args.trials, seed=args.seed, **kw)
+            wall = time.perf_counter() - t0
+            curve = [r for r in res.best_so_far()]
+            measured = [b for b, r in zip(curve, res.history) if r.state != "pruned"]
+            marks = " ".join(f"{measured[k - 1] * 1e3:.2f}" if len(measured) >= k and
+                             np.isfinite(measured[k - 1]) else "-" for k in checkpoints)
+            rows.append((name, label, f"{res.best_seconds * 1e3:.3f} ms",
+                         f"{t_np / res.best_seconds:.2f}x", f"{flops / res.best_seconds / 1e9:.1f}",
+                         f"{wall:.0f} s", f"{res.pruned}", marks))
+            reach.append(f"{label} {to_90(measured) if measured else '-'}")
+        speed.append((name, f"{t_np * 1e3:.3f} ms", ", ".join(reach)))
+    print(table(rows, ("workload", "search", "best", "vs numpy", "GFLOP/s", "tuning",
+                       "pruned", "best after " + "/".join(map(str, checkpoints)) + " (ms)")))
+    print()
+    print(table(speed, ("workload", "numpy", "measured trials to reach 90% of the final best")))
+
+
+if __name__ == "__main__":
+    main()
