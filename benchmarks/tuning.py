@@ -111,6 +111,7 @@ def main() -> None:
             rows.append((name, label, f"{res.best_seconds * 1e3:.3f} ms",
                          f"{t_np / res.best_seconds:.2f}x", f"{flops / res.best_seconds / 1e9:.1f}",
                          f"{wall:.0f} s", f"{res.pruned}", marks))
+            print(" | ".join(map(str, rows[-1])), f"| numpy {t_np * 1e3:.3f} ms", flush=True)
             reach.append(f"{label} {to_90(measured) if measured else '-'}")
         speed.append((name, f"{t_np * 1e3:.3f} ms", ", ".join(reach)))
     print(table(rows, ("workload", "search", "best", "vs numpy", "GFLOP/s", "tuning",
