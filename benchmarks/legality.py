@@ -15,10 +15,10 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from algorithms import blur, conv2d, matmul, scan, softmax  # noqa: E402
 from common import table  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
-from algorithms import blur, conv2d, matmul, scan, softmax  # noqa: E402
 
 
 def gemm_3level(bad: bool):
@@ -44,13 +44,13 @@ def blur_at(bad: bool):
 
 
 def conv(bad: bool):
-    O, _ = conv2d()
-    s = tl.Schedule(O)
+    Out, _ = conv2d()
+    s = tl.Schedule(Out)
     coo, coi = s[O].split("co", 8)
     xo, xi = s[O].split("x", 32, tail="ShiftInwards")
     s[O].reorder("n", coo, "y", xo, "ci", "ry", "rx", coi, xi).unroll(coi).vectorize(xi)
     s[O].parallel("ry" if bad else coo)
-    return O, s
+    return Out, s
 
 
 def softmax_rows(bad: bool):

@@ -103,9 +103,9 @@ def conv2d(c: int, hw: int):
     n, co, y, x, ci, ry, rx = tl.vars("n co y x ci ry rx")
     pad = tl.Func("pad", shape=(Nb, CI, H + 2, W + 2))
     pad[n, ci, y, x] = tl.constant_exterior(In, 0.0)[n, ci, y - 1, x - 1]
-    O = tl.Func("O")
-    O[n, co, y, x] = pad[n, ci, y + ry, x + rx] * Wt[co, ci, ry, rx]
-    s = tl.Schedule(O)
+    Out = tl.Func("O")
+    Out[n, co, y, x] = pad[n, ci, y + ry, x + rx] * Wt[co, ci, ry, rx]
+    s = tl.Schedule(Out)
     coo, coi = s[O].split(co, 8)
     xo, xi = s[O].split(x, 32, tail="ShiftInwards")
     s[O].reorder(n, coo, y, xo, ci, ry, rx, coi, xi).unroll(coi).vectorize(xi)
@@ -122,7 +122,7 @@ def conv2d(c: int, hw: int):
         cols = cols.transpose(0, 1, 4, 5, 2, 3).reshape(c * 9, hw * hw)
         return (wmat @ cols).reshape(1, c, hw, hw)
 
-    kern = tl.compile(O, s)
+    kern = tl.compile(Out, s)
     np.testing.assert_allclose(kern(a, w), ref(), rtol=1e-4)
     o = np.empty((1, c, hw, hw), np.float32)
     return (f"conv2d {c}->{c} {hw}^2 3x3", lambda: kern(a, w, out=o), lambda: kern(a, w), ref,

@@ -19,10 +19,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from algorithms import blur, conv2d, matmul, softmax  # noqa: E402
 from common import median_seconds, table  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
-from algorithms import blur, conv2d, matmul, softmax  # noqa: E402
 
 
 def workloads(quick: bool) -> dict:
@@ -37,7 +37,6 @@ def workloads(quick: bool) -> dict:
 
     def blur_np():
         x = rng.random((img + 2, img + 2), dtype=np.float32)
-        t = np.float32(1 / 3)
 
         def f():
             bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) / 3
