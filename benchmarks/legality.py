@@ -46,10 +46,10 @@ def blur_at(bad: bool):
 def conv(bad: bool):
     Out, _ = conv2d()
     s = tl.Schedule(Out)
-    coo, coi = s[O].split("co", 8)
-    xo, xi = s[O].split("x", 32, tail="ShiftInwards")
-    s[O].reorder("n", coo, "y", xo, "ci", "ry", "rx", coi, xi).unroll(coi).vectorize(xi)
-    s[O].parallel("ry" if bad else coo)
+    coo, coi = s[Out].split("co", 8)
+    xo, xi = s[Out].split("x", 32, tail="ShiftInwards")
+    s[Out].reorder("n", coo, "y", xo, "ci", "ry", "rx", coi, xi).unroll(coi).vectorize(xi)
+    s[Out].parallel("ry" if bad else coo)
     return Out, s
 
 
