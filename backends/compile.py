@@ -48,8 +48,8 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
         err = schedule.check().error()
         if err is not None:
             raise err
-    lowered = lower(output, schedule)
     p = schedule.pipeline if schedule is not None else Pipeline(output)
+    lowered = lower(output if schedule is not None else p, schedule)
     tgt = target or host_target()
     text, parallel = generate(lowered, tgt, num_threads())
     if parallel:

@@ -15,7 +15,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from algorithms import blur, conv2d, matmul, scan, softmax  # noqa: E402
+from algorithms import blur, conv2d, matmul, scan, skewed, softmax  # noqa: E402
 from common import table  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
@@ -76,13 +76,7 @@ def scan_rows(bad: bool):
 
 
 def skewed_rec(bad: bool):
-    H, W = tl.sizes("H W")
-    Y = tl.Input("Y", (H, W), tl.float64)
-    y, x = tl.vars("y x")
-    F = tl.Func("F")
-    F[y, x] = Y[y, x]
-    r = tl.RDom((1, H), (0, W - 1))
-    F[r.x, r.y] = F[r.x - 1, r.y + 1] * 0.5 + Y[r.x, r.y]
+    F, _ = skewed()
     s = tl.Schedule(F)
     u = s[F].update(0)
     u.split("r_y", 4)

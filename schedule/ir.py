@@ -9,6 +9,7 @@ See also: Halide ``src/IR.h`` (For, Store, Allocate, ProducerConsumer, IfThenEls
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Callable
@@ -172,7 +173,6 @@ def walk_stmts(s: Stmt):
 
 def map_stmt(s: Stmt, fs: Callable[[Stmt], Stmt], fe: Callable[[Expr], Expr]) -> Stmt:
     """Rebuild ``s`` with ``fs`` applied to child statements and ``fe`` to its expressions."""
-    import dataclasses
 
     if isinstance(s, For):
         new = dict(min=fe(s.min), extent=fe(s.extent), body=fs(s.body))

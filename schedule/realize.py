@@ -161,7 +161,6 @@ class _Realizer:
                     if isinstance(a, Access) and a.name in readers and a.name != c.name and \
                             stage not in readers[a.name]:
                         readers[a.name].append(stage)
-        self.readers = readers
         self.computed_at: dict[tuple[str, str], list[Func]] = {}
         self.stored_at: dict[tuple[str, str], list[Func]] = {}
         for f in self.live:
@@ -230,12 +229,14 @@ class _Realizer:
             return self._emit(f, nest, reg, scope, scope_ranges)
         # loop versioning, per stage instance: the fast nest (no tails, ShiftInwards bases, full
         # tiles) runs when its conditions hold for this region, else the always-valid guarded one
-        cond: Expr = versions[0]
-        for c_ in versions[1:]:
-            cond = BinOp("and", cond, c_, DType.bool_)
         fast = self._emit(f, nest, fast_reg, scope, scope_ranges)
         safe = self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope, scope_ranges)
-        return IfThenElse(cond, fast, safe)
+        return IfThenElse(_all(versions), fast, safe)
+
+    def _reads(self, reader: Func, producer: Func) -> bool:
+        """Whether ``reader``'s (inlined) right side reads ``producer``."""
+        return any(isinstance(a, Access) and a.name == producer.name
+                   for a in walk(self.values[reader.name]))
 
     def _verify(self, g: Func, region, k: int, group: list[Func], regions, nest,
                 outer_ranges, consumer_view) -> None:
@@ -245,8 +246,7 @@ class _Realizer:
         view, rng = consumer_view(k)
         readers = [(view, rng)]
         for r in group:
-            if r.name in regions and r is not g and any(
-                    isinstance(a, Access) and a.name == g.name for a in walk(self.values[r.name])):
+            if r.name in regions and r is not g and self._reads(r, g):
                 rd = self.p.definition(r.name)
                 rr = {a.name: (lo, ssub(sadd(lo, ext), sconst(1)))
                       for a, (lo, ext) in zip(rd.args, regions[r.name])}
@@ -282,11 +282,8 @@ class _Realizer:
         nest = build_stage_nest(st, reg, set(), True)
         if not nest.versions:
             return ProducerConsumer(name, emit(nest))
-        cond: Expr = nest.versions[0]
-        for c_ in nest.versions[1:]:
-            cond = BinOp("and", cond, c_, DType.bool_)
         safe = build_stage_nest(st, reg, set(), False)
-        return ProducerConsumer(name, IfThenElse(cond, emit(nest), emit(safe)))
+        return ProducerConsumer(name, IfThenElse(_all(nest.versions), emit(nest), emit(safe)))
 
     def _emit(self, f: Func, nest, reg, scope: set[str],
               scope_ranges: dict[str, tuple[Expr, Expr]] | None) -> Stmt:
@@ -344,9 +341,7 @@ class _Realizer:
             for g in reversed(group):
                 box = read_box(g.name, [view], rng, len(g.bounds), g.bounds)
                 for r in group:
-                    if r.name in out and g.name in self.readers.get(r.name, []) or (
-                            r.name in out and any(a.name == g.name for a in walk(
-                                self.values[r.name]) if isinstance(a, Access))):
+                    if r.name in out and self._reads(r, g):
                         rd = self.p.definition(r.name)
                         rr = {a.name: b for a, b in zip(rd.args, _bounds_of(out[r.name],
                                                                             r.bounds))}
@@ -422,6 +417,14 @@ class _Realizer:
                 self.buffers[f.name] = self.domains[f.name]
                 stmt = Allocate(self.domains[f.name], stmt)
         return stmt
+
+
+def _all(conds: list[Expr]) -> Expr:
+    """The conjunction of ``conds`` (at least one)."""
+    out = conds[0]
+    for c in conds[1:]:
+        out = BinOp("and", out, c, DType.bool_)
+    return out
 
 
 def _alloc_extents(region, full_box: Box) -> tuple[Expr, ...]:

@@ -8,6 +8,8 @@ left alone so that rounding stays exactly what the algorithm says.
 
 from __future__ import annotations
 
+import dataclasses
+
 from tensorlang.affine import NonAffine, affine_form
 from tensorlang.dtypes import int64
 from tensorlang.expr import BinOp, Cast, Const, Expr, cast, map_children
@@ -71,7 +73,6 @@ def simplify_expr(e: Expr) -> Expr:
 
 def simplify(f: LoweredFunc) -> LoweredFunc:
     """Apply :func:`simplify_expr` to every expression of the kernel."""
-    import dataclasses
 
     def fs(s: Stmt) -> Stmt:
         return map_stmt(s, fs, simplify_expr)

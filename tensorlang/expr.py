@@ -12,6 +12,7 @@ See also: Halide ``src/IR.h``; tinygrad ``tinygrad/uop/ops.py`` (one hash-consed
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import re
@@ -486,7 +487,6 @@ def map_children(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
                 changes[f.name] = nt
     if not changes:
         return e
-    import dataclasses
 
     return dataclasses.replace(e, **changes)  # type: ignore[type-var]
 

@@ -115,7 +115,7 @@ def _einsum_fast_path(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.
         arr = values[a.name]
         bounds = b.bounds[a.name]
         sl = []
-        for ix, (lo, ext) in zip(a.indices, bounds):
+        for ix, (lo, _ext) in zip(a.indices, bounds):
             vlo, vext = rng[ix.name]
             sl.append(slice(vlo - lo, vlo - lo + vext))
         ops.append(arr[tuple(sl)])

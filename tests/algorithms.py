@@ -132,3 +132,16 @@ def scan():
 
 
 ALL["scan"] = scan
+
+
+def skewed():
+    """F[x, y] = F[x - 1, y + 1] * 0.5 + Y[x, y] over an RDom: a recurrence along the
+    anti-diagonal (one loop order runs it forwards, the interchange does not)."""
+    H, W = tl.sizes("H W")
+    Y = tl.Input("Y", (H, W), tl.float64)
+    y, x = tl.vars("y x")
+    F = tl.Func("F")
+    F[y, x] = Y[y, x]
+    r = tl.RDom((1, H), (0, W - 1))
+    F[r.x, r.y] = F[r.x - 1, r.y + 1] * 0.5 + Y[r.x, r.y]
+    return F, lambda rng, m, n: {"Y": rng.random((m, n))}

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import optuna
 import pytest
+from algorithms import ALL, matmul
+from tuning_helpers import crash_on_parallel, hang_on_unroll
 
 import tensorlang as tl
-from algorithms import ALL, matmul
 from autotune.measure import Measurer
 from autotune.space import SearchSpace, factor_choices
-from tuning_helpers import crash_on_parallel, hang_on_unroll
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from algorithms import blur, conv2d, matmul, skewed, softmax
 
 import tensorlang as tl
-from algorithms import blur, conv2d, matmul, softmax
 
 
 def scan_rows():
@@ -22,18 +22,6 @@ def scan_rows():
     r = tl.RDom((1, W))
     S[y, r] = S[y, r - 1] + X[y, r]
     return S, lambda rng, m, n: {"X": rng.random((m, n))}
-
-
-def skewed():
-    """F[x, y] = F[x - 1, y + 1] + ...: a dependence along the anti-diagonal."""
-    H, W = tl.sizes("H W")
-    Y = tl.Input("Y", (H, W), tl.float64)
-    y, x = tl.vars("y x")
-    F = tl.Func("F")
-    F[y, x] = Y[y, x]
-    r = tl.RDom((1, H), (0, W - 1))
-    F[r.x, r.y] = F[r.x - 1, r.y + 1] * 0.5 + Y[r.x, r.y]
-    return F, lambda rng, m, n: {"Y": rng.random((m, n))}
 
 
 def diagonal():

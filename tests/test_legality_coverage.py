@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from algorithms import blur
 
 import tensorlang as tl
-from algorithms import blur
 from schedule.legality.coverage import verify_coverage
 from tensorlang.affine import sconst
 from tensorlang.expr import Var

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import check
 
 import tensorlang as tl
-from conftest import check
 
 DTYPES = [tl.float32, tl.float64, tl.int32, tl.int64]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import check
 
 import tensorlang as tl
-from conftest import check
 
 SIZES = [(1, 1, 1), (7, 13, 5), (17, 3, 11), (2, 31, 1)]
 

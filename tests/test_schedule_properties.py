@@ -13,11 +13,11 @@ import os
 
 import numpy as np
 import pytest
+from algorithms import ALL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
-from algorithms import ALL
 
 OPS = ["split", "split", "reorder", "fuse", "unroll", "vectorize", "parallel", "cache_read",
        "cache_write"]

@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 import pytest
+from algorithms import blur, conv2d, matmul, softmax
 
 import tensorlang as tl
-from algorithms import blur, conv2d, matmul, softmax
 
 SIZES = [(1, 1, 1), (7, 13, 5), (17, 33, 11), (64, 64, 64)]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import check
 
 import tensorlang as tl
-from conftest import check
 
 
 def blur_pipeline():

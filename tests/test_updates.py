@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from algorithms import skewed
+from conftest import check
 
 import tensorlang as tl
-from conftest import check
 
 
 def cumsum_rows(dtype=tl.float32):
@@ -48,13 +49,7 @@ def test_one_dimensional_scan_and_explicit_rdom_reduction(rng):
 
 @pytest.mark.parametrize("shape", [(2, 2), (5, 4), (9, 13)])
 def test_skewed_recurrence(shape, rng):
-    H, W = tl.sizes("H W")
-    Y = tl.Input("Y", (H, W), tl.float64)
-    y, x = tl.vars("y x")
-    F = tl.Func("F")
-    F[y, x] = Y[y, x]
-    r = tl.RDom((1, H), (0, W - 1))
-    F[r.x, r.y] = F[r.x - 1, r.y + 1] * 0.5 + Y[r.x, r.y]
+    F, _ = skewed()
     b = rng.random(shape)
     ref = b.copy()
     for yy in range(shape[1] - 1):  # r.y outer, r.x inner: first dimension innermost

@@ -147,11 +147,13 @@ class CodeGen:
             return list(vals)
         return [v if isinstance(v.type, ir.VectorType) else self.splat(v, lanes) for v in vals]
 
-    def call_intrinsic(self, base: str, *args: ir.Value, extra: tuple = ()) -> ir.Value:
+    def call_intrinsic(self, base: str, *args: ir.Value, extra: tuple = (),
+                       builder: ir.IRBuilder | None = None) -> ir.Value:
+        """Call ``llvm.<base>.<type of args[0]>`` (with ``builder``, default the current one)."""
         t = args[0].type
         fn = self.intrinsic(f"llvm.{base}.{self._suffix(t)}", t,
                             [a.type for a in args] + [e.type for e in extra])
-        return self.builder.call(fn, [*args, *extra])
+        return (builder or self.builder).call(fn, [*args, *extra])
 
     def fop(self, op: str, a: ir.Value, b: ir.Value, flags: tuple = _FLOAT_FLAGS) -> ir.Value:
         inst = getattr(self.builder, op)(a, b)
@@ -744,18 +746,13 @@ class CodeGen:
         size = b.sdiv(b.sub(b.add(ext, nt), ir.Constant(I64, 1)), nt)
         lo = b.add(mn, b.mul(tid, size))
         end = b.add(mn, ext)
-        hi = self.call_intrinsic_with(b, "smin", b.add(lo, size), end)
+        hi = self.call_intrinsic("smin", b.add(lo, size), end, builder=b)
         with b.if_then(b.icmp_signed("<", lo, hi)):
             rc = b.call(impl, args + [lo, hi])
             with b.if_then(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), likely=False):
                 b.store_atomic(b.sext(rc, I64), slot[-1], "monotonic", 8)
         b.ret_void()
         return tramp
-
-    def call_intrinsic_with(self, b: ir.IRBuilder, base: str, *args: ir.Value) -> ir.Value:
-        t = args[0].type
-        fn = self.intrinsic(f"llvm.{base}.{self._suffix(t)}", t, [a.type for a in args])
-        return b.call(fn, list(args))
 
     def allocate(self, s: Allocate) -> None:
         self.scoped.setdefault(s.buffer.name, []).append(s.buffer)

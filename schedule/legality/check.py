@@ -106,8 +106,8 @@ def _witness(model: StageModel, rel: isl.Map
                 m = m.fix_val(isl.dim_type.param, k, val)
         for k, p in enumerate(model.params):
             if p.startswith("lo_"):
-                m = m.fix_val(isl.dim_type.param, k, 0) if not m.fix_val(
-                    isl.dim_type.param, k, 0).is_empty() else m
+                at0 = m.fix_val(isl.dim_type.param, k, 0)
+                m = at0 if not at0.is_empty() else m
         if m.is_empty():
             continue
         pt = m.wrap().lexmin().sample_point()
