@@ -6,15 +6,15 @@ from tensorlang.errors import DefinitionError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
-from .kernel import Kernel
+from .kernel import Kernel, Signature
 from .llvm.codegen import generate
-from .llvm.jit import compile_ir
+from .llvm.jit import compile_ir, load_object
 from .llvm.runtime import load_libgomp, num_threads
 from .llvm.target import Target, host_target
 
 
 def compile(output: Func, schedule: object = None, *, target: Target | None = None,  # noqa: A001
-            opt_level: int = 3, check: bool = True) -> Kernel:
+            opt_level: int = 3, check: bool = True, emit_object: bool = False) -> Kernel:
     """Compile the algorithm computing ``output`` to a native kernel for the host CPU.
 
     The default schedule computes every Func at root, loops in definition order (pure Vars
@@ -27,6 +27,7 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
         check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:
             an illegal schedule then silently computes wrong results (the autotuner never uses
             it); it only skips a few milliseconds.
+        emit_object: keep the relocatable object code as ``kernel.object_code`` (for caches).
 
     Returns:
         A ``Kernel``; ``kernel(A=a, B=b)`` returns a new ndarray.
@@ -54,5 +55,25 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
     text, parallel = generate(lowered, tgt, num_threads())
     if parallel:
         load_libgomp()
-    compiled = compile_ir(text, lowered.name, tgt, opt=opt_level, what=f"kernel {lowered.name}")
-    return Kernel(p, lowered, compiled)
+    compiled = compile_ir(text, lowered.name, tgt, opt=opt_level, what=f"kernel {lowered.name}",
+                          emit_object=emit_object)
+    return Kernel(p, compiled, Signature.of(lowered, parallel, num_threads()), lowered=lowered,
+                  schedule=schedule, schedule_source="default" if schedule is None else "user")
+
+
+def load_kernel(output: Func, schedule: object, object_code: bytes, signature: Signature, *,
+                target: Target | None = None, schedule_source: str = "cache") -> Kernel:
+    """A Kernel from object code made by ``compile(..., emit_object=True)``: no lowering, no LLVM.
+
+    The caller vouches that the object code was compiled from ``schedule`` of ``output`` for
+    ``target`` (the tuned-kernel cache keys on all three and checksums the bytes).
+
+    Raises:
+        CompileError: the bytes do not load.
+    """
+    if signature.parallel:
+        load_libgomp()
+    compiled = load_object(object_code, signature.name, target or host_target(),
+                           what=f"kernel {signature.name}")
+    p = schedule.pipeline if schedule is not None else Pipeline(output)  # type: ignore[attr-defined]
+    return Kernel(p, compiled, signature, schedule=schedule, schedule_source=schedule_source)

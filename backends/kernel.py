@@ -8,6 +8,7 @@ distinct shape, so a repeated call costs a dict lookup plus one native call.
 from __future__ import annotations
 
 import ctypes
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,32 @@ def _address(a: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError, BufferError):
         return a.ctypes.data
+
+
+@dataclass(frozen=True)
+class Signature:
+    """How to call a compiled entry point: its symbol name, the number of input buffers (then one
+    output buffer), the size parameters in order, and the parallel settings baked into the code.
+    Stored next to cached object code so a cache hit needs no lowering to call the kernel."""
+
+    name: str
+    n_inputs: int
+    sizes: tuple[str, ...]
+    parallel: bool
+    num_threads: int
+
+    @classmethod
+    def of(cls, lowered: LoweredFunc, parallel: bool, num_threads: int) -> Signature:
+        return cls(lowered.name, len(lowered.inputs), tuple(lowered.sizes), parallel,
+                   num_threads)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Signature:
+        return cls(str(d["name"]), int(d["n_inputs"]), tuple(map(str, d["sizes"])),
+                   bool(d["parallel"]), int(d["num_threads"]))
 
 
 class Kernel:
@@ -49,21 +76,45 @@ class Kernel:
         MemoryError: an internal buffer could not be allocated.
     """
 
-    def __init__(self, pipeline: Pipeline, lowered: LoweredFunc, compiled: CompiledModule) -> None:
+    def __init__(self, pipeline: Pipeline, compiled: CompiledModule, signature: Signature, *,
+                 lowered: LoweredFunc | None = None, schedule: Any = None,
+                 schedule_source: str = "user") -> None:
         self.pipeline = pipeline
-        self.lowered = lowered
+        self.signature = signature
+        #: the schedule compiled (a ``tl.Schedule``; None for the default schedule)
+        self.schedule = schedule
+        #: where the schedule came from: ``"user"`` (given), ``"default"``, and for
+        #: ``schedule="auto"``: ``"cache"`` (exact hit), ``"nearest"`` (the best tuning record of
+        #: the nearest shape) or ``"heuristic"`` (no tuning record at all)
+        self.schedule_source = schedule_source
+        self._lowered = lowered
         self._compiled = compiled  # keeps the engine (and so the code) alive
-        argtypes = [ctypes.c_void_p] * (len(lowered.inputs) + 1) + [ctypes.c_int64] * len(
-            lowered.sizes)
+        argtypes = [ctypes.c_void_p] * (signature.n_inputs + 1) + [ctypes.c_int64] * len(
+            signature.sizes)
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(compiled.address)
-        self._out_dtype = lowered.output.dtype.numpy
+        self._out_dtype = pipeline.output.dtype.numpy
         self._names = tuple(i.name for i in pipeline.inputs)
         self._dtypes = tuple(i.dtype.numpy for i in pipeline.inputs)
         self._cache: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]]] = {}
 
     @property
     def name(self) -> str:
-        return self.lowered.name
+        return self.signature.name
+
+    @property
+    def lowered(self) -> LoweredFunc:
+        """The lowered loop nest (lowered again on demand for a kernel loaded from the cache)."""
+        if self._lowered is None:
+            from schedule.lower import lower
+
+            s = self.schedule
+            self._lowered = lower(self.pipeline if s is None else s.output, s)
+        return self._lowered
+
+    @property
+    def object_code(self) -> bytes | None:
+        """The relocatable object file of the kernel, when it was compiled to be cached."""
+        return self._compiled.object_code
 
     @property
     def input_names(self) -> tuple[str, ...]:
@@ -105,7 +156,7 @@ class Kernel:
         b = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes,
                                None if out is None else out.shape)
         out_shape = tuple(ext for _, ext in b.bounds[self.pipeline.output.name])
-        return out_shape, tuple(b.sizes[s] for s in self.lowered.sizes)
+        return out_shape, tuple(b.sizes[s] for s in self.signature.sizes)
 
     def _check_out(self, out: np.ndarray, shape: tuple[int, ...]) -> None:
         name = self.pipeline.output.name

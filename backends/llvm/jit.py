@@ -30,9 +30,17 @@ class CompiledModule:
     ir: str
     optimized_ir: str
     target: Target
+    object_code: bytes | None = None
 
     def assembly(self) -> str:
-        """Host assembly of the optimised module (built on demand with a fresh target machine)."""
+        """Host assembly of the optimised module (built on demand with a fresh target machine).
+
+        Raises:
+            CompileError: the module was loaded from object code (a cache hit) and has no IR.
+        """
+        if not self.optimized_ir:
+            raise CompileError("this kernel was loaded from cached object code and has no IR; "
+                               "compile it with tl.compile(F, schedule) to see its assembly")
         with _LOCK:
             mod = llvm.parse_assembly(self.optimized_ir)
             return self.target.create_target_machine().emit_assembly(mod)
@@ -46,9 +54,18 @@ def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int) -> None:
     pb.getModulePassManager().run(mod, pb)
 
 
+#: How many modules this process compiled with LLVM and how many it loaded from object code
+#: (the tuned-kernel cache's tests assert that a cache hit compiles nothing).
+STATS = {"llvm_compiles": 0, "object_loads": 0}
+
+
 def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
-               what: str = "kernel") -> CompiledModule:
+               what: str = "kernel", emit_object: bool = False) -> CompiledModule:
     """Compile LLVM IR text and return the address of function ``entry``.
+
+    With ``emit_object=True`` the optimised module is emitted as a relocatable object file, kept
+    as ``object_code``, and the entry point is loaded from it (one code generation, not two), so
+    the bytes can be cached and reloaded in another process with ``load_object``.
 
     Raises:
         CompileError: LLVM rejected the IR (a tensorlang bug, reported with the failing IR line)
@@ -64,13 +81,46 @@ def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
             _optimize(mod, tm, opt)
             mod.verify()
             optimized = str(mod)
-            engine = llvm.create_mcjit_compiler(mod, tm)
-            engine.finalize_object()
-            address = engine.get_function_address(entry)
+            obj = None
+            if emit_object:
+                obj = bytes(tm.emit_object(mod))
+                engine, address = _load(obj, entry, target)
+            else:
+                engine = llvm.create_mcjit_compiler(mod, tm)
+                engine.finalize_object()
+                address = engine.get_function_address(entry)
+            STATS["llvm_compiles"] += 1
         except RuntimeError as exc:
             raise CompileError(
                 f"LLVM could not compile {what}: {str(exc).strip()}\n"
                 f"(this is a tensorlang bug; please report it with the loop nest)") from exc
     if not address:
         raise CompileError(f"compiled {what} has no entry point {entry!r}")
-    return CompiledModule(engine, address, ir_text, optimized, target)
+    return CompiledModule(engine, address, ir_text, optimized, target, obj)
+
+
+def _load(obj: bytes, entry: str, target: Target) -> tuple[llvm.ExecutionEngine, int]:
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), target.create_target_machine())
+    engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+    engine.finalize_object()
+    return engine, engine.get_function_address(entry)
+
+
+def load_object(obj: bytes, entry: str, target: Target, what: str = "kernel") -> CompiledModule:
+    """Load object code emitted by ``compile_ir(..., emit_object=True)``: no LLVM optimisation or
+    code generation (~1 ms, notes B4). External symbols (libm, libgomp) resolve now, so load
+    libgomp first when the kernel has parallel loops.
+
+    Raises:
+        CompileError: the bytes are not a loadable object file or lack ``entry``.
+    """
+    init_llvm()
+    with _LOCK:
+        try:
+            engine, address = _load(obj, entry, target)
+        except (RuntimeError, ValueError) as exc:
+            raise CompileError(f"could not load the object code of {what}: {exc}") from exc
+        STATS["object_loads"] += 1
+    if not address:
+        raise CompileError(f"the object code of {what} has no entry point {entry!r}")
+    return CompiledModule(engine, address, "", "", target, obj)
