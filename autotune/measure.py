@@ -1,13 +1,16 @@
-"""Measuring candidates in a separate process, so a crash, a hang or a runaway kernel becomes a
-failed measurement (time ``inf``, error kept) instead of ending the tuner.
+"""Compiling candidates in a pool of processes and timing them in another, so a crash, a hang or a
+runaway kernel becomes a failed measurement (time ``inf``, error kept) instead of ending the tuner.
 
-One worker process (``python -m autotune.worker``: a fresh interpreter, so no fork after OpenMP
-threads exist and no re-import of the user's script) receives the algorithm once, then
-candidates as schedule traces; for each it compiles (the legality check included), runs on seeded
-random inputs — one warm-up, then repeats until ``min_seconds`` in total (at least ``repeats``) —
-and answers the median and all times in seconds. A worker that dies or exceeds its per-candidate
-timeout is killed and replaced. ``verify=True`` also compares the result with the NumPy reference
-(``tl.reference``) on those inputs. See also: TVM's RPC runner / LocalRunner, Triton's do_bench.
+Processes are fresh interpreters (``python -m autotune.worker``: no fork after OpenMP threads exist,
+no re-import of the user's script). *Compile workers* (``jobs`` of them) turn schedule traces into
+relocatable object code — the legality check included — in parallel; then the one *run worker*
+loads each object (~1 ms, no LLVM) and times it on seeded random inputs, one candidate at a time so
+measurements never share the CPU with compilation: a warm-up run, then repeats until
+``min_seconds`` of timed work (at least ``repeats`` runs); the median is the candidate's time. A
+candidate whose warm-up run already exceeds ``budget`` seconds is not repeated (it cannot win; its
+one time is kept). A worker that dies or exceeds the per-candidate timeout is killed and replaced.
+``verify`` compares a candidate's output with the NumPy reference (``tl.reference``) on those
+inputs. See also: TVM's builder pool + RPC runner (LocalBuilder / LocalRunner), Triton's do_bench.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ from .worker import recv, send
 
 @dataclass
 class MeasureResult:
-    """Seconds of every timed run (empty on failure), the compile time, and the error if any."""
+    """Seconds of every timed run (empty on failure), the compile time, the error if any, whether
+    the output matched the reference (``None``: not checked), and the object code measured."""
 
     times: list[float] = field(default_factory=list)
     compile_seconds: float = 0.0
     error: str | None = None
     verified: bool | None = None
+    object_code: bytes | None = field(default=None, repr=False)
+    signature: dict | None = field(default=None, repr=False)
 
     @property
     def seconds(self) -> float:
@@ -60,37 +66,57 @@ def random_inputs(pipeline: Any, shapes: dict[str, tuple[int, ...]], seed: int =
     return out
 
 
-def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
-    """The worker's loop (see ``autotune/worker.py``): setup, then one result per candidate."""
+def _error(exc: BaseException) -> str:
     import tensorlang as tl
+
+    if isinstance(exc, tl.TensorlangError):  # a refused or uncompilable candidate
+        return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+
+
+def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
+    """A worker's loop (see ``autotune/worker.py``): a setup message naming the role, then one
+    answer per request until ``None``."""
+    import tensorlang as tl
+    from backends.compile import load_kernel
+    from backends.kernel import Signature
     from tensorlang.pipeline import Pipeline
 
-    output, shapes, sizes, hook = receive()
-
+    role, output, shapes, sizes, hook = receive()
     pipeline = Pipeline(output)
+    if role == "compile":
+        while (trace := receive()) is not None:
+            res = MeasureResult()
+            try:
+                t0 = time.perf_counter()
+                kern = tl.compile(output, tl.Schedule.from_json(output, trace), emit_object=True)
+                res.compile_seconds = time.perf_counter() - t0
+                res.object_code, res.signature = kern.object_code, kern.signature.to_dict()
+            except Exception as exc:  # noqa: BLE001 - the worker reports, the tuner decides
+                res.error = _error(exc)
+            reply(res)
+        return
     arrays = random_inputs(pipeline, shapes)
-    extra = {k: v for k, v in sizes.items() if k in pipeline.sizes}
-    extra = {k: v for k, v in extra.items() if all(
-        k not in [getattr(s, "name", None) for s in i.shape] for i in pipeline.inputs)}
-    while True:
-        msg = receive()
-        if msg is None:
-            return
-        trace, repeats, min_seconds, verify = msg
+    bound = {s for i in pipeline.inputs for s in (getattr(d, "name", None) for d in i.shape)}
+    extra = {k: v for k, v in sizes.items() if k in pipeline.sizes and k not in bound}
+    while (msg := receive()) is not None:
+        trace, obj, sig, repeats, min_seconds, verify, budget = msg
         res = MeasureResult()
         try:
             if hook is not None:
                 hook(trace)
+            kern = load_kernel(output, None, obj, Signature.from_dict(sig))
             t0 = time.perf_counter()
-            s = tl.Schedule.from_json(output, trace)
-            kern = tl.compile(output, s)
-            res.compile_seconds = time.perf_counter() - t0
             out = kern(**arrays, **extra)
+            warm = time.perf_counter() - t0
             if verify:
                 ref = tl.reference(output, **arrays, **extra)
                 res.verified = bool(np.allclose(out, ref, rtol=1e-3, atol=1e-4, equal_nan=True))
+            hopeless = budget is not None and warm > budget
+            if hopeless:
+                res.times = [warm]  # it cannot win: one (warm-up) time is enough to rank it
             total = 0.0
-            while len(res.times) < repeats or total < min_seconds:
+            while not hopeless and (len(res.times) < repeats or total < min_seconds):
                 t0 = time.perf_counter()
                 kern(**arrays, **extra, out=out)
                 dt = time.perf_counter() - t0
@@ -98,29 +124,64 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
                 total += dt
                 if len(res.times) >= 1000:
                     break
-        except tl.TensorlangError as exc:  # a refused or uncompilable candidate
+        except Exception as exc:  # noqa: BLE001
             res.times = []
-            res.error = f"{type(exc).__name__}: {exc}"
-        except Exception as exc:  # noqa: BLE001 - the worker reports, the tuner decides
-            res.times = []
-            res.error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+            res.error = _error(exc)
         reply(res)
 
 
+class _Worker:
+    """One worker process: setup on start, then request/answer with a deadline."""
+
+    def __init__(self, setup: tuple) -> None:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.worker"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        send(self.proc.stdin, setup)
+        self.deadline = 0.0
+
+    def request(self, msg: Any, timeout: float) -> None:
+        send(self.proc.stdin, msg)
+        self.deadline = time.monotonic() + timeout
+
+    def answer(self) -> MeasureResult:
+        return recv(self.proc.stdout)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(5)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                send(self.proc.stdin, None)
+                self.proc.wait(5)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+
+_DIED = (EOFError, BrokenPipeError, ConnectionResetError, pickle.UnpicklingError, OSError)
+
+
 class Measurer:
-    """Compiles and times schedule traces of ``output`` at concrete ``sizes`` in a worker.
+    """Compiles (in ``jobs`` processes) and times (in one) schedule traces of ``output``.
 
     Args:
         output: the output Func. sizes: concrete size values by name (``{"M": 1024, ...}``).
+        shapes: input shapes by Input name.
         repeats: at least this many timed runs. min_seconds: at least this much timed work.
-        timeout: seconds a candidate may take (compile + runs) before it is killed.
-        hook: optional picklable callable run in the worker on each trace before compiling it
-            (instrumentation; tests use it to crash a worker on purpose).
+        timeout: seconds a candidate's compilation, and then its runs, may each take before the
+            worker is killed. jobs: compile processes (default: CPU count, at most 4).
+        hook: optional picklable callable the run worker calls on each trace before running it
+            (instrumentation; tests use it to crash or hang the worker on purpose).
     """
 
     def __init__(self, output: Any, sizes: dict[str, int], shapes: dict[str, tuple[int, ...]],
                  repeats: int = 5, min_seconds: float = 0.05, timeout: float = 60.0,
-                 hook: Callable | None = None) -> None:
+                 hook: Callable | None = None, jobs: int | None = None) -> None:
         self.output = output
         self.sizes = dict(sizes)
         self.shapes = dict(shapes)
@@ -128,54 +189,113 @@ class Measurer:
         self.min_seconds = min_seconds
         self.timeout = timeout
         self.hook = hook
-        self._proc: subprocess.Popen | None = None
+        self.jobs = max(1, jobs if jobs is not None else min(os.cpu_count() or 1, 4))
+        self._compilers: list[_Worker | None] = [None] * self.jobs
+        self._runner: _Worker | None = None
         self.restarts = 0
 
-    def _start(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self._proc = subprocess.Popen([sys.executable, "-m", "autotune.worker"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-        send(self._proc.stdin, (self.output, self.shapes, self.sizes, self.hook))
+    def _setup(self, role: str) -> tuple:
+        return (role, self.output, self.shapes, self.sizes, self.hook)
 
-    def _kill(self) -> None:
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait(5)
-        self._proc = None
+    def _replace(self, w: _Worker) -> None:
+        w.kill()
         self.restarts += 1
 
-    def measure(self, trace: str, verify: bool = False, timeout: float | None = None
-                ) -> MeasureResult:
-        """Compile and time one schedule trace (JSON); never raises for a bad candidate."""
-        if self._proc is None or self._proc.poll() is not None:
-            self._start()
-        assert self._proc is not None
+    # -- compile ---------------------------------------------------------------------------------
+    def compile_many(self, traces: list[str], timeout: float | None = None
+                     ) -> list[MeasureResult]:
+        """Compile traces to object code in the pool; results in input order (errors kept)."""
         limit = self.timeout if timeout is None else timeout
+        results: list[MeasureResult | None] = [None] * len(traces)
+        todo = list(range(len(traces)))[::-1]
+        busy: dict[int, int] = {}  # worker slot -> trace index
+        while todo or busy:
+            for slot in range(self.jobs):
+                if slot in busy or not todo:
+                    continue
+                w = self._compilers[slot]
+                if w is None or w.proc.poll() is not None:
+                    w = self._compilers[slot] = _Worker(self._setup("compile"))
+                idx = todo.pop()
+                try:
+                    w.request(traces[idx], limit)
+                    busy[slot] = idx
+                except _DIED:
+                    self._replace(w)
+                    self._compilers[slot] = None
+                    results[idx] = MeasureResult(error="the compiling process died")
+            if not busy:
+                continue
+            streams = {self._compilers[s].proc.stdout: s for s in busy}  # type: ignore[union-attr]
+            wait = max(0.0, min(self._compilers[s].deadline for s in busy)  # type: ignore[union-attr]
+                       - time.monotonic())
+            ready, _, _ = select.select(list(streams), [], [], wait)
+            for stream in ready:
+                slot = streams[stream]
+                w = self._compilers[slot]
+                assert w is not None
+                idx = busy.pop(slot)
+                try:
+                    results[idx] = w.answer()
+                except _DIED:
+                    w.proc.wait(5)
+                    code = w.proc.returncode
+                    self._replace(w)
+                    self._compilers[slot] = None
+                    results[idx] = MeasureResult(
+                        error=f"the compiling process died (exit code {code})")
+            now = time.monotonic()
+            for slot in [s for s in busy if self._compilers[s].deadline <= now]:  # type: ignore
+                w = self._compilers[slot]
+                assert w is not None
+                self._replace(w)
+                self._compilers[slot] = None
+                results[busy.pop(slot)] = MeasureResult(
+                    error=f"timeout: not compiled within {limit:.1f} s")
+        return [r if r is not None else MeasureResult(error="not compiled") for r in results]
+
+    # -- run -------------------------------------------------------------------------------------
+    def run(self, trace: str, compiled: MeasureResult, verify: bool = False,
+            timeout: float | None = None, budget: float | None = None) -> MeasureResult:
+        """Time compiled object code (from ``compile_many``); never raises for a bad candidate."""
+        if compiled.error is not None:
+            return compiled
+        limit = self.timeout if timeout is None else timeout
+        if self._runner is None or self._runner.proc.poll() is not None:
+            self._runner = _Worker(self._setup("run"))
+        w = self._runner
         try:
-            send(self._proc.stdin, (trace, self.repeats, self.min_seconds, verify))
-            ready, _, _ = select.select([self._proc.stdout], [], [], limit)
-            if ready:
-                return recv(self._proc.stdout)
-            self._kill()
-            return MeasureResult(error=f"timeout: no result within {limit:.1f} s")
-        except (EOFError, BrokenPipeError, ConnectionResetError, pickle.UnpicklingError):
-            self._proc.wait(5)
-            code = self._proc.returncode
-            self._kill()
-            return MeasureResult(error=f"the measuring process died (exit code {code})")
+            w.request((trace, compiled.object_code, compiled.signature, self.repeats,
+                       self.min_seconds, verify, budget), limit)
+            ready, _, _ = select.select([w.proc.stdout], [], [], limit)
+            if not ready:
+                self._replace(w)
+                self._runner = None
+                res = MeasureResult(error=f"timeout: no result within {limit:.1f} s")
+            else:
+                res = w.answer()
+        except _DIED:
+            w.proc.wait(5)
+            code = w.proc.returncode
+            self._replace(w)
+            self._runner = None
+            res = MeasureResult(error=f"the measuring process died (exit code {code})")
+        res.compile_seconds = compiled.compile_seconds
+        res.object_code, res.signature = compiled.object_code, compiled.signature
+        return res
+
+    def measure(self, trace: str, verify: bool = False, timeout: float | None = None,
+                budget: float | None = None) -> MeasureResult:
+        """Compile and time one schedule trace (JSON); never raises for a bad candidate."""
+        (compiled,) = self.compile_many([trace], timeout)
+        return self.run(trace, compiled, verify, timeout, budget)
 
     def close(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            try:
-                send(self._proc.stdin, None)
-                self._proc.wait(5)
-            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
-                pass
-            if self._proc.poll() is None:
-                self._proc.kill()
-                self._proc.wait(5)
-        self._proc = None
+        for w in [*self._compilers, self._runner]:
+            if w is not None:
+                w.close()
+        self._compilers = [None] * self.jobs
+        self._runner = None
 
     def __enter__(self) -> Measurer:
         return self

@@ -6,6 +6,9 @@ Func computed at root or at a consumer loop):
 
 - ``<F>.<v>.split``: each pure Var ``v`` split by a factor, or not (1). Factors: powers of two and
   divisors of the extent, from 2 up to ``min(extent, 256)`` (divisors make tails disappear).
+- ``<F>.<v>.shift``: when a pure split leaves a tail, whether the last tile shifts inwards
+  (``ShiftInwards``: every tile full, so constant-extent SIMD and unrolling; refused by the
+  legality check where it would recompute a reduction) or is guarded (``GuardWithIf``).
 - ``<F>.<r>.split``: each reduction Var likewise (reduction tiling / cache blocking).
 - ``<F>.order``: the loop order family. ``tile``: outer pure loops, outer reduction loops, inner
   reduction loops, inner pure loops (register tiles: the reduction runs around the tile, GEMM-style);
@@ -14,8 +17,9 @@ Func computed at root or at a consumer loop):
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
 - ``<F>.parallel``: the outermost pure loop in parallel, or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
-  (computed at the k-th loop, outermost first, of its single consumer; clamped to the consumer's
-  loops).
+  (computed at the k-th loop, outermost first, of its single consumer — or of the output when
+  every reader is the output or computed inside it, as softmax's ``exp``; clamped to the
+  consumer's loops).
 - Update definitions keep their order; ``<F>.update<i>.parallel`` runs their outermost pure loop in
   parallel when they have one.
 
@@ -98,13 +102,23 @@ class SearchSpace:
         options = ["root"]
         if f.definition is not None and f.definition.reduce_op is None and not f.updates:
             options.append("inline")
+        host = None
         if len(readers) == 1 and not f.updates and ".update(" not in readers[0]:
+            host = readers[0]
+        elif not f.updates and self.output.name in readers and all(
+                r == self.output.name or s.states[r].compute.func == self.output.name
+                for r in readers):
+            host = self.output.name  # every reader lives in the output's loops (softmax's e)
+        if host is not None:
             options += [f"at{k}" for k in range(AT_LEVELS)]
-        where = trial.suggest_categorical(f"{f.name}.where", options)
+        # the choice set must be fixed per parameter name (Optuna): whether ``at`` is possible
+        # depends on the readers' placements, so it is part of the name
+        name = f"{f.name}.where" if host is not None else f"{f.name}.where_root_or_inline"
+        where = trial.suggest_categorical(name, options)
         if where == "inline":
             s[f].compute_inline()
         elif where.startswith("at"):
-            consumer = s[readers[0]]
+            consumer = s[host]
             loops = consumer.loops
             k = min(int(where[2:]), len(loops) - 1)
             try:
@@ -124,7 +138,11 @@ class SearchSpace:
                 fac = trial.suggest_categorical(f"{f.name}.{v.name}.split",
                                                 factor_choices(max(ext, 1)))
                 if fac > 1 and fac < ext:
-                    o, i = stage.split(v, fac)
+                    tail = "GuardWithIf"
+                    if vars_ is d.args and ext % fac and trial.suggest_categorical(
+                            f"{f.name}.{v.name}.shift", [False, True]):
+                        tail = "ShiftInwards"
+                    o, i = stage.split(v, fac, tail=tail)
                     group_o.append(o.name)
                     group_i.append(i.name)
                 else:

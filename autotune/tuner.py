@@ -3,9 +3,10 @@
 Each round: ``study.ask()`` -> a schedule from the search space -> ``Schedule.check()`` (an illegal
 candidate is told to Optuna as *pruned* and counted, never compiled) -> measured in the worker
 process -> ``study.tell(seconds)``; a failed candidate (crash, timeout, compile error) is told as
-*failed* and its error kept. A candidate that beats the best so far is measured again with the NumPy
+*failed* and its error kept. A candidate that beats the best so far is run again with the NumPy
 reference check and accepted only if it matches. The per-candidate timeout follows the best time:
-``max(timeout_floor, 50 x best + 20 s)`` (compilation included), so hopeless candidates cost little.
+``max(timeout_floor, 50 x best + 20 s)`` for compiling and again for running, and a candidate
+whose warm-up run takes over 10x the best time is not repeated, so hopeless candidates cost little.
 
 With ``cost_model="gbt"`` (the default) the loop runs in rounds: Optuna proposes ``pool``
 candidates, the illegal ones are pruned, the learned cost model (``cost_model.py``) ranks the rest
@@ -104,7 +105,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
              measure_hook: Callable | None = None,
              progress: Callable[[TrialRecord, float], Any] | None = None,
              space: Any = None, cost_model: str = "gbt", pool: int = 24,
-             measure_per_round: int = 4) -> TuningResult:
+             measure_per_round: int = 4, jobs: int | None = None) -> TuningResult:
     """Search schedules of ``output`` for the given sizes and return the fastest verified one.
 
     Args:
@@ -121,6 +122,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             ``shapes``); default ``SearchSpace(output, sizes)``.
         cost_model: ``"gbt"`` (rank ``pool`` proposals per round with the learned model and
             measure ``measure_per_round`` of them) or ``"none"`` (measure every proposal).
+        jobs: compile processes (default: CPU count, at most 4); a round's candidates compile in
+            parallel, then are timed one at a time.
 
     Returns:
         A ``TuningResult``; ``best_trace`` is None when no candidate succeeded.
@@ -148,83 +151,85 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         return timeout is not None and time.perf_counter() - start > timeout
 
     with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
-                  timeout=timeout_floor, hook=measure_hook) as m:
+                  timeout=timeout_floor, hook=measure_hook, jobs=jobs) as m:
 
-        def run(trial: Any, s: Schedule, fv: np.ndarray | None) -> None:
-            trace = s.to_json()
+        def run_batch(batch: list[tuple[Any, Schedule, np.ndarray | None]]) -> int:
+            """Compile the batch in the pool, then time its candidates one by one; returns how
+            many were measured (the rest, past the budget, are told to Optuna as failed)."""
+            traces = [c[1].to_json() for c in batch]
             best = state["best"]
             limit = max(timeout_floor, 50 * best + 20) if np.isfinite(best) else timeout_floor
-            res = m.measure(trace, timeout=limit)
-            if res.error is None and res.seconds < best:
-                check = m.measure(trace, verify=True, timeout=max(limit, 600.0))
-                if check.verified is not True:
-                    res.error = check.error or "result differs from the NumPy reference"
-            if res.error is not None:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                rec = TrialRecord(len(history), trace, "failed", error=res.error,
-                                  compile_seconds=res.compile_seconds)
-            else:
-                study.tell(trial, res.seconds)
-                rec = TrialRecord(len(history), trace, "measured", res.seconds, res.times,
-                                  res.compile_seconds)
-                if model is not None and fv is not None:
-                    model.add(fv, res.seconds)
-                if res.seconds < best:
-                    state["best"], state["trace"] = res.seconds, trace
-            history.append(rec)
-            if progress is not None:
-                progress(rec, state["best"])
+            compiled = m.compile_many(traces, timeout=limit)
+            done = 0
+            for (trial, _, fv), trace, comp in zip(batch, traces, compiled):
+                if measured + done >= trials or out_of_time():
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    continue
+                done += 1
+                best = state["best"]
+                budget = 10 * best if np.isfinite(best) else None
+                res = m.run(trace, comp, timeout=limit, budget=budget)
+                if res.error is None and res.seconds < best:
+                    check = m.run(trace, comp, verify=True, timeout=max(limit, 600.0))
+                    if check.verified is not True:
+                        res.error = check.error or "result differs from the NumPy reference"
+                if res.error is not None:
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    rec = TrialRecord(len(history), trace, "failed", error=res.error,
+                                      compile_seconds=res.compile_seconds)
+                else:
+                    study.tell(trial, res.seconds)
+                    rec = TrialRecord(len(history), trace, "measured", res.seconds, res.times,
+                                      res.compile_seconds)
+                    if model is not None and fv is not None:
+                        model.add(fv, res.seconds)
+                    if res.seconds < best:
+                        state["best"], state["trace"] = res.seconds, trace
+                history.append(rec)
+                if progress is not None:
+                    progress(rec, state["best"])
+            return done
 
-        def prune(trial: Any, s: Schedule, report: Any) -> None:
+        def prune(trial: Any, s: Schedule, why: str) -> None:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            history.append(TrialRecord(len(history), s.to_json(), "pruned",
-                                       error=report.problems[0].message()))
+            history.append(TrialRecord(len(history), s.to_json(), "pruned", error=why))
             if progress is not None:
                 progress(history[-1], state["best"])
 
+        def propose() -> tuple[Any, Schedule, np.ndarray] | None:
+            """Ask Optuna for a schedule; prove it legal and lower it (its features come from
+            the loop nest). An illegal or unrealizable one is pruned: None."""
+            trial = study.ask()
+            s = space.sample(trial)
+            report = s.check()
+            if not report.ok:
+                prune(trial, s, report.problems[0].message())
+                return None
+            try:
+                return trial, s, features(lower(output, s), sizes)
+            except ScheduleError as exc:  # a placement lowering cannot realize
+                prune(trial, s, str(exc))
+                return None
+
         measured = 0
         while measured < trials and not out_of_time():
+            if sum(r.state == "pruned" for r in history) > 20 * max(trials, 1):
+                break  # the space is (almost) all illegal
             if model is None:
-                trial = study.ask()
-                s = space.sample(trial)
-                report = s.check()
-                if not report.ok:
-                    prune(trial, s, report)
-                    if sum(r.state == "pruned" for r in history) > 20 * max(trials, 1):
-                        break  # the space is (almost) all illegal
-                    continue
-                run(trial, s, None)
-                measured += 1
+                cand = propose()
+                if cand is not None:
+                    measured += run_batch([cand])
                 continue
-            cands = []
-            for _ in range(pool):
-                trial = study.ask()
-                s = space.sample(trial)
-                report = s.check()
-                if not report.ok:
-                    prune(trial, s, report)
-                    continue
-                try:
-                    fv = features(lower(output, s), sizes)
-                except ScheduleError as exc:  # a placement lowering cannot realize
-                    study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                    history.append(TrialRecord(len(history), s.to_json(), "pruned",
-                                               error=str(exc)))
-                    continue
-                cands.append((trial, s, fv))
+            cands = [c for c in (propose() for _ in range(pool)) if c is not None]
             if not cands:
-                break
+                continue
             pred = model.predict(np.stack([c[2] for c in cands]))
             order = list(rng.permutation(len(cands))) if pred is None else list(np.argsort(pred))
             take = order[: max(1, measure_per_round - 1)]
             rest = order[len(take):]
             if rest:
                 take.append(rest[int(rng.integers(len(rest)))])  # one exploratory pick
-            for idx in take:
-                if measured >= trials or out_of_time():
-                    break
-                run(*cands[idx])
-                measured += 1
+            measured += run_batch([cands[idx] for idx in take])
             for idx in set(range(len(cands))) - set(take):
                 study.tell(cands[idx][0], state=optuna.trial.TrialState.FAIL)
             model.fit()

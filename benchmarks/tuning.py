@@ -1,6 +1,6 @@
 """Tuning with and without the cost model, against NumPy (issue: autotuner).
 
-Run: python benchmarks/tuning.py [--trials 150] [--workloads gemm,blur,softmax,conv2d] [--quick]
+Run: python benchmarks/tuning.py [--trials 150] [--budget 300] [--workloads gemm,blur,...] [--quick]
 For each workload and each search — model-guided (TPE proposals ranked by the learned cost model),
 plain Optuna TPE, random — with one equal budget of measured trials: the best time, the ratio to
 NumPy measured in the same run (im2col + matmul for conv2d), the tuning wall time, and the best
@@ -18,56 +18,24 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from algorithms import blur, conv2d, matmul, softmax  # noqa: E402
 from common import median_seconds, table  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
+from autotune.measure import random_inputs  # noqa: E402
+from autotune.workloads import BUILTIN, input_shapes  # noqa: E402
+from tensorlang.pipeline import Pipeline  # noqa: E402
 
 
 def workloads(quick: bool) -> dict:
+    """Benchmark name -> (workload, sizes): the issue's shapes, or small ones with --quick."""
     n = 256 if quick else 1024
     img = 512 if quick else 4096
     c, hw = (16, 28) if quick else (64, 56)
-    rng = np.random.default_rng(0)
-
-    def gemm_np():
-        a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
-        return lambda: a @ b
-
-    def blur_np():
-        x = rng.random((img + 2, img + 2), dtype=np.float32)
-
-        def f():
-            bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) / 3
-            return (bx[:-2] + bx[1:-1] + bx[2:]) / 3
-        return f
-
-    def softmax_np():
-        x = rng.standard_normal((img, img), dtype=np.float32)
-
-        def f():
-            z = np.exp(x - x.max(axis=1, keepdims=True))
-            return z / z.sum(axis=1, keepdims=True)
-        return f
-
-    def conv_np():
-        a = rng.random((1, c, hw, hw), dtype=np.float32)
-        w = rng.random((c, c, 3, 3), dtype=np.float32).reshape(c, -1)
-
-        def f():
-            p = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)))
-            cols = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))
-            cols = cols.transpose(0, 1, 4, 5, 2, 3).reshape(c * 9, hw * hw)
-            return w @ cols
-        return f
-
     return {
-        "gemm": (matmul, {"M": n, "N": n, "K": n}, gemm_np, 2 * n**3),
-        "blur": (blur, {"H": img + 2, "W": img + 2}, blur_np, 8 * img * img),
-        "softmax": (softmax, {"R": img, "S": img}, softmax_np, 5 * img * img),
-        "conv2d": (conv2d, {"Nb": 1, "CI": c, "H": hw, "W": hw, "CO": c}, conv_np,
-                   2 * c * c * 9 * hw * hw),
+        "gemm": (BUILTIN["matmul"], {"M": n, "N": n, "K": n}),
+        "blur": (BUILTIN["blur"], {"H": img + 2, "W": img + 2}),
+        "softmax": (BUILTIN["softmax"], {"R": img, "S": img}),
+        "conv2d": (BUILTIN["conv2d"], {"Nb": 1, "CI": c, "CO": c, "H": hw, "W": hw}),
     }
 
 
@@ -90,18 +58,23 @@ def main() -> None:
     ap.add_argument("--workloads", default="gemm,blur,softmax,conv2d")
     ap.add_argument("--quick", action="store_true", help="small shapes (a smoke run)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=float, default=300.0,
+                    help="tuning seconds per search (the issue's 5 minutes)")
     args = ap.parse_args()
     wl = workloads(args.quick)
     checkpoints = [k for k in (10, 25, 50, 100, 150) if k <= args.trials]
     rows, speed = [], []
     for name in args.workloads.split(","):
-        build, sizes, np_fn, flops = wl[name]
-        out, _ = build()
-        t_np = median_seconds(np_fn())
+        work, sizes = wl[name]
+        out = work.build()
+        arrays = random_inputs(Pipeline(out), input_shapes(out, sizes))
+        t_np = median_seconds(work.numpy(arrays))
+        flops = work.flops(sizes)
         reach = []
         for label, kw in SEARCHES:
             t0 = time.perf_counter()
-            res = tl.autotune(out, sizes, trials=args.trials, seed=args.seed, **kw)
+            res = tl.autotune(out, sizes, trials=args.trials, seed=args.seed,
+                              timeout=args.budget, **kw)
             wall = time.perf_counter() - t0
             curve = [r for r in res.best_so_far()]
             measured = [b for b, r in zip(curve, res.history) if r.state != "pruned"]

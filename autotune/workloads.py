@@ -1,0 +1,254 @@
+"""Built-in workloads (what ``tensorlang tune|bench NAME`` and the benchmarks tune), and loading a
+user's workload from ``path/to/file.py:function``.
+
+A workload is an algorithm (a function of no arguments returning the output Func), its default
+shape (size symbols by name), a NumPy version of the same computation (the peer every speed is
+measured against, in the same run) and its floating-point operation count (for GFLOP/s).
+
+========== ==================== ============================================================
+name       sizes                computation
+========== ==================== ============================================================
+matmul     M, N, K              C[i, j] = sum_k A[i, k] * B[k, j]            (NumPy: ``A @ B``)
+batch_matmul B, M, N, K         C[b, i, j] = sum_k A[b, i, k] * B[b, k, j]   (``np.matmul``)
+conv2d     Nb, CI, CO, H, W     3x3 convolution, zero padding 1, NCHW   (im2col + matmul)
+blur       H, W                 3x3 box blur in two passes; H, W are the *input* sizes, the
+                                output is (H-2) x (W-2)
+softmax    R, S                 row-wise softmax of an R x S matrix
+layernorm  R, S                 row-wise layer normalisation with gain and bias
+========== ==================== ============================================================
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+import tensorlang as tl
+from tensorlang.errors import DefinitionError
+from tensorlang.func import Func
+from tensorlang.pipeline import Pipeline
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named algorithm with a default shape, a NumPy peer and a FLOP count.
+
+    ``numpy(arrays)`` returns a callable of no arguments computing the same output with NumPy
+    (None: no peer); ``flops(sizes)`` is the floating-point operation count (0: unknown).
+    """
+
+    name: str
+    build: Callable[[], Func]
+    shape: dict[str, int]
+    numpy: Callable[[dict[str, np.ndarray]], Callable[[], np.ndarray]] | None = None
+    flops: Callable[[dict[str, int]], float] = lambda sizes: 0.0
+    doc: str = ""
+
+
+def input_shapes(output: Func, sizes: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """The shape of every Input of ``output``'s pipeline for concrete sizes (by size name).
+
+    Raises:
+        ShapeError: a size an input shape needs is missing from ``sizes``.
+    """
+    from tensorlang.errors import ShapeError
+
+    out = {}
+    for inp in Pipeline(output).inputs:
+        dims = []
+        for d in inp.shape:
+            name = getattr(d, "name", None)
+            if name is not None:
+                if name not in sizes:
+                    raise ShapeError(f"no value for size {name} (input {inp.name}); give it as "
+                                     f"--shape {name}=...")
+                dims.append(int(sizes[name]))
+            else:
+                dims.append(int(d.value))  # type: ignore[attr-defined]
+        out[inp.name] = tuple(dims)
+    return out
+
+
+# -- the algorithms ------------------------------------------------------------------------------
+def matmul() -> Func:
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+    return C
+
+
+def batch_matmul() -> Func:
+    Bt, M, N, K = tl.sizes("B M N K")
+    A, B = tl.Input("A", (Bt, M, K), tl.float32), tl.Input("B", (Bt, K, N), tl.float32)
+    b, i, j, k = tl.vars("b i j k")
+    C = tl.Func("C")
+    C[b, i, j] = A[b, i, k] * B[b, k, j]
+    return C
+
+
+def conv2d() -> Func:
+    Nb, CI, H, W, CO = tl.sizes("Nb CI H W CO")
+    In = tl.Input("In", (Nb, CI, H, W), tl.float32)
+    Wt = tl.Input("Wt", (CO, CI, 3, 3), tl.float32)
+    n, co, y, x, ci, ry, rx = tl.vars("n co y x ci ry rx")
+    pad = tl.Func("pad", shape=(Nb, CI, H + 2, W + 2))
+    pad[n, ci, y, x] = tl.constant_exterior(In, 0.0)[n, ci, y - 1, x - 1]
+    O = tl.Func("O")
+    O[n, co, y, x] = pad[n, ci, y + ry, x + rx] * Wt[co, ci, ry, rx]
+    return O
+
+
+def blur() -> Func:
+    H, W = tl.sizes("H W")
+    In = tl.Input("In", (H, W), tl.float32)
+    y, x = tl.vars("y x")
+    bx = tl.Func("bx")
+    bx[y, x] = (In[y, x - 1] + In[y, x] + In[y, x + 1]) * (1 / 3)
+    out = tl.Func("out")
+    out[y, x] = (bx[y - 1, x] + bx[y, x] + bx[y + 1, x]) * (1 / 3)
+    return out
+
+
+def softmax() -> Func:
+    R, S = tl.sizes("R S")
+    X = tl.Input("X", (R, S), tl.float32)
+    i, j, k = tl.vars("i j k")
+    mx, e, sm, out = tl.Func("mx"), tl.Func("e"), tl.Func("sm"), tl.Func("softmax")
+    mx[i] = tl.max(X[i, k])
+    e[i, j] = tl.exp(X[i, j] - mx[i])
+    sm[i] = e[i, k]
+    out[i, j] = e[i, j] * (1.0 / sm[i])
+    return out
+
+
+def layernorm() -> Func:
+    R, S = tl.sizes("R S")
+    X = tl.Input("X", (R, S), tl.float32)
+    G, Bb = tl.Input("G", (S,), tl.float32), tl.Input("Bb", (S,), tl.float32)
+    i, j, k = tl.vars("i j k")
+    mean, var, out = tl.Func("mean"), tl.Func("var"), tl.Func("layernorm")
+    mean[i] = X[i, k] * (1.0 / tl.cast(tl.float32, S))
+    var[i] = (X[i, k] - mean[i]) * (X[i, k] - mean[i]) * (1.0 / tl.cast(tl.float32, S))
+    out[i, j] = (X[i, j] - mean[i]) / tl.sqrt(var[i] + 1e-5) * G[j] + Bb[j]
+    return out
+
+
+# -- NumPy peers ---------------------------------------------------------------------------------
+def _np_matmul(a: dict) -> Callable[[], np.ndarray]:
+    return lambda: np.matmul(a["A"], a["B"])
+
+
+def _np_conv2d(a: dict) -> Callable[[], np.ndarray]:
+    x, w = a["In"], a["Wt"]
+    nb, ci, h, wd = x.shape
+    co = w.shape[0]
+    wmat = w.reshape(co, -1)
+
+    def f() -> np.ndarray:  # im2col + matmul
+        p = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        cols = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))
+        cols = cols.transpose(0, 1, 4, 5, 2, 3).reshape(nb, ci * 9, h * wd)
+        return (wmat @ cols).reshape(nb, co, h, wd)
+    return f
+
+
+def _np_blur(a: dict) -> Callable[[], np.ndarray]:
+    x = a["In"]
+
+    def f() -> np.ndarray:
+        bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) * np.float32(1 / 3)
+        return (bx[:-2] + bx[1:-1] + bx[2:]) * np.float32(1 / 3)
+    return f
+
+
+def _np_softmax(a: dict) -> Callable[[], np.ndarray]:
+    x = a["X"]
+
+    def f() -> np.ndarray:
+        z = np.exp(x - x.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+    return f
+
+
+def _np_layernorm(a: dict) -> Callable[[], np.ndarray]:
+    x, g, b = a["X"], a["G"], a["Bb"]
+
+    def f() -> np.ndarray:
+        m = x.mean(axis=1, keepdims=True)
+        v = ((x - m) ** 2).mean(axis=1, keepdims=True)
+        return (x - m) / np.sqrt(v + np.float32(1e-5)) * g + b
+    return f
+
+
+BUILTIN: dict[str, Workload] = {w.name: w for w in [
+    Workload("matmul", matmul, {"M": 1024, "N": 1024, "K": 1024}, _np_matmul,
+             lambda s: 2.0 * s["M"] * s["N"] * s["K"], "C = A @ B, float32"),
+    Workload("batch_matmul", batch_matmul, {"B": 8, "M": 256, "N": 256, "K": 256}, _np_matmul,
+             lambda s: 2.0 * s["B"] * s["M"] * s["N"] * s["K"], "batched A @ B, float32"),
+    Workload("conv2d", conv2d, {"Nb": 1, "CI": 64, "CO": 64, "H": 56, "W": 56}, _np_conv2d,
+             lambda s: 2.0 * s["Nb"] * s["CO"] * s["CI"] * 9 * s["H"] * s["W"],
+             "3x3 convolution, zero padding, NCHW float32"),
+    Workload("blur", blur, {"H": 4098, "W": 4098}, _np_blur,
+             lambda s: 8.0 * (s["H"] - 2) * (s["W"] - 2), "two-pass 3x3 box blur, float32"),
+    Workload("softmax", softmax, {"R": 4096, "S": 4096}, _np_softmax,
+             lambda s: 5.0 * s["R"] * s["S"], "row-wise softmax, float32"),
+    Workload("layernorm", layernorm, {"R": 4096, "S": 4096}, _np_layernorm,
+             lambda s: 9.0 * s["R"] * s["S"], "row-wise layer normalisation, float32"),
+]}
+
+
+def get_workload(spec: str) -> Workload:
+    """A built-in workload by name, or ``path/to/file.py:function`` (a function of no arguments
+    returning the output Func; its default shape is empty, so every size comes from --shape).
+
+    Raises:
+        DefinitionError: unknown name, missing file or function, or the function does not
+            return a Func.
+    """
+    if spec in BUILTIN:
+        return BUILTIN[spec]
+    if ":" not in spec:
+        raise DefinitionError(f"unknown workload {spec!r}: use one of {', '.join(BUILTIN)} or "
+                              f"path/to/file.py:function")
+    path, _, fn_name = spec.rpartition(":")
+    if not os.path.isfile(path):
+        raise DefinitionError(f"workload file {path!r} does not exist")
+    mod_spec = importlib.util.spec_from_file_location(
+        f"tensorlang_user_{abs(hash(os.path.abspath(path)))}", path)
+    assert mod_spec is not None and mod_spec.loader is not None
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    fn = getattr(module, fn_name, None)
+    if not callable(fn):
+        raise DefinitionError(f"{path} has no function {fn_name!r}")
+
+    def build() -> Func:
+        f: Any = fn()
+        if not isinstance(f, Func):
+            raise DefinitionError(f"{spec} must return the output tl.Func, got "
+                                  f"{type(f).__name__}")
+        return f
+    return Workload(fn_name, build, {}, None, lambda s: 0.0, f"user workload {spec}")
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    """``"M=1024,N=1024,K=1024"`` -> ``{"M": 1024, ...}``.
+
+    Raises:
+        ValueError: an item is not ``NAME=positive integer``.
+    """
+    out = {}
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, eq, value = item.partition("=")
+        if not eq or not name.strip().isidentifier() or not value.strip().isdigit() \
+                or int(value) < 1:
+            raise ValueError(f"bad shape item {item!r}: expected NAME=positive integer, e.g. "
+                             f"M=1024")
+        out[name.strip()] = int(value)
+    return out
