@@ -99,9 +99,9 @@ def conv2d() -> Func:
     n, co, y, x, ci, ry, rx = tl.vars("n co y x ci ry rx")
     pad = tl.Func("pad", shape=(Nb, CI, H + 2, W + 2))
     pad[n, ci, y, x] = tl.constant_exterior(In, 0.0)[n, ci, y - 1, x - 1]
-    O = tl.Func("O")
-    O[n, co, y, x] = pad[n, ci, y + ry, x + rx] * Wt[co, ci, ry, rx]
-    return O
+    conv = tl.Func("O")
+    conv[n, co, y, x] = pad[n, ci, y + ry, x + rx] * Wt[co, ci, ry, rx]
+    return conv
 
 
 def blur() -> Func:
