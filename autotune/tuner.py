@@ -18,6 +18,8 @@ candidates. ``cost_model="none"`` measures every legal proposal (for ablations).
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -38,8 +40,10 @@ from .space import SearchSpace
 
 @dataclass
 class TrialRecord:
-    """One proposal: its trace, state (``measured``, ``pruned``, ``failed``), median seconds
-    (``inf`` unless measured), all timed runs, compile seconds, error text, wall-clock time."""
+    """One proposal: its Optuna trial number, trace, state (``measured``, ``pruned``,
+    ``failed``), median seconds (``inf`` unless measured), all timed runs, compile seconds, error
+    text, wall-clock time, the cost model's predicted seconds (None: no prediction) and the
+    feature vector (``features.FEATURE_NAMES``; None for pruned proposals)."""
 
     number: int
     trace: str
@@ -49,6 +53,8 @@ class TrialRecord:
     compile_seconds: float = 0.0
     error: str | None = None
     timestamp: float = field(default_factory=time.time)
+    predicted: float | None = None
+    features: list[float] | None = None
 
 
 @dataclass
@@ -59,6 +65,13 @@ class TuningResult:
     best_trace: str | None
     best_seconds: float
     history: list[TrialRecord]
+    #: the search stopped on Ctrl-C (every record up to then is kept)
+    interrupted: bool = False
+    #: measured trials of earlier runs of a resumed study (counted against ``trials``)
+    resumed: int = 0
+    #: the tuned-kernel cache entry of the best kernel, and whether it changed the cache
+    cache_entry: Any = None
+    cache_updated: bool = False
 
     @property
     def best_schedule(self) -> Schedule | None:
@@ -105,13 +118,17 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
              measure_hook: Callable | None = None,
              progress: Callable[[TrialRecord, float], Any] | None = None,
              space: Any = None, cost_model: str = "gbt", pool: int = 24,
-             measure_per_round: int = 4, jobs: int | None = None) -> TuningResult:
+             measure_per_round: int = 4, jobs: int | None = None,
+             log: str | os.PathLike | None = None, workload_name: str | None = None,
+             storage: str | None = None, study_name: str | None = None,
+             transfer: list[Any] | None = None, cache: Any = True) -> TuningResult:
     """Search schedules of ``output`` for the given sizes and return the fastest verified one.
 
     Args:
         output: the output Func. shapes: concrete sizes by name (``{"M": 1024, ...}``), or
         arrays: example input arrays by Input name (their shapes give the sizes).
-        trials: proposals to make; timeout: stop after this many seconds of tuning (wall clock).
+        trials: measured candidates in total (a resumed study counts its earlier ones);
+            timeout: stop after this many seconds of tuning (wall clock).
         seed: seeds the sampler (with ``sampler="random"`` the proposals are reproducible).
         sampler: ``"tpe"`` (Optuna's TPE) or ``"random"``.
         repeats, min_seconds: measurement effort per candidate (median of >= ``repeats`` runs
@@ -124,36 +141,97 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             measure ``measure_per_round`` of them) or ``"none"`` (measure every proposal).
         jobs: compile processes (default: CPU count, at most 4); a round's candidates compile in
             parallel, then are timed one at a time.
+        log: append a tuning record (``records.py``) per proposal to this JSON Lines file.
+        workload_name: the workload's name in the records (default: the output Func's name).
+        storage: an Optuna storage URL (``sqlite:///study.db``, any RDB URL): the study is kept
+            there and an existing one of ``study_name`` is resumed — its measured trials (read
+            back from ``log``) count against ``trials`` and warm the cost model.
+        transfer: tuning records of *other* workloads (``records.read_records``): measured ones
+            from this machine warm-start the cost model (transfer learning, as TVM's).
+        cache: where the best kernel (trace, seconds, object code) is stored for
+            ``tl.compile(F, schedule="auto")``: True = the default ``KernelCache``
+            (``TENSORLANG_CACHE``), a ``KernelCache``, or False/None for none.
 
     Returns:
-        A ``TuningResult``; ``best_trace`` is None when no candidate succeeded.
+        A ``TuningResult``; ``best_trace`` is None when no candidate succeeded. Ctrl-C stops the
+        search cleanly (``interrupted=True``); every record written so far is complete.
 
     Raises:
         ShapeError: the sizes or arrays do not fit the algorithm.
     """
+    from .records import (
+        RecordWriter,
+        TuningRecord,
+        read_records,
+        same_machine,
+        target_info,
+        workload_info,
+    )
+
     sizes = _sizes(output, shapes, arrays)
     space = space if space is not None else SearchSpace(output, sizes)
-    samplers = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed, n_startup_trials=10),
-                "random": lambda: optuna.samplers.RandomSampler(seed=seed)}
-    if sampler not in samplers:
-        raise ValueError(f"sampler must be one of {sorted(samplers)}, got {sampler!r}")
+    if cost_model not in ("gbt", "none"):
+        raise ValueError(f"cost_model must be 'gbt' or 'none', got {cost_model!r}")
+    if sampler not in ("tpe", "random"):
+        raise ValueError(f"sampler must be one of ['random', 'tpe'], got {sampler!r}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(direction="minimize", sampler=samplers[sampler]())
+    workload = workload_info(output, sizes, workload_name)
+    target = target_info()
+    earlier: list[TuningRecord] = []
+    if storage is not None and log is not None and os.path.exists(log):
+        earlier = [r for r in read_records(log) if r.workload.get("key") == workload["key"]
+                   and r.workload.get("sizes") == workload["sizes"]
+                   and same_machine(r.target, target)]
+    name = study_name or f"{workload['name']}-{workload['key'][:12]}-" + "-".join(
+        f"{k}{v}" for k, v in workload["sizes"].items())
+    probe = optuna.create_study(direction="minimize", storage=storage, study_name=name,
+                                load_if_exists=True) if storage is not None else None
+    offset = len(probe.trials) if probe is not None else 0  # fresh random streams on resume
+    samplers = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed + offset,
+                                                          n_startup_trials=10),
+                "random": lambda: optuna.samplers.RandomSampler(seed=seed + offset)}
+    study = optuna.create_study(direction="minimize", sampler=samplers[sampler](),
+                                storage=storage, study_name=name if storage else None,
+                                load_if_exists=True)
     history: list[TrialRecord] = []
     start = time.perf_counter()
     model = CostModel(seed=seed) if cost_model == "gbt" else None
-    if cost_model not in ("gbt", "none"):
-        raise ValueError(f"cost_model must be 'gbt' or 'none', got {cost_model!r}")
-    rng = np.random.default_rng(seed)
-    state = {"best": float("inf"), "trace": None}
+    rng = np.random.default_rng(seed + offset)
+    state: dict[str, Any] = {"best": float("inf"), "trace": None}
+    resumed = sum(r.state in ("measured", "failed") for r in earlier)
+    for r in earlier:
+        if r.ok and r.seconds is not None and r.seconds < state["best"]:
+            state["best"], state["trace"] = r.seconds, r.trace
+    if model is not None:
+        for r in [*earlier, *(transfer or [])]:
+            feats = r.extra.get("features")
+            if r.ok and feats and same_machine(r.target, target):
+                model.add(np.asarray(feats, dtype=np.float64), float(r.seconds))
+        model.fit()
+    writer = RecordWriter(log) if log is not None else None
+
+    def emit(rec: TrialRecord) -> None:
+        history.append(rec)
+        if writer is not None:
+            writer.write(TuningRecord(
+                workload=workload, target=target, schedule=json.loads(rec.trace),
+                state=rec.state, seconds=rec.seconds if np.isfinite(rec.seconds) else None,
+                times=rec.times, predicted=rec.predicted, trial=rec.number,
+                compile_seconds=rec.compile_seconds, timestamp=rec.timestamp, error=rec.error,
+                extra={"features": rec.features} if rec.features is not None else {}))
+        if progress is not None:
+            progress(rec, state["best"])
 
     def out_of_time() -> bool:
         return timeout is not None and time.perf_counter() - start > timeout
 
+    Cand = tuple  # (trial, schedule, features, predicted seconds or None)
+    interrupted = False
+    measured = resumed
     with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
                   timeout=timeout_floor, hook=measure_hook, jobs=jobs) as m:
 
-        def run_batch(batch: list[tuple[Any, Schedule, np.ndarray | None]]) -> int:
+        def run_batch(batch: list[Cand]) -> int:
             """Compile the batch in the pool, then time its candidates one by one; returns how
             many were measured (the rest, past the budget, are told to Optuna as failed)."""
             traces = [c[1].to_json() for c in batch]
@@ -161,7 +239,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             limit = max(timeout_floor, 50 * best + 20) if np.isfinite(best) else timeout_floor
             compiled = m.compile_many(traces, timeout=limit)
             done = 0
-            for (trial, _, fv), trace, comp in zip(batch, traces, compiled):
+            for (trial, _, fv, pred), trace, comp in zip(batch, traces, compiled):
                 if measured + done >= trials or out_of_time():
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     continue
@@ -173,28 +251,27 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                     check = m.run(trace, comp, verify=True, timeout=max(limit, 600.0))
                     if check.verified is not True:
                         res.error = check.error or "result differs from the NumPy reference"
+                fl = [float(x) for x in fv]
                 if res.error is not None:
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                    rec = TrialRecord(len(history), trace, "failed", error=res.error,
-                                      compile_seconds=res.compile_seconds)
+                    rec = TrialRecord(trial.number, trace, "failed", error=res.error,
+                                      compile_seconds=res.compile_seconds, predicted=pred,
+                                      features=fl)
                 else:
                     study.tell(trial, res.seconds)
-                    rec = TrialRecord(len(history), trace, "measured", res.seconds, res.times,
-                                      res.compile_seconds)
-                    if model is not None and fv is not None:
+                    rec = TrialRecord(trial.number, trace, "measured", res.seconds, res.times,
+                                      res.compile_seconds, predicted=pred, features=fl)
+                    if model is not None:
                         model.add(fv, res.seconds)
                     if res.seconds < best:
                         state["best"], state["trace"] = res.seconds, trace
-                history.append(rec)
-                if progress is not None:
-                    progress(rec, state["best"])
+                        state["object"], state["signature"] = res.object_code, res.signature
+                emit(rec)
             return done
 
         def prune(trial: Any, s: Schedule, why: str) -> None:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            history.append(TrialRecord(len(history), s.to_json(), "pruned", error=why))
-            if progress is not None:
-                progress(history[-1], state["best"])
+            emit(TrialRecord(trial.number, s.to_json(), "pruned", error=why))
 
         def propose() -> tuple[Any, Schedule, np.ndarray] | None:
             """Ask Optuna for a schedule; prove it legal and lower it (its features come from
@@ -211,27 +288,45 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                 prune(trial, s, str(exc))
                 return None
 
-        measured = 0
-        while measured < trials and not out_of_time():
-            if sum(r.state == "pruned" for r in history) > 20 * max(trials, 1):
-                break  # the space is (almost) all illegal
-            if model is None:
-                cand = propose()
-                if cand is not None:
-                    measured += run_batch([cand])
-                continue
-            cands = [c for c in (propose() for _ in range(pool)) if c is not None]
-            if not cands:
-                continue
-            pred = model.predict(np.stack([c[2] for c in cands]))
-            order = list(rng.permutation(len(cands))) if pred is None else list(np.argsort(pred))
-            take = order[: max(1, measure_per_round - 1)]
-            rest = order[len(take):]
-            if rest:
-                take.append(rest[int(rng.integers(len(rest)))])  # one exploratory pick
-            measured += run_batch([cands[idx] for idx in take])
-            for idx in set(range(len(cands))) - set(take):
-                study.tell(cands[idx][0], state=optuna.trial.TrialState.FAIL)
-            model.fit()
-    best, best_trace = state["best"], state["trace"]
-    return TuningResult(output, best_trace, best, history)
+        try:
+            while measured < trials and not out_of_time():
+                if sum(r.state == "pruned" for r in history) > 20 * max(trials, 1):
+                    break  # the space is (almost) all illegal
+                if model is None:
+                    cand = propose()
+                    if cand is not None:
+                        measured += run_batch([(*cand, None)])
+                    continue
+                cands = [c for c in (propose() for _ in range(pool)) if c is not None]
+                if not cands:
+                    continue
+                pred = model.predict(np.stack([c[2] for c in cands]))
+                order = list(rng.permutation(len(cands))) if pred is None \
+                    else list(np.argsort(pred))
+                take = order[: max(1, measure_per_round - 1)]
+                rest = order[len(take):]
+                if rest:
+                    take.append(rest[int(rng.integers(len(rest)))])  # one exploratory pick
+                measured += run_batch([(*cands[i], None if pred is None
+                                        else float(2.0 ** pred[i])) for i in take])
+                for idx in set(range(len(cands))) - set(take):
+                    study.tell(cands[idx][0], state=optuna.trial.TrialState.FAIL)
+                model.fit()
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            if writer is not None:
+                writer.close()
+    result = TuningResult(output, state["trace"], state["best"], history, interrupted, resumed)
+    if cache and state["trace"] is not None:
+        from .cache import CacheEntry, KernelCache
+
+        kc = KernelCache() if cache is True else cache
+        entry = CacheEntry(workload["key"], workload["name"], workload["sizes"],
+                           workload["shapes"], workload["dtypes"], target, state["trace"],
+                           float(state["best"]), state.get("signature"), state.get("object"))
+        result.cache_entry = entry
+        result.cache_updated = kc.put(entry)
+        if kc is not cache:
+            kc.close()
+    return result

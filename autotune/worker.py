@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import signal
 import struct
 import sys
 from typing import Any, BinaryIO
@@ -43,6 +44,9 @@ def _read(stream: BinaryIO, n: int) -> bytes:
 
 
 def main() -> None:
+    # Ctrl-C in a terminal reaches the whole process group: the tuner stops cleanly and closes
+    # its workers; a worker must not die mid-answer with a traceback of its own
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     sys.stdout = sys.stderr

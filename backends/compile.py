@@ -14,7 +14,8 @@ from .llvm.target import Target, host_target
 
 
 def compile(output: Func, schedule: object = None, *, target: Target | None = None,  # noqa: A001
-            opt_level: int = 3, check: bool = True, emit_object: bool = False) -> Kernel:
+            opt_level: int = 3, check: bool = True, emit_object: bool = False,
+            shapes: dict[str, int] | None = None, arrays: dict | None = None) -> Kernel:
     """Compile the algorithm computing ``output`` to a native kernel for the host CPU.
 
     The default schedule computes every Func at root, loops in definition order (pure Vars
@@ -22,7 +23,11 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
     what it can for the host CPU (AVX-512 where present).
 
     Args:
-        output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default).
+        output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default), or
+            ``"auto"``: the tuned kernel for ``shapes`` (sizes by name) or example ``arrays``
+            from the tuned-kernel cache, else the nearest tuned shape's schedule, else a
+            heuristic one (``kernel.schedule_source`` says which; a miss warns with
+            ``TuningWarning``). The kernel runs every shape; it is *tuned* for these.
         target: the CPU to compile for (default: this machine). opt_level: LLVM speed level 0-3.
         check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:
             an illegal schedule then silently computes wrong results (the autotuner never uses
@@ -41,8 +46,13 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
     from schedule.lower import lower
     from schedule.schedule import Schedule
 
+    if isinstance(schedule, str) and schedule == "auto":
+        from autotune.auto import compile_auto
+
+        return compile_auto(output, shapes, arrays)
     if schedule is not None and not isinstance(schedule, Schedule):
-        raise DefinitionError(f"schedule must be a tl.Schedule, got {type(schedule).__name__}")
+        raise DefinitionError(f"schedule must be a tl.Schedule or \"auto\", got "
+                              f"{type(schedule).__name__}")
     if not isinstance(output, Func):
         raise DefinitionError(f"tl.compile expects the output Func, got {type(output).__name__}")
     if check and schedule is not None:

@@ -68,3 +68,9 @@ def golden(request):
         assert text == expected, f"loop nest differs from {path} (run with --update-golden)"
 
     return check_golden
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own tuned-kernel cache (never the user's ~/.cache/tensorlang)."""
+    monkeypatch.setenv("TENSORLANG_CACHE", str(tmp_path_factory.mktemp("tlcache")))

@@ -1,0 +1,128 @@
+"""``tl.compile(F, schedule="auto", shapes=...)``: the tuned kernel from the cache, else the best
+tuning record of the nearest shape, else a heuristic schedule — and the kernel says which
+(``kernel.schedule_source``: ``"cache"``, ``"nearest"``, ``"heuristic"``).
+
+- exact hit (same workload key, shapes, dtypes, target, tensorlang version): the stored object
+  code is loaded (~1 ms, no LLVM); an entry imported from a log without object code is compiled
+  once and its object code stored;
+- no exact hit: the fastest entry of the same workload at the nearest sizes, re-proven legal by
+  ``tl.compile``'s check, with a ``TuningWarning`` naming both shapes; the kernel is cached for
+  these shapes as ``source="nearest"`` (still reported as ``"nearest"``, with the warning, and
+  replaced as soon as this shape is tuned);
+- nothing: ``heuristic.heuristic_schedule`` with a ``TuningWarning`` saying how to tune.
+
+A broken cache never breaks the program: a corrupt entry is reported and rebuilt (``cache.py``);
+an unusable cache file is moved aside.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+
+from tensorlang.errors import ScheduleError
+from tensorlang.func import Func
+
+
+class TuningWarning(UserWarning):
+    """``schedule="auto"`` found no tuned kernel for these exact shapes (a miss is never silent)."""
+
+
+def _fmt(sizes: dict[str, int]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def compile_auto(output: Func, shapes: dict[str, int] | None = None,
+                 arrays: dict[str, np.ndarray] | None = None, cache: Any = None,
+                 workload_name: str | None = None) -> Any:
+    """The kernel ``schedule="auto"`` gives for these sizes (see the module docstring).
+
+    Args:
+        output: the output Func. shapes: the sizes by name, or arrays: example inputs by name.
+        cache: a ``KernelCache`` (default: the one at ``TENSORLANG_CACHE``).
+
+    Raises:
+        ShapeError: the sizes or arrays do not fit the algorithm.
+    """
+    from backends.compile import compile as compile_kernel
+    from backends.compile import load_kernel
+    from backends.kernel import Signature
+    from schedule.schedule import Schedule
+    from tensorlang.errors import CompileError
+
+    from .cache import CacheEntry, KernelCache
+    from .heuristic import heuristic_schedule
+    from .records import target_info, workload_info
+    from .tuner import _sizes
+
+    sizes = _sizes(output, shapes, arrays)
+    work = workload_info(output, sizes, workload_name)
+    target = target_info()
+    cache = cache if cache is not None else KernelCache()
+    cmd = f"tensorlang tune FILE.py:FUNC --shape {_fmt(work['sizes'])}"
+    try:
+        entry = cache.get(work["key"], work["sizes"], work["shapes"], work["dtypes"], target)
+    except Exception as exc:  # noqa: BLE001 - a cache must never break the program
+        warnings.warn(f"tensorlang cache unusable ({exc}); compiling without it", TuningWarning,
+                      stacklevel=3)
+        entry, cache = None, None
+    if entry is not None:
+        try:
+            s = Schedule.from_json(output, entry.trace)
+        except ScheduleError as exc:
+            warnings.warn(f"the cached schedule of {output.name} does not replay on this "
+                          f"definition ({exc}); ignoring it", TuningWarning, stacklevel=3)
+            s = None
+        if s is not None:
+            source = "nearest" if entry.source == "nearest" else "cache"
+            if source == "nearest":
+                warnings.warn(f"no tuned kernel of {work['name']} for {_fmt(work['sizes'])} on "
+                              f"this machine; using the cached kernel compiled from the "
+                              f"schedule of the nearest tuned shape. Tune this shape: {cmd}",
+                              TuningWarning, stacklevel=3)
+            if entry.object_code is not None and entry.signature is not None:
+                try:
+                    return load_kernel(output, s, entry.object_code,
+                                       Signature.from_dict(entry.signature),
+                                       schedule_source=source)
+                except (CompileError, KeyError, TypeError, ValueError) as exc:
+                    warnings.warn(f"cached object code of {output.name} did not load ({exc}); "
+                                  f"recompiling it", TuningWarning, stacklevel=3)
+            kern = compile_kernel(output, s, emit_object=True)
+            kern.schedule_source = source
+            if cache is not None and kern.object_code is not None:
+                cache.add_object_code(entry, kern.object_code, kern.signature.to_dict())
+            return kern
+    near = None
+    if cache is not None:
+        try:
+            near = cache.nearest(work["key"], work["sizes"], work["dtypes"], target)
+        except Exception:  # noqa: BLE001
+            near = None
+    if near is not None:
+        try:
+            s = Schedule.from_json(output, near.trace)
+            kern = compile_kernel(output, s, emit_object=True)  # proves it legal again
+            kern.schedule_source = "nearest"
+            warnings.warn(f"no tuned kernel of {work['name']} for {_fmt(work['sizes'])} on this "
+                          f"machine; using the schedule tuned for {_fmt(near.sizes)} "
+                          f"({near.seconds * 1e3:.3f} ms there). Tune this shape: {cmd}",
+                          TuningWarning, stacklevel=3)
+            if cache is not None:
+                cache.put(CacheEntry(work["key"], work["name"], work["sizes"], work["shapes"],
+                                     work["dtypes"], target, near.trace, float("inf"),
+                                     kern.signature.to_dict(), kern.object_code,
+                                     source="nearest"))
+            return kern
+        except (ScheduleError, CompileError) as exc:
+            warnings.warn(f"the schedule tuned for {_fmt(near.sizes)} does not apply to "
+                          f"{_fmt(work['sizes'])} ({exc})", TuningWarning, stacklevel=3)
+    s = heuristic_schedule(output, sizes)
+    kern = compile_kernel(output, s)
+    kern.schedule_source = "heuristic"
+    warnings.warn(f"no tuning record for {work['name']} (workload {work['key'][:12]}) on this "
+                  f"machine; using a heuristic schedule. Tune it: {cmd}", TuningWarning,
+                  stacklevel=3)
+    return kern

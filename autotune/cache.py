@@ -1,0 +1,271 @@
+"""The tuned-kernel cache: an SQLite database mapping (workload, concrete shapes, target) to the
+best schedule trace, its median seconds and the compiled object code, so a later process neither
+tunes nor compiles (DESIGN §4).
+
+Location: ``$TENSORLANG_CACHE/kernels.sqlite`` (default ``~/.cache/tensorlang/``). The key is the
+SHA-256 of (cache format version, workload key, sizes, input shapes and dtypes, target: triple,
+CPU name, LLVM feature string, LLVM version, threads, and the tensorlang version) — a kernel is
+never reused on another CPU, LLVM or tensorlang. Object code is stored with its SHA-256.
+
+Safety: SQLite in WAL mode, every write one ``BEGIN IMMEDIATE`` transaction that keeps the faster
+of the stored and the new schedule, so two tuners sharing a cache lose nothing. A row whose
+checksum, JSON or object code is bad is reported once (``CacheWarning``), deleted and rebuilt by
+the caller; a file that is not an SQLite database is moved aside (``kernels.sqlite.corrupt-<t>``)
+and a new one started. No cache problem raises into a user's program from ``lookup``.
+See also: TVM MetaSchedule's database (keyed without the target — the mistake avoided here),
+Triton's cache directory, ccache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import sqlite3
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+CACHE_VERSION = 1
+_TARGET_KEYS = ("triple", "cpu", "features", "llvm", "threads", "tensorlang")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS kernels (
+    key TEXT PRIMARY KEY,
+    cache_version INTEGER NOT NULL,
+    workload_key TEXT NOT NULL,
+    workload_name TEXT NOT NULL,
+    sizes TEXT NOT NULL,
+    shapes TEXT NOT NULL,
+    dtypes TEXT NOT NULL,
+    target TEXT NOT NULL,
+    trace TEXT NOT NULL,
+    seconds REAL NOT NULL,
+    signature TEXT,
+    object_code BLOB,
+    checksum TEXT,
+    source TEXT NOT NULL,
+    created REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS kernels_workload ON kernels (workload_key);
+"""
+
+
+class CacheWarning(UserWarning):
+    """A cache entry or file was bad and is being rebuilt (reported once per entry)."""
+
+
+def cache_dir() -> str:
+    """``$TENSORLANG_CACHE`` or ``~/.cache/tensorlang``."""
+    return os.environ.get("TENSORLANG_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "tensorlang")
+
+
+@dataclass
+class CacheEntry:
+    """One tuned kernel: what it computes (workload key, name, sizes, input shapes, dtypes),
+    where it runs (target dict, ``records.target_info``), the schedule trace (JSON), its median
+    seconds, the object code and call signature (None until compiled) and where it came from
+    (``tune``, ``import``, ``compile``)."""
+
+    workload_key: str
+    workload_name: str
+    sizes: dict[str, int]
+    shapes: dict[str, list[int]]
+    dtypes: dict[str, str]
+    target: dict[str, Any]
+    trace: str
+    seconds: float
+    signature: dict[str, Any] | None = None
+    object_code: bytes | None = field(default=None, repr=False)
+    source: str = "tune"
+    created: float = field(default_factory=time.time)
+
+    @property
+    def key(self) -> str:
+        return entry_key(self.workload_key, self.sizes, self.shapes, self.dtypes, self.target)
+
+
+def entry_key(workload_key: str, sizes: dict[str, int], shapes: dict[str, Any],
+              dtypes: dict[str, str], target: dict[str, Any]) -> str:
+    """The cache key (SHA-256 hex) of a workload at concrete shapes on a target."""
+    data = {"cache": CACHE_VERSION, "workload": workload_key,
+            "sizes": {k: int(v) for k, v in sorted(sizes.items())},
+            "shapes": {k: list(v) for k, v in sorted(shapes.items())},
+            "dtypes": dict(sorted(dtypes.items())),
+            "target": {k: target.get(k) for k in _TARGET_KEYS}}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+def _checksum(obj: bytes | None) -> str | None:
+    return None if obj is None else hashlib.sha256(obj).hexdigest()
+
+
+_REPORTED: set[str] = set()
+
+
+def _warn_once(what: str, message: str) -> None:
+    if what not in _REPORTED:
+        _REPORTED.add(what)
+        warnings.warn(message, CacheWarning, stacklevel=3)
+
+
+class KernelCache:
+    """The tuned-kernel cache at ``path`` (default ``cache_dir()/kernels.sqlite``).
+
+    Raises:
+        OSError: the cache directory cannot be created.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self.path = os.fspath(path) if path is not None else os.path.join(cache_dir(),
+                                                                          "kernels.sqlite")
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self._db: sqlite3.Connection | None = None
+
+    # -- connection ------------------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is not None:
+            return self._db
+        for attempt in range(2):
+            try:
+                db = sqlite3.connect(self.path, timeout=60.0, isolation_level=None)
+                db.execute("PRAGMA busy_timeout = 60000")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.executescript(_SCHEMA)
+                db.execute("SELECT count(*) FROM kernels").fetchone()
+                self._db = db
+                return db
+            except sqlite3.DatabaseError as exc:
+                if attempt or isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                    raise
+                aside = f"{self.path}.corrupt-{int(time.time())}"
+                _warn_once(self.path, f"tensorlang cache {self.path} is not a readable SQLite "
+                                      f"database ({exc}); moved it to {aside} and started a new "
+                                      f"one")
+                for suffix in ("", "-wal", "-shm"):
+                    if os.path.exists(self.path + suffix):
+                        os.replace(self.path + suffix, aside + suffix)
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> KernelCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- rows ------------------------------------------------------------------------------------
+    _COLUMNS = ("key, workload_key, workload_name, sizes, shapes, dtypes, target, trace, seconds, "
+                "signature, object_code, checksum, source, created")
+
+    def _entry(self, row: tuple) -> CacheEntry | None:
+        """A row as an entry; a bad row is reported once, deleted, and None returned."""
+        key = row[0]
+        try:
+            entry = CacheEntry(
+                workload_key=row[1], workload_name=row[2], sizes=json.loads(row[3]),
+                shapes=json.loads(row[4]), dtypes=json.loads(row[5]), target=json.loads(row[6]),
+                trace=row[7], seconds=float(row[8]),
+                signature=None if row[9] is None else json.loads(row[9]),
+                object_code=None if row[10] is None else bytes(row[10]), source=row[12],
+                created=float(row[13]))
+            json.loads(entry.trace)
+            if _checksum(entry.object_code) != row[11] or (entry.object_code is None) != (
+                    entry.signature is None):
+                raise ValueError("object code checksum mismatch")
+            if entry.key != key:
+                raise ValueError("the key does not match the entry (a foreign row)")
+        except (ValueError, TypeError, json.JSONDecodeError) as exc:
+            _warn_once(f"{self.path}:{key}", f"tensorlang cache {self.path}: entry {key[:12]} is "
+                                              f"corrupt ({exc}); it is removed and will be rebuilt")
+            self._connect().execute("DELETE FROM kernels WHERE key = ?", (key,))
+            return None
+        return entry
+
+    def get(self, workload_key: str, sizes: dict[str, int], shapes: dict[str, Any],
+            dtypes: dict[str, str], target: dict[str, Any]) -> CacheEntry | None:
+        """The entry for exactly this workload, shapes and target, or None."""
+        key = entry_key(workload_key, sizes, shapes, dtypes, target)
+        row = self._connect().execute(f"SELECT {self._COLUMNS} FROM kernels WHERE key = ?",
+                                      (key,)).fetchone()
+        return None if row is None else self._entry(row)
+
+    def entries(self, workload_key: str | None = None) -> Iterator[CacheEntry]:
+        """Every valid entry (of one workload key, when given)."""
+        db = self._connect()
+        rows = db.execute(f"SELECT {self._COLUMNS} FROM kernels ORDER BY workload_name, created"
+                          ).fetchall() if workload_key is None else db.execute(
+            f"SELECT {self._COLUMNS} FROM kernels WHERE workload_key = ? ORDER BY created",
+            (workload_key,)).fetchall()
+        for row in rows:
+            e = self._entry(row)
+            if e is not None:
+                yield e
+
+    def nearest(self, workload_key: str, sizes: dict[str, int], dtypes: dict[str, str],
+                target: dict[str, Any]) -> CacheEntry | None:
+        """The entry of the same workload, dtypes and target whose sizes are nearest (sum of
+        ``|log(a/b)|`` over the sizes), or None."""
+        best, dist = None, float("inf")
+        for e in self.entries(workload_key):
+            if e.dtypes != dtypes or any(e.target.get(k) != target.get(k) for k in _TARGET_KEYS):
+                continue
+            if set(e.sizes) != set(sizes):
+                continue
+            d = sum(abs(math.log(e.sizes[k] / sizes[k])) for k in sizes)
+            if d < dist:
+                best, dist = e, d
+        return best
+
+    def put(self, entry: CacheEntry) -> bool:
+        """Store ``entry`` unless an entry at least as fast is stored (object code is added to
+        an equally fast entry that lacks it). Returns whether the cache changed."""
+        db = self._connect()
+        key = entry.key
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            row = db.execute("SELECT seconds, object_code IS NOT NULL FROM kernels WHERE key = ?",
+                             (key,)).fetchone()
+            if row is not None and (row[0] < entry.seconds or (
+                    row[0] == entry.seconds and (row[1] or entry.object_code is None))):
+                db.execute("COMMIT")
+                return False
+            db.execute(
+                f"INSERT OR REPLACE INTO kernels (cache_version, {self._COLUMNS}) VALUES "
+                f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (CACHE_VERSION, key, entry.workload_key, entry.workload_name,
+                 json.dumps(entry.sizes), json.dumps(entry.shapes), json.dumps(entry.dtypes),
+                 json.dumps(entry.target), entry.trace, float(entry.seconds),
+                 None if entry.signature is None else json.dumps(entry.signature),
+                 entry.object_code, _checksum(entry.object_code), entry.source, entry.created))
+            db.execute("COMMIT")
+            return True
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def add_object_code(self, entry: CacheEntry, object_code: bytes,
+                        signature: dict[str, Any]) -> None:
+        """Attach compiled object code to a stored entry that has none (or a bad one)."""
+        db = self._connect()
+        db.execute("UPDATE kernels SET object_code = ?, checksum = ?, signature = ? "
+                   "WHERE key = ? AND trace = ?",
+                   (object_code, _checksum(object_code), json.dumps(signature), entry.key,
+                    entry.trace))
+
+    def delete(self, key: str) -> None:
+        self._connect().execute("DELETE FROM kernels WHERE key = ?", (key,))
+
+    def clear(self) -> int:
+        """Delete every entry; returns how many there were."""
+        db = self._connect()
+        n = db.execute("SELECT count(*) FROM kernels").fetchone()[0]
+        db.execute("DELETE FROM kernels")
+        return int(n)

@@ -1,0 +1,114 @@
+"""A schedule from rules, for ``tl.compile(F, schedule="auto")`` when no tuning record exists:
+never the naive loop nest, never illegal.
+
+Rules, per Func from the output backwards (Halide's "inline cheap pointwise producers, compute
+reductions at root" starting point, Ragan-Kelley et al. PLDI 2013; the register tile of
+TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
+
+- a pointwise Func with a single pointwise reader is inlined; every other Func is computed at
+  root (inlined into a reduction it would be recomputed on every reduction iteration: conv2d's
+  padding would be evaluated 9 x CI times per output);
+- a reduction with at least two pure Vars gets a register tile: the second-innermost pure Var
+  split by 8 and unrolled, the innermost split by two native vectors (``ShiftInwards``) and
+  vectorized, the reduction loops between the tile loops and the tile (GEMM-style);
+- a pointwise stage vectorizes its innermost pure Var by one native vector;
+- the outermost pure loop with at least two iterations runs in parallel.
+
+Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
+vectorize + parallel, then only parallel, then nothing) and keeps the first variant the legality
+check proves and lowering accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from schedule.schedule import Schedule, Stage
+from tensorlang.errors import ScheduleError
+from tensorlang.func import Func
+from tensorlang.pipeline import Pipeline
+
+REGISTER_ROWS = 8
+
+
+def _lanes(f: Func) -> int:
+    from backends.llvm.target import host_target
+
+    return max(1, host_target().vector_bits // (8 * f.dtype.numpy.itemsize))
+
+
+def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
+    """A legal, tiled / vectorized / parallel schedule of ``output`` for these sizes.
+
+    Raises:
+        ShapeError: the sizes do not fit the algorithm.
+    """
+    from schedule.lower import lower
+
+    from .space import SearchSpace
+
+    space = SearchSpace(output, sizes)
+    p = Pipeline(output)
+    s = Schedule(output)
+    for f in reversed(p.funcs):
+        if f is not output:
+            d = f.definition
+            assert d is not None
+            readers = s.view.readers(f.name)
+            reader = p.func(readers[0].split(".update(")[0]) if len(readers) == 1 else None
+            if d.reduce_op is None and not f.updates and reader is not None \
+                    and not reader.definition.rvars:  # type: ignore[union-attr]
+                s = _try(s, lambda t, f=f: t[f].compute_inline()) or s
+                if s.states[f.name].compute.kind == "inline":
+                    continue
+        for variant in ("full", "guard", "simple", "parallel"):
+            t = _try(s, lambda t, f=f, v=variant: _stage(t, f, v, space, _lanes(f)))
+            if t is None:
+                continue
+            try:
+                lower(output, t)
+            except ScheduleError:
+                continue
+            s = t
+            break
+    return s
+
+
+def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
+    """``s`` with ``apply`` done on a copy, if that succeeds and is proven legal."""
+    t = Schedule.from_json(s.output, s.to_json())
+    try:
+        apply(t)
+    except ScheduleError:
+        return None
+    return t if t.check().ok else None
+
+
+def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int) -> None:
+    d = f.definition
+    assert d is not None
+    st: Stage = s[f]
+    args = [v.name for v in d.args]
+    if not args:
+        return
+    ext = {a: space.extent(f.name, a) for a in args}  # type: ignore[attr-defined]
+    tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
+    par = next((a for a in args[:-1] if ext[a] >= 2), None)
+    if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
+            and ext[args[-2]] >= REGISTER_ROWS and ext[args[-1]] >= 2 * lanes:
+        i, x = args[-2], args[-1]
+        io, ii = st.split(i, REGISTER_ROWS)
+        xo, xi = st.split(x, 2 * lanes, tail=tail)
+        outer = [a for a in args[:-2]] + [io.name, xo.name]
+        st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)
+        st.unroll(ii).vectorize(xi)
+        st.parallel(next((a for a in args[:-2] if ext[a] >= 2), io))
+        return
+    if variant != "parallel" and not d.rvars and ext[args[-1]] >= lanes:
+        st.vectorize(args[-1], lanes, tail=tail)
+        if par is None and ext[args[-1]] >= 2 * lanes:
+            par = f"{args[-1]}.o"  # one pure Var: its vector loop's outer loop
+    if par is not None:
+        st.parallel(par)
+    elif len(args) == 1 and ext[args[0]] >= 2 and (d.rvars or variant == "parallel"):
+        st.parallel(args[0])

@@ -1,0 +1,212 @@
+"""Tuning records: one JSON object per line (JSON Lines), append-only, in ``tuning_logs/`` by
+default (DESIGN §4).
+
+A record holds the format version, the workload (name, workload key, sizes, input shapes and
+dtypes), the target (triple, CPU name, LLVM feature string, LLVM / llvmlite / tensorlang
+versions, threads), the schedule trace, the state (``measured``, ``pruned``, ``failed``), every
+measured time in seconds and their median, the cost model's prediction (seconds; null when the
+model abstained or was off), the trial number, compile seconds, a wall-clock timestamp (Unix
+seconds) and the error text of a pruned or failed candidate.
+
+Writing: each record is one ``write`` of one whole line to a file opened with ``O_APPEND``, then
+``fsync`` — a crash or Ctrl-C loses at most the line being written, and concurrent writers never
+interleave inside a line. Reading is tolerant: a torn (unterminated, unparsable) last line is
+skipped with a warning; a corrupt line elsewhere is skipped with a warning naming its line;
+fields this version does not know are kept (``TuningRecord.extra``) and written back unchanged;
+a record of an unknown *major* version is refused with a message naming the version and the
+tensorlang that wrote it. See also: TVM's ``tvm.autotvm.record`` / MetaSchedule JSON database
+(whose format changes stranded users' logs — hence the explicit version).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from tensorlang.errors import TensorlangError
+
+#: ``major.minor``: a reader accepts any minor of its major (newer minors only add fields).
+FORMAT_VERSION = "1.0"
+MAJOR = int(FORMAT_VERSION.split(".")[0])
+
+_FIELDS = ("version", "workload", "target", "schedule", "state", "seconds", "times",
+           "predicted", "trial", "compile_seconds", "timestamp", "error")
+
+
+class RecordError(TensorlangError):
+    """A tuning log cannot be read (a record of an unknown major format version)."""
+
+
+class RecordWarning(UserWarning):
+    """A tuning log line was skipped (torn or corrupt)."""
+
+
+def target_info(num_threads: int | None = None) -> dict[str, Any]:
+    """This machine's target as stored in records and cache keys."""
+    import tensorlang
+    from backends.llvm.runtime import num_threads as threads
+    from backends.llvm.target import host_target
+
+    t = host_target()
+    return {"triple": t.triple, "cpu": t.cpu, "features": t.features, "llvm": t.llvm_version,
+            "llvmlite": t.llvmlite_version, "tensorlang": tensorlang.__version__,
+            "threads": int(num_threads if num_threads is not None else threads())}
+
+
+def workload_info(output: Any, sizes: dict[str, int], name: str | None = None
+                  ) -> dict[str, Any]:
+    """The workload as stored in records: name, workload key, sizes, input shapes and dtypes."""
+    from tensorlang.pipeline import Pipeline
+
+    from .workloads import input_shapes
+
+    p = Pipeline(output)
+    shapes = input_shapes(output, sizes)
+    return {"name": name or output.name, "key": p.workload_key(),
+            "sizes": {k: int(sizes[k]) for k in p.sizes if k in sizes},
+            "shapes": {k: list(v) for k, v in shapes.items()},
+            "dtypes": {i.name: i.dtype.numpy.name for i in p.inputs}}
+
+
+@dataclass
+class TuningRecord:
+    """One line of a tuning log (see the module docstring for the fields and their units)."""
+
+    workload: dict[str, Any]
+    target: dict[str, Any]
+    schedule: dict[str, Any]
+    state: str
+    seconds: float | None = None
+    times: list[float] = field(default_factory=list)
+    predicted: float | None = None
+    trial: int = 0
+    compile_seconds: float = 0.0
+    timestamp: float = field(default_factory=time.time)
+    error: str | None = None
+    version: str = FORMAT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trace(self) -> str:
+        """The schedule trace as JSON text (``tl.Schedule.from_json`` input)."""
+        return json.dumps(self.schedule)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "measured" and self.seconds is not None
+
+    def to_json(self) -> str:
+        d = {k: getattr(self, k) for k in _FIELDS}
+        d.update(self.extra)
+        return json.dumps(d, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "") -> TuningRecord:
+        """Raises: RecordError for an unknown major version; KeyError/TypeError if malformed."""
+        version = str(d.get("version", ""))
+        major = version.split(".")[0]
+        if not major.isdigit() or int(major) != MAJOR:
+            by = d.get("target", {}).get("tensorlang", "an unknown version") \
+                if isinstance(d.get("target"), dict) else "an unknown version"
+            raise RecordError(
+                f"{where}tuning record format version {version or '(none)'} was written by "
+                f"tensorlang {by}; this tensorlang reads format {MAJOR}.x only. Upgrade "
+                f"tensorlang to read this log (nothing in it was changed)")
+        extra = {k: v for k, v in d.items() if k not in _FIELDS}
+        return cls(workload=dict(d["workload"]), target=dict(d["target"]),
+                   schedule=d["schedule"], state=str(d["state"]),
+                   seconds=None if d.get("seconds") is None else float(d["seconds"]),
+                   times=[float(t) for t in d.get("times") or []],
+                   predicted=None if d.get("predicted") is None else float(d["predicted"]),
+                   trial=int(d.get("trial", 0)),
+                   compile_seconds=float(d.get("compile_seconds") or 0.0),
+                   timestamp=float(d.get("timestamp") or 0.0), error=d.get("error"),
+                   version=version, extra=extra)
+
+
+class RecordWriter:
+    """Appends records to a JSON Lines log, one ``write`` + ``fsync`` per record.
+
+    Raises:
+        OSError: the log cannot be created or written.
+    """
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._repair_torn_tail()
+
+    def _repair_torn_tail(self) -> None:
+        """A line torn by a crash must not swallow the next record: start on a fresh line."""
+        size = os.fstat(self._fd).st_size
+        if size:
+            with open(self.path, "rb") as f:
+                f.seek(size - 1)
+                if f.read(1) != b"\n":
+                    os.write(self._fd, b"\n")
+
+    def write(self, record: TuningRecord) -> None:
+        data = (record.to_json() + "\n").encode()
+        os.write(self._fd, data)
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
+    """The records of a log, in file order (see the module docstring for what is skipped).
+
+    Raises:
+        RecordError: a record of an unknown major version (names the version that wrote it).
+        OSError: the file cannot be read.
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
+    last = len(lines) - 1  # after the final newline: b"" for a complete log
+    for n, raw in enumerate(lines):
+        if not raw.strip():
+            continue
+        try:
+            d = json.loads(raw)
+            if not isinstance(d, dict):
+                raise ValueError("not a JSON object")
+            yield TuningRecord.from_dict(d, where=f"{path}:{n + 1}: ")
+        except RecordError:
+            raise
+        except (ValueError, KeyError, TypeError) as exc:
+            what = "a torn last line (an interrupted write)" if n == last \
+                else f"a corrupt line ({type(exc).__name__}: {exc})"
+            warnings.warn(f"{path}:{n + 1}: skipped {what}", RecordWarning, stacklevel=2)
+
+
+def read_records(*paths: str | os.PathLike) -> list[TuningRecord]:
+    """All records of the given logs (see ``iter_records``)."""
+    return [r for p in paths for r in iter_records(p)]
+
+
+def best_record(records: list[TuningRecord], key: str | None = None,
+                sizes: dict[str, int] | None = None) -> TuningRecord | None:
+    """The fastest measured record (of workload ``key`` and exactly ``sizes``, when given)."""
+    ok = [r for r in records if r.ok and (key is None or r.workload.get("key") == key)
+          and (sizes is None or r.workload.get("sizes") == sizes)]
+    return min(ok, key=lambda r: r.seconds or float("inf"), default=None)
+
+
+def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether code tuned for target ``a`` is valid and representative on target ``b``."""
+    return all(a.get(k) == b.get(k) for k in ("triple", "cpu", "features"))
