@@ -1,13 +1,27 @@
-"""The ``tensorlang`` command line.
+"""The ``tensorlang`` command line (argparse).
 
-``tensorlang --version`` and ``tensorlang target`` (the host target tensorlang compiles for) exist
-now; ``tune``, ``show``, ``cache`` and ``bench`` arrive with the autotuner.
+::
+
+    tensorlang tune WORKLOAD --shape M=1024,N=1024,K=1024 [--trials N] [--timeout S] [--log PATH]
+                    [--seed S] [--resume] [--storage URL] [--cost-model gbt|none] [--no-cache]
+    tensorlang show LOG [--top K] [--plot curve.png]
+    tensorlang cache list | import LOG... | export [-o FILE] | clear
+    tensorlang bench WORKLOAD --shape ... [--schedule auto|heuristic|default]
+    tensorlang target [--features]
+
+WORKLOAD is a built-in name (``autotune/workloads.py``: matmul, batch_matmul, conv2d, blur,
+softmax, layernorm) or ``path/to/file.py:function`` (a function of no arguments returning the
+output Func; ``--shape`` binds its size symbols by name). Exit status: 0 on success, 1 on a
+tensorlang error (printed as one line, no traceback), 2 on bad arguments, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import time
+from typing import Any
 
 
 def _cmd_target(args: argparse.Namespace) -> int:
@@ -21,6 +35,363 @@ def _cmd_target(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- helpers -------------------------------------------------------------------------------------
+def _workload(args: argparse.Namespace) -> tuple[Any, Any, dict[str, int]]:
+    """(Workload, output Func, sizes) from WORKLOAD and --shape."""
+    from tensorlang.errors import ShapeError
+    from tensorlang.pipeline import Pipeline
+
+    from .workloads import get_workload, parse_shape
+
+    work = get_workload(args.workload)
+    try:
+        given = parse_shape(args.shape or "")
+    except ValueError as exc:
+        raise ShapeError(f"--shape: {exc}") from exc
+    out = work.build()
+    needed = Pipeline(out).sizes
+    sizes = {k: v for k, v in {**work.shape, **given}.items() if k in needed}
+    unknown = sorted(set(given) - set(needed))
+    if unknown:
+        raise ShapeError(f"--shape names {', '.join(unknown)}, which {args.workload} does not "
+                         f"have; its sizes are {', '.join(needed)}")
+    missing = [k for k in needed if k not in sizes]
+    if missing:
+        raise ShapeError(f"--shape gives no value for {', '.join(missing)} (sizes of "
+                         f"{args.workload}: {', '.join(needed)})")
+    return work, out, sizes
+
+
+def median_seconds(fn: Any, repeats: int = 7, min_seconds: float = 0.2) -> float:
+    """Median wall seconds of ``fn()`` after one warm-up call (>= ``repeats`` runs and
+    >= ``min_seconds`` of timed work)."""
+    import statistics
+
+    fn()
+    times: list[float] = []
+    while len(times) < repeats or sum(times) < min_seconds:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+        if len(times) >= 1000:
+            break
+    return statistics.median(times)
+
+
+def _fmt_s(seconds: float) -> str:
+    if seconds != seconds or seconds == float("inf"):
+        return "-"
+    return f"{seconds * 1e3:.3f} ms"
+
+
+def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str, Any]]) -> None:
+    """Time the kernels and NumPy in this process; print a table with GFLOP/s and ratios."""
+    from autotune.measure import random_inputs
+    from tensorlang.pipeline import Pipeline
+
+    from .workloads import input_shapes
+
+    arrays = random_inputs(Pipeline(out), input_shapes(out, sizes))
+    extra = {k: v for k, v in sizes.items() if k in Pipeline(out).sizes and all(
+        k not in [getattr(d, "name", None) for d in i.shape] for i in Pipeline(out).inputs)}
+    rows = []
+    flops = work.flops(sizes) if work.flops else 0.0
+    t_np = median_seconds(work.numpy(arrays)) if work.numpy is not None else float("nan")
+    for label, k in kernels:
+        o = k(**arrays, **extra)
+        t = median_seconds(lambda k=k, o=o: k(**arrays, **extra, out=o))
+        rows.append((label, t))
+    if work.numpy is not None:
+        rows.append(("numpy", t_np))
+    print(f"{'':<28}{'median':>12}{'GFLOP/s':>10}{'vs numpy':>10}")
+    for label, t in rows:
+        gf = f"{flops / t / 1e9:.1f}" if flops else "-"
+        ratio = f"{t_np / t:.2f}x" if t_np == t_np else "-"
+        print(f"{label:<28}{_fmt_s(t):>12}{gf:>10}{ratio:>10}")
+
+
+# -- tune ----------------------------------------------------------------------------------------
+def _default_log(name: str, sizes: dict[str, int]) -> str:
+    return os.path.join("tuning_logs", f"{name}-" + "-".join(f"{k}{v}" for k, v in
+                                                             sizes.items()) + ".jsonl")
+
+
+def _study(storage: str, base: str, resume: bool) -> str:
+    """The study name: the latest ``base-<time>`` study in ``storage`` for --resume, else new."""
+    import optuna
+
+    if not resume:
+        return f"{base}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    names = [s.study_name for s in optuna.get_all_study_summaries(storage)
+             if s.study_name.startswith(base + "-")]
+    if not names:
+        from tensorlang.errors import TensorlangError
+
+        raise TensorlangError(f"--resume: no study of this workload and shape in {storage}; "
+                              f"run without --resume to start one")
+    return max(names)
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    import tensorlang as tl
+
+    from .records import read_records, same_machine, target_info, workload_info
+
+    work, out, sizes = _workload(args)
+    info = workload_info(out, sizes, work.name)
+    log = args.log or _default_log(work.name, info["sizes"])
+    os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+    storage = args.storage or "sqlite:///" + os.path.abspath(os.path.splitext(log)[0] +
+                                                              ".optuna.db")
+    base = f"{work.name}-{info['key'][:12]}-" + "-".join(f"{k}{v}" for k, v in
+                                                         info["sizes"].items())
+    name = _study(storage, base, args.resume)
+    logs_dir = os.path.dirname(os.path.abspath(log))
+    transfer = []
+    if args.transfer and os.path.isdir(logs_dir):
+        me = target_info()
+        for f in sorted(os.listdir(logs_dir)):
+            path = os.path.join(logs_dir, f)
+            if f.endswith(".jsonl") and os.path.abspath(path) != os.path.abspath(log):
+                transfer += [r for r in read_records(path) if r.ok and same_machine(r.target, me)
+                             and r.workload.get("key") != info["key"]]
+    print(f"tuning {work.name} {','.join(f'{k}={v}' for k, v in info['sizes'].items())}: "
+          f"{args.trials} measured trials" + (f", at most {args.timeout:.0f} s" if args.timeout
+                                              else "") +
+          f"\n  log {log}\n  study {name} in {storage}" +
+          (f"\n  cost model warmed with {len(transfer)} records of other workloads"
+           if transfer else ""), flush=True)
+    bar = _progress(args.trials)
+    counted = {"n": 0}
+
+    def progress(rec: Any, best: float) -> None:
+        if rec.state != "pruned" and bar is not None:
+            bar.update(1)
+            counted["n"] += 1
+            bar.set_postfix_str(f"best {_fmt_s(best)}", refresh=False)
+
+    res = tl.autotune(out, sizes, trials=args.trials, timeout=args.timeout, seed=args.seed,
+                      cost_model=args.cost_model, log=log, workload_name=work.name,
+                      storage=storage, study_name=name, transfer=transfer,
+                      cache=not args.no_cache, progress=progress)
+    if bar is not None:
+        if res.resumed and not counted["n"]:
+            bar.update(0)
+        bar.close()
+    measured = sum(r.state == "measured" for r in res.history)
+    print(f"{measured} measured, {res.failed} failed, {res.pruned} pruned (illegal) this run" +
+          (f"; {res.resumed} measured earlier in this study" if res.resumed else ""))
+    if res.interrupted:
+        print(f"interrupted: every record so far is in {log}; continue with the same command "
+              f"and --resume", file=sys.stderr)
+        return 130
+    if res.best_trace is None:
+        print("no candidate succeeded; see the errors in the log", file=sys.stderr)
+        return 1
+    if res.cache_entry is not None:
+        from .cache import KernelCache
+
+        print(f"cache: {'wrote' if res.cache_updated else 'kept the faster existing'} entry "
+              f"{res.cache_entry.key[:12]} in {KernelCache().path}")
+    if not args.no_summary:
+        from .heuristic import heuristic_schedule
+
+        best = tl.compile(out, res.best_schedule)
+        heur = tl.compile(out, heuristic_schedule(out, sizes))
+        print()
+        _compare(work, out, sizes, [("tuned", best), ("heuristic schedule", heur)])
+    print("\nbest schedule:")
+    print(res.best_schedule.to_python())
+    return 0
+
+
+def _progress(total: int) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm comes with optuna; without it, no bar
+        return None
+    return tqdm(total=total, unit="trial", dynamic_ncols=True, file=sys.stderr)
+
+
+# -- show ----------------------------------------------------------------------------------------
+def _cmd_show(args: argparse.Namespace) -> int:
+    import json
+
+    from schedule.schedule import steps_to_python
+
+    from .records import read_records
+
+    records = read_records(*args.logs)
+    groups: dict[tuple, list] = {}
+    for r in records:
+        groups.setdefault((r.workload.get("name"), r.workload.get("key"),
+                           json.dumps(r.workload.get("sizes"))), []).append(r)
+    if not groups:
+        print("no records")
+        return 1
+    for (wname, key, sizes), recs in groups.items():
+        ok = sorted((r for r in recs if r.ok), key=lambda r: r.seconds)
+        states = {s: sum(r.state == s for r in recs) for s in ("measured", "failed", "pruned")}
+        print(f"== {wname} {sizes} (workload {str(key)[:12]}, cpu {recs[0].target.get('cpu')}): "
+              f"{states['measured']} measured, {states['failed']} failed, "
+              f"{states['pruned']} pruned")
+        if not ok:
+            continue
+        best = ok[0]
+        print(f"best: {_fmt_s(best.seconds or 0)} (trial {best.trial})\n")
+        print(steps_to_python(best.schedule["steps"]))
+        print(f"\njson: {json.dumps(best.schedule)}\n")
+        print(f"top {min(args.top, len(ok))}:")
+        for r in ok[: args.top]:
+            print(f"  trial {r.trial:>5}  {_fmt_s(r.seconds or 0):>12}")
+        curve = _curve(recs)
+        print("\ntuning curve (best so far after n measured trials):")
+        for n in (1, 5, 10, 25, 50, 100, 150, 200, 300, 500, 1000):
+            if n <= len(curve):
+                print(f"  {n:>5}  {_fmt_s(curve[n - 1]):>12}")
+        if len(curve) not in (1, 5, 10, 25, 50, 100, 150, 200, 300, 500, 1000):
+            print(f"  {len(curve):>5}  {_fmt_s(curve[-1]):>12}")
+        if args.plot:
+            _plot(curve, args.plot, f"{wname} {sizes}")
+        print()
+    return 0
+
+
+def _curve(recs: list) -> list[float]:
+    out, best = [], float("inf")
+    for r in recs:
+        if r.state == "pruned":
+            continue
+        if r.ok and r.seconds is not None:
+            best = min(best, r.seconds)
+        out.append(best)
+    return out
+
+
+def _plot(curve: list[float], path: str, title: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"--plot needs matplotlib (pip install matplotlib); {path} not written",
+              file=sys.stderr)
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(range(1, len(curve) + 1), [c * 1e3 for c in curve])
+    ax.set_xlabel("measured trials")
+    ax.set_ylabel("best time so far (ms)")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
+
+
+# -- cache ---------------------------------------------------------------------------------------
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from .cache import KernelCache
+
+    with KernelCache() as cache:
+        if args.action == "list":
+            n = 0
+            for e in cache.entries():
+                n += 1
+                sizes = ",".join(f"{k}={v}" for k, v in e.sizes.items())
+                obj = f"{len(e.object_code)} B" if e.object_code else "not compiled"
+                print(f"{e.key[:12]}  {e.workload_name:<14} {sizes:<28} {_fmt_s(e.seconds):>12}"
+                      f"  {e.target.get('cpu')}  {obj}  ({e.source})")
+            print(f"{n} entries in {cache.path}")
+        elif args.action == "import":
+            return _cache_import(cache, args.logs)
+        elif args.action == "export":
+            return _cache_export(cache, args.output)
+        elif args.action == "clear":
+            print(f"removed {cache.clear()} entries from {cache.path}")
+    return 0
+
+
+def _cache_import(cache: Any, logs: list[str]) -> int:
+    """Best measured record per (workload, shapes) of this machine -> cache entries (compiled on
+    first use). Records of another CPU are skipped with a count."""
+    from .cache import CacheEntry
+    from .records import read_records, same_machine, target_info
+
+    if not logs:
+        print("give one or more logs: tensorlang cache import tuning_logs/*.jsonl",
+              file=sys.stderr)
+        return 2
+    me = target_info()
+    best: dict[tuple, Any] = {}
+    foreign = 0
+    for path in logs:
+        for r in read_records(path):
+            if not r.ok:
+                continue
+            if not same_machine(r.target, me):
+                foreign += 1
+                continue
+            w = r.workload
+            k = (w["key"], repr(sorted(w["sizes"].items())), repr(sorted(w["shapes"].items())),
+                 repr(sorted(w["dtypes"].items())))
+            if k not in best or r.seconds < best[k].seconds:
+                best[k] = r
+    added = 0
+    for r in best.values():
+        w = r.workload
+        added += cache.put(CacheEntry(w["key"], w["name"], w["sizes"], w["shapes"], w["dtypes"],
+                                      me, r.trace, float(r.seconds), source="import"))
+    print(f"imported {added} of {len(best)} tuned kernels into {cache.path}"
+          + (f"; skipped {foreign} records of another CPU" if foreign else ""))
+    return 0
+
+
+def _cache_export(cache: Any, output: str | None) -> int:
+    """Every entry as a tuning record (JSON Lines) — importable with ``cache import``."""
+    import json
+
+    from .records import TuningRecord
+
+    lines = []
+    for e in cache.entries():
+        w = {"name": e.workload_name, "key": e.workload_key, "sizes": e.sizes,
+             "shapes": e.shapes, "dtypes": e.dtypes}
+        lines.append(TuningRecord(w, e.target, json.loads(e.trace), "measured", e.seconds,
+                                  [e.seconds], timestamp=e.created).to_json())
+    text = "".join(line + "\n" for line in lines)
+    if output:
+        with open(output, "w") as f:
+            f.write(text)
+        print(f"exported {len(lines)} entries to {output}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+# -- bench ---------------------------------------------------------------------------------------
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import warnings
+
+    import tensorlang as tl
+
+    from .heuristic import heuristic_schedule
+
+    work, out, sizes = _workload(args)
+    if args.schedule == "auto":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            k = tl.compile(out, "auto", shapes=sizes)
+        label = f"tensorlang ({k.schedule_source})"
+    elif args.schedule == "heuristic":
+        k, label = tl.compile(out, heuristic_schedule(out, sizes)), "tensorlang (heuristic)"
+    else:
+        k, label = tl.compile(out), "tensorlang (default)"
+    _compare(work, out, sizes, [(label, k)])
+    return 0
+
+
+# -- parser --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     from tensorlang import __version__
 
@@ -29,20 +400,70 @@ def build_parser() -> argparse.ArgumentParser:
         description="tensorlang: a Halide-style scheduling language and autotuner for Python.")
     p.add_argument("--version", action="version", version=f"tensorlang {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
     t = sub.add_parser("target", help="show the host CPU target kernels are compiled for")
     t.add_argument("--features", action="store_true", help="also print the LLVM feature string")
     t.set_defaults(run=_cmd_target)
+
+    wl_help = ("a built-in workload (matmul, batch_matmul, conv2d, blur, softmax, layernorm) or "
+               "path/to/file.py:function returning the output Func")
+    tu = sub.add_parser("tune", help="tune a workload; writes tuning records and the cache")
+    tu.add_argument("workload", help=wl_help)
+    tu.add_argument("--shape", help="sizes, e.g. M=1024,N=1024,K=1024 (built-ins have defaults)")
+    tu.add_argument("--trials", type=int, default=100, help="measured trials (default 100)")
+    tu.add_argument("--timeout", type=float, help="stop after this many seconds")
+    tu.add_argument("--log", help="tuning log (default tuning_logs/<workload>-<sizes>.jsonl)")
+    tu.add_argument("--seed", type=int, default=0)
+    tu.add_argument("--resume", action="store_true",
+                    help="continue the latest study of this workload and shape")
+    tu.add_argument("--storage", help="Optuna storage URL (default: SQLite next to the log)")
+    tu.add_argument("--cost-model", choices=("gbt", "none"), default="gbt")
+    tu.add_argument("--no-transfer", dest="transfer", action="store_false",
+                    help="do not warm the cost model with the other logs in the log's folder")
+    tu.add_argument("--no-cache", action="store_true", help="do not write the tuned kernel cache")
+    tu.add_argument("--no-summary", action="store_true",
+                    help="skip timing the result against the heuristic schedule and NumPy")
+    tu.set_defaults(run=_cmd_tune)
+
+    sh = sub.add_parser("show", help="best schedule, top-k and tuning curve of a log")
+    sh.add_argument("logs", nargs="+", metavar="LOG")
+    sh.add_argument("--top", type=int, default=5)
+    sh.add_argument("--plot", metavar="PNG", help="draw the tuning curve (needs matplotlib)")
+    sh.set_defaults(run=_cmd_show)
+
+    ca = sub.add_parser("cache", help="the tuned-kernel cache (TENSORLANG_CACHE)")
+    ca.add_argument("action", choices=("list", "import", "export", "clear"))
+    ca.add_argument("logs", nargs="*", metavar="LOG", help="for import: tuning logs")
+    ca.add_argument("-o", "--output", help="for export: a file (default stdout)")
+    ca.set_defaults(run=_cmd_cache)
+
+    be = sub.add_parser("bench", help="tensorlang vs NumPy on a workload, same run")
+    be.add_argument("workload", help=wl_help)
+    be.add_argument("--shape", help="sizes, e.g. M=1024,N=1024,K=1024")
+    be.add_argument("--schedule", choices=("auto", "heuristic", "default"), default="auto")
+    be.set_defaults(run=_cmd_bench)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``tensorlang`` console script."""
+    from tensorlang.errors import TensorlangError
+
+    from .records import RecordError
+
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
         parser.print_help()
         return 0
-    return int(args.run(args))
+    try:
+        return int(args.run(args))
+    except (TensorlangError, RecordError, OSError) as exc:
+        print(f"tensorlang {args.command}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

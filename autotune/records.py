@@ -4,9 +4,11 @@ default (DESIGN §4).
 A record holds the format version, the workload (name, workload key, sizes, input shapes and
 dtypes), the target (triple, CPU name, LLVM feature string, LLVM / llvmlite / tensorlang
 versions, threads), the schedule trace, the state (``measured``, ``pruned``, ``failed``), every
-measured time in seconds and their median, the cost model's prediction (seconds; null when the
-model abstained or was off), the trial number, compile seconds, a wall-clock timestamp (Unix
-seconds) and the error text of a pruned or failed candidate.
+measured time in seconds (4 significant digits) and their median, the cost model's prediction
+(seconds; null when the model abstained or was off), the trial number, compile seconds, a
+wall-clock timestamp (Unix seconds), the error text of a pruned or failed candidate, the Optuna
+study name (null without study storage) and, as an extra field, the candidate's feature vector
+(``features.FEATURE_NAMES``: what transfer learning needs).
 
 Writing: each record is one ``write`` of one whole line to a file opened with ``O_APPEND``, then
 ``fsync`` — a crash or Ctrl-C loses at most the line being written, and concurrent writers never
@@ -34,7 +36,7 @@ FORMAT_VERSION = "1.0"
 MAJOR = int(FORMAT_VERSION.split(".")[0])
 
 _FIELDS = ("version", "workload", "target", "schedule", "state", "seconds", "times",
-           "predicted", "trial", "compile_seconds", "timestamp", "error")
+           "predicted", "trial", "compile_seconds", "timestamp", "error", "study")
 
 
 class RecordError(TensorlangError):
@@ -87,6 +89,7 @@ class TuningRecord:
     compile_seconds: float = 0.0
     timestamp: float = field(default_factory=time.time)
     error: str | None = None
+    study: str | None = None
     version: str = FORMAT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -125,7 +128,7 @@ class TuningRecord:
                    trial=int(d.get("trial", 0)),
                    compile_seconds=float(d.get("compile_seconds") or 0.0),
                    timestamp=float(d.get("timestamp") or 0.0), error=d.get("error"),
-                   version=version, extra=extra)
+                   study=d.get("study"), version=version, extra=extra)
 
 
 class RecordWriter:

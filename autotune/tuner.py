@@ -177,13 +177,13 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     workload = workload_info(output, sizes, workload_name)
     target = target_info()
-    earlier: list[TuningRecord] = []
-    if storage is not None and log is not None and os.path.exists(log):
-        earlier = [r for r in read_records(log) if r.workload.get("key") == workload["key"]
-                   and r.workload.get("sizes") == workload["sizes"]
-                   and same_machine(r.target, target)]
     name = study_name or f"{workload['name']}-{workload['key'][:12]}-" + "-".join(
         f"{k}{v}" for k, v in workload["sizes"].items())
+    earlier: list[TuningRecord] = []
+    if storage is not None and log is not None and os.path.exists(log):
+        earlier = [r for r in read_records(log) if r.study == name
+                   and r.workload.get("key") == workload["key"]
+                   and r.workload.get("sizes") == workload["sizes"]]
     probe = optuna.create_study(direction="minimize", storage=storage, study_name=name,
                                 load_if_exists=True) if storage is not None else None
     offset = len(probe.trials) if probe is not None else 0  # fresh random streams on resume
@@ -216,9 +216,10 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             writer.write(TuningRecord(
                 workload=workload, target=target, schedule=json.loads(rec.trace),
                 state=rec.state, seconds=rec.seconds if np.isfinite(rec.seconds) else None,
-                times=rec.times, predicted=rec.predicted, trial=rec.number,
+                times=[float(f"{t:.4g}") for t in rec.times], predicted=rec.predicted,
+                trial=rec.number,
                 compile_seconds=rec.compile_seconds, timestamp=rec.timestamp, error=rec.error,
-                extra={"features": rec.features} if rec.features is not None else {}))
+                study=name if storage is not None else None, extra={"features": rec.features} if rec.features is not None else {}))
         if progress is not None:
             progress(rec, state["best"])
 

@@ -327,40 +327,7 @@ class Schedule:
 
     def to_python(self, schedule_name: str = "s") -> str:
         """The schedule as paste-able Python (Funcs and loops referred to by name)."""
-        lines = []
-        for step in self.steps:
-            st = f'{schedule_name}["{step.func}"]'
-            if ".update(" in step.func:
-                base, num = step.func.split(".update(")
-                st = f'{schedule_name}["{base}"].update({num.rstrip(")")})'
-            p = dict(step.params)
-            if step.op in ("split", "unroll", "vectorize", "parallel"):
-                args = [repr(p["loop"])]
-                if p.get("factor") is not None:
-                    args.append(repr(p["factor"]))
-                if p.get("tail", "GuardWithIf") != "GuardWithIf":
-                    args.append(f"tail={p['tail']!r}")
-            elif step.op == "tile":
-                args = [repr(p["x"]), repr(p["y"]), repr(p["fx"]), repr(p["fy"])]
-                if p.get("tail", "GuardWithIf") != "GuardWithIf":
-                    args.append(f"tail={p['tail']!r}")
-            elif step.op == "fuse":
-                args = [repr(p["outer"]), repr(p["inner"])]
-            elif step.op == "reorder":
-                args = [repr(x) for x in p["loops"]]
-            elif step.op in ("compute_at", "store_at"):
-                args = [f'{schedule_name}["{p["consumer"]}"]', repr(p["loop"])]
-            elif step.op == "cache_read":
-                lines.append(f'{schedule_name}.cache_read({p["tensor"]!r}, {st}, '
-                             f'{p["loop"]!r})')
-                continue
-            elif step.op == "cache_write":
-                lines.append(f'{schedule_name}.cache_write({step.func!r}, {p["loop"]!r})')
-                continue
-            else:
-                args = []
-            lines.append(f"{st}.{step.op}({', '.join(args)})")
-        return "\n".join(lines)
+        return steps_to_python(self.steps, schedule_name)
 
     def __str__(self) -> str:
         return self.to_python()
@@ -594,3 +561,43 @@ class Stage:
 
     def __repr__(self) -> str:
         return f"<Stage {self.func}: loops {', '.join(self.schedule.states[self.func].loops)}>"
+
+
+def steps_to_python(steps: Any, schedule_name: str = "s") -> str:
+    """Trace steps (``Step`` objects, or the ``steps`` of a JSON trace) as paste-able Python;
+    needs no algorithm, so a tuning log can be shown without the code that defined it."""
+    steps = [st if isinstance(st, Step) else Step.from_dict(st) for st in steps]
+    lines = []
+    for step in steps:
+        st = f'{schedule_name}["{step.func}"]'
+        if ".update(" in step.func:
+            base, num = step.func.split(".update(")
+            st = f'{schedule_name}["{base}"].update({num.rstrip(")")})'
+        p = dict(step.params)
+        if step.op in ("split", "unroll", "vectorize", "parallel"):
+            args = [repr(p["loop"])]
+            if p.get("factor") is not None:
+                args.append(repr(p["factor"]))
+            if p.get("tail", "GuardWithIf") != "GuardWithIf":
+                args.append(f"tail={p['tail']!r}")
+        elif step.op == "tile":
+            args = [repr(p["x"]), repr(p["y"]), repr(p["fx"]), repr(p["fy"])]
+            if p.get("tail", "GuardWithIf") != "GuardWithIf":
+                args.append(f"tail={p['tail']!r}")
+        elif step.op == "fuse":
+            args = [repr(p["outer"]), repr(p["inner"])]
+        elif step.op == "reorder":
+            args = [repr(x) for x in p["loops"]]
+        elif step.op in ("compute_at", "store_at"):
+            args = [f'{schedule_name}["{p["consumer"]}"]', repr(p["loop"])]
+        elif step.op == "cache_read":
+            lines.append(f'{schedule_name}.cache_read({p["tensor"]!r}, {st}, '
+                         f'{p["loop"]!r})')
+            continue
+        elif step.op == "cache_write":
+            lines.append(f'{schedule_name}.cache_write({step.func!r}, {p["loop"]!r})')
+            continue
+        else:
+            args = []
+        lines.append(f"{st}.{step.op}({', '.join(args)})")
+    return "\n".join(lines)

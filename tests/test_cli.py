@@ -1,0 +1,158 @@
+"""The ``tensorlang`` CLI in real subprocesses: tune -> a new process hits the cache without
+compiling; concurrent tuners on one cache; Ctrl-C then --resume; show / cache / bench."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from autotune.records import read_records
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _env(cache: str) -> dict[str, str]:
+    env = dict(os.environ, TENSORLANG_CACHE=cache, PYTHONPATH=ROOT)
+    env.pop("TENSORLANG_DUMP", None)
+    return env
+
+
+def _tl(args: list[str], cwd, cache: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=cwd,
+                            env=_env(str(cache)), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _run(args, cwd, cache, timeout=300) -> subprocess.CompletedProcess:
+    p = _tl(args, cwd, cache)
+    out, err = p.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(args, p.returncode, out, err)
+
+
+SECOND_PROCESS = """
+import json, numpy as np, tensorlang as tl
+from autotune.workloads import BUILTIN
+from backends.llvm.jit import STATS
+C = BUILTIN["matmul"].build()
+k = tl.compile(C, "auto", shapes={"M": 64, "N": 64, "K": 64})
+a = np.random.default_rng(0).random((64, 64), dtype=np.float32)
+b = np.random.default_rng(1).random((64, 64), dtype=np.float32)
+ok = bool(np.allclose(k(a, b), a @ b, rtol=1e-4))
+print(json.dumps({"source": k.schedule_source, "ok": ok, **STATS}))
+"""
+
+
+def test_tune_then_a_new_process_gets_the_tuned_kernel_without_compiling(tmp_path):
+    cache = tmp_path / "cache"
+    r = _run(["tune", "matmul", "--shape", "M=64,N=64,K=64", "--trials", "10", "--no-summary"],
+             tmp_path, cache)
+    assert r.returncode == 0, r.stderr
+    assert "cache: wrote entry" in r.stdout
+    log = tmp_path / "tuning_logs" / "matmul-M64-K64-N64.jsonl"
+    recs = read_records(log)
+    assert sum(x.state in ("measured", "failed") for x in recs) == 10
+    p = subprocess.run([sys.executable, "-c", SECOND_PROCESS], cwd=tmp_path, env=_env(str(cache)),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got == {"source": "cache", "ok": True, "llvm_compiles": 0, "object_loads": 1}
+    assert "TuningWarning" not in p.stderr
+
+
+def test_two_concurrent_tuners_share_one_cache(tmp_path):
+    cache = tmp_path / "cache"
+    procs = [_tl(["tune", "matmul", "--shape", f"M={m},N=32,K=16", "--trials", "6",
+                  "--no-summary", "--cost-model", "none"], tmp_path, cache) for m in (32, 48)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    r = _run(["cache", "list"], tmp_path, cache)
+    assert "2 entries" in r.stdout and "M=32" in r.stdout and "M=48" in r.stdout
+    for m in (32, 48):
+        recs = read_records(tmp_path / "tuning_logs" / f"matmul-M{m}-K16-N32.jsonl")
+        assert sum(x.state in ("measured", "failed") for x in recs) == 6
+
+
+def test_sigint_during_tune_then_resume_loses_and_duplicates_nothing(tmp_path):
+    cache = tmp_path / "cache"
+    args = ["tune", "matmul", "--shape", "M=48,N=48,K=48", "--trials", "12", "--no-summary",
+            "--cost-model", "none", "--seed", "5"]
+    log = tmp_path / "tuning_logs" / "matmul-M48-K48-N48.jsonl"
+    p = _tl(args, tmp_path, cache)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        if log.exists() and sum(1 for line in open(log) if '"measured"' in line) >= 3:
+            break
+        time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    assert "--resume" in err
+    first = log.read_text().splitlines()
+    done = sum(r.state in ("measured", "failed") for r in read_records(log))
+    assert 3 <= done < 12
+    r = _run([*args, "--resume"], tmp_path, cache)
+    assert r.returncode == 0, r.stderr
+    assert f"{done} measured earlier" in r.stdout
+    lines = log.read_text().splitlines()
+    assert lines[: len(first)] == first  # nothing lost or rewritten
+    recs = read_records(log)
+    assert sum(x.state in ("measured", "failed") for x in recs) == 12
+    assert len({x.trial for x in recs}) == len(recs)  # no trial recorded twice
+    assert len({x.study for x in recs}) == 1
+
+
+def test_show_cache_import_export_and_bench(tmp_path):
+    cache = tmp_path / "cache"
+    r = _run(["tune", "blur", "--shape", "H=40,W=37", "--trials", "5", "--no-summary",
+              "--no-cache"], tmp_path, cache)
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "tuning_logs" / "blur-H40-W37.jsonl"
+    foreign = json.loads(log.read_text().splitlines()[0])
+    foreign["target"]["cpu"] = "some-other-cpu"
+    foreign["state"], foreign["seconds"] = "measured", 1e-9
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps(foreign) + "\n")
+    r = _run(["show", str(log), "--top", "3"], tmp_path, cache)
+    assert r.returncode == 0 and 's["out"]' in r.stdout and "tuning curve" in r.stdout
+    r = _run(["cache", "import", str(log), str(other)], tmp_path, cache)
+    assert "imported 1 of 1" in r.stdout and "skipped 1 records of another CPU" in r.stdout
+    r = _run(["cache", "export", "-o", str(tmp_path / "exp.jsonl")], tmp_path, cache)
+    assert r.returncode == 0 and len(read_records(tmp_path / "exp.jsonl")) == 1
+    r = _run(["bench", "blur", "--shape", "H=40,W=37"], tmp_path, cache)
+    assert r.returncode == 0 and "tensorlang (cache)" in r.stdout and "numpy" in r.stdout
+    r = _run(["cache", "clear"], tmp_path, cache)
+    assert "removed 1 entries" in r.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["tune", "nosuch"], "unknown workload 'nosuch'"),
+    (["tune", "matmul", "--shape", "Q=3"], "--shape names Q"),
+    (["tune", "missing.py:f", "--shape", "M=3"], "does not exist"),
+    (["bench", "matmul", "--shape", "M=0"], "bad shape item 'M=0'"),
+])
+def test_bad_arguments_are_one_clear_line(tmp_path, args, message):
+    r = _run(args, tmp_path, tmp_path / "cache")
+    assert r.returncode == 1
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_a_user_file_workload(tmp_path):
+    (tmp_path / "alg.py").write_text(
+        "import tensorlang as tl\n"
+        "def scaled():\n"
+        "    (N,) = tl.sizes('N')\n"
+        "    X = tl.Input('X', (N,), tl.float32)\n"
+        "    (i,) = tl.vars('i')\n"
+        "    Y = tl.Func('Y')\n"
+        "    Y[i] = X[i] * 2.0 + 1.0\n"
+        "    return Y\n")
+    r = _run(["bench", "alg.py:scaled", "--shape", "N=1000"], tmp_path, tmp_path / "cache")
+    assert r.returncode == 0, r.stderr
+    assert "tensorlang (heuristic)" in r.stdout

@@ -1,0 +1,196 @@
+"""Tuning records, the tuned-kernel cache, schedule="auto" and the heuristic schedule (in process;
+the CLI and cross-process tests are in test_cli.py)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from autotune.auto import TuningWarning, compile_auto
+from autotune.cache import CacheEntry, CacheWarning, KernelCache
+from autotune.heuristic import heuristic_schedule
+from autotune.measure import random_inputs
+from autotune.records import (
+    RecordError,
+    RecordWarning,
+    RecordWriter,
+    TuningRecord,
+    read_records,
+    target_info,
+    workload_info,
+)
+from autotune.workloads import BUILTIN, input_shapes, parse_shape
+from backends.llvm.jit import STATS
+from tensorlang.pipeline import Pipeline
+
+
+def _record(trial: int, seconds: float = 1e-3, **extra) -> TuningRecord:
+    out = BUILTIN["matmul"].build()
+    sizes = {"M": 8, "N": 8, "K": 8}
+    return TuningRecord(workload_info(out, sizes, "matmul"), target_info(),
+                        json.loads(tl.Schedule(out).to_json()), "measured", seconds, [seconds],
+                        trial=trial, extra=extra)
+
+
+def test_records_round_trip_and_keep_unknown_fields(tmp_path):
+    log = tmp_path / "a.jsonl"
+    with RecordWriter(log) as w:
+        w.write(_record(0, future_field={"x": 1}))
+        w.write(_record(1))
+    recs = read_records(log)
+    assert [r.trial for r in recs] == [0, 1]
+    assert recs[0].extra == {"future_field": {"x": 1}}
+    assert json.loads(recs[0].to_json())["future_field"] == {"x": 1}
+    assert recs[0].workload["sizes"] == {"M": 8, "K": 8, "N": 8}
+
+
+def test_torn_last_line_is_skipped_with_a_warning_and_the_next_write_starts_fresh(tmp_path):
+    log = tmp_path / "torn.jsonl"
+    with RecordWriter(log) as w:
+        w.write(_record(0))
+        w.write(_record(1))
+    whole = _record(2).to_json()
+    with open(log, "a") as f:
+        f.write(whole[: len(whole) // 2])  # a crash in the middle of a write
+    with pytest.warns(RecordWarning, match="torn last line"):
+        assert [r.trial for r in read_records(log)] == [0, 1]
+    with RecordWriter(log) as w:
+        w.write(_record(3))
+    with pytest.warns(RecordWarning, match=r"torn.jsonl:3: skipped a corrupt line"):
+        assert [r.trial for r in read_records(log)] == [0, 1, 3]
+
+
+def test_a_log_from_a_future_major_version_is_refused_by_name(tmp_path):
+    log = tmp_path / "future.jsonl"
+    d = json.loads(_record(0).to_json())
+    d["version"] = "2.3"
+    d["target"]["tensorlang"] = "7.1.0"
+    log.write_text(json.dumps(d) + "\n")
+    with pytest.raises(RecordError, match=r"version 2\.3 was written by tensorlang 7\.1\.0"):
+        read_records(log)
+    d["version"] = "1.9"  # a newer minor only adds fields: accepted
+    log.write_text(json.dumps(d) + "\n")
+    assert len(read_records(log)) == 1
+
+
+def _entry(out, sizes, seconds=1e-3, obj=None, sig=None, trace=None):
+    w = workload_info(out, sizes, "matmul")
+    return CacheEntry(w["key"], "matmul", w["sizes"], w["shapes"], w["dtypes"], target_info(),
+                      trace or tl.Schedule(out).to_json(), seconds, sig, obj)
+
+
+def test_cache_keeps_the_faster_entry_and_is_keyed_by_target(tmp_path):
+    out = BUILTIN["matmul"].build()
+    sizes = {"M": 16, "N": 16, "K": 16}
+    with KernelCache(tmp_path / "k.sqlite") as c:
+        assert c.put(_entry(out, sizes, 2e-3))
+        assert not c.put(_entry(out, sizes, 3e-3))
+        assert c.put(_entry(out, sizes, 1e-3))
+        w = workload_info(out, sizes)
+        got = c.get(w["key"], w["sizes"], w["shapes"], w["dtypes"], target_info())
+        assert got is not None and got.seconds == 1e-3
+        other = dict(target_info(), cpu="skylake")
+        assert c.get(w["key"], w["sizes"], w["shapes"], w["dtypes"], other) is None
+        assert len(list(c.entries())) == 1
+
+
+def test_corrupt_cache_row_is_reported_once_and_rebuilt(tmp_path):
+    out = BUILTIN["matmul"].build()
+    sizes = {"M": 16, "N": 16, "K": 16}
+    k = tl.compile(out, heuristic_schedule(out, sizes), emit_object=True)
+    cache = KernelCache(tmp_path / "k.sqlite")
+    cache.put(_entry(out, sizes, 1e-3, k.object_code, k.signature.to_dict(),
+                     k.schedule.to_json()))
+    db = sqlite3.connect(cache.path)
+    db.execute("UPDATE kernels SET object_code = X'00112233'")
+    db.commit()
+    db.close()
+    with pytest.warns(CacheWarning, match="corrupt"):
+        kern = compile_auto(out, sizes, cache=cache)
+    assert kern.schedule_source == "heuristic"  # the bad row is gone: rebuilt from scratch
+    a = random_inputs(Pipeline(out), input_shapes(out, sizes))
+    np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
+    assert list(cache.entries()) == []
+
+
+def test_a_file_that_is_not_a_database_is_moved_aside(tmp_path):
+    path = tmp_path / "kernels.sqlite"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.warns(CacheWarning, match="moved it to"):
+        assert list(KernelCache(path).entries()) == []
+    assert any(p.name.startswith("kernels.sqlite.corrupt-") for p in tmp_path.iterdir())
+
+
+def test_auto_exact_hit_loads_object_code_without_llvm(tmp_path):
+    out = BUILTIN["matmul"].build()
+    sizes = {"M": 24, "N": 40, "K": 8}
+    s = heuristic_schedule(out, sizes)
+    k = tl.compile(out, s, emit_object=True)
+    cache = KernelCache()
+    cache.put(_entry(out, sizes, 1e-3, k.object_code, k.signature.to_dict(), s.to_json()))
+    before = dict(STATS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an exact hit is silent
+        kern = tl.compile(out, "auto", shapes=sizes)
+    assert kern.schedule_source == "cache"
+    assert STATS["llvm_compiles"] == before["llvm_compiles"]
+    assert STATS["object_loads"] == before["object_loads"] + 1
+    a = random_inputs(Pipeline(out), input_shapes(out, sizes))
+    np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
+    assert "for" in kern.loop_nest()  # lowered on demand from the cached trace
+
+
+def test_auto_uses_the_nearest_tuned_shape_with_a_warning(tmp_path):
+    out = BUILTIN["matmul"].build()
+    tuned = {"M": 64, "N": 64, "K": 64}
+    s = tl.Schedule(out)
+    s[out].split("i", 8)
+    s[out].vectorize("j", 16).parallel("i.o")
+    KernelCache().put(_entry(out, tuned, 1e-4, trace=s.to_json()))
+    sizes = {"M": 61, "N": 67, "K": 1}
+    with pytest.warns(TuningWarning, match=r"schedule tuned for M=64,K=64,N=64"):
+        kern = tl.compile(out, "auto", shapes=sizes)
+    assert kern.schedule_source == "nearest"
+    a = random_inputs(Pipeline(out), input_shapes(out, sizes))
+    np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
+    with pytest.warns(TuningWarning, match="nearest tuned shape"):  # cached, still reported
+        again = tl.compile(out, "auto", shapes=sizes)
+    assert again.schedule_source == "nearest"
+
+
+def test_auto_without_records_warns_and_uses_the_heuristic():
+    out = BUILTIN["softmax"].build()
+    with pytest.warns(TuningWarning, match="heuristic schedule. Tune it: tensorlang tune"):
+        kern = tl.compile(out, "auto", shapes={"R": 5, "S": 33})
+    assert kern.schedule_source == "heuristic"
+    assert kern.schedule is not None and kern.schedule.steps  # never the naive nest
+
+
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+@pytest.mark.parametrize("scale", ["one", "odd"])
+def test_heuristic_schedules_are_legal_and_match_numpy(name, scale):
+    w = BUILTIN[name]
+    out = w.build()
+    odd = {"M": 37, "N": 41, "K": 13, "B": 3, "Nb": 2, "CI": 3, "CO": 11, "H": 19, "W": 23,
+           "R": 7, "S": 67}
+    sizes = {k: (1 if scale == "one" and k not in ("H", "W") else odd[k]) for k in w.shape}
+    if name == "blur" and scale == "one":
+        sizes = {"H": 3, "W": 3}
+    s = heuristic_schedule(out, sizes)
+    assert s.check().ok
+    kern = tl.compile(out, s)
+    a = random_inputs(Pipeline(out), input_shapes(out, sizes))
+    np.testing.assert_allclose(kern(**a), w.numpy(a)(), rtol=1e-4, atol=1e-5)
+
+
+def test_parse_shape_errors_name_the_item():
+    assert parse_shape("M=3, N=4") == {"M": 3, "N": 4}
+    with pytest.raises(ValueError, match="'M=0'"):
+        parse_shape("M=0")
+    with pytest.raises(ValueError, match="'N'"):
+        parse_shape("M=3,N")
