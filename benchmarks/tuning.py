@@ -5,7 +5,9 @@ For each workload and each search — model-guided (TPE proposals ranked by the 
 plain Optuna TPE, random — with one equal budget of measured trials: the best time, the ratio to
 NumPy measured in the same run (im2col + matmul for conv2d), the tuning wall time, and the best
 time after 10/25/50/100/150 measured trials; then, per workload, how many measured trials each
-search needed to reach 90% of its own final best (fewer is better).
+search needed to reach 90% of its own final best (fewer is better). With the ``halide`` package
+installed, Halide's Adams2019 autoscheduler runs on the same workloads and arrays
+(``halide_peer.py``) and a "vs halide" column gives Halide's time over ours (> 1: we are faster).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import halide_peer  # noqa: E402
 from common import median_seconds, table  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
@@ -68,8 +71,14 @@ def main() -> None:
         work, sizes = wl[name]
         out = work.build()
         arrays = random_inputs(Pipeline(out), input_shapes(out, sizes))
-        t_np = median_seconds(work.numpy(arrays))
+        ref = work.numpy(arrays)
+        t_np = median_seconds(ref)
         flops = work.flops(sizes)
+        t_hl = float("nan")
+        if halide_peer.available():
+            t_hl = halide_peer.halide_seconds(name, sizes, arrays, ref())
+            print(f"{name}: Halide Adams2019 {t_hl * 1e3:.3f} ms, numpy {t_np * 1e3:.3f} ms",
+                  flush=True)
         reach = []
         for label, kw in SEARCHES:
             t0 = time.perf_counter()
@@ -81,12 +90,14 @@ def main() -> None:
             marks = " ".join(f"{measured[k - 1] * 1e3:.2f}" if len(measured) >= k and
                              np.isfinite(measured[k - 1]) else "-" for k in checkpoints)
             rows.append((name, label, f"{res.best_seconds * 1e3:.3f} ms",
-                         f"{t_np / res.best_seconds:.2f}x", f"{flops / res.best_seconds / 1e9:.1f}",
+                         f"{t_np / res.best_seconds:.2f}x",
+                         f"{t_hl / res.best_seconds:.2f}x" if t_hl == t_hl else "-",
+                         f"{flops / res.best_seconds / 1e9:.1f}",
                          f"{wall:.0f} s", f"{res.pruned}", marks))
             print(" | ".join(map(str, rows[-1])), f"| numpy {t_np * 1e3:.3f} ms", flush=True)
             reach.append(f"{label} {to_90(measured) if measured else '-'}")
         speed.append((name, f"{t_np * 1e3:.3f} ms", ", ".join(reach)))
-    print(table(rows, ("workload", "search", "best", "vs numpy", "GFLOP/s", "tuning",
+    print(table(rows, ("workload", "search", "best", "vs numpy", "vs halide", "GFLOP/s", "tuning",
                        "pruned", "best after " + "/".join(map(str, checkpoints)) + " (ms)")))
     print()
     print(table(speed, ("workload", "numpy", "measured trials to reach 90% of the final best")))
