@@ -5,8 +5,11 @@ candidate is told to Optuna as *pruned* and counted, never compiled) -> measured
 process -> ``study.tell(seconds)``; a failed candidate (crash, timeout, compile error) is told as
 *failed* and its error kept. A candidate that beats the best so far is run again with the NumPy
 reference check and accepted only if it matches. The per-candidate timeout follows the best time:
-``max(timeout_floor, 50 x best + 20 s)`` for compiling and again for running, and a candidate
-whose warm-up run takes over 10x the best time is not repeated, so hopeless candidates cost little.
+``max(timeout_floor, 50 x best + 20 s)`` for compiling; running is cut off after
+``100 x best + 2 s`` (the candidate is recorded as failed and told to Optuna and the cost model
+as that censored time, a lower bound); a candidate whose warm-up run takes over 10x the best time
+is not repeated. Before any candidate succeeds, "best" is the heuristic schedule's time (measured
+first, not counted as a trial). Hopeless candidates cost little.
 
 With ``cost_model="gbt"`` (the default) the loop runs in rounds: Optuna proposes ``pool``
 candidates, the illegal ones are pruned, the learned cost model (``cost_model.py``) ranks the rest
@@ -121,7 +124,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
              measure_per_round: int = 4, jobs: int | None = None,
              log: str | os.PathLike | None = None, workload_name: str | None = None,
              storage: str | None = None, study_name: str | None = None,
-             transfer: list[Any] | None = None, cache: Any = True) -> TuningResult:
+             transfer: list[Any] | None = None, cache: Any = True,
+             baseline: bool = True) -> TuningResult:
     """Search schedules of ``output`` for the given sizes and return the fastest verified one.
 
     Args:
@@ -148,6 +152,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             back from ``log``) count against ``trials`` and warm the cost model.
         transfer: tuning records of *other* workloads (``records.read_records``): measured ones
             from this machine warm-start the cost model (transfer learning, as TVM's).
+        baseline: first time the heuristic schedule (``heuristic.py``; not a trial, never the
+            result) so that even the first candidates have a run-time cut-off.
         cache: where the best kernel (trace, seconds, object code) is stored for
             ``tl.compile(F, schedule="auto")``: True = the default ``KernelCache``
             (``TENSORLANG_CACHE``), a ``KernelCache``, or False/None for none.
@@ -197,7 +203,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     start = time.perf_counter()
     model = CostModel(seed=seed) if cost_model == "gbt" else None
     rng = np.random.default_rng(seed + offset)
-    state: dict[str, Any] = {"best": float("inf"), "trace": None}
+    state: dict[str, Any] = {"best": float("inf"), "trace": None, "baseline": float("inf")}
     resumed = sum(r.state in ("measured", "failed") for r in earlier)
     for r in earlier:
         if r.ok and r.seconds is not None and r.seconds < state["best"]:
@@ -246,14 +252,31 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                     continue
                 done += 1
                 best = state["best"]
-                budget = 10 * best if np.isfinite(best) else None
-                res = m.run(trace, comp, timeout=limit, budget=budget)
+                ref = min(best, state["baseline"])
+                budget = 10 * ref if np.isfinite(ref) else None
+                # a run phase takes ~6 runs; one far past the best is cut off and told to the
+                # search as a censored time (a lower bound), so TPE and the model learn from it
+                deadline = min(limit, 100 * ref + 2.0) if np.isfinite(ref) else limit
+                res = m.run(trace, comp, timeout=deadline, budget=budget)
+                censored = None
+                if res.error is not None and res.error.startswith("timeout") \
+                        and deadline < limit:
+                    censored = deadline
+                    res.error = (f"timeout: cut off after {deadline:.2f} s (over 100x the best "
+                                 f"time); told to the search as a lower bound")
                 if res.error is None and res.seconds < best:
                     check = m.run(trace, comp, verify=True, timeout=max(limit, 600.0))
                     if check.verified is not True:
                         res.error = check.error or "result differs from the NumPy reference"
                 fl = [float(x) for x in fv]
-                if res.error is not None:
+                if censored is not None:
+                    study.tell(trial, censored)
+                    if model is not None:
+                        model.add(fv, censored)
+                    rec = TrialRecord(trial.number, trace, "failed", error=res.error,
+                                      compile_seconds=res.compile_seconds, predicted=pred,
+                                      features=fl)
+                elif res.error is not None:
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     rec = TrialRecord(trial.number, trace, "failed", error=res.error,
                                       compile_seconds=res.compile_seconds, predicted=pred,
@@ -290,6 +313,13 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                 return None
 
         try:
+            if baseline:
+                # the heuristic schedule's time bounds what a candidate may cost before any
+                # candidate succeeded (it is not a trial and never the result)
+                from .heuristic import heuristic_schedule
+
+                (comp,) = m.compile_many([heuristic_schedule(output, sizes).to_json()])
+                state["baseline"] = m.run("baseline", comp, timeout=timeout_floor).seconds
             while measured < trials and not out_of_time():
                 if sum(r.state == "pruned" for r in history) > 20 * max(trials, 1):
                     break  # the space is (almost) all illegal

@@ -5,7 +5,8 @@ For each workload and each search — model-guided (TPE proposals ranked by the 
 plain Optuna TPE, random — with one equal budget of measured trials: the best time, the ratio to
 NumPy measured in the same run (im2col + matmul for conv2d), the tuning wall time, and the best
 time after 10/25/50/100/150 measured trials; then, per workload, how many measured trials each
-search needed to reach 90% of its own final best (fewer is better). With the ``halide`` package
+search needed to reach 90% of its own final best (fewer is better). The model-guided search's cost
+model is warmed with the records of the workloads tuned before it in the same run (transfer). With the ``halide`` package
 installed, Halide's Adams2019 autoscheduler runs on the same workloads and arrays
 (``halide_peer.py``) and a "vs halide" column gives Halide's time over ours (> 1: we are faster).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -25,6 +27,7 @@ from common import median_seconds, table  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
 from autotune.measure import random_inputs  # noqa: E402
+from autotune.records import read_records  # noqa: E402
 from autotune.workloads import BUILTIN, input_shapes  # noqa: E402
 from tensorlang.pipeline import Pipeline  # noqa: E402
 
@@ -67,6 +70,8 @@ def main() -> None:
     wl = workloads(args.quick)
     checkpoints = [k for k in (10, 25, 50, 100, 150) if k <= args.trials]
     rows, speed = [], []
+    logdir = tempfile.mkdtemp(prefix="tl-tuning-bench-")
+    transfer: list = []
     for name in args.workloads.split(","):
         work, sizes = wl[name]
         out = work.build()
@@ -81,9 +86,14 @@ def main() -> None:
                   flush=True)
         reach = []
         for label, kw in SEARCHES:
+            extra: dict = {}
+            if label == "model-guided":  # transfer: records of the workloads tuned before
+                extra = dict(transfer=list(transfer), log=os.path.join(logdir, f"{name}.jsonl"))
             t0 = time.perf_counter()
             res = tl.autotune(out, sizes, trials=args.trials, seed=args.seed,
-                              timeout=args.budget, **kw)
+                              timeout=args.budget, cache=False, **kw, **extra)
+            if label == "model-guided":
+                transfer.extend(r for r in read_records(extra["log"]) if r.ok)
             wall = time.perf_counter() - t0
             curve = [r for r in res.best_so_far()]
             measured = [b for b, r in zip(curve, res.history) if r.state != "pruned"]
