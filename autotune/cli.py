@@ -162,12 +162,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
           (f"\n  cost model warmed with {len(transfer)} records of other workloads"
            if transfer else ""), flush=True)
     bar = _progress(args.trials)
-    counted = {"n": 0}
 
     def progress(rec: Any, best: float) -> None:
         if rec.state != "pruned" and bar is not None:
             bar.update(1)
-            counted["n"] += 1
             bar.set_postfix_str(f"best {_fmt_s(best)}", refresh=False)
 
     res = tl.autotune(out, sizes, trials=args.trials, timeout=args.timeout, seed=args.seed,
@@ -175,8 +173,6 @@ def _cmd_tune(args: argparse.Namespace) -> int:
                       storage=storage, study_name=name, transfer=transfer,
                       cache=not args.no_cache, progress=progress)
     if bar is not None:
-        if res.resumed and not counted["n"]:
-            bar.update(0)
         bar.close()
     measured = sum(r.state == "measured" for r in res.history)
     print(f"{measured} measured, {res.failed} failed, {res.pruned} pruned (illegal) this run" +

@@ -4,13 +4,14 @@ runaway kernel becomes a failed measurement (time ``inf``, error kept) instead o
 Processes are fresh interpreters (``python -m autotune.worker``: no fork after OpenMP threads exist,
 no re-import of the user's script). *Compile workers* (``jobs`` of them) turn schedule traces into
 relocatable object code — the legality check included — in parallel; then the one *run worker*
-loads each object (~1 ms, no LLVM) and times it on seeded random inputs, one candidate at a time so
-measurements never share the CPU with compilation: a warm-up run, then repeats until
-``min_seconds`` of timed work (at least ``repeats`` runs); the median is the candidate's time. A
-candidate whose warm-up run already exceeds ``budget`` seconds is not repeated (it cannot win; its
-one time is kept). A worker that dies or exceeds the per-candidate timeout is killed and replaced.
-``verify`` compares a candidate's output with the NumPy reference (``tl.reference``) on those
-inputs. See also: TVM's builder pool + RPC runner (LocalBuilder / LocalRunner), Triton's do_bench.
+loads each object (~1 ms, no LLVM) and times it on the user's arrays or on seeded random inputs,
+one candidate at a time so measurements never share the CPU with compilation: a warm-up run, then
+repeats until ``min_seconds`` of timed work (at least ``repeats`` runs); the median is the
+candidate's time. A candidate whose warm-up run already exceeds ``budget`` seconds is not repeated
+(it cannot win; its one time is kept). A worker that dies or exceeds the per-candidate timeout is
+killed and replaced. ``verify`` compares a candidate's output with the NumPy reference
+(``tl.reference``) on those inputs. See also: TVM's builder pool + RPC runner (LocalBuilder /
+LocalRunner), Triton's do_bench.
 """
 
 from __future__ import annotations
@@ -82,8 +83,9 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
     from backends.kernel import Signature
     from tensorlang.pipeline import Pipeline
 
-    role, output, shapes, sizes, hook = receive()
+    role, output, shapes, sizes, hook, given = receive()
     pipeline = Pipeline(output)
+    reply("ready")  # imports done: time limits start counting from here
     if role == "compile":
         while (trace := receive()) is not None:
             res = MeasureResult()
@@ -96,7 +98,7 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
                 res.error = _error(exc)
             reply(res)
         return
-    arrays = random_inputs(pipeline, shapes)
+    arrays = given if given is not None else random_inputs(pipeline, shapes)
     bound = {s for i in pipeline.inputs for s in (getattr(d, "name", None) for d in i.shape)}
     extra = {k: v for k, v in sizes.items() if k in pipeline.sizes and k not in bound}
     while (msg := receive()) is not None:
@@ -130,6 +132,9 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
         reply(res)
 
 
+STARTUP_SECONDS = 300
+
+
 class _Worker:
     """One worker process: setup on start, then request/answer with a deadline."""
 
@@ -140,6 +145,18 @@ class _Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         send(self.proc.stdin, setup)
         self.deadline = 0.0
+        # wait for the imports (seconds on a loaded machine) so they never count against a
+        # candidate's time limit
+        ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_SECONDS)
+        try:
+            ok = bool(ready) and recv(self.proc.stdout) == "ready"
+        except _DIED:
+            ok = False
+        if not ok:
+            self.kill()
+            raise OSError(f"a measuring process (python -m autotune.worker) did not start within "
+                          f"{STARTUP_SECONDS} s (exit code {self.proc.returncode}); its error "
+                          f"output above says why")
 
     def request(self, msg: Any, timeout: float) -> None:
         send(self.proc.stdin, msg)
@@ -177,12 +194,16 @@ class Measurer:
             worker is killed. jobs: compile processes (default: CPU count, at most 4).
         hook: optional picklable callable the run worker calls on each trace before running it
             (instrumentation; tests use it to crash or hang the worker on purpose).
+        arrays: the inputs to time on (by Input name; default: seeded random inputs).
     """
 
     def __init__(self, output: Any, sizes: dict[str, int], shapes: dict[str, tuple[int, ...]],
                  repeats: int = 5, min_seconds: float = 0.05, timeout: float = 60.0,
-                 hook: Callable | None = None, jobs: int | None = None) -> None:
+                 hook: Callable | None = None, jobs: int | None = None,
+                 arrays: dict[str, np.ndarray] | None = None) -> None:
         self.output = output
+        self.arrays = None if arrays is None else {k: np.ascontiguousarray(v)
+                                                   for k, v in arrays.items()}
         self.sizes = dict(sizes)
         self.shapes = dict(shapes)
         self.repeats = repeats
@@ -195,7 +216,8 @@ class Measurer:
         self.restarts = 0
 
     def _setup(self, role: str) -> tuple:
-        return (role, self.output, self.shapes, self.sizes, self.hook)
+        arrays = self.arrays if role == "run" else None
+        return (role, self.output, self.shapes, self.sizes, self.hook, arrays)
 
     def _replace(self, w: _Worker) -> None:
         w.kill()

@@ -130,7 +130,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
 
     Args:
         output: the output Func. shapes: concrete sizes by name (``{"M": 1024, ...}``), or
-        arrays: example input arrays by Input name (their shapes give the sizes).
+        arrays: the input arrays by Input name: their shapes give the sizes (no estimates
+            needed) and candidates are timed and verified on them.
         trials: measured candidates in total (a resumed study counts its earlier ones);
             timeout: stop after this many seconds of tuning (wall clock).
         seed: seeds the sampler (with ``sampler="random"`` the proposals are reproducible).
@@ -236,7 +237,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     interrupted = False
     measured = resumed
     with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
-                  timeout=timeout_floor, hook=measure_hook, jobs=jobs) as m:
+                  timeout=timeout_floor, hook=measure_hook, jobs=jobs, arrays=arrays) as m:
 
         def run_batch(batch: list[Cand]) -> int:
             """Compile the batch in the pool, then time its candidates one by one; returns how

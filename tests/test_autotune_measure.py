@@ -195,3 +195,14 @@ def test_features_are_fixed_length_and_finite():
         assert fv.shape == (len(FEATURE_NAMES),) and np.all(np.isfinite(fv))
         done += 1
     assert done >= 3
+
+
+def test_autotune_on_the_users_arrays_needs_no_sizes():
+    out, _ = matmul()
+    rng = np.random.default_rng(4)
+    a = rng.random((13, 7), dtype=np.float32)
+    b = rng.random((7, 29), dtype=np.float32)
+    res = tl.autotune(out, arrays={"A": a, "B": b}, trials=3, sampler="random", seed=1,
+                      repeats=1, min_seconds=0.0, cost_model="none", baseline=False)
+    assert np.isfinite(res.best_seconds)
+    np.testing.assert_allclose(tl.compile(out, res.best_schedule)(a, b), a @ b, rtol=1e-5)
