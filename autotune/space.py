@@ -15,7 +15,7 @@ Func computed at root or at a consumer loop):
   ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost).
 - ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not.
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
-- ``<F>.parallel``: the outermost pure loop in parallel, or not.
+- ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
   (computed at the k-th loop, outermost first, of its single consumer — or of the output when
   every reader is the output or computed inside it, as softmax's ``exp``; clamped to the
@@ -171,7 +171,20 @@ class SearchSpace:
             if ext is not None and ext <= 16 and cand in inner_p:
                 stage.unroll(cand)
         if pure_order and trial.suggest_categorical(f"{f.name}.parallel", [False, True]):
-            stage.parallel(pure_order[0])
+            # the outermost pure loop that has more than one iteration (conv2d's batch of 1
+            # would give the thread pool nothing to share)
+            par = next((lp for lp in pure_order if lp in outer_p and
+                        self._outer_extent(s, f, lp) > 1), pure_order[0])
+            stage.parallel(par)
+
+    def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
+        """The extent of an outer loop: a Var's, or ``ceil(extent / factor)`` for ``v.o``."""
+        from schedule.loops import Split
+
+        for rel in s.states[f.name].relations:
+            if isinstance(rel, Split) and rel.outer == loop:
+                return -(-self.extent(f.name, rel.parent) // rel.factor)
+        return self.extent(f.name, loop)
 
     @staticmethod
     def _loop_extent(s: Schedule, f: Func, loop: str) -> int | None:
