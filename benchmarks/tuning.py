@@ -101,7 +101,8 @@ def main() -> None:
                 extra = dict(transfer=list(transfer), log=os.path.join(logdir, f"{name}.jsonl"))
             t0 = time.perf_counter()
             res = tl.autotune(out, sizes, trials=args.trials, seed=args.seed,
-                              timeout=args.budget, cache=False, **kw, **extra)
+                              timeout=args.budget, cache=False, heuristic="bound", **kw,
+                              **extra)
             if label == "model-guided":
                 transfer.extend(r for r in read_records(extra["log"]) if r.ok)
             wall = time.perf_counter() - t0

@@ -117,8 +117,11 @@ def test_autotune_small_matmul_finds_a_verified_schedule():
     out, _ = matmul()
     res = tl.autotune(out, {"M": 24, "N": 40, "K": 16}, trials=10, sampler="random", seed=3,
                       repeats=2, min_seconds=0.0, cost_model="none")
-    assert res.failed + sum(r.state == "measured" for r in res.history) == 10  # trials = measured
-    assert len(res.history) == 10 + res.pruned
+    seed = [r for r in res.history if r.number < 0]  # the heuristic schedule, measured first
+    assert len(seed) == 1 and seed[0].state == "measured" and res.history[0] is seed[0]
+    assert res.failed + sum(r.state == "measured" for r in res.history) == 10 + 1
+    assert len(res.history) == 10 + 1 + res.pruned
+    assert res.best_seconds <= seed[0].seconds
     assert np.isfinite(res.best_seconds) and res.best_trace is not None
     best = res.best_schedule
     kern = tl.compile(out, best)
@@ -170,9 +173,10 @@ def test_model_guided_rounds_measure_the_budget_and_learn():
     res = tl.autotune(out, {"M": 32, "N": 32, "K": 32}, trials=12, seed=5, repeats=2,
                       min_seconds=0.0, pool=10, measure_per_round=4,
                       progress=lambda rec, best: seen.append(rec.state))
-    measured = [r for r in res.history if r.state in ("measured", "failed")]
+    measured = [r for r in res.history if r.state in ("measured", "failed") and r.number >= 0]
     assert len(measured) == 12
     assert np.isfinite(res.best_seconds)
+    assert res.best_seconds <= res.history[0].seconds  # never slower than the heuristic seed
     assert seen == [r.state for r in res.history]
 
 
@@ -203,6 +207,6 @@ def test_autotune_on_the_users_arrays_needs_no_sizes():
     a = rng.random((13, 7), dtype=np.float32)
     b = rng.random((7, 29), dtype=np.float32)
     res = tl.autotune(out, arrays={"A": a, "B": b}, trials=3, sampler="random", seed=1,
-                      repeats=1, min_seconds=0.0, cost_model="none", baseline=False)
+                      repeats=1, min_seconds=0.0, cost_model="none", heuristic="off")
     assert np.isfinite(res.best_seconds)
     np.testing.assert_allclose(tl.compile(out, res.best_schedule)(a, b), a @ b, rtol=1e-5)
