@@ -12,6 +12,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   split by 8 and unrolled, the innermost split by two native vectors (``ShiftInwards``) and
   vectorized, the reduction loops between the tile loops and the tile (GEMM-style);
 - a pointwise stage vectorizes its innermost pure Var by one native vector;
+- a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
+  a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
+  stays in cache; no recomputation, since each iteration needs a different slice); it then gets
+  no parallel loop of its own;
 - the outermost pure loop with at least two iterations runs in parallel.
 
 Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
@@ -61,18 +65,57 @@ def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
                 s = _try(s, lambda t, f=f: t[f].compute_inline()) or s
                 if s.states[f.name].compute.kind == "inline":
                     continue
+            row = _row_loop(s, output, f, readers)
+            if row is not None:
+                t = _try(s, lambda t, f=f, row=row: t[f].compute_at(t[output], row))
+                if t is not None and _lowers(output, t):
+                    s = t
+        nested = s.states[f.name].compute.kind == "at"
         for variant in ("full", "guard", "simple", "parallel"):
-            t = _try(s, lambda t, f=f, v=variant: _stage(t, f, v, space, _lanes(f)))
+            t = _try(s, lambda t, f=f, v=variant: _stage(t, f, v, space, _lanes(f), nested))
             if t is None:
                 continue
-            try:
-                lower(output, t)
-            except ScheduleError:
-                continue
-            s = t
-            break
+            if _lowers(output, t):
+                s = t
+                break
     return s
 
+
+def _lowers(output: Func, s: Schedule) -> bool:
+    from schedule.lower import lower
+
+    try:
+        lower(output, s)
+    except ScheduleError:
+        return False
+    return True
+
+
+def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | None:
+    """The output's outermost loop, when it is parallel and ``f`` may be computed inside it
+    without recomputation:
+    the output reads ``f`` at that loop's Var (softmax's ``e[i, j]`` per row ``i``), or every
+    reader of ``f`` is itself computed at the output (``mx``, read only by ``e``)."""
+    from tensorlang.expr import Access, Var, walk
+
+    from schedule.ir import ForKind
+
+    st = s.states[output.name]
+    if f.updates or not st.loops or st.kinds.get(st.loops[0]) != ForKind.PARALLEL:
+        return None  # only the output's parallel outermost loop (else the producer loses its own)
+    loop = st.loops[0]
+    var = loop.split(".")[0]
+    others = [r for r in readers if r != output.name]
+    if any(s.states[r].compute.func != output.name for r in others):
+        return None
+    if output.name in readers:
+        d = output.definition
+        assert d is not None
+        reads = [a for a in walk(d.value) if isinstance(a, Access) and a.name == f.name]
+        if not reads or not all(any(isinstance(n, Var) and n.name == var for i in a.indices
+                                    for n in walk(i)) for a in reads):
+            return None
+    return loop
 
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
     """``s`` with ``apply`` done on a copy, if that succeeds and is proven legal."""
@@ -84,7 +127,8 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
     return t if t.check().ok else None
 
 
-def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int) -> None:
+def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
+           nested: bool = False) -> None:
     d = f.definition
     assert d is not None
     st: Stage = s[f]
@@ -102,12 +146,15 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int) -> Non
         outer = [a for a in args[:-2]] + [io.name, xo.name]
         st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)
         st.unroll(ii).vectorize(xi)
-        st.parallel(next((a for a in args[:-2] if ext[a] >= 2), io))
+        if not nested:  # inside the output's parallel loop: no nested thread pool
+            st.parallel(next((a for a in args[:-2] if ext[a] >= 2), io))
         return
     if variant != "parallel" and not d.rvars and ext[args[-1]] >= lanes:
         st.vectorize(args[-1], lanes, tail=tail)
         if par is None and ext[args[-1]] >= 2 * lanes:
             par = f"{args[-1]}.o"  # one pure Var: its vector loop's outer loop
+    if nested:
+        return
     if par is not None:
         st.parallel(par)
     elif len(args) == 1 and ext[args[0]] >= 2 and (d.rvars or variant == "parallel"):
