@@ -47,7 +47,6 @@ def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
     Raises:
         ShapeError: the sizes do not fit the algorithm.
     """
-    from schedule.lower import lower
 
     from .space import SearchSpace
 
@@ -96,9 +95,8 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
     without recomputation:
     the output reads ``f`` at that loop's Var (softmax's ``e[i, j]`` per row ``i``), or every
     reader of ``f`` is itself computed at the output (``mx``, read only by ``e``)."""
-    from tensorlang.expr import Access, Var, walk
-
     from schedule.ir import ForKind
+    from tensorlang.expr import Access, Var, walk
 
     st = s.states[output.name]
     if f.updates or not st.loops or st.kinds.get(st.loops[0]) != ForKind.PARALLEL:
