@@ -71,7 +71,7 @@ def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
                     s = t
         nested = s.states[f.name].compute.kind == "at"
         for variant in ("full", "guard", "simple", "parallel"):
-            t = _try(s, lambda t, f=f, v=variant: _stage(t, f, v, space, _lanes(f), nested))
+            t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(t, f, v, space, _lanes(f), n))
             if t is None:
                 continue
             if _lowers(output, t):
