@@ -55,9 +55,9 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
     from .cache import CacheEntry, KernelCache
     from .heuristic import heuristic_schedule
     from .records import target_info, workload_info
-    from .tuner import _sizes
+    from .workloads import bind_sizes
 
-    sizes = _sizes(output, shapes, arrays)
+    sizes = bind_sizes(output, shapes, arrays)
     work = workload_info(output, sizes, workload_name)
     target = target_info()
     cache = cache if cache is not None else KernelCache()

@@ -33,13 +33,14 @@ import optuna
 
 from schedule.lower import lower
 from schedule.schedule import Schedule
-from tensorlang.errors import ScheduleError, ShapeError
+from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 
 from .cost_model import CostModel
 from .features import features
 from .measure import Measurer
 from .space import SearchSpace
+from .workloads import bind_sizes as _sizes
 
 
 @dataclass
@@ -97,22 +98,6 @@ class TuningResult:
             best = min(best, r.seconds)
             out.append(best)
         return out
-
-
-def _sizes(output: Func, shapes: dict[str, int] | None, arrays: dict[str, np.ndarray] | None
-           ) -> dict[str, int]:
-    from tensorlang.pipeline import Pipeline
-
-    p = Pipeline(output)
-    if shapes is not None:
-        missing = [s for s in p.sizes if s not in shapes]
-        if missing:
-            raise ShapeError(f"shapes= gives no value for size {missing[0]}")
-        return {k: int(v) for k, v in shapes.items()}
-    if arrays is None:
-        raise ShapeError("tl.autotune needs shapes={size: value} or example arrays")
-    b = p.bind({k: np.asarray(v).shape for k, v in arrays.items()})
-    return dict(b.sizes)
 
 
 def autotune(output: Func, shapes: dict[str, int] | None = None, *,

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 import tensorlang as tl
-from tensorlang.errors import DefinitionError
+from tensorlang.errors import DefinitionError, ShapeError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
@@ -55,8 +55,6 @@ def input_shapes(output: Func, sizes: dict[str, int]) -> dict[str, tuple[int, ..
     Raises:
         ShapeError: a size an input shape needs is missing from ``sizes``.
     """
-    from tensorlang.errors import ShapeError
-
     out = {}
     for inp in Pipeline(output).inputs:
         dims = []
@@ -71,6 +69,25 @@ def input_shapes(output: Func, sizes: dict[str, int]) -> dict[str, tuple[int, ..
                 dims.append(int(d.value))  # type: ignore[attr-defined]
         out[inp.name] = tuple(dims)
     return out
+
+
+def bind_sizes(output: Func, shapes: dict[str, int] | None, arrays: dict[str, np.ndarray] | None
+           ) -> dict[str, int]:
+    """Concrete sizes by name from ``shapes`` (sizes given by name) or example ``arrays``.
+
+    Raises:
+        ShapeError: a size is missing, or the arrays do not fit the algorithm.
+    """
+    p = Pipeline(output)
+    if shapes is not None:
+        missing = [s for s in p.sizes if s not in shapes]
+        if missing:
+            raise ShapeError(f"shapes= gives no value for size {missing[0]}")
+        return {k: int(v) for k, v in shapes.items()}
+    if arrays is None:
+        raise ShapeError("tl.autotune needs shapes={size: value} or example arrays")
+    b = p.bind({k: np.asarray(v).shape for k, v in arrays.items()})
+    return dict(b.sizes)
 
 
 # -- the algorithms ------------------------------------------------------------------------------
