@@ -30,10 +30,6 @@ class TuningWarning(UserWarning):
     """``schedule="auto"`` found no tuned kernel for these exact shapes (a miss is never silent)."""
 
 
-def _fmt(sizes: dict[str, int]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sizes.items())
-
-
 def compile_auto(output: Func, shapes: dict[str, int] | None = None,
                  arrays: dict[str, np.ndarray] | None = None, cache: Any = None,
                  workload_name: str | None = None) -> Any:
@@ -55,13 +51,13 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
     from .cache import CacheEntry, KernelCache
     from .heuristic import heuristic_schedule
     from .records import target_info, workload_info
-    from .workloads import bind_sizes
+    from .workloads import bind_sizes, format_shape
 
     sizes = bind_sizes(output, shapes, arrays)
     work = workload_info(output, sizes, workload_name)
     target = target_info()
     cache = cache if cache is not None else KernelCache()
-    cmd = f"tensorlang tune FILE.py:FUNC --shape {_fmt(work['sizes'])}"
+    cmd = f"tensorlang tune FILE.py:FUNC --shape {format_shape(work['sizes'])}"
     try:
         entry = cache.get(work["key"], work["sizes"], work["shapes"], work["dtypes"], target)
     except Exception as exc:  # noqa: BLE001 - a cache must never break the program
@@ -78,9 +74,10 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
         if s is not None:
             source = "nearest" if entry.source == "nearest" else "cache"
             if source == "nearest":
-                warnings.warn(f"no tuned kernel of {work['name']} for {_fmt(work['sizes'])} on "
-                              f"this machine; using the cached kernel compiled from the "
-                              f"schedule of the nearest tuned shape. Tune this shape: {cmd}",
+                warnings.warn(f"no tuned kernel of {work['name']} for "
+                              f"{format_shape(work['sizes'])} on this machine; using the cached "
+                              f"kernel compiled from the schedule of the nearest tuned shape. "
+                              f"Tune this shape: {cmd}",
                               TuningWarning, stacklevel=3)
             if entry.object_code is not None and entry.signature is not None:
                 try:
@@ -106,9 +103,10 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
             s = Schedule.from_json(output, near.trace)
             kern = compile_kernel(output, s, emit_object=True)  # proves it legal again
             kern.schedule_source = "nearest"
-            warnings.warn(f"no tuned kernel of {work['name']} for {_fmt(work['sizes'])} on this "
-                          f"machine; using the schedule tuned for {_fmt(near.sizes)} "
-                          f"({near.seconds * 1e3:.3f} ms there). Tune this shape: {cmd}",
+            warnings.warn(f"no tuned kernel of {work['name']} for "
+                          f"{format_shape(work['sizes'])} on this machine; using the schedule "
+                          f"tuned for {format_shape(near.sizes)} ({near.seconds * 1e3:.3f} ms "
+                          f"there). Tune this shape: {cmd}",
                           TuningWarning, stacklevel=3)
             if cache is not None:
                 cache.put(CacheEntry(work["key"], work["name"], work["sizes"], work["shapes"],
@@ -117,8 +115,8 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
                                      source="nearest"))
             return kern
         except (ScheduleError, CompileError) as exc:
-            warnings.warn(f"the schedule tuned for {_fmt(near.sizes)} does not apply to "
-                          f"{_fmt(work['sizes'])} ({exc})", TuningWarning, stacklevel=3)
+            warnings.warn(f"the schedule tuned for {format_shape(near.sizes)} does not apply to "
+                          f"{format_shape(work['sizes'])} ({exc})", TuningWarning, stacklevel=3)
     s = heuristic_schedule(output, sizes)
     kern = compile_kernel(output, s)
     kern.schedule_source = "heuristic"

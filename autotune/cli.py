@@ -62,22 +62,6 @@ def _workload(args: argparse.Namespace) -> tuple[Any, Any, dict[str, int]]:
     return work, out, sizes
 
 
-def median_seconds(fn: Any, repeats: int = 7, min_seconds: float = 0.2) -> float:
-    """Median wall seconds of ``fn()`` after one warm-up call (>= ``repeats`` runs and
-    >= ``min_seconds`` of timed work)."""
-    import statistics
-
-    fn()
-    times: list[float] = []
-    while len(times) < repeats or sum(times) < min_seconds:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-        if len(times) >= 1000:
-            break
-    return statistics.median(times)
-
-
 def _fmt_s(seconds: float) -> str:
     if seconds != seconds or seconds == float("inf"):
         return "-"
@@ -86,20 +70,22 @@ def _fmt_s(seconds: float) -> str:
 
 def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str, Any]]) -> None:
     """Time the kernels and NumPy in this process; print a table with GFLOP/s and ratios."""
-    from autotune.measure import random_inputs
     from tensorlang.pipeline import Pipeline
 
-    from .workloads import input_shapes
+    from .measure import median_seconds, random_inputs
+    from .workloads import free_sizes, input_shapes
 
     arrays = random_inputs(Pipeline(out), input_shapes(out, sizes))
-    extra = {k: v for k, v in sizes.items() if k in Pipeline(out).sizes and all(
-        k not in [getattr(d, "name", None) for d in i.shape] for i in Pipeline(out).inputs)}
+    extra = free_sizes(out, sizes)
     rows = []
     flops = work.flops(sizes) if work.flops else 0.0
-    t_np = median_seconds(work.numpy(arrays)) if work.numpy is not None else float("nan")
+    t_np = float("nan")
+    if work.numpy is not None:
+        t_np = median_seconds(work.numpy(arrays), min_seconds=0.2, max_runs=1000)
     for label, k in kernels:
         o = k(**arrays, **extra)
-        t = median_seconds(lambda k=k, o=o: k(**arrays, **extra, out=o))
+        t = median_seconds(lambda k=k, o=o: k(**arrays, **extra, out=o), min_seconds=0.2,
+                           max_runs=1000)
         rows.append((label, t))
     if work.numpy is not None:
         rows.append(("numpy", t_np))
@@ -112,8 +98,9 @@ def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str
 
 # -- tune ----------------------------------------------------------------------------------------
 def _default_log(name: str, sizes: dict[str, int]) -> str:
-    return os.path.join("tuning_logs", f"{name}-" + "-".join(f"{k}{v}" for k, v in
-                                                             sizes.items()) + ".jsonl")
+    from .workloads import sizes_tag
+
+    return os.path.join("tuning_logs", f"{name}-{sizes_tag(sizes)}.jsonl")
 
 
 def _study(storage: str, base: str, resume: bool) -> str:
@@ -135,7 +122,8 @@ def _study(storage: str, base: str, resume: bool) -> str:
 def _cmd_tune(args: argparse.Namespace) -> int:
     import tensorlang as tl
 
-    from .records import read_records, same_machine, target_info, workload_info
+    from .records import read_records, same_machine, study_base, target_info, workload_info
+    from .workloads import format_shape
 
     work, out, sizes = _workload(args)
     info = workload_info(out, sizes, work.name)
@@ -143,9 +131,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
     storage = args.storage or "sqlite:///" + os.path.abspath(os.path.splitext(log)[0] +
                                                               ".optuna.db")
-    base = f"{work.name}-{info['key'][:12]}-" + "-".join(f"{k}{v}" for k, v in
-                                                         info["sizes"].items())
-    name = _study(storage, base, args.resume)
+    name = _study(storage, study_base(info), args.resume)
     logs_dir = os.path.dirname(os.path.abspath(log))
     transfer = []
     if args.transfer and os.path.isdir(logs_dir):
@@ -155,7 +141,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             if f.endswith(".jsonl") and os.path.abspath(path) != os.path.abspath(log):
                 transfer += [r for r in read_records(path) if r.ok and same_machine(r.target, me)
                              and r.workload.get("key") != info["key"]]
-    print(f"tuning {work.name} {','.join(f'{k}={v}' for k, v in info['sizes'].items())}: "
+    print(f"tuning {work.name} {format_shape(info['sizes'])}: "
           f"{args.trials} measured trials" + (f", at most {args.timeout:.0f} s" if args.timeout
                                               else "") +
           f"\n  log {log}\n  study {name} in {storage}" +
@@ -288,13 +274,14 @@ def _plot(curve: list[float], path: str, title: str) -> None:
 # -- cache ---------------------------------------------------------------------------------------
 def _cmd_cache(args: argparse.Namespace) -> int:
     from .cache import KernelCache
+    from .workloads import format_shape
 
     with KernelCache() as cache:
         if args.action == "list":
             n = 0
             for e in cache.entries():
                 n += 1
-                sizes = ",".join(f"{k}={v}" for k, v in e.sizes.items())
+                sizes = format_shape(e.sizes)
                 obj = f"{len(e.object_code)} B" if e.object_code else "not compiled"
                 print(f"{e.key[:12]}  {e.workload_name:<14} {sizes:<28} {_fmt_s(e.seconds):>12}"
                       f"  {e.target.get('cpu')}  {obj}  ({e.source})")

@@ -50,6 +50,19 @@ class MeasureResult:
         return statistics.median(self.times) if self.times and self.error is None else float("inf")
 
 
+def median_seconds(fn: Callable[[], object], repeats: int = 7, min_seconds: float = 0.3,
+                   max_runs: int = 200) -> float:
+    """Median wall time of ``fn()`` in seconds, in this process: one warm-up, then at least
+    ``repeats`` runs and at least ``min_seconds`` in all (capped at ``max_runs``)."""
+    fn()
+    times: list[float] = []
+    while (len(times) < repeats or sum(times) < min_seconds) and len(times) < max_runs:
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
 def random_inputs(pipeline: Any, shapes: dict[str, tuple[int, ...]], seed: int = 0
                   ) -> dict[str, np.ndarray]:
     """Seeded inputs: floats in [-1, 1), integers in [-8, 8), bools at random."""
@@ -83,6 +96,8 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
     from backends.kernel import Signature
     from tensorlang.pipeline import Pipeline
 
+    from .workloads import free_sizes
+
     role, output, shapes, sizes, hook, given = receive()
     pipeline = Pipeline(output)
     reply("ready")  # imports done: time limits start counting from here
@@ -99,8 +114,7 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
             reply(res)
         return
     arrays = given if given is not None else random_inputs(pipeline, shapes)
-    bound = {s for i in pipeline.inputs for s in (getattr(d, "name", None) for d in i.shape)}
-    extra = {k: v for k, v in sizes.items() if k in pipeline.sizes and k not in bound}
+    extra = free_sizes(output, sizes)
     while (msg := receive()) is not None:
         trace, obj, sig, repeats, min_seconds, verify, budget = msg
         res = MeasureResult()

@@ -74,6 +74,13 @@ def workload_info(output: Any, sizes: dict[str, int], name: str | None = None
             "dtypes": {i.name: i.dtype.numpy.name for i in p.inputs}}
 
 
+def study_base(workload: dict[str, Any]) -> str:
+    """``<name>-<key[:12]>-<sizes>``: the default Optuna study name of a ``workload_info``."""
+    from .workloads import sizes_tag
+
+    return f"{workload['name']}-{workload['key'][:12]}-{sizes_tag(workload['sizes'])}"
+
+
 @dataclass
 class TuningRecord:
     """One line of a tuning log (see the module docstring for the fields and their units)."""
@@ -200,14 +207,6 @@ def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
 def read_records(*paths: str | os.PathLike) -> list[TuningRecord]:
     """All records of the given logs (see ``iter_records``)."""
     return [r for p in paths for r in iter_records(p)]
-
-
-def best_record(records: list[TuningRecord], key: str | None = None,
-                sizes: dict[str, int] | None = None) -> TuningRecord | None:
-    """The fastest measured record (of workload ``key`` and exactly ``sizes``, when given)."""
-    ok = [r for r in records if r.ok and (key is None or r.workload.get("key") == key)
-          and (sizes is None or r.workload.get("sizes") == sizes)]
-    return min(ok, key=lambda r: r.seconds or float("inf"), default=None)
 
 
 def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:

@@ -161,6 +161,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         TuningRecord,
         read_records,
         same_machine,
+        study_base,
         target_info,
         workload_info,
     )
@@ -174,22 +175,17 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     workload = workload_info(output, sizes, workload_name)
     target = target_info()
-    name = study_name or f"{workload['name']}-{workload['key'][:12]}-" + "-".join(
-        f"{k}{v}" for k, v in workload["sizes"].items())
+    name = study_name or study_base(workload)
     earlier: list[TuningRecord] = []
     if storage is not None and log is not None and os.path.exists(log):
         earlier = [r for r in read_records(log) if r.study == name
                    and r.workload.get("key") == workload["key"]
                    and r.workload.get("sizes") == workload["sizes"]]
-    probe = optuna.create_study(direction="minimize", storage=storage, study_name=name,
-                                load_if_exists=True) if storage is not None else None
-    offset = len(probe.trials) if probe is not None else 0  # fresh random streams on resume
-    samplers = {"tpe": lambda: optuna.samplers.TPESampler(seed=seed + offset,
-                                                          n_startup_trials=10),
-                "random": lambda: optuna.samplers.RandomSampler(seed=seed + offset)}
-    study = optuna.create_study(direction="minimize", sampler=samplers[sampler](),
-                                storage=storage, study_name=name if storage else None,
-                                load_if_exists=True)
+    study = optuna.create_study(direction="minimize", storage=storage,
+                                study_name=name if storage else None, load_if_exists=True)
+    offset = len(study.trials)  # a resumed study: fresh random streams, not a replay
+    study.sampler = (optuna.samplers.TPESampler(seed=seed + offset, n_startup_trials=10)
+                     if sampler == "tpe" else optuna.samplers.RandomSampler(seed=seed + offset))
     history: list[TrialRecord] = []
     start = time.perf_counter()
     model = CostModel(seed=seed) if cost_model == "gbt" else None
@@ -216,7 +212,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                 times=[float(f"{t:.4g}") for t in rec.times], predicted=rec.predicted,
                 trial=rec.number,
                 compile_seconds=rec.compile_seconds, timestamp=rec.timestamp, error=rec.error,
-                study=name if storage is not None else None, extra={"features": rec.features} if rec.features is not None else {}))
+                study=name if storage is not None else None,
+                extra={"features": rec.features} if rec.features is not None else {}))
         if progress is not None:
             progress(rec, state["best"])
 

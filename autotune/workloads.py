@@ -71,6 +71,23 @@ def input_shapes(output: Func, sizes: dict[str, int]) -> dict[str, tuple[int, ..
     return out
 
 
+def free_sizes(output: Func, sizes: dict[str, int]) -> dict[str, int]:
+    """The sizes a kernel call must be given explicitly (``N=...``): those no input shape fixes."""
+    p = Pipeline(output)
+    bound = {getattr(d, "name", None) for i in p.inputs for d in i.shape}
+    return {k: v for k, v in sizes.items() if k in p.sizes and k not in bound}
+
+
+def format_shape(sizes: dict[str, int]) -> str:
+    """``{"M": 1024, "N": 64}`` -> ``"M=1024,N=64"`` (what ``parse_shape`` reads)."""
+    return ",".join(f"{k}={v}" for k, v in sizes.items())
+
+
+def sizes_tag(sizes: dict[str, int]) -> str:
+    """``{"M": 1024, "N": 64}`` -> ``"M1024-N64"`` (log file and study names)."""
+    return "-".join(f"{k}{v}" for k, v in sizes.items())
+
+
 def bind_sizes(output: Func, shapes: dict[str, int] | None, arrays: dict[str, np.ndarray] | None
            ) -> dict[str, int]:
     """Concrete sizes by name from ``shapes`` (sizes given by name) or example ``arrays``.

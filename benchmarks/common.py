@@ -1,23 +1,11 @@
-"""Timing helpers shared by the benchmarks: medians of repeated runs after warm-up."""
+"""Helpers shared by the benchmarks: ``median_seconds`` (the package's, ``autotune.measure``) and a
+plain-text table."""
 
 from __future__ import annotations
 
-import statistics
-import time
-from typing import Callable
+from autotune.measure import median_seconds
 
-
-def median_seconds(fn: Callable[[], object], repeats: int = 7, min_total: float = 0.3,
-                   max_runs: int = 200) -> float:
-    """Median wall time of ``fn()`` in seconds: one warm-up, then at least ``repeats`` runs and at
-    least ``min_total`` seconds in all (capped at ``max_runs``)."""
-    fn()
-    times: list[float] = []
-    while (len(times) < repeats or sum(times) < min_total) and len(times) < max_runs:
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+__all__ = ["median_seconds", "table"]
 
 
 def table(rows: list[tuple], head: tuple[str, ...]) -> str:

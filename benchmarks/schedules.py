@@ -22,47 +22,33 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import median_seconds, table  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
+from autotune.workloads import BUILTIN  # noqa: E402
 
 
 def gemm(n: int):
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
+    C = BUILTIN["matmul"].build()
     s = tl.Schedule(C)
-    io, ii = s[C].split(i, 8)
-    jo, ji = s[C].split(j, 32, tail="ShiftInwards")
-    s[C].reorder(io, jo, k, ii, ji).unroll(ii).vectorize(ji).parallel(io)
+    io, ii = s[C].split("i", 8)
+    jo, ji = s[C].split("j", 32, tail="ShiftInwards")
+    s[C].reorder(io, jo, "k", ii, ji).unroll(ii).vectorize(ji).parallel(io)
     rng = np.random.default_rng(0)
     a, b = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    ref = BUILTIN["matmul"].numpy({"A": a, "B": b})
     kern = tl.compile(C, s)
-    np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4)
+    np.testing.assert_allclose(kern(a, b), ref(), rtol=1e-4)
     o = np.empty((n, n), np.float32)
-    return (f"GEMM {n}^3 fp32", lambda: kern(a, b, out=o), lambda: kern(a, b), lambda: a @ b,
-            2 * n**3)
+    return (f"GEMM {n}^3 fp32", lambda: kern(a, b, out=o), lambda: kern(a, b), ref, 2 * n**3)
 
 
 def blur(n: int):
-    H, W = tl.sizes("H W")
-    In = tl.Input("In", (H, W), tl.float32)
-    y, x = tl.vars("y x")
-    bx = tl.Func("bx")
-    bx[y, x] = (In[y, x - 1] + In[y, x] + In[y, x + 1]) * (1 / 3)
-    out = tl.Func("out")
-    out[y, x] = (bx[y - 1, x] + bx[y, x] + bx[y + 1, x]) * (1 / 3)
+    out = BUILTIN["blur"].build()
     s = tl.Schedule(out)
-    s[bx].compute_inline()  # 9 loads per point from L1 beat a round trip through a buffer
-    yo, yi = s[out].split(y, 16)
-    xo, xi = s[out].split(x, 16, tail="ShiftInwards")
+    s["bx"].compute_inline()  # 9 loads per point from L1 beat a round trip through a buffer
+    yo, yi = s[out].split("y", 16)
+    xo, xi = s[out].split("x", 16, tail="ShiftInwards")
     s[out].vectorize(xi).parallel(yo)
     img = np.random.default_rng(0).random((n, n), dtype=np.float32)
-    third = np.float32(1 / 3)
-
-    def ref():
-        b = (img[:, :-2] + img[:, 1:-1] + img[:, 2:]) * third
-        return (b[:-2] + b[1:-1] + b[2:]) * third
-
+    ref = BUILTIN["blur"].numpy({"In": img})
     kern = tl.compile(out, s)
     np.testing.assert_allclose(kern(img), ref(), rtol=1e-5)
     o = np.empty((n - 2, n - 2), np.float32)
@@ -71,25 +57,14 @@ def blur(n: int):
 
 
 def softmax(n: int):
-    R, S = tl.sizes("R S")
-    X = tl.Input("X", (R, S), tl.float32)
-    i, j, k = tl.vars("i j k")
-    mx, e, sm, out = tl.Func("mx"), tl.Func("e"), tl.Func("sm"), tl.Func("softmax")
-    mx[i] = tl.max(X[i, k])
-    e[i, j] = tl.exp(X[i, j] - mx[i])
-    sm[i] = e[i, k]
-    out[i, j] = e[i, j] * (1.0 / sm[i])
+    out = BUILTIN["softmax"].build()
     s = tl.Schedule(out)
-    for f in (mx, e, sm):
-        s[f].compute_at(s[out], i)
-    s[e].vectorize(j, 16)
-    s[out].vectorize(j, 16).parallel(i)
+    for f in ("mx", "e", "sm"):
+        s[f].compute_at(s[out], "i")
+    s["e"].vectorize("j", 16)
+    s[out].vectorize("j", 16).parallel("i")
     x = np.random.default_rng(0).standard_normal((n, n), dtype=np.float32)
-
-    def ref():
-        z = np.exp(x - x.max(axis=1, keepdims=True))
-        return z / z.sum(axis=1, keepdims=True)
-
+    ref = BUILTIN["softmax"].numpy({"X": x})
     kern = tl.compile(out, s)
     np.testing.assert_allclose(kern(x), ref(), rtol=1e-4, atol=1e-7)
     o = np.empty((n, n), np.float32)
@@ -97,31 +72,17 @@ def softmax(n: int):
 
 
 def conv2d(c: int, hw: int):
-    Nb, CI, H, W, CO = tl.sizes("Nb CI H W CO")
-    In = tl.Input("In", (Nb, CI, H, W), tl.float32)
-    Wt = tl.Input("Wt", (CO, CI, 3, 3), tl.float32)
-    n, co, y, x, ci, ry, rx = tl.vars("n co y x ci ry rx")
-    pad = tl.Func("pad", shape=(Nb, CI, H + 2, W + 2))
-    pad[n, ci, y, x] = tl.constant_exterior(In, 0.0)[n, ci, y - 1, x - 1]
-    Out = tl.Func("O")
-    Out[n, co, y, x] = pad[n, ci, y + ry, x + rx] * Wt[co, ci, ry, rx]
+    Out = BUILTIN["conv2d"].build()
     s = tl.Schedule(Out)
-    coo, coi = s[Out].split(co, 8)
-    xo, xi = s[Out].split(x, 32, tail="ShiftInwards")
-    s[Out].reorder(n, coo, y, xo, ci, ry, rx, coi, xi).unroll(coi).vectorize(xi)
+    coo, coi = s[Out].split("co", 8)
+    xo, xi = s[Out].split("x", 32, tail="ShiftInwards")
+    s[Out].reorder("n", coo, "y", xo, "ci", "ry", "rx", coi, xi).unroll(coi).vectorize(xi)
     s[Out].parallel(coo)
-    s[pad].parallel(pad.definition.args[1])
+    s["pad"].parallel("ci")
     rng = np.random.default_rng(0)
     a = rng.random((1, c, hw, hw), dtype=np.float32)
     w = rng.random((c, c, 3, 3), dtype=np.float32)
-    wmat = w.reshape(c, -1)
-
-    def ref():  # im2col + matmul
-        p = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)))
-        cols = np.lib.stride_tricks.sliding_window_view(p, (3, 3), axis=(2, 3))
-        cols = cols.transpose(0, 1, 4, 5, 2, 3).reshape(c * 9, hw * hw)
-        return (wmat @ cols).reshape(1, c, hw, hw)
-
+    ref = BUILTIN["conv2d"].numpy({"In": a, "Wt": w})  # im2col + matmul
     kern = tl.compile(Out, s)
     np.testing.assert_allclose(kern(a, w), ref(), rtol=1e-4)
     o = np.empty((1, c, hw, hw), np.float32)
@@ -148,10 +109,10 @@ E = tl.Func("E"); E[i] = X[i] + 1.0
 s = tl.Schedule(E); s[E].parallel(i)
 ke = tl.compile(E, s)
 tiny = np.zeros(2, np.float32); o2 = np.empty_like(tiny)
-te = median_seconds(lambda: ke(tiny, out=o2), repeats=2000, min_total=0.2, max_runs=20000)
+te = median_seconds(lambda: ke(tiny, out=o2), repeats=2000, min_seconds=0.2, max_runs=20000)
 S = tl.Func("S"); S[i] = X[i] + 1.0
 ks = tl.compile(S)
-ts = median_seconds(lambda: ks(tiny, out=o2), repeats=2000, min_total=0.2, max_runs=20000)
+ts = median_seconds(lambda: ks(tiny, out=o2), repeats=2000, min_seconds=0.2, max_runs=20000)
 print(times[0], times[1], te, ts)
 """
 
