@@ -150,7 +150,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     bar = _progress(args.trials)
 
     def progress(rec: Any, best: float) -> None:
-        if rec.state != "pruned" and bar is not None:
+        if rec.state != "pruned" and rec.number >= 0 and bar is not None:  # not the seed
             bar.update(1)
             bar.set_postfix_str(f"best {_fmt_s(best)}", refresh=False)
 
