@@ -166,11 +166,14 @@ class _Worker:
         self.deadline = 0.0
         # wait for the imports (seconds on a loaded machine) so they never count against a
         # candidate's time limit
-        ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_SECONDS)
         try:
+            ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP_SECONDS)
             ok = bool(ready) and recv(self.proc.stdout) == "ready"
         except _DIED:
             ok = False
+        except BaseException:  # Ctrl-C while it starts: no orphaned worker outlives the tuner
+            self.kill()
+            raise
         if not ok:
             self.kill()
             raise OSError(f"a measuring process (python -m autotune.worker) did not start within "
