@@ -8,9 +8,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a pointwise Func with a single pointwise reader is inlined; every other Func is computed at
   root (inlined into a reduction it would be recomputed on every reduction iteration: conv2d's
   padding would be evaluated 9 x CI times per output);
-- a reduction with at least two pure Vars gets a register tile: the second-innermost pure Var
-  split by 8 and unrolled, the innermost split by two native vectors (``ShiftInwards``) and
-  vectorized, the reduction loops between the tile loops and the tile (GEMM-style);
+- a reduction with at least two pure Vars gets a register tile: a row Var split by 8 and unrolled
+  (the innermost pure Var that the vector operands are not indexed by: GEMM's ``i``, conv2d's
+  output channel), the innermost split by two native vectors (``ShiftInwards``) and vectorized,
+  the reduction loops between the tile loops and the tile (GEMM-style);
 - a pointwise stage vectorizes its innermost pure Var by one native vector;
 - a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
   a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
@@ -125,6 +126,28 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
     return t if t.check().ok else None
 
 
+def _row_var(f: Func, args: list[str]) -> str:
+    """The pure Var whose split is unrolled as the register tile's rows: the innermost one (other
+    than the vector Var ``args[-1]``) that no vector operand is indexed by, so each vector load is
+    reused by every row and only a scalar is broadcast per row (GEMM ``C[i, j] += A[i, k] *
+    B[k, j]``: ``i``, as B's row vector serves every ``i``; conv2d: the output channel ``co``,
+    not the image row ``y``: ``pad[n, ci, y + ry, x + rx]`` differs per ``y``)."""
+    from tensorlang.expr import Access, Var, walk
+
+    d = f.definition
+    assert d is not None
+    x = args[-1]
+
+    def names(a: Access) -> set[str]:
+        return {n.name for i in a.indices for n in walk(i) if isinstance(n, Var)}
+
+    vector_reads = [names(a) for a in walk(d.value) if isinstance(a, Access) and x in names(a)]
+    for a in reversed(args[:-1]):
+        if not any(a in r for r in vector_reads):
+            return a
+    return args[-2]
+
+
 def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
            nested: bool = False) -> None:
     d = f.definition
@@ -136,16 +159,17 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
     ext = {a: space.extent(f.name, a) for a in args}  # type: ignore[attr-defined]
     tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
+    i = _row_var(f, args) if len(args) >= 2 else args[0]
     if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
-            and ext[args[-2]] >= REGISTER_ROWS and ext[args[-1]] >= 2 * lanes:
-        i, x = args[-2], args[-1]
+            and ext[i] >= REGISTER_ROWS and ext[args[-1]] >= 2 * lanes:
+        x = args[-1]
         io, ii = st.split(i, REGISTER_ROWS)
         xo, xi = st.split(x, 2 * lanes, tail=tail)
-        outer = [a for a in args[:-2]] + [io.name, xo.name]
+        outer = [a if a != i else io.name for a in args[:-1]] + [xo.name]
         st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)
         st.unroll(ii).vectorize(xi)
         if not nested:  # inside the output's parallel loop: no nested thread pool
-            st.parallel(next((a for a in args[:-2] if ext[a] >= 2), io))
+            st.parallel(next((a for a in outer[:-1] if a == io.name or ext[a] >= 2), io))
         return
     if variant != "parallel" and not d.rvars and ext[args[-1]] >= lanes:
         st.vectorize(args[-1], lanes, tail=tail)

@@ -13,7 +13,9 @@ Func computed at root or at a consumer loop):
 - ``<F>.order``: the loop order family. ``tile``: outer pure loops, outer reduction loops, inner
   reduction loops, inner pure loops (register tiles: the reduction runs around the tile, GEMM-style);
   ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost).
-- ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not.
+- ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not. An inner split loop
+  of constant extent up to 4 widths (``x.i`` of 32 at width 16) becomes that many unrolled
+  vectors: the register tile of the split, kept in registers.
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
 - ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
@@ -41,6 +43,7 @@ from tensorlang.pipeline import Pipeline
 MAX_FACTOR = 256
 VECTOR_WIDTHS = (0, 4, 8, 16)
 AT_LEVELS = 4
+MAX_VECTOR_UNROLL = 4
 
 
 class Trial(Protocol):
@@ -164,7 +167,12 @@ class SearchSpace:
                 stage.vectorize(last)
             elif ext is None or ext > width:
                 stage.vectorize(last, width)
-                pure_order[-1] = f"{last}.o"
+                if ext is not None and ext % width == 0 and ext // width <= MAX_VECTOR_UNROLL:
+                    # a tile of several whole vectors (x.i of 32 as two of 16): unrolled, so the
+                    # register tile stays in registers (promote_accumulators needs it)
+                    stage.unroll(f"{last}.o")
+                else:
+                    pure_order[-1] = f"{last}.o"
         if len(pure_order) >= 2 and trial.suggest_categorical(f"{f.name}.unroll", [False, True]):
             cand = pure_order[-2]
             ext = self._loop_extent(s, f, cand)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from tensorlang.affine import const_value
-from tensorlang.expr import Expr, Var, walk
+from tensorlang.expr import BinOp, Expr, Var, walk
 
 from .ir import Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt, Store, map_stmt
 
@@ -116,12 +116,16 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     inner_bound = {loop.var} | {f.var for f in path}
     if any(_vars(f.min) & inner_bound or _vars(f.extent) & inner_bound for f in chain):
         return None
-    # each tile loop must select its own cells: every chain variable appears in exactly one
-    # index, alone among the chain variables there (so the tile maps one-to-one onto cells)
+    # the tile must map one-to-one onto cells: every chain variable appears in exactly one index,
+    # alone among the chain variables there or in a mixed-radix combination (``x.i.i + 8 * x.i.o``
+    # of a vectorized split)
+    extent_of = {f.var: e for f, e in zip(chain, exts)}
     seen: set[str] = set()
     for ix in store.indices:
         used = _vars(ix) & chain_vars
-        if len(used) > 1:
+        if used & seen:
+            return None
+        if len(used) > 1 and not _mixed_radix(ix, used, extent_of):
             return None
         seen |= used
     if seen != chain_vars:
@@ -143,6 +147,47 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     new_store = Store(acc.name, acc_idx, store.value, store.reduce_op)
     new_loop = dataclasses.replace(loop, body=_replace(loop.body, store, new_store))
     return Allocate(acc, Block((load_in, new_loop, write_out)))
+
+
+def _linear(e: Expr, vars_: set[str]) -> dict[str, int] | None:
+    """The constant coefficients of ``vars_`` in ``e`` (terms without them are opaque: a
+    ``min(...)`` tile origin is fine), or None if they do not occur linearly."""
+    if not (_vars(e) & vars_):
+        return {}
+    if isinstance(e, Var):
+        return {e.name: 1}
+    if isinstance(e, BinOp) and e.op in ("add", "sub"):
+        a, b = _linear(e.a, vars_), _linear(e.b, vars_)
+        if a is None or b is None:
+            return None
+        sign = 1 if e.op == "add" else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
+    if isinstance(e, BinOp) and e.op == "mul":
+        for c, rest in ((e.a, e.b), (e.b, e.a)):
+            k = const_value(c)
+            if k is not None:
+                inner = _linear(rest, vars_)
+                return None if inner is None else {v: k * x for v, x in inner.items()}
+    return None
+
+
+def _mixed_radix(ix: Expr, used: set[str], extent_of: dict[str, int]) -> bool:
+    """True if ``ix`` is linear in the variables ``used`` and takes a distinct value for every
+    point of their box: sorted by coefficient, each coefficient exceeds the largest sum the
+    smaller terms reach (``c[k+1] > sum(c[j] * (extent[j] - 1) for j <= k)``)."""
+    form = _linear(ix, used)
+    if form is None:
+        return False
+    coeffs = sorted((abs(form.get(v, 0)), extent_of[v]) for v in used)
+    reach = 0
+    for c, e in coeffs:
+        if c == 0 or c <= reach:
+            return False
+        reach += c * (e - 1)
+    return True
 
 
 def _c(v: int) -> Expr:
