@@ -13,11 +13,16 @@ first candidates too, and by default it is itself a candidate for the result (tr
 tuning never ends slower than the untuned ``schedule="auto"``. Hopeless candidates cost little.
 
 With ``cost_model="gbt"`` (the default) the loop runs in rounds: Optuna proposes ``pool``
-candidates, the illegal ones are pruned, the learned cost model (``cost_model.py``) ranks the rest
-by predicted time from their features (``features.py``), and the best ``measure_per_round - 1`` plus
-one random exploratory candidate are measured; the model is refit after each round. Unmeasured
-proposals are told to Optuna as failed, so they do not bias TPE. ``trials`` counts measured
-candidates. ``cost_model="none"`` measures every legal proposal (for ablations).
+candidates — once the model is trained, a quarter of them are *mutants*: one of the five fastest
+measured schedules with one or two decisions redrawn (Ansor's evolutionary search, Zheng et al.
+OSDI 2020 §5.1), enqueued into the study so TPE sees them as its own trials — the illegal ones are
+pruned, schedules already proposed are dropped, the learned cost model (``cost_model.py``) ranks
+the rest by predicted time from their features (``features.py``), and the best
+``measure_per_round - 2``, the best-ranked of the sampler's own proposals (mutants alone would only
+refine the incumbent) and one random exploratory candidate are measured; the model is refit after
+each round. Unmeasured proposals are told to Optuna as failed, so they do not bias TPE.
+``trials`` counts measured candidates. ``cost_model="none"`` measures every legal proposal
+(plain Optuna, for ablations).
 """
 
 from __future__ import annotations
@@ -190,7 +195,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     start = time.perf_counter()
     model = CostModel(seed=seed) if cost_model == "gbt" else None
     rng = np.random.default_rng(seed + offset)
-    state: dict[str, Any] = {"best": float("inf"), "trace": None, "baseline": float("inf")}
+    state: dict[str, Any] = {"best": float("inf"), "trace": None, "baseline": float("inf"),
+                             "duplicates": 0}
     resumed = sum(r.state in ("measured", "failed") and r.trial >= 0 for r in earlier)
     for r in earlier:
         if r.ok and r.seconds is not None and r.seconds < state["best"]:
@@ -285,11 +291,24 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             emit(TrialRecord(trial.number, s.to_json(), "pruned", error=why))
 
-        def propose() -> tuple[Any, Schedule, np.ndarray] | None:
-            """Ask Optuna for a schedule; prove it legal and lower it (its features come from
-            the loop nest). An illegal or unrealizable one is pruned: None."""
-            trial = study.ask()
+        params_of: dict[int, tuple[dict, dict]] = {}  # trial number -> params, distributions
+        seen: set[str] = set()  # traces measured or in this round's pool (model-guided only)
+
+        def propose(trial: Any = None) -> tuple[Any, Schedule, np.ndarray] | None:
+            """Ask Optuna for a schedule (or take ``trial``, an enqueued mutant); prove it legal
+            and lower it (its features come from the loop nest). An illegal or unrealizable one is
+            pruned: None. With the cost model, a schedule already proposed is told to Optuna as
+            failed and dropped (None): measuring it again would teach nothing."""
+            trial = trial if trial is not None else study.ask()
             s = space.sample(trial)
+            params_of[trial.number] = (dict(trial.params), dict(trial.distributions))
+            if model is not None:
+                trace = s.to_json()
+                if trace in seen:
+                    state["duplicates"] += 1
+                    study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                    return None
+                seen.add(trace)
             report = s.check()
             if not report.ok:
                 prune(trial, s, report.problems[0].message())
@@ -299,6 +318,24 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             except ScheduleError as exc:  # a placement lowering cannot realize
                 prune(trial, s, str(exc))
                 return None
+
+        def mutants(n: int) -> list[Any]:
+            """``n`` Optuna trials, each one of the five fastest measured schedules with one or
+            two decisions redrawn (Ansor's evolutionary search: the cost model then ranks them
+            with the sampler's proposals, so good schedules are refined locally)."""
+            top = sorted((r for r in history if r.state == "measured" and r.number in params_of),
+                         key=lambda r: r.seconds)[:5]
+            out = []
+            for _ in range(n if top else 0):
+                params, dists = params_of[top[int(rng.integers(len(top)))].number]
+                child = dict(params)
+                names = sorted(child)
+                for k in rng.permutation(len(names))[: 1 + int(rng.integers(2))]:
+                    choices = dists[names[k]].choices
+                    child[names[k]] = choices[int(rng.integers(len(choices)))]
+                study.enqueue_trial(child)
+                out.append(study.ask())
+            return out
 
         try:
             if heuristic not in ("seed", "bound", "off"):
@@ -315,6 +352,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                     if model is not None:
                         model.add(fv, res.seconds)
                     state["best"], state["trace"] = res.seconds, hs.to_json()
+                    seen.add(hs.to_json())
                     state["object"], state["signature"] = res.object_code, res.signature
                     emit(TrialRecord(-1, hs.to_json(), "measured", res.seconds, res.times,
                                      res.compile_seconds, features=[float(x) for x in fv]))
@@ -326,15 +364,28 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                     if cand is not None:
                         measured += run_batch([(*cand, None)])
                     continue
-                cands = [c for c in (propose() for _ in range(pool)) if c is not None]
+                if state["duplicates"] > 20 * max(trials, 1):
+                    break  # the space is exhausted
+                n_mut = pool // 4 if model.trained else 0
+                proposals = [propose() for _ in range(pool - n_mut)]
+                mutated: set[int] = set()
+                for t in mutants(n_mut):
+                    mutated.add(t.number)
+                    proposals.append(propose(t))
+                cands = [c for c in proposals if c is not None]
                 if not cands:
                     continue
                 pred = model.predict(np.stack([c[2] for c in cands]))
                 order = list(rng.permutation(len(cands))) if pred is None \
                     else list(np.argsort(pred))
-                take = order[: max(1, measure_per_round - 1)]
-                rest = order[len(take):]
-                if rest:
+                # the model's favourites, the sampler's best-ranked own proposal (mutants alone
+                # would only refine the incumbent), one random pick (exploration)
+                take = order[: max(1, measure_per_round - 2)]
+                own = [i for i in order if i not in take and cands[i][0].number not in mutated]
+                if own and measure_per_round >= 3:
+                    take.append(own[0])
+                rest = [i for i in order if i not in take]
+                if rest and measure_per_round >= 2:
                     take.append(rest[int(rng.integers(len(rest)))])  # one exploratory pick
                 measured += run_batch([(*cands[i], None if pred is None
                                         else float(2.0 ** pred[i])) for i in take])

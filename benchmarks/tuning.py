@@ -11,6 +11,8 @@ converges early to a poor schedule does not win the second). The model-guided se
 is warmed with the records of the workloads tuned before it in the same run (transfer). With the
 ``halide`` package installed, Halide's Adams2019 autoscheduler runs on the same workloads and
 arrays (``halide_peer.py``) and a "vs halide" column gives Halide's time over ours (> 1: faster).
+"% peak" is the best schedule's GFLOP/s over the machine's fp32 FMA peak (``peak.py``), measured
+first in the same run.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import halide_peer  # noqa: E402
 from common import median_seconds, table  # noqa: E402
+from peak import peak_gflops  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
 from autotune.measure import random_inputs  # noqa: E402
@@ -80,6 +83,8 @@ def main() -> None:
     wl = workloads(args.quick)
     checkpoints = [k for k in (10, 25, 50, 100, 150) if k <= args.trials]
     rows, speed = [], []
+    peak = peak_gflops()
+    print(f"fp32 FMA peak: {peak:.1f} GFLOP/s (benchmarks/peak.py)", flush=True)
     logdir = tempfile.mkdtemp(prefix="tl-tuning-bench-")
     transfer: list = []
     for name in args.workloads.split(","):
@@ -114,6 +119,7 @@ def main() -> None:
                          f"{t_np / res.best_seconds:.2f}x",
                          f"{t_hl / res.best_seconds:.2f}x" if t_hl == t_hl else "-",
                          f"{flops / res.best_seconds / 1e9:.1f}",
+                         f"{100 * flops / res.best_seconds / 1e9 / peak:.0f}%",
                          f"{wall:.0f} s", f"{res.pruned}", marks))
             print(" | ".join(map(str, rows[-1])), f"| numpy {t_np * 1e3:.3f} ms", flush=True)
             reach.append(f"{label} {to_90(measured) if measured else '-'}")
@@ -121,7 +127,8 @@ def main() -> None:
         overall = min(c[-1] for _, c in curves if c)
         common = ", ".join(f"{label} {reach_time(c, overall)}" for label, c in curves)
         speed.append((name, f"{t_np * 1e3:.3f} ms", ", ".join(reach), common))
-    print(table(rows, ("workload", "search", "best", "vs numpy", "vs halide", "GFLOP/s", "tuning",
+    print(table(rows, ("workload", "search", "best", "vs numpy", "vs halide", "GFLOP/s", "% peak",
+                       "tuning",
                        "pruned", "best after " + "/".join(map(str, checkpoints)) + " (ms)")))
     print()
     print(table(speed, ("workload", "numpy", "trials to 90% of its own final best",
