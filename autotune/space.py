@@ -25,6 +25,13 @@ Func computed at root or at a consumer loop):
 - Update definitions keep their order; ``<F>.update<i>.parallel`` runs their outermost pure loop in
   parallel when they have one.
 
+Not decisions: ``cache_write`` — the lowering's ``promote_accumulators`` already keeps every
+register tile (unrolled and vectorized loops inside a reduction) in a local buffer where that is
+legal, which is what TVM's ``cache_write(C, "local")`` is for; ``cache_read`` — on conv2d's best
+hand schedule, copying ``Wt`` per channel tile or per row made it slower (1.56 -> 1.77 / 1.86 ms)
+and copying ``pad`` per row gained 4%, and GEMM's packing needs a loop order (column panels
+outermost) outside this family.
+
 Every choice set is fixed for a given algorithm and shape, as TPE requires. Samples may still be
 illegal (a parallel loop over a scan's rows is fine, over a reduction it is not); the tuner proves
 each one with the legality check before compiling it. See also: Ansor's sketch rules (Zheng et al.,
