@@ -16,11 +16,11 @@ With ``cost_model="gbt"`` (the default) the loop runs in rounds: Optuna proposes
 candidates — once the model is trained, a quarter of them are *mutants*: one of the five fastest
 measured schedules with one or two decisions redrawn (Ansor's evolutionary search, Zheng et al.
 OSDI 2020 §5.1), enqueued into the study so TPE sees them as its own trials — the illegal ones are
-pruned, schedules already proposed are dropped, the learned cost model (``cost_model.py``) ranks
-the rest by predicted time from their features (``features.py``), and the best
-``measure_per_round - 2``, the best-ranked of the sampler's own proposals (mutants alone would only
-refine the incumbent) and one random exploratory candidate are measured; the model is refit after
-each round. Unmeasured proposals are told to Optuna as failed, so they do not bias TPE.
+pruned, schedules already measured or pruned (or twice in one pool) are dropped, the learned cost
+model (``cost_model.py``) ranks the rest by predicted time from their features (``features.py``),
+and the best ``measure_per_round - 2``, the best-ranked of the sampler's own proposals (mutants
+alone would only refine the incumbent) and one random exploratory candidate are measured; the
+model is refit after each round. Unmeasured proposals are told to Optuna as failed, so they do not bias TPE.
 ``trials`` counts measured candidates. ``cost_model="none"`` measures every legal proposal
 (plain Optuna, for ablations).
 """
@@ -245,6 +245,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     continue
                 done += 1
+                seen.add(trace)
                 best = state["best"]
                 ref = min(best, state["baseline"])
                 budget = 10 * ref if np.isfinite(ref) else None
@@ -288,27 +289,31 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             return done
 
         def prune(trial: Any, s: Schedule, why: str) -> None:
+            seen.add(s.to_json())
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             emit(TrialRecord(trial.number, s.to_json(), "pruned", error=why))
 
         params_of: dict[int, tuple[dict, dict]] = {}  # trial number -> params, distributions
-        seen: set[str] = set()  # traces measured or in this round's pool (model-guided only)
+        # model-guided only: traces measured or pruned so far, and those in this round's pool
+        seen: set[str] = set()
+        pool_traces: set[str] = set()
 
         def propose(trial: Any = None) -> tuple[Any, Schedule, np.ndarray] | None:
             """Ask Optuna for a schedule (or take ``trial``, an enqueued mutant); prove it legal
             and lower it (its features come from the loop nest). An illegal or unrealizable one is
-            pruned: None. With the cost model, a schedule already proposed is told to Optuna as
-            failed and dropped (None): measuring it again would teach nothing."""
+            pruned: None. With the cost model, a schedule already measured or pruned, or already
+            in this round's pool, is told to Optuna as failed and dropped (None): measuring it
+            again would teach nothing."""
             trial = trial if trial is not None else study.ask()
             s = space.sample(trial)
             params_of[trial.number] = (dict(trial.params), dict(trial.distributions))
             if model is not None:
                 trace = s.to_json()
-                if trace in seen:
+                if trace in seen or trace in pool_traces:
                     state["duplicates"] += 1
                     study.tell(trial, state=optuna.trial.TrialState.FAIL)
                     return None
-                seen.add(trace)
+                pool_traces.add(trace)
             report = s.check()
             if not report.ok:
                 prune(trial, s, report.problems[0].message())
@@ -366,6 +371,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                     continue
                 if state["duplicates"] > 20 * max(trials, 1):
                     break  # the space is exhausted
+                pool_traces.clear()
                 n_mut = pool // 4 if model.trained else 0
                 proposals = [propose() for _ in range(pool - n_mut)]
                 mutated: set[int] = set()

@@ -178,6 +178,9 @@ def test_model_guided_rounds_measure_the_budget_and_learn():
     assert np.isfinite(res.best_seconds)
     assert res.best_seconds <= res.history[0].seconds  # never slower than the heuristic seed
     assert seen == [r.state for r in res.history]
+    # no schedule is measured twice (the heuristic seed, trial -1, included)
+    traces = [r.trace for r in res.history if r.state in ("measured", "failed")]
+    assert len(traces) == len(set(traces))
 
 
 def test_features_are_fixed_length_and_finite():
