@@ -116,6 +116,7 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
             return None
     return loop
 
+
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
     """``s`` with ``apply`` done on a copy, if that succeeds and is proven legal."""
     t = Schedule.from_json(s.output, s.to_json())

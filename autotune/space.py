@@ -47,6 +47,8 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
+from .workloads import input_shapes
+
 MAX_FACTOR = 256
 VECTOR_WIDTHS = (0, 4, 8, 16)
 AT_LEVELS = 4
@@ -81,9 +83,7 @@ class SearchSpace:
     def __init__(self, output: Func, sizes: dict[str, int]) -> None:
         self.output = output
         self.pipeline = Pipeline(output)
-        shapes = {inp.name: tuple(int(sizes[s.name]) if hasattr(s, "name") and s.name in sizes
-                                  else int(s.value) for s in inp.shape)  # type: ignore[attr-defined]
-                  for inp in self.pipeline.inputs}
+        shapes = input_shapes(output, sizes)
         self.binding = self.pipeline.bind(shapes, {k: v for k, v in sizes.items()
                                                    if k in self.pipeline.sizes})
         self.shapes = shapes

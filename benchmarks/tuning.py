@@ -55,20 +55,14 @@ SEARCHES = [("model-guided", dict(cost_model="gbt", sampler="tpe")),
             ("random", dict(cost_model="none", sampler="random"))]
 
 
-def to_90(curve: list[float]) -> int:
-    final = curve[-1]
-    for k, v in enumerate(curve):
-        if v <= final / 0.9:
-            return k + 1
-    return len(curve)
+def trials_to_90(curve: list[float], target: float) -> int | None:
+    """Measured trials until the best-so-far ``curve`` is within 90% of ``target`` (None: never)."""
+    return next((k + 1 for k, v in enumerate(curve) if v <= target / 0.9), None)
 
 
 def reach_time(curve: list[float], target: float) -> str:
-    """Measured trials until ``curve`` is within 90% of ``target`` ("never" if it is not)."""
-    for k, v in enumerate(curve):
-        if v <= target / 0.9:
-            return str(k + 1)
-    return "never"
+    n = trials_to_90(curve, target)
+    return "never" if n is None else str(n)
 
 
 def main() -> None:
@@ -122,7 +116,7 @@ def main() -> None:
                          f"{100 * flops / res.best_seconds / 1e9 / peak:.0f}%",
                          f"{wall:.0f} s", f"{res.pruned}", marks))
             print(" | ".join(map(str, rows[-1])), f"| numpy {t_np * 1e3:.3f} ms", flush=True)
-            reach.append(f"{label} {to_90(measured) if measured else '-'}")
+            reach.append(f"{label} {reach_time(measured, measured[-1]) if measured else '-'}")
             curves.append((label, measured))
         overall = min(c[-1] for _, c in curves if c)
         common = ", ".join(f"{label} {reach_time(c, overall)}" for label, c in curves)
