@@ -8,10 +8,14 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a pointwise Func with a single pointwise reader is inlined; every other Func is computed at
   root (inlined into a reduction it would be recomputed on every reduction iteration: conv2d's
   padding would be evaluated 9 x CI times per output);
-- a reduction with at least two pure Vars gets a register tile: a row Var split by 8 and unrolled
-  (the innermost pure Var that the vector operands are not indexed by: GEMM's ``i``, conv2d's
-  output channel), the innermost split by two native vectors (``ShiftInwards``) and vectorized,
-  the reduction loops between the tile loops and the tile (GEMM-style);
+- a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
+  innermost pure Var split by two native vectors (``ShiftInwards``) and vectorized, or, when its
+  extent is at most four vectors and not a multiple of two, split by its whole extent (conv2d's
+  56-wide rows: 16 + 16 + 16 + 8 lanes, where a 32-wide shifted tile computes 64 columns for
+  56); a row Var split by the accumulators left per vector (8 for two vectors, 4 for four; a
+  divisor of its extent where one is close, since a guarded tail takes the slow loop version) and
+  unrolled: the innermost pure Var that the vector operands are not indexed by (GEMM's ``i``,
+  conv2d's output channel); the reduction loops between the tile loops and the tile (GEMM-style);
 - a pointwise stage vectorizes its innermost pure Var by one native vector;
 - a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
   a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
@@ -33,7 +37,8 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
-REGISTER_ROWS = 8
+ACCUMULATORS = 16  # vector registers a register tile accumulates in (of 32 on AVX-512)
+MAX_TILE_VECTORS = 4
 
 
 def _lanes(f: Func) -> int:
@@ -149,6 +154,21 @@ def _row_var(f: Func, args: list[str]) -> str:
     return args[-2]
 
 
+def register_tile(width_extent: int, row_extent: int, lanes: int) -> tuple[int, int]:
+    """(vector lanes, rows) of a register tile over a vector loop of ``width_extent`` and a row
+    loop of ``row_extent``, for ``lanes`` native SIMD lanes (see the module docstring).
+
+    >>> register_tile(1024, 1024, 16), register_tile(56, 64, 16)
+    ((32, 8), (56, 4))
+    """
+    width = 2 * lanes
+    if width_extent <= MAX_TILE_VECTORS * lanes and width_extent % width:
+        width = width_extent
+    rows = max(1, ACCUMULATORS // -(-width // lanes))
+    near = next((r for r in range(rows, 0, -1) if row_extent % r == 0), 1)
+    return width, near if 2 * near >= rows else rows
+
+
 def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
            nested: bool = False) -> None:
     d = f.definition
@@ -161,11 +181,12 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
     tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
     i = _row_var(f, args) if len(args) >= 2 else args[0]
+    width, rows = register_tile(ext[args[-1]], ext[i], lanes)
     if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
-            and ext[i] >= REGISTER_ROWS and ext[args[-1]] >= 2 * lanes:
+            and ext[i] >= rows and ext[args[-1]] > lanes:
         x = args[-1]
-        io, ii = st.split(i, REGISTER_ROWS)
-        xo, xi = st.split(x, 2 * lanes, tail=tail)
+        io, ii = st.split(i, rows)
+        xo, xi = st.split(x, width, tail=tail)
         outer = [a if a != i else io.name for a in args[:-1]] + [xo.name]
         st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)
         st.unroll(ii).vectorize(xi)

@@ -5,7 +5,9 @@ producer's placement can refer to loops its consumer already has. Per stage (the
 Func computed at root or at a consumer loop):
 
 - ``<F>.<v>.split``: each pure Var ``v`` split by a factor, or not (1). Factors: powers of two and
-  divisors of the extent, from 2 up to ``min(extent, 256)`` (divisors make tails disappear).
+  divisors of the extent, from 2 up to ``min(extent, 256)`` (divisors make tails disappear). A
+  factor equal to the extent still splits: the inner loop then has a constant extent, which
+  unrolling and vectorization need (conv2d's whole 56-wide row as one register tile).
 - ``<F>.<v>.shift``: when a pure split leaves a tail, whether the last tile shifts inwards
   (``ShiftInwards``: every tile full, so constant-extent SIMD and unrolling; refused by the
   legality check where it would recompute a reduction) or is guarded (``GuardWithIf``).
@@ -15,7 +17,9 @@ Func computed at root or at a consumer loop):
   ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost).
 - ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not. An inner split loop
   of constant extent up to 4 widths (``x.i`` of 32 at width 16) becomes that many unrolled
-  vectors: the register tile of the split, kept in registers.
+  vectors: the register tile of the split, kept in registers. When that extent is not a multiple
+  of the width (56 at width 16), the whole loop is one vector loop, which the code generator
+  emits as native vectors and a narrower tail (16 + 16 + 16 + 8): no lane is wasted.
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
 - ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
@@ -147,7 +151,7 @@ class SearchSpace:
                 ext = self.extent(f.name, v.name)
                 fac = trial.suggest_categorical(f"{f.name}.{v.name}.split",
                                                 factor_choices(max(ext, 1)))
-                if fac > 1 and fac < ext:
+                if fac > 1 and (fac < ext or fac == ext and vars_ is d.args):
                     tail = "GuardWithIf"
                     if vars_ is d.args and ext % fac and trial.suggest_categorical(
                             f"{f.name}.{v.name}.shift", [False, True]):
@@ -170,7 +174,8 @@ class SearchSpace:
         if pure_order and width:
             last = pure_order[-1]
             ext = self._loop_extent(s, f, last)
-            if ext is not None and ext == width:
+            if ext is not None and (ext == width or width < ext <= MAX_VECTOR_UNROLL * width
+                                    and ext % width):
                 stage.vectorize(last)
             elif ext is None or ext > width:
                 stage.vectorize(last, width)

@@ -13,7 +13,7 @@ import pytest
 import tensorlang as tl
 from autotune.auto import TuningWarning, compile_auto
 from autotune.cache import CacheEntry, CacheWarning, KernelCache
-from autotune.heuristic import heuristic_schedule
+from autotune.heuristic import heuristic_schedule, register_tile
 from autotune.measure import random_inputs
 from autotune.records import (
     RecordError,
@@ -189,14 +189,26 @@ def test_heuristic_schedules_are_legal_and_match_numpy(name, scale):
     np.testing.assert_allclose(kern(**a), w.numpy(a)(), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("name, row", [("matmul", "i"), ("batch_matmul", "i"), ("conv2d", "co")])
-def test_heuristic_register_rows_are_the_var_the_vector_loads_do_not_use(name, row):
+@pytest.mark.parametrize("name, row, width", [("matmul", "i", "split('j', 32"),
+                                               ("batch_matmul", "i", "split('j', 32"),
+                                               ("conv2d", "co", "split('x', 56")])
+def test_heuristic_register_rows_are_the_var_the_vector_loads_do_not_use(name, row, width):
     # conv2d's rows are output channels: each vector of pad[n, ci, y + ry, x + rx] then serves
-    # eight FMAs (tiling the image rows y, each row needs its own loads: 0.7x NumPy, now 1.3x)
+    # every row (tiling the image rows y, each row needs its own loads: 0.7x NumPy, then 1.3x);
+    # its 56-wide image rows are one tile of 16 + 16 + 16 + 8 lanes, so 4 channels (1.6x)
     out = BUILTIN[name].build()
     s = heuristic_schedule(out, BUILTIN[name].shape)
-    assert f"split('{row}', 8)" in str(s)
+    rows = 4 if name == "conv2d" else 8
+    assert f"split('{row}', {rows})" in str(s) and width in str(s)
     assert any(".acc" in b for b in lower(out, s).buffers)  # the tile is kept in registers
+
+
+@pytest.mark.parametrize("width_extent, row_extent, tile", [
+    (1024, 1024, (32, 8)), (56, 64, (56, 4)), (20, 9, (20, 8)), (48, 10, (48, 5)),
+    (40, 7, (40, 5)), (64, 64, (32, 8)), (1000, 6, (32, 6)), (1000, 12, (32, 6))])
+def test_register_tile_wastes_no_lanes_and_prefers_rows_dividing_the_extent(
+        width_extent, row_extent, tile):
+    assert register_tile(width_extent, row_extent, 16) == tile
 
 
 def test_parse_shape_errors_name_the_item():

@@ -132,6 +132,25 @@ def test_vector_width_in_assembly():
             np.testing.assert_allclose(kern(x), x * 2 + 1)
 
 
+@pytest.mark.parametrize("lanes, chunks", [(56, (16, 16, 16, 8)), (13, (8, 4)), (60, (16, 8, 4))])
+def test_vector_loop_wider_than_a_register_ends_in_power_of_two_chunks(lanes, chunks):
+    # a register tile as wide as a 56-column image row: 3 zmm + 1 ymm, not a 64-wide tile
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float32)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = X[i] * 2.0 + 1.0
+    s = tl.Schedule(F)
+    _, ii = s[F].split(i, lanes, tail="ShiftInwards")
+    s[F].vectorize(ii)
+    kern = tl.compile(F, s)
+    widths = {int(w) for w in re.findall(r"<(\d+) x float>", kern.llvm_ir())}
+    assert set(chunks) <= widths <= {2, 4, 8, 16}
+    for n in (lanes, lanes + 1, 3 * lanes - 1):
+        x = np.arange(n, dtype=np.float32)
+        np.testing.assert_allclose(kern(x), x * 2 + 1)
+
+
 def test_trace_round_trip_and_python():
     C, s, _ = mm_schedule(PRIMITIVES["register_tile"])
     text = s.to_json()

@@ -555,8 +555,9 @@ class CodeGen:
 
     def vector_loop(self, s: For, lanes: int) -> None:
         """Emit the body with the loop variable as a vector of lanes, in chunks no wider than a
-        native register (e.g. 32 float32 lanes = 2 x 16 on AVX-512): equal-width loads and
-        stores of each accumulator let LLVM keep it in a register across outer loops."""
+        native register (e.g. 32 float32 lanes = 2 x 16 on AVX-512; 56 = 16 + 16 + 16 + 8):
+        equal-width loads and stores of each accumulator let LLVM keep it in a register across
+        outer loops, and a tile as wide as the image row wastes no lanes."""
         itemsize = max((self.buffer(n).dtype.itemsize for n in _buffers_in(s.body)
                         if n in self.f.buffers or self.scoped.get(n)), default=4)
         native = max(1, self.target.vector_bits // (8 * itemsize))
@@ -565,7 +566,9 @@ class CodeGen:
         saved = self.vars.get(s.var)
         start = 0
         while start < lanes:
-            width = min(native, lanes - start)
+            # whole native vectors, then a tail of descending powers of two (56 float32 lanes on
+            # AVX-512: 16 + 16 + 16 + 8), so no chunk is an odd-width vector LLVM must widen
+            width = min(native, 1 << ((lanes - start).bit_length() - 1))
             self._vbase = base if start == 0 else self.builder.add(base, ir.Constant(I64, start))
             self.vars[s.var] = self._vbase
             if width == 1:
