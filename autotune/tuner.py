@@ -82,6 +82,9 @@ class TuningResult:
     #: the tuned-kernel cache entry of the best kernel, and whether it changed the cache
     cache_entry: Any = None
     cache_updated: bool = False
+    #: median seconds of the heuristic schedule measured before the search (``inf``: not
+    #: measured, ``heuristic="off"`` or a resumed study, or it failed)
+    heuristic_seconds: float = float("inf")
 
     @property
     def best_schedule(self) -> Schedule | None:
@@ -403,7 +406,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         finally:
             if writer is not None:
                 writer.close()
-    result = TuningResult(output, state["trace"], state["best"], history, interrupted, resumed)
+    result = TuningResult(output, state["trace"], state["best"], history, interrupted, resumed,
+                          heuristic_seconds=state["baseline"])
     if cache and state["trace"] is not None:
         from .cache import CacheEntry, KernelCache
 
