@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.ensemble import HistGradientBoostingRegressor
 
+from .features import FEATURE_NAMES
+
 
 class CostModel:
     """Gradient-boosted trees on (features -> log2 seconds)."""
@@ -28,9 +30,14 @@ class CostModel:
         return self._model is not None
 
     def add(self, features: np.ndarray, seconds: float) -> None:
-        """Record one measurement (failed candidates are not recorded)."""
+        """Record one measurement (failed candidates are not recorded). A shorter vector (a
+        record of an older feature set: features are only appended) is padded with NaN, which
+        the trees treat as missing; a longer one (a newer version's) is cut to this version's."""
         if np.isfinite(seconds) and seconds > 0:
-            self._x.append(np.asarray(features, dtype=np.float64))
+            x = np.full(len(FEATURE_NAMES), np.nan)
+            v = np.asarray(features, dtype=np.float64)[: len(FEATURE_NAMES)]
+            x[: len(v)] = v
+            self._x.append(x)
             self._y.append(float(np.log2(seconds)))
 
     def fit(self) -> None:

@@ -19,7 +19,12 @@ of Adams et al. 2019 (Halide's learned autoscheduler) and Ansor's per-store feat
 - ``contiguous``: share of the hottest store's accesses that are unit-stride in its innermost loop;
 - ``stages``: number of produce blocks; ``log_alloc``: log2 bytes allocated per execution of
   allocations; ``loops``: loops around the hottest store;
-- ``threads``: worker threads.
+- ``threads``: worker threads;
+- ``tile_vectors``: native vector registers the hottest store's register tile spans — over the
+  unrolled and vectorized loops innermost around it, the product of unrolled extents and of vector
+  lanes / native lanes rounded up (GEMM's 8 x 32 tile: 16; a tile past ~28 spills on AVX-512).
+  Added in 0.1 after ``threads``; on the shipped conv2d log it raised the share of the model's
+  top-10 picks among the true top 10% from 0.77 to 0.87 (5-fold cross-validation).
 """
 
 from __future__ import annotations
@@ -48,7 +53,9 @@ from tensorlang.expr import BinOp, Call, Expr, Var, walk
 FEATURE_NAMES = ("log_iters", "log_flops", "vector_width", "vector_frac", "unroll",
                  "parallel_extent", "parallel_balance", "fp_1", "fp_2", "fp_3", "fp_4",
                  "fits_l1", "fits_l2", "intensity", "contiguous", "stages", "log_alloc", "loops",
-                 "threads")
+                 "threads", "tile_vectors")
+"""Feature names in vector order. Features are only ever appended, so a record written by an
+older version is a prefix; ``CostModel.add`` pads it with NaN (missing)."""
 
 
 def cache_sizes() -> tuple[int, int, int]:
@@ -145,6 +152,15 @@ def features(f: LoweredFunc, sizes: dict[str, int], threads: int | None = None) 
     vec_frac = sum(e for (_, lps), e in zip(stores, execs)
                    if any(lp.kind is ForKind.VECTORIZED for lp in lps)) / total
     unroll = math.prod(lp.extent for lp in loops if lp.kind is ForKind.UNROLLED)
+    native = max(1, _vector_bits() // (8 * max(1, store.value.dtype.itemsize)))
+    tile = 1
+    for lp in reversed(loops):
+        if lp.kind is ForKind.UNROLLED:
+            tile *= lp.extent
+        elif lp.kind is ForKind.VECTORIZED:
+            tile *= -(-lp.extent // native)
+        else:
+            break
     par = next((lp.extent for lp in loops if lp.kind is ForKind.PARALLEL), 0)
     balance = (math.ceil(par / threads) * threads / par) if par else 0.0
     accesses = [(store.buffer, store.indices)] + [
@@ -164,7 +180,13 @@ def features(f: LoweredFunc, sizes: dict[str, int], threads: int | None = None) 
     return np.array([math.log2(total), math.log2(max(flops, 1.0)), max(vec, default=0),
                      vec_frac, unroll, math.log2(par) if par else 0.0, balance, *fps, fits_l1,
                      fits_l2, intensity, contiguous, stages, math.log2(alloc + 1), len(loops),
-                     threads], dtype=np.float64)
+                     threads, tile], dtype=np.float64)
+
+
+def _vector_bits() -> int:
+    from backends.llvm.target import host_target
+
+    return host_target().vector_bits
 
 
 def _footprint(indices: tuple[Expr, ...], inner: dict[str, int]) -> float:

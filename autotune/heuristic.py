@@ -10,7 +10,7 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   padding would be evaluated 9 x CI times per output);
 - a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
   innermost pure Var split by two native vectors (``ShiftInwards``) and vectorized, or, when its
-  extent is at most four vectors and not a multiple of two, split by its whole extent (conv2d's
+  extent is at most four vectors and not a multiple of two vectors, by its whole extent (conv2d's
   56-wide rows: 16 + 16 + 16 + 8 lanes, where a 32-wide shifted tile computes 64 columns for
   56); a row Var split by the accumulators left per vector (8 for two vectors, 4 for four; a
   divisor of its extent where one is close, since a guarded tail takes the slow loop version) and

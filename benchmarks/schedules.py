@@ -74,11 +74,14 @@ def softmax(n: int):
 def conv2d(c: int, hw: int):
     Out = BUILTIN["conv2d"].build()
     s = tl.Schedule(Out)
-    coo, coi = s[Out].split("co", 8)
-    xo, xi = s[Out].split("x", 32, tail="ShiftInwards")
+    # the register tile: a whole image row (56 = 16 + 16 + 16 + 8 lanes) x 4 output channels, 16
+    # accumulators; a 32-wide shifted tile x 8 channels computes 64 columns for every 56
+    width, rows = (hw, 4) if hw <= 64 else (32, 8)
+    coo, coi = s[Out].split("co", rows)
+    xo, xi = s[Out].split("x", width, tail="ShiftInwards")
     s[Out].reorder("n", coo, "y", xo, "ci", "ry", "rx", coi, xi).unroll(coi).vectorize(xi)
     s[Out].parallel(coo)
-    s["pad"].parallel("ci")
+    s["pad"].vectorize("x", 16, tail="ShiftInwards").parallel("ci")
     rng = np.random.default_rng(0)
     a = rng.random((1, c, hw, hw), dtype=np.float32)
     w = rng.random((c, c, 3, 3), dtype=np.float32)

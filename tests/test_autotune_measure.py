@@ -227,6 +227,41 @@ def test_features_are_fixed_length_and_finite():
     assert done >= 3
 
 
+@pytest.mark.parametrize("rows, width, expected", [(8, 32, 16), (4, 56, 16), (8, 56, 32),
+                                                   (1, 1, 1)])
+def test_tile_vectors_counts_the_register_tile(rows, width, expected):
+    from autotune.features import FEATURE_NAMES, features
+    from backends.llvm.target import host_target
+    from schedule.lower import lower
+
+    lanes = host_target().vector_bits // 32
+    out, _ = matmul()
+    s = tl.Schedule(out)
+    if width > 1:
+        i, j, k = out.definition.args + out.definition.rvars
+        io, ii = s[out].split(i, rows)
+        jo, ji = s[out].split(j, width, tail="ShiftInwards")
+        s[out].reorder(io, jo, k, ii, ji).unroll(ii).vectorize(ji)
+    fv = features(lower(out, s), {"M": 16, "N": 64, "K": 8})
+    got = fv[FEATURE_NAMES.index("tile_vectors")]
+    assert got == (expected if lanes == 16 else rows * -(-width // lanes))  # literal: AVX-512
+
+
+def test_cost_model_takes_records_of_an_older_feature_set():
+    from autotune.cost_model import CostModel
+    from autotune.features import FEATURE_NAMES
+
+    m = CostModel(min_samples=4)
+    rng = np.random.default_rng(0)
+    for k in range(8):  # half written before the last feature existed
+        n = len(FEATURE_NAMES) - (1 if k % 2 else 0)
+        m.add(rng.random(n), 1e-3 * (k + 1))
+    m.add(rng.random(len(FEATURE_NAMES) + 3), 1e-3)  # a newer version's: cut
+    m.fit()
+    pred = m.predict(rng.random((3, len(FEATURE_NAMES))))
+    assert pred is not None and pred.shape == (3,) and np.all(np.isfinite(pred))
+
+
 def test_autotune_on_the_users_arrays_needs_no_sizes():
     out, _ = matmul()
     rng = np.random.default_rng(4)
