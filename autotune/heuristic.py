@@ -13,7 +13,7 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   extent is at most four vectors and not a multiple of two vectors, by its whole extent (conv2d's
   56-wide rows: 16 + 16 + 16 + 8 lanes, where a 32-wide shifted tile computes 64 columns for
   56); a row Var split by the accumulators left per vector (8 for two vectors, 4 for four; a
-  divisor of its extent where one is close, since a guarded tail takes the slow loop version) and
+  divisor of its extent where one is close: a guarded remainder runs the slow version) and
   unrolled: the innermost pure Var that the vector operands are not indexed by (GEMM's ``i``,
   conv2d's output channel); the reduction loops between the tile loops and the tile (GEMM-style);
 - a pointwise stage vectorizes its innermost pure Var by one native vector;
