@@ -102,7 +102,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             ranges[rel.outer] = (sconst(0), _ceildiv(pe, f))
             ranges[rel.inner] = (sconst(0), sconst(f))
             step = BinOp("mul", o, Const(f, int64), int64)
-            divides = _divides(pe, f)
+            divides = extent_divides(pe, f)
             if rel.tail is TailStrategy.ShiftInwards and not divides:
                 _check_shift(st, rel)
             if rel.tail is TailStrategy.ShiftInwards and shift_ok and not divides:
@@ -168,7 +168,8 @@ def _width(lf: Leaf) -> int:
 _PRIVATE = "_in."
 
 
-def _divides(extent: Expr, f: int) -> bool:
+def extent_divides(extent: Expr, f: int) -> bool:
+    """Whether ``extent`` is provably a multiple of ``f`` (a constant, or ``(e // f) * f``)."""
     from tensorlang.affine import const_value
 
     c = const_value(extent)

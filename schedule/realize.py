@@ -48,8 +48,9 @@ from .ir import (
     Stmt,
     Store,
 )
-from .loops import StageState, default_states
-from .nest import Leaf, build_stage_nest, emit_nest
+from .loops import Split, StageState, default_states
+from .nest import Leaf, build_stage_nest, emit_nest, extent_divides
+from .primitives import TailStrategy
 from .view import AlgorithmView
 
 #: The largest extent an unrolled loop may have.
@@ -215,6 +216,9 @@ class _Realizer:
         reg = {a.name: r for a, r in zip(d.args, region)}
         for r in d.rvars:
             reg[r.name] = d.range_of(r.name)
+        if guarded_only:  # a partition's remainder: the fast version could never run
+            return self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope,
+                              scope_ranges)
         # full tiles: a region extent that is a constant except at the domain's edge
         fast_reg = dict(reg)
         conds: list[Expr] = []
@@ -224,9 +228,6 @@ class _Realizer:
             if c is not None and const_value(ext) is None:
                 fast_reg[a.name] = (lo, sconst(c))
                 conds.append(Cmp("eq", ext, sconst(c)))
-        if guarded_only:  # a partition's remainder: the fast version could never run
-            return self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope,
-                              scope_ranges)
         nest = build_stage_nest(st, fast_reg, scope, True)
         versions = conds + nest.versions
         if not versions:
@@ -409,8 +410,7 @@ class _Realizer:
         return ProducerConsumer(f.name, emit_nest(nest, update, init, before, wrap))
 
     def produce_partitioned(self, f: Func, region: tuple[tuple[Expr, Expr], ...],
-                            depth: int = 2, remainder: bool = False,
-                            done: frozenset[str] = frozenset()) -> Stmt:
+                            depth: int = 2, remainder: bool = False) -> Stmt:
         """A root stage, with each pure Var split by a GuardWithIf factor that may not divide
         its extent partitioned (up to ``depth`` Vars): the full tiles ``[lo, lo + e // f * f)``
         run as one stage instance, whose nest has no tail (so its fast version, with register
@@ -419,23 +419,20 @@ class _Realizer:
         version: GEMM 1021^3 86 ms against 11 ms at 1024^3. Each point of a definition is
         computed independently of the others (only update definitions read other points of
         their own Func, and they are not partitioned), so the pieces' order is free. A
-        remainder piece is emitted in its guarded version only."""
-        from .loops import Split
-        from .nest import _divides
-        from .primitives import TailStrategy
-
+        remainder piece is emitted in its guarded version only; a main piece's extent
+        ``e // f * f`` divides its factor, so it is not partitioned again along that Var."""
         st = self.states[f.name]
         args = [a.name for a in self.p.definition(f.name).args]
         if remainder or any(key[0] == f.name for key in (*self.computed_at, *self.stored_at)):
             depth = 0  # (producers inside its loops: their regions would lose constant extents)
         for rel in st.relations if depth > 0 else ():
             if not (isinstance(rel, Split) and rel.tail is TailStrategy.GuardWithIf
-                    and rel.parent in args and rel.parent not in done):
+                    and rel.parent in args):
                 continue
             k = args.index(rel.parent)
             lo, ext = region[k]
             c = const_value(ext)
-            if _divides(ext, rel.factor) or (c is not None and c < rel.factor):
+            if extent_divides(ext, rel.factor) or (c is not None and c < rel.factor):
                 continue
             fc = Const(rel.factor, int64)
             main = BinOp("mul", BinOp("floordiv", ext, fc, int64), fc, int64)
@@ -444,8 +441,7 @@ class _Realizer:
             for start, extent, tail in ((lo, main, remainder), (sadd(lo, main), rest, True)):
                 sub = region[:k] + ((start, extent),) + region[k + 1:]
                 pieces.append(IfThenElse(Cmp("gt", extent, sconst(0)),
-                                         self.produce_partitioned(
-                                             f, sub, depth - 1, tail, done | {rel.parent}),
+                                         self.produce_partitioned(f, sub, depth - 1, tail),
                                          None))
             return Block(tuple(pieces))
         return self.produce(f, region, set(), guarded_only=remainder)
