@@ -41,7 +41,8 @@ ACCUMULATORS = 16  # vector registers a register tile accumulates in (of 32 on A
 MAX_TILE_VECTORS = 4
 
 
-def _lanes(f: Func) -> int:
+def lanes(f: Func) -> int:
+    """Native SIMD lanes of ``f``'s dtype on the host target (16 float32 on AVX-512)."""
     from backends.llvm.target import host_target
 
     return max(1, host_target().vector_bits // (8 * f.dtype.numpy.itemsize))
@@ -77,7 +78,7 @@ def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
                     s = t
         nested = s.states[f.name].compute.kind == "at"
         for variant in ("full", "guard", "simple", "parallel"):
-            t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(t, f, v, space, _lanes(f), n))
+            t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(t, f, v, space, lanes(f), n))
             if t is None:
                 continue
             if _lowers(output, t):
@@ -132,7 +133,7 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
     return t if t.check().ok else None
 
 
-def _row_var(f: Func, args: list[str]) -> str:
+def row_var(f: Func, args: list[str]) -> str:
     """The pure Var whose split is unrolled as the register tile's rows: the innermost one (other
     than the vector Var ``args[-1]``) that no vector operand is indexed by, so each vector load is
     reused by every row and only a scalar is broadcast per row (GEMM ``C[i, j] += A[i, k] *
@@ -164,9 +165,20 @@ def register_tile(width_extent: int, row_extent: int, lanes: int) -> tuple[int, 
     width = 2 * lanes
     if width_extent <= MAX_TILE_VECTORS * lanes and width_extent % width:
         width = width_extent
-    rows = max(1, ACCUMULATORS // -(-width // lanes))
+    return width, accumulator_rows(-(-width // lanes), row_extent)
+
+
+def accumulator_rows(vectors: int, row_extent: int) -> int:
+    """Rows of a register tile whose rows hold ``vectors`` vector registers each: the
+    accumulators left (``ACCUMULATORS // vectors``), moved down to a divisor of ``row_extent``
+    when one is at least half of it (no guarded remainder).
+
+    >>> accumulator_rows(2, 1024), accumulator_rows(4, 64), accumulator_rows(4, 6), accumulator_rows(2, 7)
+    (8, 4, 3, 8)
+    """
+    rows = max(1, ACCUMULATORS // max(vectors, 1))
     near = next((r for r in range(rows, 0, -1) if row_extent % r == 0), 1)
-    return width, near if 2 * near >= rows else rows
+    return near if 2 * near >= rows else rows
 
 
 def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
@@ -180,7 +192,7 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
     ext = {a: space.extent(f.name, a) for a in args}  # type: ignore[attr-defined]
     tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
-    i = _row_var(f, args) if len(args) >= 2 else args[0]
+    i = row_var(f, args) if len(args) >= 2 else args[0]
     width, rows = register_tile(ext[args[-1]], ext[i], lanes)
     if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
             and ext[i] >= rows and ext[args[-1]] > lanes:

@@ -12,6 +12,15 @@ Func computed at root or at a consumer loop):
   (``ShiftInwards``: every tile full, so constant-extent SIMD and unrolling; refused by the
   legality check where it would recompute a reduction) or is guarded (``GuardWithIf``).
 - ``<F>.<r>.split``: each reduction Var likewise (reduction tiling / cache blocking).
+- ``<F>.<v>.rows``, instead of ``.split``, for the register tile's row Var of a reduction with
+  at least two pure Vars (``heuristic.row_var``: GEMM's ``i``, conv2d's ``co``, the innermost
+  pure Var the vector operands are not indexed by): a factor as for ``.split``, or ``"regs"``:
+  as many rows as the accumulators the vector tile leaves (``heuristic.accumulator_rows``: 16
+  vector registers, so 8 rows of a 2-vector tile, 4 of conv2d's 56-wide row), unrolled right
+  outside the vector loop. Decided after the vector Var's split and the vector width, so the
+  search draws a whole register tile in one choice (Ansor's multi-level tiling derives the
+  innermost tile from the register budget the same way): with independent factors, conv2d's
+  row-wide tile was about one draw in 560.
 - ``<F>.order``: the loop order family. ``tile``: outer pure loops, outer reduction loops, inner
   reduction loops, inner pure loops (register tiles: the reduction runs around the tile, GEMM-style);
   ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost).
@@ -51,6 +60,7 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
+from .heuristic import accumulator_rows, lanes, row_var
 from .workloads import input_shapes
 
 MAX_FACTOR = 256
@@ -145,32 +155,62 @@ class SearchSpace:
         d = f.definition
         assert d is not None
         stage = s[f]
-        outer_p, inner_p, outer_r, inner_r = [], [], [], []
-        for group_o, group_i, vars_ in ((outer_p, inner_p, d.args), (outer_r, inner_r, d.rvars)):
-            for v in vars_:
-                ext = self.extent(f.name, v.name)
-                fac = trial.suggest_categorical(f"{f.name}.{v.name}.split",
-                                                factor_choices(max(ext, 1)))
-                if fac > 1 and (fac < ext or fac == ext and vars_ is d.args):
-                    tail = "GuardWithIf"
-                    if vars_ is d.args and ext % fac and trial.suggest_categorical(
-                            f"{f.name}.{v.name}.shift", [False, True]):
-                        tail = "ShiftInwards"
-                    o, i = stage.split(v, fac, tail=tail)
-                    group_o.append(o.name)
-                    group_i.append(i.name)
-                else:
-                    group_o.append(v.name)
+        args = [v.name for v in d.args]
+        rvars = [r.name for r in d.rvars]
+        row = row_var(f, args) if rvars and len(args) >= 2 else None
+        factor: dict[str, int] = {}
+        tails: dict[str, str] = {}
+
+        def decide(v: str, fac: int, pure: bool, name: str) -> None:
+            ext = self.extent(f.name, v)
+            if fac > 1 and (fac < ext or fac == ext and pure):
+                tail = "GuardWithIf"
+                if pure and ext % fac and trial.suggest_categorical(f"{name}.shift",
+                                                                    [False, True]):
+                    tail = "ShiftInwards"
+                factor[v], tails[v] = fac, tail
+
+        for v in args + rvars:
+            if v != row:
+                decide(v, trial.suggest_categorical(
+                    f"{f.name}.{v}.split", factor_choices(max(self.extent(f.name, v), 1))),
+                    v in args, f"{f.name}.{v}")
         order = "tile"
         if d.rvars:
             order = trial.suggest_categorical(f"{f.name}.order", ["tile", "dot"])
+        width = trial.suggest_categorical(f"{f.name}.vectorize", list(VECTOR_WIDTHS))
+        regs = False
+        if row is not None:
+            ext = self.extent(f.name, row)
+            rows = trial.suggest_categorical(f"{f.name}.{row}.rows",
+                                             ["regs", *factor_choices(max(ext, 1))])
+            if rows == "regs":
+                regs = True
+                rows = min(ext, accumulator_rows(self._row_vectors(f, factor.get(args[-1]),
+                                                                  width), ext))
+            decide(row, rows, True, f"{f.name}.{row}")
+        outer_p, inner_p, outer_r, inner_r = [], [], [], []
+        inner_of: dict[str, str] = {}
+        for v in args + rvars:
+            group_o, group_i = (outer_p, inner_p) if v in args else (outer_r, inner_r)
+            if v in factor:
+                o, i = stage.split(v, factor[v], tail=tails[v])
+                group_o.append(o.name)
+                group_i.append(i.name)
+                inner_of[v] = i.name
+            else:
+                group_o.append(v)
+        tile_rows = inner_of.get(row) if regs and args[-1] in inner_of else None
+        if tile_rows is not None:
+            # the tile's rows right outside its vector loop (conv2d: co.i, then x.i)
+            inner_p.remove(tile_rows)
+            inner_p.insert(inner_p.index(inner_of[args[-1]]), tile_rows)
         if order == "tile":
             loops = outer_p + outer_r + inner_r + inner_p
         else:
             loops = outer_p + outer_r + inner_p + inner_r
         stage.reorder(*loops)
         pure_order = [lp for lp in loops if lp in outer_p + inner_p]
-        width = trial.suggest_categorical(f"{f.name}.vectorize", list(VECTOR_WIDTHS))
         if pure_order and width:
             last = pure_order[-1]
             ext = self._loop_extent(s, f, last)
@@ -185,7 +225,10 @@ class SearchSpace:
                     stage.unroll(f"{last}.o")
                 else:
                     pure_order[-1] = f"{last}.o"
-        if len(pure_order) >= 2 and trial.suggest_categorical(f"{f.name}.unroll", [False, True]):
+        if tile_rows is not None:
+            stage.unroll(tile_rows)  # at most ACCUMULATORS iterations
+        elif len(pure_order) >= 2 and trial.suggest_categorical(f"{f.name}.unroll",
+                                                                [False, True]):
             cand = pure_order[-2]
             ext = self._loop_extent(s, f, cand)
             if ext is not None and ext <= 16 and cand in inner_p:
@@ -196,6 +239,14 @@ class SearchSpace:
             par = next((lp for lp in pure_order if lp in outer_p and
                         self._outer_extent(s, f, lp) > 1), pure_order[0])
             stage.parallel(par)
+
+    def _row_vectors(self, f: Func, tile: int | None, width: int) -> int:
+        """Vector registers one row of the register tile holds: the vector Var's inner split
+        ``tile`` in vectors of ``width`` (at most the native lanes) when that loop is a register
+        tile (at most ``MAX_VECTOR_UNROLL`` vectors), else 1."""
+        if not width or tile is None or tile > MAX_VECTOR_UNROLL * width:
+            return 1
+        return -(-tile // min(width, lanes(f)))
 
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of an outer loop: a Var's, or ``ceil(extent / factor)`` for ``v.o``."""

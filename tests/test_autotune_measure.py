@@ -44,25 +44,32 @@ def test_space_yields_replayable_traces(alg):
         study.tell(trial, 1.0)
 
 
-def test_space_expresses_a_register_tile_as_wide_as_the_row():
-    # conv2d's best tile: the whole 20-wide row as one vector loop (16 + 4 lanes) x 4 channels,
-    # accumulated in registers; a full-extent split is a split (constant inner extent)
+@pytest.mark.parametrize("width, rows, ysplit", [(20, 8, 1), (40, 4, 2)])
+def test_space_draws_a_register_tile_as_wide_as_the_row_in_one_choice(width, rows, ysplit):
+    # conv2d's best tile: the whole row as one vector loop (20 = 16 + 4 lanes: 2 registers,
+    # 40 = 16 + 16 + 8: 3) x as many channels as the 16 accumulators leave (8; 16 // 3 = 5,
+    # moved to 4, a divisor of CO), accumulated in registers; "regs" derives the rows from the
+    # vector tile, a full-extent split is a split (constant inner extent)
     from autotune.measure import random_inputs
     from autotune.workloads import BUILTIN, input_shapes
     from schedule.lower import lower
 
     out = BUILTIN["conv2d"].build()
-    sizes = dict(Nb=1, CI=3, H=5, W=20, CO=8)
+    sizes = dict(Nb=1, CI=3, H=5, W=width, CO=8)
     space = SearchSpace(out, sizes)
-    params = {"O.n.split": 1, "O.co.split": 4, "O.y.split": 1, "O.x.split": 20,
+    params = {"O.n.split": 1, "O.co.rows": "regs", "O.y.split": ysplit, "O.x.split": width,
               "O.ci.split": 1, "O.ry.split": 1, "O.rx.split": 1, "O.order": "tile",
-              "O.vectorize": 16, "O.unroll": True, "O.parallel": True,
+              "O.vectorize": 16, "O.parallel": True, "O.y.shift": False,
               "pad.where": "root", "pad.n.split": 1, "pad.ci.split": 1, "pad.y.split": 1,
               "pad.x.split": 1, "pad.vectorize": 0, "pad.unroll": False, "pad.parallel": False}
     s = space.sample(optuna.trial.FixedTrial(params))
     text = str(s)
-    assert "split('x', 20" in text and "vectorize('x.i')" in text and "unroll('co.i')" in text
-    assert any(".acc" in b for b in lower(out, s).buffers)
+    assert f"split('co', {rows}" in text and f"split('x', {width}" in text
+    assert "vectorize('x.i')" in text and "unroll('co.i')" in text
+    if ysplit > 1:  # the rows right outside the vector loop (y.i, a plain loop, outside them)
+        assert "'y.i', 'co.i', 'x.i')" in text
+    else:  # the whole tile inside the reduction is unrolled / vector: promoted to registers
+        assert any(".acc" in b for b in lower(out, s).buffers)
     a = random_inputs(tl.Pipeline(out), input_shapes(out, sizes))
     np.testing.assert_allclose(tl.compile(out, s)(**a), BUILTIN["conv2d"].numpy(a)(), rtol=1e-4)
 
