@@ -173,8 +173,10 @@ def accumulator_rows(vectors: int, row_extent: int) -> int:
     accumulators left (``ACCUMULATORS // vectors``), moved down to a divisor of ``row_extent``
     when one is at least half of it (no guarded remainder).
 
-    >>> accumulator_rows(2, 1024), accumulator_rows(4, 64), accumulator_rows(4, 6), accumulator_rows(2, 7)
-    (8, 4, 3, 8)
+    >>> accumulator_rows(2, 1024), accumulator_rows(4, 64), accumulator_rows(4, 6)
+    (8, 4, 3)
+    >>> accumulator_rows(2, 7), accumulator_rows(2, 17)
+    (7, 8)
     """
     rows = max(1, ACCUMULATORS // max(vectors, 1))
     near = next((r for r in range(rows, 0, -1) if row_extent % r == 0), 1)
