@@ -74,15 +74,17 @@ def test_space_draws_a_register_tile_as_wide_as_the_row_in_one_choice(width, row
     np.testing.assert_allclose(tl.compile(out, s)(**a), BUILTIN["conv2d"].numpy(a)(), rtol=1e-4)
 
 
-def test_seeded_spaces_propose_the_same_sequence():
+@pytest.mark.parametrize("kind", ["tpe", "mtpe", "random"])
+def test_seeded_spaces_propose_the_same_sequence(kind):
+    from autotune.tuner import make_sampler
+
     out, _ = matmul()
     space = SearchSpace(out, {"M": 64, "N": 48, "K": 32})
 
-    def proposals(seed):
-        study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=seed,
-                                                                       n_startup_trials=3))
+    def proposals(seed):  # past the 10 random startup trials: the model-based proposals too
+        study = optuna.create_study(sampler=make_sampler(kind, seed))
         seq = []
-        for k in range(6):
+        for k in range(13):
             trial = study.ask()
             seq.append(space.sample(trial).to_json())
             study.tell(trial, float(k % 3))
