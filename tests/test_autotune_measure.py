@@ -109,6 +109,35 @@ def test_measurer_times_and_verifies():
     assert len(res.times) >= 3 and np.isfinite(res.seconds) and res.compile_seconds > 0
 
 
+@pytest.mark.parametrize("dtype", [tl.float32, tl.int32])
+def test_every_candidate_is_verified_on_its_own_output(dtype):
+    # the worker keeps one output array for all candidates (no first-touch page faults in the
+    # timed runs); it is refilled with NaN / the lowest integer before each verification
+    (n,) = tl.sizes("N")
+    a = tl.Input("A", (n, n), dtype)
+    i, j = tl.vars("i j")
+    out = tl.Func("twice")
+    out[i, j] = a[i, j] * 2 + a[j, i]
+    sizes = {"N": 13}
+    first, second = tl.Schedule(out), tl.Schedule(out)
+    second[out].split("j", 4)
+    second[out].vectorize("j.i")
+    with Measurer(out, sizes, {"A": (13, 13)}, repeats=1, min_seconds=0.0) as m:
+        results = [m.measure(s.to_json(), verify=True) for s in (first, second)]
+    assert all(r.error is None and r.verified is True for r in results)
+
+
+def test_the_shared_output_array_starts_poisoned():
+    from autotune.measure import _output_array
+
+    out, _ = matmul()
+    pipeline = tl.Pipeline(out)
+    arrays = {"A": np.ones((5, 3), np.float32), "B": np.ones((3, 7), np.float32)}
+    buf = _output_array(pipeline, arrays, {})
+    assert buf.shape == (5, 7) and buf.dtype == np.float32 and np.isnan(buf).all()
+    assert _output_array(pipeline, {"A": np.ones((5, 3), np.float32)}, {}) is None
+
+
 def test_crashing_candidate_is_a_failed_result_and_measuring_goes_on():
     out, _ = matmul()
     sizes = {"M": 16, "N": 16, "K": 8}
