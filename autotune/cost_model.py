@@ -44,9 +44,14 @@ class CostModel:
         """Refit on every measurement so far (no-op below ``min_samples``)."""
         if len(self._y) < self.min_samples:
             return
+        x = np.stack(self._x)
+        # a feature no sample has (every record predates it: a warm start from older logs) is
+        # constant 0 for the fit -- the trees ignore it -- since scikit-learn cannot bin an
+        # all-missing column ("window shape cannot be larger than input array shape")
+        x[:, np.isnan(x).all(axis=0)] = 0.0
         model = HistGradientBoostingRegressor(max_iter=100, learning_rate=0.1,
                                               min_samples_leaf=2, random_state=self.seed)
-        model.fit(np.stack(self._x), np.array(self._y))
+        model.fit(x, np.array(self._y))
         self._model = model
 
     def predict(self, features: np.ndarray) -> np.ndarray | None:

@@ -300,6 +300,21 @@ def test_cost_model_takes_records_of_an_older_feature_set():
     assert pred is not None and pred.shape == (3,) and np.all(np.isfinite(pred))
 
 
+def test_cost_model_warm_started_only_from_records_without_the_newest_feature():
+    # `tensorlang tune` warmed from shipped logs that all predate the last feature: the column
+    # is all missing, which scikit-learn's binning cannot take (it crashed the CLI)
+    from autotune.cost_model import CostModel
+    from autotune.features import FEATURE_NAMES
+
+    m = CostModel(min_samples=4)
+    rng = np.random.default_rng(1)
+    for k in range(8):
+        m.add(rng.random(len(FEATURE_NAMES) - 1), 1e-3 * (k + 1))
+    m.fit()
+    pred = m.predict(rng.random((3, len(FEATURE_NAMES))))
+    assert pred is not None and pred.shape == (3,) and np.all(np.isfinite(pred))
+
+
 def test_autotune_on_the_users_arrays_needs_no_sizes():
     out, _ = matmul()
     rng = np.random.default_rng(4)
