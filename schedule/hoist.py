@@ -15,7 +15,7 @@ import dataclasses
 import itertools
 
 from tensorlang.dtypes import int64
-from tensorlang.expr import BinOp, Expr, Var, map_children, walk
+from tensorlang.expr import BinOp, Expr, Var, children, map_children
 
 from .ir import (
     Allocate,
@@ -38,30 +38,42 @@ def _bound_inside(s: Stmt) -> set[str]:
     return {st.var for st in walk_stmts(s) if isinstance(st, (For, LetStmt))}
 
 
-def _candidates(e: Expr, inner: set[str], out: list[Expr]) -> None:
+def _candidates(e: Expr, inner: set[str], out: list[Expr], memo: dict) -> None:
     """Collect the maximal hoistable subexpressions of ``e``."""
-    if _hoistable(e, inner):
+    if _hoistable(e, inner, memo):
         out.append(e)
         return
-    for n in _children(e):
-        _candidates(n, inner, out)
+    for n in children(e):
+        _candidates(n, inner, out, memo)
 
 
-def _children(e: Expr) -> list[Expr]:
-    from tensorlang.expr import children
+def _reads(e: Expr, memo: dict) -> tuple[frozenset[str], bool]:
+    """The variable names ``e`` reads and whether it loads data, memoized per node (keyed by
+    identity; ``memo`` keeps the node alive so the key stays unique). Without the memo the
+    pass re-walked every subexpression once per enclosing candidate and loop: half of the
+    lowering's time on conv2d."""
+    hit = memo.get(id(e))
+    if hit is not None:
+        return hit[1]
+    if isinstance(e, Var):
+        res: tuple[frozenset[str], bool] = (frozenset((e.name,)), False)
+    else:
+        names: set[str] = set()
+        loads = isinstance(e, Load)
+        for c in children(e):
+            n, ld = _reads(c, memo)
+            names |= n
+            loads = loads or ld
+        res = (frozenset(names), loads)
+    memo[id(e)] = (e, res)
+    return res
 
-    return list(children(e))
 
-
-def _hoistable(e: Expr, inner: set[str]) -> bool:
+def _hoistable(e: Expr, inner: set[str], memo: dict) -> bool:
     if not isinstance(e, BinOp) or e.dtype is not int64:
         return False
-    for n in walk(e):
-        if isinstance(n, Load):
-            return False
-        if isinstance(n, Var) and n.name in inner:
-            return False
-    return True
+    names, loads = _reads(e, memo)
+    return not loads and names.isdisjoint(inner)
 
 
 def _exprs_of(s: Stmt) -> list[Expr]:
@@ -106,13 +118,14 @@ def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
     """Apply the pass top-down: hoist out of a serial or parallel loop first, then visit the
     loops inside it (which then see the outer ``let`` variables as plain names)."""
     names = (f"t{n}" for n in itertools.count())
+    memo: dict = {}
 
     def hoist(s: For) -> Stmt:
         inner = _bound_inside(s)
         found: list[Expr] = []
         for st in walk_stmts(s.body):
             for e in _exprs_of(st):
-                _candidates(e, inner, found)
+                _candidates(e, inner, found, memo)
         table: dict[tuple, Var] = {}
         lets: list[tuple[str, Expr]] = []
         for e in found:
@@ -120,7 +133,8 @@ def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
                 v = Var(next(names))
                 table[e.key] = v
                 lets.append((v.name, e))
-        out: Stmt = dataclasses.replace(s, body=visit(_rewrite(s.body, table), False))
+        body = _rewrite(s.body, table) if table else s.body
+        out: Stmt = dataclasses.replace(s, body=visit(body, False))
         for name, e in reversed(lets):
             out = LetStmt(name, e, out)
         return out

@@ -66,9 +66,8 @@ class Expr:
     def key(self) -> tuple:
         """A nested tuple of plain values identifying this expression structurally."""
         items = [type(self).__name__]
-        for f in fields(self):  # type: ignore[arg-type]
-            if f.compare:
-                items.append(_key_of(getattr(self, f.name)))
+        for name in _compared_fields(type(self)):
+            items.append(_key_of(getattr(self, name)))
         return tuple(items)
 
     def __hash__(self) -> int:
@@ -447,13 +446,24 @@ def call(name: str, *args: Any) -> Expr:
 # ---------------------------------------------------------------------------------------------
 # Traversal
 # ---------------------------------------------------------------------------------------------
+@functools.cache
+def _compared_fields(cls: type) -> tuple[str, ...]:
+    """Names of the dataclass fields of ``cls`` that take part in structural identity (read once
+    per class: ``dataclasses.fields`` on every node was a third of the lowering's time)."""
+    return tuple(f.name for f in fields(cls) if f.compare)
+
+
+@functools.cache
+def _rebuilt_fields(cls: type) -> tuple[str, ...]:
+    """The compared fields ``map_children`` rebuilds (those the constructor takes)."""
+    return tuple(f.name for f in fields(cls) if f.compare and f.init)
+
+
 def children(e: Expr) -> tuple[Expr, ...]:
     """The direct sub-expressions of ``e``, in field order."""
     out: list[Expr] = []
-    for f in fields(e):  # type: ignore[arg-type]
-        if not f.compare:
-            continue
-        v = getattr(e, f.name)
+    for name in _compared_fields(type(e)):
+        v = getattr(e, name)
         if isinstance(v, Expr):
             out.append(v)
         elif isinstance(v, tuple):
@@ -473,18 +483,16 @@ def walk(e: Expr) -> Iterator[Expr]:
 def map_children(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
     """Rebuild ``e`` with ``fn`` applied to each direct child; returns ``e`` itself if unchanged."""
     changes: dict[str, Any] = {}
-    for f in fields(e):  # type: ignore[arg-type]
-        if not f.compare or not f.init:
-            continue
-        v = getattr(e, f.name)
+    for name in _rebuilt_fields(type(e)):
+        v = getattr(e, name)
         if isinstance(v, Expr):
             nv = fn(v)
             if nv is not v:
-                changes[f.name] = nv
+                changes[name] = nv
         elif isinstance(v, tuple) and any(isinstance(c, Expr) for c in v):
             nt = tuple(fn(c) if isinstance(c, Expr) else c for c in v)
             if any(a is not b for a, b in zip(nt, v)):
-                changes[f.name] = nt
+                changes[name] = nt
     if not changes:
         return e
 
