@@ -138,6 +138,22 @@ def test_the_shared_output_array_starts_poisoned():
     assert _output_array(pipeline, {"A": np.ones((5, 3), np.float32)}, {}) is None
 
 
+@pytest.mark.parametrize("shape,dtype,align", [((1024, 1024), np.float32, 2 << 20),
+                                                ((1025, 1023), np.float64, 2 << 20),
+                                                ((7, 3), np.int32, 64), ((0, 5), np.float32, 64),
+                                                ((), np.bool_, 64)])
+def test_worker_arrays_start_on_a_huge_page_or_cache_line(shape, dtype, align):
+    from autotune.measure import aligned_copy, aligned_empty
+
+    a = aligned_empty(shape, dtype)
+    assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+    if a.size:
+        assert a.ctypes.data % align == 0
+    src = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
+    b = aligned_copy(src.T.copy().T if src.ndim == 2 else src)
+    assert np.array_equal(b, src) and b.flags.c_contiguous
+
+
 def test_crashing_candidate_is_a_failed_result_and_measuring_goes_on():
     out, _ = matmul()
     sizes = {"M": 16, "N": 16, "K": 8}

@@ -129,6 +129,31 @@ def test_non_contiguous_inputs_are_copied(mm, rng):
     np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-5)
 
 
+@pytest.mark.parametrize("cols", [1000, 1031])  # root buffer bx: 4.20 and 4.33 MB
+def test_large_root_buffer_on_huge_pages_is_correct(rng, cols):
+    """A compute_root buffer of >= 4 MB comes from ``tl.alloc``: 2 MB-aligned, advised onto
+    huge pages, its size rounded up to whole 2 MB pages; smaller ones from plain malloc."""
+    H, W = tl.sizes("H W")
+    In = tl.Input("In", (H, W), tl.float32)
+    y, x = tl.vars("y x")
+    bx, out = tl.Func("bx"), tl.Func("out")
+    bx[y, x] = In[y, x] + In[y, x + 1]
+    out[y, x] = bx[y, x] * bx[y + 1, x]
+    s = tl.Schedule(out)
+    s[bx].compute_root().parallel(y)
+    s[out].vectorize(x, 8).parallel(y)
+    kern = tl.compile(out, s)
+    ir = kern.llvm_ir()
+    assert "@\"tl.alloc\"" in ir and ("@\"madvise\"" in ir) == sys.platform.startswith("linux")
+    a = rng.random((1049, cols + 1), dtype=np.float32)
+    b = a[:, :-1] + a[:, 1:]
+    assert b.nbytes >= 4 << 20  # bx: 1049 rows
+    np.testing.assert_allclose(kern(a), b[:-1] * b[1:], rtol=1e-6)
+    small = rng.random((20, 31), dtype=np.float32)  # the same kernel, a 2 KB buffer
+    c = small[:, :-1] + small[:, 1:]
+    np.testing.assert_allclose(kern(small), c[:-1] * c[1:], rtol=1e-6)
+
+
 def test_inspection(mm):
     _, kern = mm
     nest = kern.loop_nest()

@@ -50,6 +50,10 @@ F32, F64 = ir.FloatType(), ir.DoubleType()
 from schedule.realize import MAX_UNROLL  # noqa: E402
 
 MAX_STACK_BYTES = 64 * 1024
+#: heap buffers of at least this many bytes are asked to live on transparent huge pages (Linux)
+HUGE_ALLOC_MIN = 4 << 20
+HUGE_PAGE_BYTES = 2 << 20
+MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux
 _FLOAT_FLAGS = ("contract",)
 _REDUCE_FLAGS = ("reassoc", "contract")
 
@@ -790,8 +794,7 @@ class CodeGen:
         for e in buf.extents:
             n = b.mul(n, self.expr(e))
         n = self.call_intrinsic("smax", n, ir.Constant(I64, 1))
-        malloc = self.intrinsic("malloc", I8.as_pointer(), [I64])
-        raw = b.call(malloc, [n])
+        raw = b.call(self._heap_alloc(), [n])
         with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8.as_pointer(), None)),
                        likely=False):
             self.free_all()
@@ -803,6 +806,39 @@ class CodeGen:
         free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
         self.builder.call(free, [raw])
         del self.ptrs[buf.name]
+
+    def _heap_alloc(self) -> ir.Function:
+        """``i8* @tl.alloc(i64 n)``, the kernel's heap allocator (freed with ``free``): ``malloc``,
+        except that on Linux a buffer of at least ``HUGE_ALLOC_MIN`` bytes is 2 MB-aligned and
+        advised onto transparent huge pages (``madvise(MADV_HUGEPAGE)``, as NumPy does for its
+        arrays of >= 4 MB). glibc serves sizes above 32 MB with a fresh ``mmap`` on every
+        call, so a compute_root buffer pays its first-touch page faults on every call; in 2 MB
+        pages a 64 MB buffer takes 32 faults instead of 16384. Measured (blur 4096², ``bx``
+        at root: 64 MB; both kernels timed alternately in one process): 24.8 ms per call with
+        malloc, 10.2 ms with this."""
+        fn = self.module.globals.get("tl.alloc")
+        if fn is not None:
+            return fn
+        ptr = I8.as_pointer()
+        malloc = self.intrinsic("malloc", ptr, [I64])
+        fn = ir.Function(self.module, ir.FunctionType(ptr, [I64]), name="tl.alloc")
+        fn.linkage = "internal"
+        (n,) = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        if "linux" in self.target.triple:
+            big = b.and_(b.icmp_unsigned(">=", n, ir.Constant(I64, HUGE_ALLOC_MIN)),
+                         b.icmp_unsigned("<=", n, ir.Constant(I64, 1 << 62)))
+            with b.if_then(big):
+                size = b.and_(b.add(n, ir.Constant(I64, HUGE_PAGE_BYTES - 1)),
+                              ir.Constant(I64, -HUGE_PAGE_BYTES))
+                aligned = self.intrinsic("aligned_alloc", ptr, [I64, I64])
+                p = b.call(aligned, [ir.Constant(I64, HUGE_PAGE_BYTES), size])
+                with b.if_then(b.icmp_unsigned("!=", p, ir.Constant(ptr, None))):
+                    madvise = self.intrinsic("madvise", I32, [ptr, I64, I32])
+                    b.call(madvise, [p, size, ir.Constant(I32, MADV_HUGEPAGE)])
+                b.ret(p)
+        b.ret(b.call(malloc, [n]))
+        return fn
 
     def free_all(self) -> None:
         free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
