@@ -91,8 +91,9 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts on a 2 MB boundary when it has at
     least 4 MB (else on a 64-byte cache line). NumPy advises arrays of >= 4 MB onto transparent
     huge pages, but only the 2 MB-aligned part of its allocation can get them, and where the
-    allocation falls is up to ``mmap``: measured on GEMM 1024 (heuristic schedule, 24 fresh
-    processes each), plain arrays ran 10.5-15.3 ms, 2 MB-aligned ones 10.4-11.2 ms. The run
+    allocation falls is up to ``mmap``: measured on GEMM 1024 (heuristic schedule, 36 fresh
+    processes each), plain arrays ran 10.5-15.4 ms (6 above 12.4, median 11.3), 2 MB-aligned
+    ones 10.4-12.5 ms (1 above 11.6, median 10.5). The run
     worker places inputs and output this way so a candidate's time does not depend on where its
     worker's arrays happened to land."""
     dt = np.dtype(dtype)
