@@ -31,6 +31,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from backends.llvm.codegen import HUGE_ALLOC_MIN, HUGE_PAGE_BYTES
+
 from .worker import recv, send
 
 
@@ -82,11 +84,6 @@ def random_inputs(pipeline: Any, shapes: dict[str, tuple[int, ...]], seed: int =
     return out
 
 
-#: arrays of at least this many bytes start on a 2 MB (huge page) boundary in the run worker
-HUGE_ARRAY_BYTES = 4 << 20
-HUGE_PAGE_BYTES = 2 << 20
-
-
 def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     """An uninitialised C-contiguous array whose data starts on a 2 MB boundary when it has at
     least 4 MB (else on a 64-byte cache line). NumPy advises arrays of >= 4 MB onto transparent
@@ -98,7 +95,7 @@ def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     worker's arrays happened to land."""
     dt = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    align = HUGE_PAGE_BYTES if n >= HUGE_ARRAY_BYTES else 64
+    align = HUGE_PAGE_BYTES if n >= HUGE_ALLOC_MIN else 64  # the kernels' own threshold
     raw = np.empty(n + align, np.uint8)
     start = (-raw.ctypes.data) % align
     return raw[start:start + n].view(dt).reshape(shape)

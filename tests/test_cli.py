@@ -114,12 +114,17 @@ def test_sigint_during_tune_then_resume_loses_and_duplicates_nothing(tmp_path):
     assert len({x.study for x in recs}) == 1
 
 
-def test_show_cache_import_export_and_bench(tmp_path):
-    cache = tmp_path / "cache"
-    r = _run(["tune", "blur", "--shape", "H=40,W=37", "--trials", "5", "--no-summary",
+def _tune_blur(tmp_path, cache, h: int, w: int, trials: int):
+    """``tensorlang tune blur`` on an H x W image without the kernel cache; returns its log."""
+    r = _run(["tune", "blur", "--shape", f"H={h},W={w}", "--trials", str(trials), "--no-summary",
               "--no-cache"], tmp_path, cache)
     assert r.returncode == 0, r.stderr
-    log = tmp_path / "tuning_logs" / "blur-H40-W37.jsonl"
+    return tmp_path / "tuning_logs" / f"blur-H{h}-W{w}.jsonl"
+
+
+def test_show_cache_import_export_and_bench(tmp_path):
+    cache = tmp_path / "cache"
+    log = _tune_blur(tmp_path, cache, 40, 37, trials=5)
     foreign = json.loads(log.read_text().splitlines()[0])
     foreign["target"]["cpu"] = "some-other-cpu"
     foreign["state"], foreign["seconds"] = "measured", 1e-9
@@ -168,10 +173,7 @@ def test_tune_warm_started_from_logs_of_an_older_feature_set(tmp_path):
     # the shipped logs predated the last feature, and warming the cost model only from them
     # crashed every `tensorlang tune` in scikit-learn (an all-missing feature column)
     cache = tmp_path / "cache"
-    r = _run(["tune", "blur", "--shape", "H=34,W=34", "--trials", "8", "--no-summary",
-              "--no-cache"], tmp_path, cache)
-    assert r.returncode == 0, r.stderr
-    log = tmp_path / "tuning_logs" / "blur-H34-W34.jsonl"
+    log = _tune_blur(tmp_path, cache, 34, 34, trials=8)
     lines = []
     for line in log.read_text().splitlines():
         rec = json.loads(line)
