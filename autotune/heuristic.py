@@ -9,7 +9,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   root (inlined into a reduction it would be recomputed on every reduction iteration: conv2d's
   padding would be evaluated 9 x CI times per output);
 - a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
-  innermost pure Var split by two native vectors (``ShiftInwards``) and vectorized, or, when its
+  innermost pure Var split by two native vectors (``ShiftInwards``), vectorized by one native
+  vector and the two unrolled (the form the search space gives it), or, when its
   extent is at most four vectors and not a multiple of two vectors, by its whole extent (conv2d's
   56-wide rows: 16 + 16 + 16 + 8 lanes, where a 32-wide shifted tile computes 64 columns for
   56); a row Var split by the accumulators left per vector (8 for two vectors, 4 for four; a
@@ -203,9 +204,16 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
         xo, xi = st.split(x, width, tail=tail)
         outer = [a if a != i else io.name for a in args[:-1]] + [xo.name]
         st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)
-        st.unroll(ii).vectorize(xi)
+        st.unroll(ii)
+        if width > lanes and width % lanes == 0:
+            # whole native vectors, unrolled (the form the search space gives this tile)
+            st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
+        else:
+            st.vectorize(xi)
         if not nested:  # inside the output's parallel loop: no nested thread pool
-            st.parallel(next((a for a in outer[:-1] if a == io.name or ext[a] >= 2), io))
+            # the outermost tile loop with two iterations or more (as the search space picks)
+            count = {**ext, io.name: -(-ext[i] // rows), xo.name: -(-ext[x] // width)}
+            st.parallel(next((a for a in outer if count[a] >= 2), outer[0]))
         return
     if variant != "parallel" and not d.rvars and ext[args[-1]] >= lanes:
         st.vectorize(args[-1], lanes, tail=tail)

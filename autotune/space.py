@@ -32,9 +32,9 @@ Func computed at root or at a consumer loop):
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
 - ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
-  (computed at the k-th loop, outermost first, of its single consumer — or of the output when
-  every reader is the output or computed inside it, as softmax's ``exp``; clamped to the
-  consumer's loops).
+  (computed at the k-th loop, outermost first, of the output when every reader is the output or
+  computed inside its loops — softmax's ``exp``, and ``max``, read only by ``exp`` — else of its
+  single consumer; clamped to that Func's loops).
 - Update definitions keep their order; ``<F>.update<i>.parallel`` runs their outermost pure loop in
   parallel when they have one.
 
@@ -45,7 +45,9 @@ hand schedule, copying ``Wt`` per channel tile or per row made it slower (1.56 -
 and copying ``pad`` per row gained 4%, and GEMM's packing needs a loop order (column panels
 outermost) outside this family.
 
-Every choice set is fixed for a given algorithm and shape, as TPE requires. Samples may still be
+``SearchSpace.point`` finds the decisions that reproduce a given schedule (the tuner places the
+rule-based schedule of ``heuristic.py`` in the space with it, which is a point of it for every
+built-in workload). Every choice set is fixed for a given algorithm and shape, as TPE requires. Samples may still be
 illegal (a parallel loop over a scan's rows is fine, over a reduction it is not); the tuner proves
 each one with the legality check before compiling it. See also: Ansor's sketch rules (Zheng et al.,
 OSDI 2020), Halide's Adams2019 decision order (consumers first).
@@ -53,7 +55,7 @@ OSDI 2020), Halide's Adams2019 decision order (consumers first).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from schedule.schedule import Schedule
 from tensorlang.errors import ScheduleError
@@ -127,12 +129,16 @@ class SearchSpace:
         if f.definition is not None and f.definition.reduce_op is None and not f.updates:
             options.append("inline")
         host = None
-        if len(readers) == 1 and not f.updates and ".update(" not in readers[0]:
-            host = readers[0]
-        elif not f.updates and self.output.name in readers and all(
+        if readers and not f.updates and all(
                 r == self.output.name or s.states[r].compute.func == self.output.name
                 for r in readers):
-            host = self.output.name  # every reader lives in the output's loops (softmax's e)
+            # every reader lives in the output's loops (softmax's e, read by the output and
+            # computed in its row; mx, read only by e): at the output's loops, as the heuristic
+            # places it (at e's one-iteration row loop it ran 4-6% slower, at e's inner loops
+            # it would be recomputed per chunk)
+            host = self.output.name
+        elif len(readers) == 1 and not f.updates and ".update(" not in readers[0]:
+            host = readers[0]
         if host is not None:
             options += [f"at{k}" for k in range(AT_LEVELS)]
         # the choice set must be fixed per parameter name (Optuna): whether ``at`` is possible
@@ -240,6 +246,46 @@ class SearchSpace:
                         self._outer_extent(s, f, lp) > 1), pure_order[0])
             stage.parallel(par)
 
+    def point(self, target: Schedule, attempts: int = 64) -> tuple[dict, dict] | None:
+        """The decisions with which ``sample`` reproduces ``target`` (the same stage signature:
+        ``stage_signature``), and each decision's choices; None when ``target`` is not a point
+        of the space (or none was found in ``attempts`` samples).
+
+        The tuner uses it to place the rule-based schedule (``heuristic.py``) in the space, so
+        the search refines it (TVM's MetaSchedule likewise seeds its evolutionary search with
+        the schedules of earlier records). The first sample answers every decision with its
+        guess from ``target``; the ambiguous ones (rows as ``regs`` or a factor, the loop order
+        family, the vector width) are then varied, fewest changes first."""
+        import itertools
+
+        def extent(func: str, var: str) -> int | None:
+            ranges = self.binding.ranges.get(func, {})
+            return ranges[var][1] if var in ranges else None
+
+        want = stage_signature(target, extent)
+        queue: list[dict[str, Any]] = [{}]
+        tried: set[tuple] = set()
+        while queue and attempts > 0:
+            fixed = queue.pop(0)
+            key = tuple(sorted(fixed.items()))
+            if key in tried:
+                continue
+            tried.add(key)
+            attempts -= 1
+            oracle = _Oracle(target, fixed)
+            try:
+                got = stage_signature(self.sample(oracle), extent)
+            except (_NoAnswer, ScheduleError):
+                got = None
+            if got == want:
+                return oracle.params, oracle.choices
+            if not fixed:  # single changes first, then pairs
+                singles = [{n: a} for n, alts in oracle.alternatives for a in alts]
+                queue += singles
+                queue += [{**a, **b} for a, b in itertools.combinations(singles, 2)
+                          if a.keys() != b.keys()]
+        return None
+
     def _row_vectors(self, f: Func, tile: int | None, width: int) -> int:
         """Vector registers one row of the register tile holds: the vector Var's inner split
         ``tile`` in vectors of ``width`` (at most the native lanes) when that loop is a register
@@ -266,3 +312,118 @@ class SearchSpace:
             if isinstance(rel, Split) and rel.inner == loop:
                 return rel.factor
         return None
+
+
+# -- a given schedule as a point of the space -----------------------------------------------------
+class _NoAnswer(Exception):
+    """The schedule being matched has no answer among a decision's choices."""
+
+
+def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> dict[str, tuple]:
+    """What a schedule does to each stage — its loops in order, their kinds, its splits and
+    fuses, where it is computed and stored — independent of the steps that did it.
+    ``extent(func, var)`` gives a Var's extent (None: unknown). A split whose factor divides its
+    loop's extent has no tail at these sizes, so its tail strategy is left out (the space does
+    not ask it there): two schedules with the same signature compute the same points in the same
+    order, and their loop nests differ at most in a tail's index arithmetic (the kernel is
+    compiled for any size; at 4096 softmax's ``e`` with ``ShiftInwards`` ran 6% faster than
+    with ``GuardWithIf``)."""
+    from schedule.loops import Fuse, Split
+
+    out = {}
+    for name, st in s.states.items():
+        ext: dict[str, int | None] = {v: extent(name, v) for v in (*st.pure, *st.rvars)}
+        rels: list[Any] = []
+        for r in st.relations:
+            if isinstance(r, Split):
+                e = ext.get(r.parent)
+                ext[r.outer] = None if e is None else -(-e // r.factor)
+                ext[r.inner] = r.factor
+                rels.append(r if e is None or e % r.factor else (r.parent, r.outer, r.inner,
+                                                                 r.factor))
+            elif isinstance(r, Fuse):
+                a, b = ext.get(r.outer), ext.get(r.inner)
+                ext[r.fused] = None if a is None or b is None else a * b
+                rels.append(r)
+        out[name] = (tuple(st.loops), tuple(sorted((k, v.value) for k, v in st.kinds.items())),
+                     tuple(rels), st.compute, st.store)
+    return out
+
+
+class _Oracle:
+    """A sampler that answers each decision of ``SearchSpace.sample`` from ``target`` (its
+    best guess of the answer that reproduces it), except for the decisions in ``fixed``; it
+    records every decision with its choices and the alternatives to the guess."""
+
+    def __init__(self, target: Schedule, fixed: dict[str, Any]) -> None:
+        self.target = target
+        self.fixed = fixed
+        self.params: dict[str, Any] = {}
+        self.choices: dict[str, list] = {}
+        self.alternatives: list[tuple[str, list]] = []
+
+    def suggest_categorical(self, name: str, choices: Any) -> Any:
+        choices = list(choices)
+        guesses = [g for g in self._guess(name, choices) if g in choices]
+        if name in self.fixed and self.fixed[name] in choices:
+            answer = self.fixed[name]
+        elif guesses:
+            answer = guesses[0]
+        else:
+            raise _NoAnswer(name)
+        self.params[name], self.choices[name] = answer, choices
+        others = [c for c in choices if c != answer and c in guesses]
+        if others:
+            self.alternatives.append((name, others))
+        return answer
+
+    def _guess(self, name: str, choices: list) -> list:
+        from schedule.ir import ForKind
+        from schedule.loops import Split
+        from schedule.primitives import TailStrategy
+
+        func, _, rest = name.partition(".")
+        states = self.target.states
+        if rest.startswith("update") and rest.endswith(".parallel"):
+            up = states.get(f"{func}.update({rest[6:-9]})")
+            par = up is not None and ForKind.PARALLEL in up.kinds.values()
+            return [par, not par]
+        if func not in states:
+            return list(choices)  # a decision of a custom space: every choice, in order
+        st = states[func]
+        splits = {r.parent: r for r in st.relations if isinstance(r, Split)}
+        kinds = st.kinds
+        if rest in ("where", "where_root_or_inline"):
+            loc = st.compute
+            if loc.kind != "at":
+                return [loc.kind]
+            host = states[loc.func].loops  # type: ignore[index]
+            k = host.index(loc.loop) if loc.loop in host else AT_LEVELS
+            return [f"at{k}"] if k < AT_LEVELS else []
+        if rest == "order":
+            last = st.loops[-1]
+            return ["dot", "tile"] if st.is_reduction_loop(last) else ["tile", "dot"]
+        if rest == "vectorize":
+            vec = [lp for lp, k in kinds.items() if k == ForKind.VECTORIZED]
+            if not vec:
+                return [0]
+            inner = {r.inner: r.factor for r in splits.values()}
+            ext = inner.get(vec[0])
+            first = [w for w in (16, 8, 4) if ext is not None and (
+                ext == w or w < ext <= MAX_VECTOR_UNROLL * w and ext % w)]
+            return [*first, *[w for w in (16, 8, 4) if w not in first]]
+        if rest == "unroll":
+            un = ForKind.UNROLLED in kinds.values()
+            return [un, not un]
+        if rest == "parallel":
+            par = ForKind.PARALLEL in kinds.values()
+            return [par, not par]
+        var, _, what = rest.partition(".")
+        rel = splits.get(var)
+        if what == "split":
+            return [rel.factor if rel is not None else 1]
+        if what == "shift":
+            return [rel is not None and rel.tail is TailStrategy.ShiftInwards]
+        if what == "rows":
+            return ["regs", rel.factor if rel is not None else 1]
+        return list(choices)

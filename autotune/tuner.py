@@ -10,7 +10,9 @@ reference check and accepted only if it matches. The per-candidate timeout follo
 as that censored time, a lower bound); a candidate whose warm-up run takes over 10x the best time
 is not repeated. The heuristic schedule is measured first (``heuristic=``): its time bounds the
 first candidates too, and by default it is itself a candidate for the result (trial -1), so
-tuning never ends slower than the untuned ``schedule="auto"``. Hopeless candidates cost little.
+tuning never ends slower than the untuned ``schedule="auto"``; it is also a point of the search
+space (``SearchSpace.point``), told to Optuna as a completed trial (TPE models it) and a parent
+of the mutants below, so the search refines it. Hopeless candidates cost little.
 
 With ``cost_model="gbt"`` (the default) the loop runs in rounds: Optuna proposes ``pool``
 candidates — once the model is trained, a quarter of them are *mutants*: one of the five fastest
@@ -167,7 +169,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         heuristic: what the heuristic schedule (``heuristic.py``) does, measured before the
             search: ``"seed"`` (default) — it bounds every candidate's run time from the start
             and is a candidate for the result (recorded as trial -1; not counted in
-            ``trials``), so tuning never ends slower than ``schedule="auto"`` without records;
+            ``trials``), so tuning never ends slower than ``schedule="auto"`` without records,
+            and, as a point of the space, a completed Optuna trial and a parent of mutants;
             ``"bound"`` — it only bounds run times (the benchmark's setting: searches compared
             on their own proposals); ``"off"``.
         cache: where the best kernel (trace, seconds, object code) is stored for
@@ -378,6 +381,15 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                     state["best"], state["trace"] = res.seconds, hs.to_json()
                     seen.add(hs.to_json())
                     state["object"], state["signature"] = res.object_code, res.signature
+                    point = space.point(hs) if hasattr(space, "point") else None
+                    if point is not None:
+                        # the rule-based schedule as a point of the space: a completed trial
+                        # TPE models, and a parent of the model-guided search's mutants
+                        dists = {k: optuna.distributions.CategoricalDistribution(c)
+                                 for k, c in point[1].items()}
+                        study.add_trial(optuna.trial.create_trial(
+                            params=point[0], distributions=dists, value=res.seconds))
+                        params_of[-1] = (point[0], dists)
                     emit(TrialRecord(-1, hs.to_json(), "measured", res.seconds, res.times,
                                      res.compile_seconds, features=[float(x) for x in fv]))
             while measured < trials and not out_of_time():

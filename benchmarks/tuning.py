@@ -1,7 +1,7 @@
 """Tuning with and without the cost model, against NumPy (issue: autotuner).
 
 Run: python benchmarks/tuning.py [--trials 150] [--budget 300] [--workloads gemm,blur,...]
-[--seeds 0,1,2] [--quick]
+[--seeds 0,1,2] [--searches model-guided,TPE,random,tl.autotune] [--quick]
 For each workload and each search — model-guided (TPE proposals ranked by the learned cost model),
 plain Optuna TPE, random — with one equal budget of measured trials (and at most ``--budget``
 seconds): the best time, the ratio to NumPy measured in the same run (im2col + matmul for conv2d),
@@ -14,8 +14,11 @@ the first reading but not the others). The model-guided search's cost model
 is warmed with the records of the workloads tuned before it in the same run (transfer). Every
 search measures the rule-based schedule (``heuristic.py``) first but only as a time bound
 (``heuristic="bound"``), so each is judged on its own proposals; its time is printed as a
-"heuristic" row: ``tl.autotune`` by default (``heuristic="seed"``) also keeps it as a candidate,
-so what it returns is at least as fast as the faster of that row and the search's. With the
+"heuristic" row. A fourth search, "tl.autotune", is what a user's ``tl.autotune(F, sizes,
+trials=150, timeout=300)`` does (``heuristic="seed"``, no transfer): the model-guided search
+started from the rule-based schedule (a completed trial of the study, a parent of the mutants,
+and a candidate for the result: its curve starts with it); it is not in the trials-to-90%
+comparisons, which are about searches on their own (``--searches`` picks which run). With the
 ``halide`` package installed, Halide's Adams2019 autoscheduler runs on the same workloads and
 arrays (``halide_peer.py``) and a "vs halide" column gives Halide's time over ours (> 1: faster).
 "% peak" is the best schedule's GFLOP/s over the machine's fp32 FMA peak (``peak.py``), measured
@@ -59,9 +62,12 @@ def workloads(quick: bool) -> dict:
     }
 
 
-SEARCHES = [("model-guided", dict(cost_model="gbt", sampler="tpe")),
-            ("TPE", dict(cost_model="none", sampler="tpe")),
-            ("random", dict(cost_model="none", sampler="random"))]
+SEARCHES = [("model-guided", dict(cost_model="gbt", sampler="tpe", heuristic="bound")),
+            ("TPE", dict(cost_model="none", sampler="tpe", heuristic="bound")),
+            ("random", dict(cost_model="none", sampler="random", heuristic="bound")),
+            ("tl.autotune", dict(cost_model="gbt", sampler="tpe", heuristic="seed"))]
+#: the searches compared on trials to 90% (each on its own proposals)
+COMPARED = ("model-guided", "TPE", "random")
 
 
 def trials_to_90(curve: list[float], target: float) -> int | None:
@@ -106,14 +112,13 @@ def run_seed(seed: int, args: argparse.Namespace, wl: dict, peak: float,
         print(f"{name}: numpy {t_np * 1e3:.3f} ms (seed {seed})", flush=True)
         reach, curves, summary[name] = [], [], {"numpy": t_np}
         heuristic_times = []  # every search measures it first, each in a fresh worker
-        for label, kw in SEARCHES:
+        for label, kw in [(lab, kw) for lab, kw in SEARCHES if lab in args.searches]:
             extra: dict = {}
             if label == "model-guided":  # transfer: records of the workloads tuned before
                 extra = dict(transfer=list(transfer), log=os.path.join(logdir, f"{name}.jsonl"))
             t0 = time.perf_counter()
             res = tl.autotune(out, sizes, trials=args.trials, seed=seed,
-                              timeout=args.budget, cache=False, heuristic="bound", **kw,
-                              **extra)
+                              timeout=args.budget, cache=False, **kw, **extra)
             if label == "model-guided":
                 transfer.extend(r for r in read_records(extra["log"]) if r.ok)
             wall = time.perf_counter() - t0
@@ -129,6 +134,9 @@ def run_seed(seed: int, args: argparse.Namespace, wl: dict, peak: float,
                          f"{100 * flops / res.best_seconds / 1e9 / peak:.0f}%",
                          f"{wall:.0f} s", f"{res.pruned}", marks))
             print(" | ".join(map(str, rows[-1])), f"| numpy {t_np * 1e3:.3f} ms", flush=True)
+            if label not in COMPARED:  # starts from the rule-based schedule: not compared
+                summary[name][label] = (res.best_seconds, None, None)
+                continue
             own = trials_to_90(measured, measured[-1]) if measured else None
             summary[name][label] = (res.best_seconds, own)
             reach.append(f"{label} {reach_time(measured, measured[-1]) if measured else '-'}")
@@ -147,9 +155,11 @@ def run_seed(seed: int, args: argparse.Namespace, wl: dict, peak: float,
                          f"{flops / t_h / 1e9:.1f}", f"{100 * flops / t_h / 1e9 / peak:.0f}%",
                          "-", "-", f"(rules, no search; measured {each} ms)"))
             print(" | ".join(map(str, rows[-1])), flush=True)
+        if not any(c for _, c in curves):
+            continue
         overall = min(c[-1] for _, c in curves if c)
         common = ", ".join(f"{label} {reach_time(c, overall)}" for label, c in curves)
-        mg = curves[0][1][-1] if curves[0][1] else float("inf")  # the model-guided's best
+        mg = next((c[-1] for label, c in curves if label == "model-guided" and c), overall)
         to_mg = ", ".join(f"{label} {reach_time(c, mg)}" for label, c in curves)
         for label, c in curves:
             summary[name][label] += (trials_to_90(c, mg) if c else None,)
@@ -172,17 +182,18 @@ def print_medians(runs: list[dict]) -> None:
     rows = []
     for name in runs[0]:
         t_np = float(np.median([r[name]["numpy"] for r in runs]))
-        firsts = [[first_to_90({k: v[j] for k, v in r[name].items()
-                                if k not in ("numpy", "heuristic")}) for r in runs]
-                  for j in (1, 2)]
+        firsts = [[first_to_90({k: v[j] for k, v in r[name].items() if k in COMPARED})
+                   for r in runs] for j in (1, 2)]
         for label in [lab for lab, _ in SEARCHES] + ["heuristic"]:
+            if label not in runs[0][name]:
+                continue
             best = float(np.median([r[name][label][0] for r in runs]))
             row = [name, label, f"{best * 1e3:.3f} ms", f"{t_np / best:.2f}x"]
             for j in (1, 2):
-                row.append("-" if label == "heuristic" else " ".join(
+                row.append("-" if label not in COMPARED else " ".join(
                     "never" if r[name][label][j] is None else str(r[name][label][j])
                     for r in runs))
-                row.append("-" if label == "heuristic" else
+                row.append("-" if label not in COMPARED else
                            f"{sum(label in f for f in firsts[j - 1])} of {len(runs)}")
             rows.append(tuple(row))
     print(f"\nmedians over {len(runs)} seeds; trials to 90% of a target, per seed, and on how "
@@ -201,7 +212,14 @@ def main() -> None:
                     help="comma-separated seeds (one run each, then medians); overrides --seed")
     ap.add_argument("--budget", type=float, default=300.0,
                     help="tuning seconds per search (the issue's 5 minutes)")
+    ap.add_argument("--searches", default=",".join(lab for lab, _ in SEARCHES),
+                    help="comma-separated searches to run (default: all)")
     args = ap.parse_args()
+    args.searches = args.searches.split(",")
+    unknown = set(args.searches) - {lab for lab, _ in SEARCHES}
+    if unknown:
+        ap.error(f"unknown searches {sorted(unknown)}; choose from "
+                 f"{', '.join(lab for lab, _ in SEARCHES)}")
     seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
     wl = workloads(args.quick)
     peak = peak_gflops()

@@ -74,6 +74,83 @@ def test_space_draws_a_register_tile_as_wide_as_the_row_in_one_choice(width, row
     np.testing.assert_allclose(tl.compile(out, s)(**a), BUILTIN["conv2d"].numpy(a)(), rtol=1e-4)
 
 
+ODD_SHAPES = {"matmul": dict(M=7, N=13, K=5), "batch_matmul": dict(B=1, M=17, N=37, K=3),
+              "conv2d": dict(Nb=1, CI=3, CO=5, H=7, W=23), "blur": dict(H=19, W=41),
+              "softmax": dict(R=1, S=37), "layernorm": dict(R=11, S=53)}
+
+
+@pytest.mark.parametrize("name", sorted(ODD_SHAPES))
+@pytest.mark.parametrize("default_shape", [True, False])
+def test_the_rule_based_schedule_is_a_point_of_the_space(name, default_shape):
+    # the tuner starts its search from it: the decisions SearchSpace.point finds replay, through
+    # Optuna's own FixedTrial, to the same loops, kinds, splits and placements per stage
+    from autotune.heuristic import heuristic_schedule
+    from autotune.measure import random_inputs
+    from autotune.space import stage_signature
+    from autotune.workloads import BUILTIN, input_shapes
+
+    work = BUILTIN[name]
+    out = work.build()
+    sizes = work.shape if default_shape else ODD_SHAPES[name]
+    hs = heuristic_schedule(out, sizes)
+    space = SearchSpace(out, sizes)
+    point = space.point(hs)
+    assert point is not None, hs.to_python()
+    params, choices = point
+    assert params.keys() == choices.keys() and all(params[k] in choices[k] for k in params)
+    again = space.sample(optuna.trial.FixedTrial(params))
+
+    def extent(func, var):
+        return space.binding.ranges.get(func, {}).get(var, (0, None))[1]
+
+    assert stage_signature(again, extent) == stage_signature(hs, extent)
+    if not default_shape:
+        a = random_inputs(tl.Pipeline(out), input_shapes(out, sizes))
+        np.testing.assert_allclose(tl.compile(out, again)(**a), work.numpy(a)(), rtol=1e-4,
+                                   atol=1e-6)
+
+
+def test_a_schedule_outside_the_space_is_not_a_point():
+    out, _ = matmul()
+    space = SearchSpace(out, {"M": 64, "N": 48, "K": 32})
+    s = tl.Schedule(out)
+    s[out].split("i", 8)
+    s[out].split("i.i", 2)  # a second split of one Var: no decision makes it
+    assert space.point(s) is None
+    s = tl.Schedule(out)
+    s[out].fuse("i", "j")
+    assert space.point(s) is None
+    s = tl.Schedule(out)
+    s[out].split("j", 16)
+    s[out].vectorize("j.i").parallel("i")
+    assert space.point(s) is None  # the reduction outside the vector loop: no order family
+    s[out].reorder("i", "j.o", "k", "j.i")
+    assert space.point(s) is not None
+
+
+def test_seeded_tuning_tells_optuna_the_rule_based_schedule(tmp_path):
+    # heuristic="seed": the rule-based schedule is trial 0 of the study, complete, with its
+    # measured time; heuristic="bound" leaves the study to the search's own proposals
+    out, _ = matmul()
+    sizes = {"M": 24, "N": 40, "K": 16}
+    for mode in ("seed", "bound"):
+        url = f"sqlite:///{tmp_path}/{mode}.db"
+        res = tl.autotune(out, sizes, trials=2, sampler="random", seed=3, repeats=1,
+                          min_seconds=0.0, cost_model="none", heuristic=mode, storage=url,
+                          cache=False)
+        (name,) = optuna.get_all_study_names(url)
+        trials = optuna.load_study(study_name=name, storage=url).trials
+        own = [r for r in res.history if r.number >= 0]
+        assert len(trials) == len(own) + (mode == "seed")
+        first = trials[0]
+        if mode == "seed":
+            from autotune.heuristic import heuristic_schedule
+
+            params, _ = SearchSpace(out, sizes).point(heuristic_schedule(out, sizes))
+            assert first.state == optuna.trial.TrialState.COMPLETE
+            assert first.params == params and first.value == res.heuristic_seconds
+
+
 @pytest.mark.parametrize("kind", ["tpe", "mtpe", "random"])
 def test_seeded_spaces_propose_the_same_sequence(kind):
     from autotune.tuner import make_sampler
