@@ -47,9 +47,9 @@ outermost) outside this family.
 
 ``SearchSpace.point`` finds the decisions that reproduce a given schedule (the tuner places the
 rule-based schedule of ``heuristic.py`` in the space with it, which is a point of it for every
-built-in workload). Every choice set is fixed for a given algorithm and shape, as TPE requires. Samples may still be
-illegal (a parallel loop over a scan's rows is fine, over a reduction it is not); the tuner proves
-each one with the legality check before compiling it. See also: Ansor's sketch rules (Zheng et al.,
+built-in workload). Every choice set is fixed for a given algorithm and shape, as TPE requires.
+Samples may still be illegal (a parallel loop over a scan's rows is fine, over a reduction it is
+not); the tuner proves each one with the legality check before compiling it. See also: Ansor's sketch rules (Zheng et al.,
 OSDI 2020), Halide's Adams2019 decision order (consumers first).
 """
 

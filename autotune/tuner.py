@@ -390,6 +390,9 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                         study.add_trial(optuna.trial.create_trial(
                             params=point[0], distributions=dists, value=res.seconds))
                         params_of[-1] = (point[0], dists)
+                        # the same schedule as the space writes it (tails of splits that leave
+                        # none may differ): measured already
+                        seen.add(space.sample(optuna.trial.FixedTrial(point[0])).to_json())
                     emit(TrialRecord(-1, hs.to_json(), "measured", res.seconds, res.times,
                                      res.compile_seconds, features=[float(x) for x in fv]))
             while measured < trials and not out_of_time():

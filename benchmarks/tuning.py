@@ -168,10 +168,11 @@ def run_seed(seed: int, args: argparse.Namespace, wl: dict, peak: float,
     print(table(rows, ("workload", "search", "best", "vs numpy", "vs halide", "GFLOP/s", "% peak",
                        "tuning",
                        "pruned", "best after " + "/".join(map(str, checkpoints)) + " (ms)")))
-    print()
-    print(table(speed, ("workload", "numpy", "trials to 90% of its own final best",
-                        "... of the model-guided's final best",
-                        "... of the best any search found")))
+    if speed:  # at least one compared search ran
+        print()
+        print(table(speed, ("workload", "numpy", "trials to 90% of its own final best",
+                            "... of the model-guided's final best",
+                            "... of the best any search found")))
     return summary
 
 
