@@ -32,9 +32,10 @@ Func computed at root or at a consumer loop):
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
 - ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
-  (computed at the k-th loop, outermost first, of the output when every reader is the output or
-  computed inside its loops — softmax's ``exp``, and ``max``, read only by ``exp`` — else of its
-  single consumer; clamped to that Func's loops).
+  (computed at the k-th loop, outermost first, of its single consumer — or of the output when
+  every reader is the output or computed inside it, as softmax's ``exp``, or when every reader is
+  computed at the output's outermost loop, as ``max`` read by ``exp`` in the output's row;
+  clamped to that Func's loops).
 - Update definitions keep their order; ``<F>.update<i>.parallel`` runs their outermost pure loop in
   parallel when they have one.
 
@@ -57,6 +58,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol
 
+from schedule.loops import Location
 from schedule.schedule import Schedule
 from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
@@ -129,13 +131,18 @@ class SearchSpace:
         if f.definition is not None and f.definition.reduce_op is None and not f.updates:
             options.append("inline")
         host = None
-        if readers and not f.updates and all(
+        outer_loops = s.states[self.output.name].loops
+        outermost = outer_loops[0] if outer_loops else None
+        if readers and not f.updates and self.output.name in readers and all(
                 r == self.output.name or s.states[r].compute.func == self.output.name
                 for r in readers):
-            # every reader lives in the output's loops (softmax's e, read by the output and
-            # computed in its row; mx, read only by e): at the output's loops, as the heuristic
-            # places it (at e's one-iteration row loop it ran 4-6% slower, at e's inner loops
-            # it would be recomputed per chunk)
+            host = self.output.name  # every reader lives in the output's loops (softmax's e)
+        elif readers and not f.updates and outermost is not None and all(
+                s.states[r].compute == Location("at", self.output.name, outermost)
+                for r in readers):
+            # every reader is computed at the output's outermost loop (mx, read only by e, with
+            # e computed per row): at the output's loops, as the heuristic places it (at e's
+            # one-iteration row loop it ran 4-6% slower); with e deeper, at e's own loops
             host = self.output.name
         elif len(readers) == 1 and not f.updates and ".update(" not in readers[0]:
             host = readers[0]
