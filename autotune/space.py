@@ -50,8 +50,8 @@ outermost) outside this family.
 rule-based schedule of ``heuristic.py`` in the space with it, which is a point of it for every
 built-in workload). Every choice set is fixed for a given algorithm and shape, as TPE requires.
 Samples may still be illegal (a parallel loop over a scan's rows is fine, over a reduction it is
-not); the tuner proves each one with the legality check before compiling it. See also: Ansor's sketch rules (Zheng et al.,
-OSDI 2020), Halide's Adams2019 decision order (consumers first).
+not); the tuner proves each one with the legality check before compiling it. See also: Ansor's
+sketch rules (Zheng et al., OSDI 2020), Halide's Adams2019 decision order (consumers first).
 """
 
 from __future__ import annotations
@@ -89,6 +89,13 @@ def factor_choices(extent: int) -> list[int]:
         p *= 2
     out.update(d for d in range(2, top + 1) if extent % d == 0)
     return sorted(out)
+
+
+def whole_loop_vector(extent: int, width: int) -> bool:
+    """Whether ``vectorize`` at ``width`` takes an inner loop of constant ``extent`` whole (one
+    vector, or up to ``MAX_VECTOR_UNROLL`` vectors with a narrower tail: 56 at 16 is 16 + 16 +
+    16 + 8 lanes) rather than splitting it by ``width``."""
+    return extent == width or width < extent <= MAX_VECTOR_UNROLL * width and extent % width != 0
 
 
 class SearchSpace:
@@ -131,19 +138,18 @@ class SearchSpace:
         if f.definition is not None and f.definition.reduce_op is None and not f.updates:
             options.append("inline")
         host = None
-        outer_loops = s.states[self.output.name].loops
-        outermost = outer_loops[0] if outer_loops else None
-        if readers and not f.updates and self.output.name in readers and all(
-                r == self.output.name or s.states[r].compute.func == self.output.name
-                for r in readers):
-            host = self.output.name  # every reader lives in the output's loops (softmax's e)
-        elif readers and not f.updates and outermost is not None and all(
-                s.states[r].compute == Location("at", self.output.name, outermost)
-                for r in readers):
-            # every reader is computed at the output's outermost loop (mx, read only by e, with
-            # e computed per row): at the output's loops, as the heuristic places it (at e's
-            # one-iteration row loop it ran 4-6% slower); with e deeper, at e's own loops
-            host = self.output.name
+        out = self.output.name
+        row = s.states[out].loops[:1]
+        # every reader lives in the output's loops (softmax's e, read by the output and computed
+        # in its row), or every reader is computed at the output's outermost loop (mx, read only
+        # by e, with e per row): at the output's loops, as the heuristic places it (at e's
+        # one-iteration row loop it ran 4-6% slower); with e deeper, at e's own loops
+        inside = out in readers and all(r == out or s.states[r].compute.func == out
+                                        for r in readers)
+        in_row = bool(row) and all(s.states[r].compute == Location("at", out, row[0])
+                                   for r in readers)
+        if readers and not f.updates and (inside or in_row):
+            host = out
         elif len(readers) == 1 and not f.updates and ".update(" not in readers[0]:
             host = readers[0]
         if host is not None:
@@ -227,8 +233,7 @@ class SearchSpace:
         if pure_order and width:
             last = pure_order[-1]
             ext = self._loop_extent(s, f, last)
-            if ext is not None and (ext == width or width < ext <= MAX_VECTOR_UNROLL * width
-                                    and ext % width):
+            if ext is not None and whole_loop_vector(ext, width):
                 stage.vectorize(last)
             elif ext is None or ext > width:
                 stage.vectorize(last, width)
@@ -253,6 +258,15 @@ class SearchSpace:
                         self._outer_extent(s, f, lp) > 1), pure_order[0])
             stage.parallel(par)
 
+    def signature(self, s: Schedule) -> dict[str, tuple]:
+        """``stage_signature`` of ``s`` at this space's sizes."""
+
+        def extent(func: str, var: str) -> int | None:
+            ranges = self.binding.ranges.get(func, {})
+            return ranges[var][1] if var in ranges else None
+
+        return stage_signature(s, extent)
+
     def point(self, target: Schedule, attempts: int = 64) -> tuple[dict, dict] | None:
         """The decisions with which ``sample`` reproduces ``target`` (the same stage signature:
         ``stage_signature``), and each decision's choices; None when ``target`` is not a point
@@ -265,11 +279,7 @@ class SearchSpace:
         family, the vector width) are then varied, fewest changes first."""
         import itertools
 
-        def extent(func: str, var: str) -> int | None:
-            ranges = self.binding.ranges.get(func, {})
-            return ranges[var][1] if var in ranges else None
-
-        want = stage_signature(target, extent)
+        want = self.signature(target)
         queue: list[dict[str, Any]] = [{}]
         tried: set[tuple] = set()
         while queue and attempts > 0:
@@ -281,7 +291,7 @@ class SearchSpace:
             attempts -= 1
             oracle = _Oracle(target, fixed)
             try:
-                got = stage_signature(self.sample(oracle), extent)
+                got = self.signature(self.sample(oracle))
             except (_NoAnswer, ScheduleError):
                 got = None
             if got == want:
@@ -416,9 +426,9 @@ class _Oracle:
                 return [0]
             inner = {r.inner: r.factor for r in splits.values()}
             ext = inner.get(vec[0])
-            first = [w for w in (16, 8, 4) if ext is not None and (
-                ext == w or w < ext <= MAX_VECTOR_UNROLL * w and ext % w)]
-            return [*first, *[w for w in (16, 8, 4) if w not in first]]
+            widths = [w for w in reversed(VECTOR_WIDTHS) if w]
+            first = [w for w in widths if ext is not None and whole_loop_vector(ext, w)]
+            return [*first, *[w for w in widths if w not in first]]
         if rest == "unroll":
             un = ForKind.UNROLLED in kinds.values()
             return [un, not un]
