@@ -143,7 +143,7 @@ def run_seed(seed: int, args: argparse.Namespace, wl: dict, peak: float,
             curves.append((label, measured))
         # the rule-based schedule every search measured first (``heuristic="bound"``): what
         # ``tl.autotune`` with its default ``heuristic="seed"`` starts from and never ends above
-        # (the median of its three measurements, all three printed: on this VM one kernel's
+        # (the median of its measurements, one per search, all printed: on this VM one kernel's
         # time in a fresh worker is sometimes 2x its usual for minutes -- GEMM's 11 vs 26 ms,
         # conv2d's 1.1 vs 2.1 ms -- with no steal time reported: host-side contention)
         t_h = float(np.median(heuristic_times))
