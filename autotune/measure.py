@@ -12,8 +12,9 @@ when the worker started, so no run (the warm-up included) pays the output's firs
 faults. A candidate whose warm-up run already exceeds ``budget`` seconds is not repeated
 (it cannot win; its one time is kept). A worker that dies or exceeds the per-candidate timeout is
 killed and replaced. ``verify`` compares a candidate's output with the NumPy reference
-(``tl.reference``) on those inputs. See also: TVM's builder pool + RPC runner (LocalBuilder /
-LocalRunner), Triton's do_bench.
+(``tl.reference``) on those inputs. ``compare`` times several loaded kernels against each other
+in interleaved blocks (``timing.py``): how the tuner confirms a new best. See also: TVM's
+builder pool + RPC runner (LocalBuilder / LocalRunner), Triton's do_bench.
 """
 
 from __future__ import annotations
@@ -146,7 +147,10 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
     extra = free_sizes(output, sizes)
     out = _output_array(pipeline, arrays, extra)
     while (msg := receive()) is not None:
-        trace, obj, sig, repeats, min_seconds, verify, budget = msg
+        if msg[0] == "compare":
+            reply(_compare(msg, output, arrays, extra, out, load_kernel, Signature))
+            continue
+        _, trace, obj, sig, repeats, min_seconds, verify, budget = msg
         res = MeasureResult()
         try:
             if hook is not None:
@@ -178,6 +182,39 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
             res.times = []
             res.error = _error(exc)
         reply(res)
+
+
+@dataclass
+class CompareResult:
+    """Times of an interleaved comparison (``Measurer.compare``): every timed run per label
+    (seconds), or the error that stopped it."""
+
+    times: dict[str, list[float]] = field(default_factory=dict)
+    error: str | None = None
+
+    def median(self, label: str) -> float:
+        """Median seconds of ``label``; ``inf`` when it has no times or the comparison failed."""
+        ts = self.times.get(label)
+        return statistics.median(ts) if ts and self.error is None else float("inf")
+
+
+def _compare(msg: tuple, output: Any, arrays: dict, extra: dict, out: Any,
+             load_kernel: Callable, Signature: Any) -> CompareResult:
+    """The run worker's side of ``Measurer.compare``: load every kernel, then time them in
+    interleaved blocks (``timing.interleaved``) into the worker's one output array."""
+    from .timing import interleaved
+
+    _, kernels, rounds, runs = msg
+    res = CompareResult()
+    try:
+        loaded = {label: load_kernel(output, None, obj, Signature.from_dict(sig))
+                  for label, obj, sig in kernels}
+        calls = {label: (lambda k=k: k(**arrays, **extra, out=out)) for label, k in loaded.items()}
+        res.times = interleaved(calls, rounds=rounds, runs=runs)
+    except Exception as exc:  # noqa: BLE001 - reported, the tuner decides
+        res.times = {}
+        res.error = _error(exc)
+    return res
 
 
 def _output_array(pipeline: Any, arrays: dict[str, np.ndarray],
@@ -357,34 +394,64 @@ class Measurer:
         return [r if r is not None else MeasureResult(error="not compiled") for r in results]
 
     # -- run -------------------------------------------------------------------------------------
+    def _ask_runner(self, msg: tuple, limit: float) -> Any:
+        """Send one request to the run worker and wait up to ``limit`` seconds for its answer;
+        an error text instead when it timed out or died (the worker is then replaced). Nothing
+        compiles meanwhile: ``compile_many`` returns only when the pool is idle, so a timed run
+        never shares the CPU with compilation."""
+        if self._runner is None or self._runner.proc.poll() is not None:
+            self._runner = _Worker(self._setup("run"))
+        w = self._runner
+        try:
+            w.request(msg, limit)
+            ready, _, _ = select.select([w.proc.stdout], [], [], limit)
+            if ready:
+                return w.answer()
+            self._replace(w)
+            self._runner = None
+            return f"timeout: no result within {limit:.1f} s"
+        except _DIED:
+            w.proc.wait(5)
+            code = w.proc.returncode
+            self._replace(w)
+            self._runner = None
+            return f"the measuring process died (exit code {code})"
+
     def run(self, trace: str, compiled: MeasureResult, verify: bool = False,
             timeout: float | None = None, budget: float | None = None) -> MeasureResult:
         """Time compiled object code (from ``compile_many``); never raises for a bad candidate."""
         if compiled.error is not None:
             return compiled
         limit = self.timeout if timeout is None else timeout
-        if self._runner is None or self._runner.proc.poll() is not None:
-            self._runner = _Worker(self._setup("run"))
-        w = self._runner
-        try:
-            w.request((trace, compiled.object_code, compiled.signature, self.repeats,
-                       self.min_seconds, verify, budget), limit)
-            ready, _, _ = select.select([w.proc.stdout], [], [], limit)
-            if not ready:
-                self._replace(w)
-                self._runner = None
-                res = MeasureResult(error=f"timeout: no result within {limit:.1f} s")
-            else:
-                res = w.answer()
-        except _DIED:
-            w.proc.wait(5)
-            code = w.proc.returncode
-            self._replace(w)
-            self._runner = None
-            res = MeasureResult(error=f"the measuring process died (exit code {code})")
+        res = self._ask_runner(("run", trace, compiled.object_code, compiled.signature,
+                                self.repeats, self.min_seconds, verify, budget), limit)
+        if isinstance(res, str):
+            res = MeasureResult(error=res)
         res.compile_seconds = compiled.compile_seconds
         res.object_code, res.signature = compiled.object_code, compiled.signature
         return res
+
+    def compare(self, kernels: dict[str, MeasureResult], rounds: int = 5, runs: int = 3,
+                timeout: float | None = None) -> CompareResult:
+        """Time compiled kernels against each other in interleaved blocks in the run worker
+        (``timing.interleaved``: ``rounds`` rounds of one warm-up and ``runs`` timed runs per
+        kernel, the order rotated each round) on the same inputs and output array.
+
+        Args:
+            kernels: label -> a successful ``compile_many`` / ``run`` result (object code).
+            timeout: seconds the whole comparison may take (default: the measurer's timeout).
+
+        Returns:
+            A ``CompareResult``; its ``error`` is set (and no times kept) when a kernel failed
+            to load or run, or the worker died or timed out.
+        """
+        bad = [label for label, k in kernels.items() if k.object_code is None]
+        if bad:
+            return CompareResult(error=f"no object code for {', '.join(bad)}")
+        msg = ("compare", [(label, k.object_code, k.signature) for label, k in kernels.items()],
+               rounds, runs)
+        res = self._ask_runner(msg, self.timeout if timeout is None else timeout)
+        return CompareResult(error=res) if isinstance(res, str) else res
 
     def measure(self, trace: str, verify: bool = False, timeout: float | None = None,
                 budget: float | None = None) -> MeasureResult:

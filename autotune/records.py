@@ -4,11 +4,13 @@ default (DESIGN §4).
 A record holds the format version, the workload (name, workload key, sizes, input shapes and
 dtypes), the target (triple, CPU name, LLVM feature string, LLVM / llvmlite / tensorlang
 versions, threads), the schedule trace, the state (``measured``, ``pruned``, ``failed``), every
-measured time in seconds (4 significant digits) and their median, the cost model's prediction
+measured time in seconds (raw, as timed) and their median, the cost model's prediction
 (seconds; null when the model abstained or was off), the trial number, compile seconds, a
 wall-clock timestamp (Unix seconds), the error text of a pruned or failed candidate, the Optuna
-study name (null without study storage) and, as an extra field, the candidate's feature vector
-(``features.FEATURE_NAMES``: what transfer learning needs).
+study name (null without study storage) and, as extra fields, the candidate's feature vector
+(``features.FEATURE_NAMES``: what transfer learning needs) and, for a candidate that screened
+faster than the best, ``confirm``: its interleaved comparison with the best and the rule-based
+schedule (every timed run per label, their medians, ``won``, ``beats_rule``; format 1.1).
 
 Writing: each record is one ``write`` of one whole line to a file opened with ``O_APPEND``, then
 ``fsync`` — a crash or Ctrl-C loses at most the line being written, and concurrent writers never
@@ -32,7 +34,7 @@ from typing import Any, Iterator
 from tensorlang.errors import TensorlangError
 
 #: ``major.minor``: a reader accepts any minor of its major (newer minors only add fields).
-FORMAT_VERSION = "1.0"
+FORMAT_VERSION = "1.1"
 MAJOR = int(FORMAT_VERSION.split(".")[0])
 
 _FIELDS = ("version", "workload", "target", "schedule", "state", "seconds", "times",
@@ -108,6 +110,25 @@ class TuningRecord:
     @property
     def ok(self) -> bool:
         return self.state == "measured" and self.seconds is not None
+
+    @property
+    def accepted(self) -> bool:
+        """The tuner took this schedule as its best when it was measured: the rule-based seed
+        (trial -1), or a candidate that won its interleaved confirmation (``confirm.won``).
+        Records of format 1.0 predate confirmation: every measured one counts."""
+        if not self.ok:
+            return False
+        if self.version == "1.0":
+            return True
+        return self.trial < 0 or bool((self.extra.get("confirm") or {}).get("won"))
+
+    @property
+    def beats_rule(self) -> bool:
+        """An accepted record that is, or was confirmed no slower than, the rule-based
+        schedule (what the tuned-kernel cache may store)."""
+        if not self.accepted or self.version == "1.0" or self.trial < 0:
+            return self.accepted
+        return bool((self.extra.get("confirm") or {}).get("beats_rule"))
 
     def to_json(self) -> str:
         d = {k: getattr(self, k) for k in _FIELDS}

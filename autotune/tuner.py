@@ -48,6 +48,7 @@ from .cost_model import CostModel
 from .features import features
 from .measure import Measurer
 from .space import SearchSpace
+from .timing import block_runs
 from .workloads import bind_sizes as _sizes
 
 
@@ -68,6 +69,9 @@ class TrialRecord:
     timestamp: float = field(default_factory=time.time)
     predicted: float | None = None
     features: list[float] | None = None
+    #: the interleaved comparison that decided whether it became the best (``confirm``):
+    #: every timed run per label (``candidate``, ``best``, ``rule-based``) and ``won``
+    confirm: dict[str, Any] | None = None
 
 
 @dataclass
@@ -88,6 +92,9 @@ class TuningResult:
     #: median seconds of the heuristic schedule measured before the search (``inf``: not
     #: measured, ``heuristic="off"`` or a resumed study, or it failed)
     heuristic_seconds: float = float("inf")
+    #: the best schedule beat the rule-based schedule in an interleaved comparison (or is it,
+    #: or there was none to compare with); the cache is written only when True
+    confirmed: bool = False
 
     @property
     def best_schedule(self) -> Schedule | None:
@@ -103,12 +110,18 @@ class TuningResult:
         return sum(1 for r in self.history if r.state == "failed")
 
     def best_so_far(self) -> list[float]:
-        """Best median seconds after each proposal (``inf`` until one succeeds)."""
+        """Median seconds of the accepted best after each proposal (``inf`` until one is): the
+        rule-based seed, or a candidate that won its interleaved confirmation."""
         out, best = [], float("inf")
         for r in self.history:
-            best = min(best, r.seconds)
+            if r.state == "measured" and (r.number < 0 or (r.confirm or {}).get("won")):
+                best = r.seconds
             out.append(best)
         return out
+
+
+#: interleaved rounds that confirm a new best (``confirm_best``; 3 for kernels of >= 50 ms)
+CONFIRM_ROUNDS = 5
 
 
 def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -218,11 +231,13 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     model = CostModel(seed=seed) if cost_model == "gbt" else None
     rng = np.random.default_rng(seed + offset)
     state: dict[str, Any] = {"best": float("inf"), "trace": None, "baseline": float("inf"),
-                             "duplicates": 0}
+                             "duplicates": 0, "rule": None, "beats_rule": False,
+                             "best_result": None}
     resumed = sum(r.state in ("measured", "failed") and r.trial >= 0 for r in earlier)
     for r in earlier:
-        if r.ok and r.seconds is not None and r.seconds < state["best"]:
+        if r.accepted and r.seconds is not None and r.seconds < state["best"]:
             state["best"], state["trace"] = r.seconds, r.trace
+            state["beats_rule"] = r.beats_rule
     if model is not None:
         for r in [*earlier, *(transfer or [])]:
             feats = r.extra.get("features")
@@ -237,11 +252,12 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             writer.write(TuningRecord(
                 workload=workload, target=target, schedule=json.loads(rec.trace),
                 state=rec.state, seconds=rec.seconds if np.isfinite(rec.seconds) else None,
-                times=[float(f"{t:.4g}") for t in rec.times], predicted=rec.predicted,
+                times=[float(t) for t in rec.times], predicted=rec.predicted,
                 trial=rec.number,
                 compile_seconds=rec.compile_seconds, timestamp=rec.timestamp, error=rec.error,
                 study=name if storage is not None else None,
-                extra={"features": rec.features} if rec.features is not None else {}))
+                extra={k: v for k, v in (("features", rec.features), ("confirm", rec.confirm))
+                       if v is not None}))
         if progress is not None:
             progress(rec, state["best"])
 
@@ -281,10 +297,13 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                     censored = deadline
                     res.error = (f"timeout: cut off after {deadline:.2f} s (over 100x the best "
                                  f"time); told to the search as a lower bound")
+                confirm = None
                 if res.error is None and res.seconds < best:
                     check = m.run(trace, comp, verify=True, timeout=max(limit, 600.0))
                     if check.verified is not True:
                         res.error = check.error or "result differs from the NumPy reference"
+                    else:
+                        confirm = confirm_best(res)
                 fl = [float(x) for x in fv]
                 if censored is not None:
                     study.tell(trial, censored)
@@ -301,14 +320,50 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                 else:
                     study.tell(trial, res.seconds)
                     rec = TrialRecord(trial.number, trace, "measured", res.seconds, res.times,
-                                      res.compile_seconds, predicted=pred, features=fl)
+                                      res.compile_seconds, predicted=pred, features=fl,
+                                      confirm=confirm)
                     if model is not None:
                         model.add(fv, res.seconds)
-                    if res.seconds < best:
+                    if confirm is not None and confirm["won"]:
                         state["best"], state["trace"] = res.seconds, trace
-                        state["object"], state["signature"] = res.object_code, res.signature
+                        state["best_result"] = res
+                        state["beats_rule"] = confirm["beats_rule"]
                 emit(rec)
             return done
+
+        def confirm_best(res: Any) -> dict[str, Any]:
+            """Re-measure a verified candidate that screened faster than the best, interleaved
+            with the best and the rule-based schedule in the run worker (A/B rounds: the same
+            conditions for all). It wins when its median is below the best's, and below the
+            rule-based schedule's too unless ``heuristic="bound"``; its screening median (the
+            protocol every candidate is measured with) then becomes the best time. A failed
+            comparison is a loss."""
+            kernels = {"candidate": res}
+            if state["best_result"] is not None:
+                kernels["best"] = state["best_result"]
+            if state["rule"] is not None and state["rule"] is not state["best_result"]:
+                kernels["rule-based"] = state["rule"]
+            if len(kernels) == 1:  # nothing to compare with: the first success wins
+                return {"won": True, "beats_rule": True}
+            slowest = max(res.seconds, *(k.seconds for k in kernels.values()))
+            runs = block_runs(slowest)
+            rounds = CONFIRM_ROUNDS if slowest < 0.05 else 3
+            work = rounds * (runs + 1) * len(kernels) * slowest
+            comp = m.compare(kernels, rounds=rounds, runs=runs,
+                             timeout=max(timeout_floor, 20 * work + 10))
+            med = {label: comp.median(label) for label in kernels}
+            # the rule-based schedule's time: its own label, or the best's when it is the best
+            rule = med.get("rule-based", med.get("best", float("inf")))
+            beats_rule = state["rule"] is None or med["candidate"] < rule
+            others = [v for k, v in med.items() if k != "candidate"
+                      and (k != "rule-based" or heuristic != "bound")]
+            won = comp.error is None and med["candidate"] < min(others, default=float("inf"))
+            out = {"won": bool(won), "beats_rule": bool(beats_rule), "rounds": rounds,
+                   "runs": runs, "times": {k: [float(t) for t in v] for k, v in comp.times.items()},
+                   "medians": {k: v if np.isfinite(v) else None for k, v in med.items()}}
+            if comp.error is not None:
+                out["error"] = comp.error
+            return out
 
         def prune(trial: Any, s: Schedule, why: str) -> None:
             seen.add(s.to_json())
@@ -374,13 +429,15 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                 (comp,) = m.compile_many([hs.to_json()])
                 res = m.run("heuristic", comp, timeout=timeout_floor, verify=True)
                 state["baseline"] = res.seconds
+                if res.error is None and res.verified:
+                    state["rule"] = res
                 if heuristic == "seed" and res.error is None and res.verified:
                     fv = features(lower(output, hs), sizes)
                     if model is not None:
                         model.add(fv, res.seconds)
                     state["best"], state["trace"] = res.seconds, hs.to_json()
                     seen.add(hs.to_json())
-                    state["object"], state["signature"] = res.object_code, res.signature
+                    state["best_result"], state["beats_rule"] = res, True
                     point = space.point(hs) if hasattr(space, "point") else None
                     if point is not None:
                         # the rule-based schedule as a point of the space: a completed trial
@@ -438,14 +495,18 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             if writer is not None:
                 writer.close()
     result = TuningResult(output, state["trace"], state["best"], history, interrupted, resumed,
-                          heuristic_seconds=state["baseline"])
-    if cache and state["trace"] is not None:
+                          heuristic_seconds=state["baseline"], confirmed=state["beats_rule"])
+    if cache and state["trace"] is not None and state["beats_rule"]:
         from .cache import CacheEntry, KernelCache
+
+        best_res = state["best_result"]
 
         kc = KernelCache() if cache is True else cache
         entry = CacheEntry(workload["key"], workload["name"], workload["sizes"],
                            workload["shapes"], workload["dtypes"], target, state["trace"],
-                           float(state["best"]), state.get("signature"), state.get("object"))
+                           float(state["best"]),
+                           None if best_res is None else best_res.signature,
+                           None if best_res is None else best_res.object_code)
         result.cache_entry = entry
         result.cache_updated = kc.put(entry)
         if kc is not cache:

@@ -3,10 +3,11 @@
 Started as a fresh interpreter (not ``multiprocessing``), so it never re-imports the user's main
 script: ``tl.autotune`` works from a plain script, a notebook or the REPL. Protocol: 8-byte
 little-endian length + pickle, both ways; the first message is the setup
-``(role, output, shapes, sizes, hook, arrays or None)``; a ``"compile"`` worker then answers each schedule trace
-with a ``MeasureResult`` holding object code, a ``"run"`` worker answers each
-``(trace, object_code, signature, repeats, min_seconds, verify, budget)`` with a timed
-``MeasureResult``; ``None`` ends the process. The real stdout is kept for the
+``(role, output, shapes, sizes, hook, arrays or None)``; a ``"compile"`` worker then answers each
+schedule trace with a ``MeasureResult`` holding object code; a ``"run"`` worker answers each
+``("run", trace, object_code, signature, repeats, min_seconds, verify, budget)`` with a timed
+``MeasureResult`` and each ``("compare", [(label, object_code, signature), ...], rounds, runs)``
+with a ``CompareResult`` (interleaved blocks); ``None`` ends the process. The real stdout is kept for the
 protocol and file descriptor 1 is pointed at stderr, so nothing printed (by Python or native code)
 can corrupt it.
 """

@@ -54,6 +54,8 @@ MAX_STACK_BYTES = 64 * 1024
 HUGE_ALLOC_MIN = 4 << 20
 HUGE_PAGE_BYTES = 2 << 20
 MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux
+#: a parallel loop is cut into about this many chunks per thread, claimed dynamically
+CHUNKS_PER_THREAD = 4
 _FLOAT_FLAGS = ("contract",)
 _REDUCE_FLAGS = ("reassoc", "contract")
 
@@ -693,13 +695,14 @@ class CodeGen:
         for a, k in zip(impl.args, ptr_names):
             a.name = k
             a.add_attribute("noalias")
-        # -- caller: closure = [ptrs..., ints..., min, extent, status] as i64 ---------------------
-        nslots = len(ptr_names) + len(int_names) + 3
+        # -- caller: closure = [ptrs..., ints..., min, extent, status, next] as i64 ---------------
+        nslots = len(ptr_names) + len(int_names) + 4
         closure = self.allocas.alloca(ir.ArrayType(I64, nslots), name=f"closure{self._outlined}")
         slots = [b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)]) for k in range(nslots)]
         vals = [b.ptrtoint(self.ptrs[k], I64) for k in ptr_names]
         vals += [self.sizes[k] if kind == "size" else self.vars[k] for kind, k in int_names]
-        vals += [self.expr(s.min), self.expr(s.extent), ir.Constant(I64, 0)]
+        lo0 = self.expr(s.min)
+        vals += [lo0, self.expr(s.extent), ir.Constant(I64, 0), lo0]
         for slot, v in zip(slots, vals):
             b.store(v, slot)
         tramp = self._trampoline(impl, ptr_types, len(int_names), nslots)
@@ -707,7 +710,7 @@ class CodeGen:
                               [tramp.type, I8.as_pointer(), I32, I32])
         b.call(gomp, [tramp, b.bitcast(closure, I8.as_pointer()),
                       ir.Constant(I32, self.num_threads), ir.Constant(I32, 0)])
-        status = b.load(slots[-1])
+        status = b.load(slots[-2])
         with b.if_then(b.icmp_signed("!=", status, ir.Constant(I64, 0)), likely=False):
             self.free_all()
             b.ret(b.trunc(status, I32))
@@ -737,27 +740,44 @@ class CodeGen:
 
     def _trampoline(self, impl: ir.Function, ptr_types: list, n_ints: int,
                     nslots: int) -> ir.Function:
+        """The function every pool thread runs: it claims chunks of the loop from a shared
+        counter (``atomicrmw add`` on the closure's ``next`` slot) until none are left, and runs
+        ``impl`` on each. Dynamic claiming, as Halide's thread pool does, instead of one fixed
+        share per thread: a thread the OS deschedules (another process on its core) delays only
+        the chunk it holds, and the others take the rest; ``CHUNKS_PER_THREAD`` chunks per
+        thread keep the claims' cost (one atomic add each) negligible."""
         m = self.module
         tramp = ir.Function(m, ir.FunctionType(ir.VoidType(), [I8.as_pointer()]),
                             name=f"{impl.name}.tramp")
         tramp.linkage = "internal"
-        b = ir.IRBuilder(tramp.append_basic_block("entry"))
+        entry = tramp.append_basic_block("entry")
+        head = tramp.append_basic_block("claim")
+        body = tramp.append_basic_block("run")
+        done = tramp.append_basic_block("done")
+        b = ir.IRBuilder(entry)
         arr = b.bitcast(tramp.args[0], ir.ArrayType(I64, nslots).as_pointer())
         slot = [b.gep(arr, [ir.Constant(I32, 0), ir.Constant(I32, k)]) for k in range(nslots)]
         args = [b.inttoptr(b.load(slot[k]), t) for k, t in enumerate(ptr_types)]
         args += [b.load(slot[len(ptr_types) + k]) for k in range(n_ints)]
         base = len(ptr_types) + n_ints
         mn, ext = b.load(slot[base]), b.load(slot[base + 1])
-        tid = b.sext(b.call(self.intrinsic("omp_get_thread_num", I32, []), []), I64)
+        status, nxt = slot[base + 2], slot[base + 3]
         nt = b.sext(b.call(self.intrinsic("omp_get_num_threads", I32, []), []), I64)
-        size = b.sdiv(b.sub(b.add(ext, nt), ir.Constant(I64, 1)), nt)
-        lo = b.add(mn, b.mul(tid, size))
+        pieces = b.mul(nt, ir.Constant(I64, CHUNKS_PER_THREAD))
+        grain = b.sdiv(b.sub(b.add(ext, pieces), ir.Constant(I64, 1)), pieces)
+        grain = self.call_intrinsic("smax", grain, ir.Constant(I64, 1), builder=b)
         end = b.add(mn, ext)
-        hi = self.call_intrinsic("smin", b.add(lo, size), end, builder=b)
-        with b.if_then(b.icmp_signed("<", lo, hi)):
-            rc = b.call(impl, args + [lo, hi])
-            with b.if_then(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), likely=False):
-                b.store_atomic(b.sext(rc, I64), slot[-1], "monotonic", 8)
+        b.branch(head)
+        b.position_at_end(head)
+        lo = b.atomic_rmw("add", nxt, grain, "monotonic")
+        b.cbranch(b.icmp_signed("<", lo, end), body, done)
+        b.position_at_end(body)
+        hi = self.call_intrinsic("smin", b.add(lo, grain), end, builder=b)
+        rc = b.call(impl, args + [lo, hi])
+        with b.if_then(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), likely=False):
+            b.store_atomic(b.sext(rc, I64), status, "monotonic", 8)
+        b.branch(head)
+        b.position_at_end(done)
         b.ret_void()
         return tramp
 

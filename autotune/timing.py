@@ -1,0 +1,115 @@
+"""Timing protocols that survive a shared machine: summary statistics of raw times, and
+interleaved A/B rounds that compare several kernels under the same conditions.
+
+Why interleave: on a machine other processes use, a kernel's time depends on when it ran -- a
+parallel kernel whose pool thread is descheduled mid-chunk waits a whole scheduler quantum, and
+a VM can run 2x slower for minutes. Two kernels timed one after the other can swap ranks; the
+same two timed in alternating blocks see the same conditions, so their *ratio* holds even when
+their times do not. The tuner confirms every new best this way against the current best and the
+rule-based schedule before it accepts it (``tuner.py``), and ``tensorlang bench`` / the tuning
+summary time tensorlang and NumPy this way. See also: Chen and Revels, "Robust benchmarking
+in noisy environments" (arXiv:1608.04295, 2016), Triton's ``do_bench``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+#: seconds to pause after a contender that leaves spinning threads behind (NumPy's OpenBLAS
+#: pool busy-waits after each call; a parallel kernel timed right after it runs up to 3x slower
+#: for its first ~0.1 s, measured on the development machine), before the next block starts
+SETTLE_SECONDS = 0.2
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of raw times in seconds: count, median, quartiles (IQR = ``q3 - q1``), extremes.
+
+    ``Stats.of([])`` has ``n == 0`` and every statistic ``inf``."""
+
+    n: int
+    median: float
+    q1: float
+    q3: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, times: Iterable[float]) -> Stats:
+        ts = sorted(float(t) for t in times)
+        if not ts:
+            inf = float("inf")
+            return cls(0, inf, inf, inf, inf, inf)
+        if len(ts) == 1:
+            return cls(1, ts[0], ts[0], ts[0], ts[0], ts[0])
+        q1, _, q3 = statistics.quantiles(ts, n=4, method="inclusive")
+        return cls(len(ts), statistics.median(ts), q1, q3, ts[0], ts[-1])
+
+    @property
+    def iqr(self) -> float:
+        """Interquartile range in seconds."""
+        return self.q3 - self.q1
+
+    def spread(self) -> str:
+        """``"IQR a-b ms, min-max c-d ms"`` for tables (milliseconds)."""
+        if self.n == 0:
+            return "-"
+        return (f"IQR {self.q1 * 1e3:.3f}-{self.q3 * 1e3:.3f} ms, "
+                f"min-max {self.min * 1e3:.3f}-{self.max * 1e3:.3f} ms")
+
+    def to_dict(self) -> dict[str, float | int]:
+        return {"n": self.n, "median": self.median, "q1": self.q1, "q3": self.q3,
+                "min": self.min, "max": self.max}
+
+
+def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
+                runs: int = 3, warmup: int = 1, settle: Iterable[str] = (),
+                settle_seconds: float = SETTLE_SECONDS,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Time several callables in alternating blocks; returns every timed run per label (seconds).
+
+    Each of ``rounds`` rounds runs one block per contender, in an order rotated by one each
+    round (so no contender always follows the same other); a block is ``warmup`` untimed runs
+    (caches and pool threads warm again after the other contenders) and ``runs`` timed runs.
+    After a block of a label in ``settle`` (a contender with threads of its own that spin after
+    it returns, e.g. NumPy's BLAS) the protocol sleeps ``settle_seconds`` so they do not share
+    the CPU with the next block.
+
+    Args:
+        contenders: label -> a callable running one call of the kernel (its result is ignored).
+        rounds, runs, warmup: the protocol's shape; ``rounds * runs`` timed runs per label.
+
+    Raises:
+        ValueError: no contenders, or ``rounds`` / ``runs`` below 1.
+    """
+    if not contenders:
+        raise ValueError("interleaved() needs at least one contender")
+    if rounds < 1 or runs < 1:
+        raise ValueError(f"rounds and runs must be >= 1, got rounds={rounds}, runs={runs}")
+    labels = list(contenders)
+    settle = set(settle)
+    times: dict[str, list[float]] = {k: [] for k in labels}
+    for r in range(rounds):
+        k0 = r % len(labels)
+        for label in labels[k0:] + labels[:k0]:
+            fn = contenders[label]
+            for _ in range(warmup):
+                fn()
+            for _ in range(runs):
+                t0 = clock()
+                fn()
+                times[label].append(clock() - t0)
+            if label in settle and len(labels) > 1:
+                time.sleep(settle_seconds)
+    return times
+
+
+def block_runs(seconds: float, block_seconds: float = 0.01, cap: int = 50) -> int:
+    """Timed runs per block so that a block lasts about ``block_seconds`` (at least 2 runs, at
+    most ``cap``) for a kernel of ``seconds`` per call."""
+    if not seconds > 0 or seconds == float("inf"):
+        return 2
+    return max(2, min(cap, int(block_seconds / seconds + 0.999)))

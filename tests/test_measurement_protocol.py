@@ -1,0 +1,111 @@
+"""The measurement protocol: summary statistics, interleaved A/B rounds in the run worker, and
+the tuner's rule that a candidate becomes the best (and is cached) only after it wins an
+interleaved comparison with the best and the rule-based schedule -- with a CPU hog injected."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import optuna
+import pytest
+from algorithms import matmul
+from tuning_helpers import SerialRuleSpace, hog_during_rule_based
+
+import tensorlang as tl
+from autotune.cache import KernelCache
+from autotune.heuristic import heuristic_schedule
+from autotune.measure import Measurer
+from autotune.timing import Stats, block_runs, interleaved
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_stats_of_raw_times():
+    st = Stats.of([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (st.n, st.median, st.q1, st.q3, st.min, st.max) == (5, 3.0, 2.0, 4.0, 1.0, 5.0)
+    assert st.iqr == 2.0 and "IQR 2000.000-4000.000 ms" in st.spread()
+    assert Stats.of([0.5]).median == 0.5 and Stats.of([0.5]).iqr == 0.0
+    empty = Stats.of([])
+    assert empty.n == 0 and empty.median == float("inf") and empty.spread() == "-"
+
+
+def test_interleaved_rotates_the_order_and_times_every_block():
+    calls: list[str] = []
+    ticks = iter(range(10**6))
+    out = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
+                       "c": lambda: calls.append("c")}, rounds=3, runs=2, warmup=1,
+                      settle=("b",), settle_seconds=0.0, clock=lambda: float(next(ticks)))
+    # each block: 1 warm-up + 2 timed calls; the first contender rotates each round
+    assert "".join(calls) == "aaabbbccc" + "bbbcccaaa" + "cccaaabbb"
+    assert {k: len(v) for k, v in out.items()} == {"a": 6, "b": 6, "c": 6}
+    assert all(t == 1.0 for v in out.values() for t in v)
+    with pytest.raises(ValueError, match="at least one"):
+        interleaved({})
+    with pytest.raises(ValueError, match="rounds and runs"):
+        interleaved({"a": lambda: None}, rounds=0)
+
+
+@pytest.mark.parametrize("seconds,expected", [(1e-6, 50), (0.004, 3), (0.5, 2),
+                                               (float("inf"), 2), (0.0, 2)])
+def test_block_runs(seconds, expected):
+    assert block_runs(seconds) == expected
+
+
+def test_measurer_compares_kernels_interleaved_in_the_run_worker():
+    out, _ = matmul()
+    sizes = {"M": 40, "N": 48, "K": 32}
+    shapes = {"A": (40, 32), "B": (32, 48)}
+    naive, fast = tl.Schedule(out), heuristic_schedule(out, sizes)
+    with Measurer(out, sizes, shapes, repeats=1, min_seconds=0.0) as m:
+        a, b = m.compile_many([naive.to_json(), fast.to_json()])
+        comp = m.compare({"naive": a, "fast": b}, rounds=3, runs=4)
+        assert comp.error is None
+        assert {k: len(v) for k, v in comp.times.items()} == {"naive": 12, "fast": 12}
+        assert all(t > 0 for v in comp.times.values() for t in v)
+        assert comp.median("naive") > comp.median("fast")
+        bad = m.compare({"naive": a, "none": type(a)()})
+        assert bad.error == "no object code for none" and bad.median("naive") == float("inf")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or (os.cpu_count() or 1) < 2,
+                    reason="needs Linux CPU affinity and >= 2 CPUs")
+def test_a_slower_candidate_is_never_cached_as_best_under_a_cpu_hog(tmp_path):
+    # The rule-based schedule (parallel, vectorized) is screened beside three busy-looping
+    # processes on its CPU, so its screening time is inflated; every candidate of the space is
+    # the same schedule without its parallel loop, truly slower on >= 2 CPUs. Candidates that screen faster than the inflated
+    # time must lose their interleaved confirmation: the rule-based schedule stays the best
+    # and is what the cache holds.
+    out, _ = matmul()
+    n = 256
+    sizes = {"M": n, "N": n, "K": n}
+    space = SerialRuleSpace(out, sizes, {"A": (n, n), "B": (n, n)})
+    cache = KernelCache(tmp_path / "kernels.sqlite")
+    log = tmp_path / "log.jsonl"
+    res = tl.autotune(out, sizes, trials=5, space=space, sampler="random", seed=0,
+                      cost_model="none", repeats=5, min_seconds=0.02,
+                      measure_hook=hog_during_rule_based, cache=cache, log=str(log))
+    rule = heuristic_schedule(out, sizes).to_json()
+    screened_faster = [r for r in res.history if r.number >= 0 and r.state == "measured"
+                       and r.seconds < res.heuristic_seconds]
+    assert screened_faster, ("the injected hog did not inflate the rule-based schedule's "
+                             f"screening ({res.heuristic_seconds * 1e3:.3f} ms)")
+    for r in screened_faster:
+        # the interleaved rounds saw the truth: it lost to the rule-based schedule
+        assert r.confirm is not None and r.confirm["won"] is False
+    assert res.best_trace == rule and res.confirmed
+    (entry,) = list(cache.entries())
+    assert entry.trace == rule
+    # the log keeps every raw time of the comparison, and 'show' takes the accepted best
+    from autotune.records import read_records
+
+    recs = read_records(log)
+    assert [r.trial for r in recs if r.accepted] == [-1]
+    confirmed = [r for r in recs if "confirm" in r.extra]
+    assert confirmed and all(len(r.extra["confirm"]["times"]["candidate"]) ==
+                             r.extra["confirm"]["rounds"] * r.extra["confirm"]["runs"]
+                             for r in confirmed)
+    kern = tl.compile(out, res.best_schedule)
+    x = np.random.default_rng(0).random((n, n), dtype=np.float32)
+    np.testing.assert_allclose(kern(x, x), x @ x, rtol=1e-4)
