@@ -111,6 +111,25 @@ def _ops(e: Expr) -> int:
     return sum(1 for n in walk(e) if isinstance(n, (BinOp, Call)) and not n.dtype.is_int)
 
 
+def store_counts(f: LoweredFunc, sizes: dict[str, int]) -> dict[str, float]:
+    """Executed stores per buffer of a lowered kernel at ``sizes`` (loop extents evaluated as
+    ``features`` does: a tail at its full tile, of an if only the first branch)."""
+    counts: dict[str, float] = {}
+
+    def go(s, mult: float, env: dict[str, int]) -> None:
+        if isinstance(s, LetStmt):
+            env = {**env, s.var: _extent(s.value, sizes, env)}
+        if isinstance(s, For):
+            mult *= max(1, _extent(s.extent, sizes, env))
+        if isinstance(s, Store):
+            counts[s.buffer] = counts.get(s.buffer, 0.0) + mult
+        for c in ((s.then,) if isinstance(s, IfThenElse) else child_stmts(s)):
+            go(c, mult, env)
+
+    go(f.body, 1.0, {})
+    return counts
+
+
 def features(f: LoweredFunc, sizes: dict[str, int], threads: int | None = None) -> np.ndarray:
     """The feature vector (float64, ``len(FEATURE_NAMES)``) of a lowered kernel at ``sizes``."""
     threads = threads or os.cpu_count() or 1

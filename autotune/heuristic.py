@@ -5,8 +5,10 @@ Rules, per Func from the output backwards (Halide's "inline cheap pointwise prod
 reductions at root" starting point, Ragan-Kelley et al. PLDI 2013; the register tile of
 TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 
-- a pointwise Func with a single pointwise reader is inlined; every other Func is computed at
-  root (inlined into a reduction it would be recomputed on every reduction iteration: conv2d's
+- a pointwise Func with a single pointwise reader is inlined, unless the inlined expression of
+  the Func it ends up in would exceed ``MAX_INLINE_NODES`` nodes (a chain of 5x5 stencils
+  inlined into each other grows 25-fold per stage); every other Func is computed at root
+  (inlined into a reduction it would be recomputed on every reduction iteration: conv2d's
   padding would be evaluated 9 x CI times per output);
 - a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
   innermost pure Var split by two native vectors (``ShiftInwards``), vectorized by one native
@@ -21,7 +23,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
   a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
   stays in cache; no recomputation, since each iteration needs a different slice); it then gets
-  no parallel loop of its own;
+  no parallel loop of its own. The placement is kept only if the Func's stores executed in the
+  lowered nest stay within ``MAX_RECOMPUTE`` times those of computing it at root (a Func the
+  output reads whole, e.g. PolyBench gemver's ``x`` read as ``x[j]`` by every row, would be
+  recomputed once per row block);
 - the outermost pure loop with at least two iterations runs in parallel.
 
 Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
@@ -40,6 +45,10 @@ from tensorlang.pipeline import Pipeline
 
 ACCUMULATORS = 16  # vector registers a register tile accumulates in (of 32 on AVX-512)
 MAX_TILE_VECTORS = 4
+#: the largest expression (nodes, counted as a tree) that inlining may build in one Func
+MAX_INLINE_NODES = 512
+#: the most a compute_at placement may multiply a Func's executed stores over computing it at root
+MAX_RECOMPUTE = 2.0
 
 
 def lanes(f: Func) -> int:
@@ -56,6 +65,14 @@ def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
         ShapeError: the sizes do not fit the algorithm.
     """
 
+    # each stage's variants are proven legal as they are chosen; lowering (the slow part on long
+    # pipelines: the whole nest each time) is checked once at the end, and only if the result
+    # does not lower is every variant lowered as it is chosen
+    s = _build(output, sizes, lower_each=False)
+    return s if _lowers(output, s) else _build(output, sizes, lower_each=True)
+
+
+def _build(output: Func, sizes: dict[str, int], lower_each: bool) -> Schedule:
     from .space import SearchSpace
 
     space = SearchSpace(output, sizes)
@@ -69,23 +86,66 @@ def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
             reader = p.func(readers[0].split(".update(")[0]) if len(readers) == 1 else None
             if d.reduce_op is None and not f.updates and reader is not None \
                     and not reader.definition.rvars:  # type: ignore[union-attr]
-                s = _try(s, lambda t, f=f: t[f].compute_inline()) or s
-                if s.states[f.name].compute.kind == "inline":
+                t = _try(s, lambda t, f=f: t[f].compute_inline())
+                if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES:
+                    s = t
                     continue
             row = _row_loop(s, output, f, readers)
             if row is not None:
                 t = _try(s, lambda t, f=f, row=row: t[f].compute_at(t[output], row))
-                if t is not None and _lowers(output, t):
+                if t is not None and recompute_factor(output, f, s, t, sizes) <= MAX_RECOMPUTE:
                     s = t
         nested = s.states[f.name].compute.kind == "at"
         for variant in ("full", "guard", "simple", "parallel"):
             t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(t, f, v, space, lanes(f), n))
             if t is None:
                 continue
-            if _lowers(output, t):
+            if not lower_each or _lowers(output, t):
                 s = t
                 break
     return s
+
+
+def inlined_nodes(p: Pipeline, s: Schedule) -> int:
+    """The largest expression, in nodes counted as a tree, of any Func that ``s`` does not
+    inline, with every inlined Func it reads substituted (computed without building it)."""
+    from tensorlang.expr import Access, walk
+
+    memo: dict[str, int] = {}
+
+    def size(f: Func) -> int:
+        if f.name not in memo:
+            d = f.definition
+            assert d is not None
+            total = 0
+            for value in (d.value, *(u.value for u in f.updates)):
+                for n in walk(value):
+                    g = p.func(n.name) if isinstance(n, Access) and n.name in s.states else None
+                    inline = g is not None and s.states[g.name].compute.kind == "inline"
+                    total += size(g) if inline else 1  # type: ignore[arg-type]
+            memo[f.name] = total
+        return memo[f.name]
+
+    return max((size(f) for f in p.funcs if s.states[f.name].compute.kind != "inline"),
+               default=0)
+
+
+def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
+                     sizes: dict[str, int]) -> float:
+    """How many times more stores of ``f`` the lowered nest of ``after`` executes than that of
+    ``before`` (where ``f`` is computed at root) at these sizes: 1.0 when a placement computes
+    each point once, the number of host iterations when every iteration needs all of ``f``;
+    ``inf`` when ``after`` does not lower."""
+    from schedule.lower import lower
+
+    from .features import store_counts
+
+    try:
+        now = store_counts(lower(output, after), sizes).get(f.name, 0.0)
+    except ScheduleError:
+        return float("inf")
+    was = store_counts(lower(output, before), sizes).get(f.name, 0.0)
+    return now / was if was else (1.0 if not now else float("inf"))
 
 
 def _lowers(output: Func, s: Schedule) -> bool:
@@ -126,7 +186,7 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
 
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
     """``s`` with ``apply`` done on a copy, if that succeeds and is proven legal."""
-    t = Schedule.from_json(s.output, s.to_json())
+    t = s.copy()
     try:
         apply(t)
     except ScheduleError:

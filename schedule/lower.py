@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import OrderedDict
 from typing import Callable
 
 from tensorlang.errors import ScheduleError
@@ -80,6 +81,10 @@ def lower(output: Func | Pipeline, schedule: Schedule | None = None) -> LoweredF
         states = schedule.states
         view = schedule.view
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
+    key = (p.workload_key(), None if schedule is None else schedule.to_json())
+    if not dump and key in _RECENT:
+        _RECENT.move_to_end(key)
+        return _RECENT[key]
     f = realize(view or p, states)
     if dump:
         print(f"--- after realize ---\n{f}", file=sys.stderr)
@@ -87,4 +92,13 @@ def lower(output: Func | Pipeline, schedule: Schedule | None = None) -> LoweredF
         f = run(f)
         if dump:
             print(f"--- after {name} ---\n{f}", file=sys.stderr)
+    _RECENT[key] = f
+    if len(_RECENT) > RECENT_LOWERINGS:
+        _RECENT.popitem(last=False)
     return f
+
+
+#: lowered kernels kept per process, by (workload key, schedule trace): the IR is immutable and
+#: lowering is deterministic, so ``tl.compile(F, "auto")`` reuses the heuristic's last lowering
+RECENT_LOWERINGS = 8
+_RECENT: OrderedDict[tuple[str, str | None], LoweredFunc] = OrderedDict()

@@ -68,6 +68,15 @@ class Schedule:
         self.steps: list[Step] = []
         self.states: dict[str, StageState] = default_states(list(self.pipeline.funcs))
 
+    def copy(self) -> Schedule:
+        """An independent copy: the same trace and stage states (copied), sharing the pipeline.
+        Equivalent to ``Schedule.from_json(output, s.to_json())`` without replaying the trace."""
+        t = Schedule.__new__(Schedule)
+        t.pipeline, t.view, t.output = self.pipeline, self.view, self.output
+        t.steps = list(self.steps)
+        t.states = copy.deepcopy(self.states)
+        return t
+
     def __getitem__(self, f: Func | str) -> Stage:
         name = f.name if isinstance(f, Func) else f
         if name not in self.states:

@@ -120,8 +120,13 @@ class Pipeline:
         return "\n".join(parts)
 
     def workload_key(self) -> str:
-        """SHA-256 (hex) of :meth:`canonical`: equal for the same algorithm in any process."""
-        return hashlib.sha256(self.canonical().encode()).hexdigest()
+        """SHA-256 (hex) of :meth:`canonical`: equal for the same algorithm in any process.
+        Memoized per pipeline while no Func gains a definition or an update."""
+        stamp = tuple((id(f.definition), len(f.updates)) for f in self.funcs)
+        cached = self.__dict__.get("_key")
+        if cached is None or cached[0] != stamp:
+            cached = self._key = (stamp, hashlib.sha256(self.canonical().encode()).hexdigest())
+        return cached[1]
 
     # -- binding -------------------------------------------------------------------------------
     def bind(self, shapes: Mapping[str, tuple[int, ...]], given: Mapping[str, int] | None = None,

@@ -1,0 +1,113 @@
+"""The rule-based schedule is never a trap: it does not recompute a producer whose region is far
+larger than its consumer's tile, and it stops inlining before an expression explodes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import tensorlang as tl
+from autotune.features import store_counts
+from autotune.heuristic import (
+    MAX_INLINE_NODES,
+    MAX_RECOMPUTE,
+    heuristic_schedule,
+    inlined_nodes,
+    recompute_factor,
+)
+from schedule.lower import lower
+
+
+def gemver():
+    """PolyBench gemver's three steps (float64): A_hat = A + u1 v1^T + u2 v2^T,
+    x = beta A_hat^T y + z, w = alpha A_hat x."""
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    u1, v1, u2, v2, y, z = (tl.Input(n, (N,), tl.float64)
+                            for n in ("u1", "v1", "u2", "v2", "y", "z"))
+    i, j = tl.vars("i j")
+    Ah = tl.Func("Ah")
+    Ah[i, j] = A[i, j] + u1[i] * v1[j] + u2[i] * v2[j]
+    x = tl.Func("x")
+    x[i] = 1.2 * tl.sum(Ah[j, i] * y[j]) + z[i]
+    w = tl.Func("w")
+    w[i] = 1.5 * tl.sum(Ah[i, j] * x[j])
+    return w, x
+
+
+def gemver_numpy(a):
+    ah = a["A"] + np.outer(a["u1"], a["v1"]) + np.outer(a["u2"], a["v2"])
+    x = 1.2 * ah.T @ a["y"] + a["z"]
+    return 1.5 * ah @ x
+
+
+def stencil_chain(stages: int):
+    """Halide's stencil_chain: ``stages`` 5x5 box filters, each reading the previous one."""
+    H, W = tl.sizes("H W")
+    In = tl.Input("In", (H, W), tl.float32)
+    y, x = tl.vars("y x")
+    prev = In
+    for k in range(stages):
+        f = tl.Func(f"s{k}")
+        acc = None
+        for dy in range(-2, 3):
+            for dx in range(-2, 3):
+                acc = prev[y + dy, x + dx] if acc is None else acc + prev[y + dy, x + dx]
+        f[y, x] = acc * (1.0 / 25)
+        prev = f
+    return prev
+
+
+def test_gemver_producers_read_whole_are_not_recomputed_per_row_block():
+    w, x = gemver()
+    n = 37
+    sizes = {"N": n}
+    s = heuristic_schedule(w, sizes)
+    # x is read as x[j] by every row of w: computed at w's row loop it would be recomputed
+    # (with its N^2 reduction) once per row block
+    assert s.states["x"].compute.kind == "root"
+    at_rows = s.copy()
+    at_rows["x"].compute_at(at_rows[w], s.states["w"].loops[0])
+    assert recompute_factor(w, x, s, at_rows, sizes) > MAX_RECOMPUTE
+    rng = np.random.default_rng(0)
+    a = {"A": rng.random((n, n)), **{k: rng.random(n) for k in ("u1", "v1", "u2", "v2", "y", "z")}}
+    kern = tl.compile(w, s)
+    np.testing.assert_allclose(kern(**a), gemver_numpy(a), rtol=1e-10)
+
+
+def test_a_row_producer_is_still_computed_per_row():
+    # softmax's exp per row: each row of the output needs its own row of e, computed once
+    from autotune.workloads import softmax
+
+    out = softmax()
+    s = heuristic_schedule(out, {"R": 64, "S": 67})
+    assert s.states["e"].compute.kind == "at"
+    counts = store_counts(lower(out, s), {"R": 64, "S": 67})
+    # each point once (a vector tail counted as its full 16-lane tile: 80 columns for 67)
+    assert 64 * 67 <= counts["e"] <= 64 * 80
+
+
+def test_inlining_stops_before_the_expression_explodes():
+    out = stencil_chain(4)
+    sizes = {"H": 40, "W": 41}
+    s = heuristic_schedule(out, sizes)
+    # one 5x5 stage inlined into another is already 25 x 75 nodes: each stays a stage
+    assert inlined_nodes(tl.Pipeline(out), s) <= MAX_INLINE_NODES
+    assert all(s.states[f"s{k}"].compute.kind != "inline" for k in range(3))
+    a = np.random.default_rng(1).random((40, 41), dtype=np.float32)
+    np.testing.assert_allclose(tl.compile(out, s)(In=a), tl.reference(out, In=a),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_cheap_producers_are_still_inlined():
+    from autotune.workloads import blur
+
+    out = blur()
+    s = heuristic_schedule(out, {"H": 30, "W": 31})
+    assert s.states["bx"].compute.kind == "inline"
+
+
+def test_store_counts_count_executed_stores_per_buffer():
+    out = stencil_chain(2)
+    counts = store_counts(lower(out), {"H": 20, "W": 30})
+    # valid domains: s0 over [2, H-2) x [2, W-2), s1 over [4, H-4) x [4, W-4)
+    assert counts == {"s0": 16 * 26, "s1": 12 * 22}
