@@ -23,7 +23,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
   a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
   stays in cache; no recomputation, since each iteration needs a different slice); it then gets
-  no parallel loop of its own. The placement is kept only if the Func's stores executed in the
+  no parallel loop of its own. A reduction over two or more pure Vars (one that gets a register
+  tile) stays at root: one row at a time would leave its tile a single row. The placement is kept only if the Func's stores executed in the
   lowered nest stay within ``MAX_RECOMPUTE`` times those of computing it at root (a Func the
   output reads whole, e.g. PolyBench gemver's ``x`` read as ``x[j]`` by every row, would be
   recomputed once per row block);
@@ -169,6 +170,10 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
     st = s.states[output.name]
     if f.updates or not st.loops or st.kinds.get(st.loops[0]) != ForKind.PARALLEL:
         return None  # only the output's parallel outermost loop (else the producer loses its own)
+    d = f.definition
+    if d is not None and d.rvars and len(d.args) >= 2:
+        return None  # a register-tiled reduction needs whole row blocks (gemm's sum per row: 1
+        # row of accumulators streams all of B once per output row)
     loop = st.loops[0]
     var = loop.split(".")[0]
     others = [r for r in readers if r != output.name]

@@ -1,0 +1,133 @@
+"""PolyBench/C 4.2 kernels: tensorlang's default and rule-based schedules (and tuned ones with
+``--tune``) against NumPy, measured in the same run.
+
+Run: python benchmarks/polybench.py [--size large|small] [--kernels gemm,atax] [--tune SECONDS]
+     [--rounds 3]
+
+For each kernel (``benchmarks/polybench/kernels.py``): every output is checked against the NumPy
+reference, then NumPy, the default schedule (every Func at root, the naive loop nest), the
+rule-based schedule (what ``tl.compile(F, "auto")`` uses without tuning records) and, with
+``--tune``, ``tl.autotune``'s best (that many seconds per output, no cache writes) are timed in
+interleaved rounds (``autotune.timing.interleaved``: one warm-up and one timed run per block,
+NumPy's BLAS threads given time to settle). The table gives the median seconds, the ratio
+NumPy / tensorlang (> 1: tensorlang is faster), rule-based / default (the no-trap check: it must
+not be below 0.9) and the geometric means over the kernels run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import platform
+import sys
+import time
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import tensorlang as tl  # noqa: E402
+from autotune.heuristic import heuristic_schedule  # noqa: E402
+from autotune.timing import Stats, interleaved  # noqa: E402
+from polybench.kernels import KERNELS  # noqa: E402
+
+
+def _cpu() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _runner(kernels: list, arrays: dict[str, np.ndarray]):
+    """One callable running every output's kernel on ``arrays`` into preallocated outputs."""
+    calls = []
+    for k in kernels:
+        names = [i.name for i in k.pipeline.inputs]
+        args = {n: arrays[n] for n in names}
+        out = k(**args)
+        calls.append((k, args, out))
+
+    def run() -> None:
+        for k, args, out in calls:
+            k(**args, out=out)
+
+    return run, [c[2] for c in calls]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", choices=("small", "large"), default="large")
+    ap.add_argument("--kernels", default="", help="comma-separated names (default: all)")
+    ap.add_argument("--tune", type=float, default=0.0,
+                    help="seconds of tl.autotune per output (0: no tuned column)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (timed runs each)")
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    names = [n for n in args.kernels.split(",") if n] or list(KERNELS)
+    unknown = [n for n in names if n not in KERNELS]
+    if unknown:
+        print(f"unknown kernels {unknown}; known: {', '.join(KERNELS)}", file=sys.stderr)
+        return 2
+    print(f"PolyBench/C 4.2, {args.size.upper()} datasets, float64, on {_cpu()} "
+          f"({os.cpu_count()} CPUs); {args.rounds} interleaved rounds, medians")
+    cols = ["numpy", "default", "rule-based"] + (["tuned"] if args.tune else [])
+    print(f"{'kernel':<12}" + "".join(f"{c:>13}" for c in cols)
+          + f"{'np/default':>11}{'np/rule':>9}" + (f"{'np/tuned':>10}" if args.tune else "")
+          + f"{'rule/def':>10}")
+    ratios: dict[str, list[float]] = {c: [] for c in cols[1:]}
+    no_trap: list[float] = []
+    for name in names:
+        kern = KERNELS[name]
+        sizes = kern.small if args.size == "small" else kern.large
+        arrays = kern.inputs(sizes, np.random.default_rng(0))
+        ref = kern.numpy(arrays)
+        outs = kern.build()
+        variants = {"default": [tl.compile(o) for o in outs],
+                    "rule-based": [tl.compile(o, heuristic_schedule(o, sizes)) for o in outs]}
+        if args.tune:
+            variants["tuned"] = [
+                tl.compile(o, tl.autotune(o, sizes, trials=10**6, timeout=args.tune,
+                                          cache=False, arrays={i.name: arrays[i.name] for i in
+                                                               tl.Pipeline(o).inputs}
+                                          ).best_schedule) for o in outs]
+        calls = {"numpy": lambda a=arrays, f=kern.numpy: f(a)}
+        for label, ks in variants.items():
+            run, results = _runner(ks, arrays)
+            for got, want, o in zip(results, ref, outs):
+                if not np.allclose(got, want, rtol=1e-8, atol=1e-8):
+                    print(f"{name}: {label} output {o.name} differs from NumPy", file=sys.stderr)
+                    return 1
+            calls[label] = run
+        t0 = time.perf_counter()
+        times = interleaved(calls, rounds=args.rounds, runs=1, settle=("numpy",))
+        med = {k: Stats.of(v).median for k, v in times.items()}
+        row = f"{name:<12}" + "".join(f"{med[c] * 1e3:>10.2f} ms" for c in cols)
+        for c in cols[1:]:
+            ratios[c].append(med["numpy"] / med[c])
+        no_trap.append(med["default"] / med["rule-based"])
+        row += f"{ratios['default'][-1]:>10.2f}x{ratios['rule-based'][-1]:>8.2f}x"
+        if args.tune:
+            row += f"{ratios['tuned'][-1]:>9.2f}x"
+        row += f"{no_trap[-1]:>9.2f}x"
+        print(row + f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+
+    def geo(v: list[float]) -> float:
+        return math.exp(sum(math.log(x) for x in v) / len(v))
+
+    print(f"{'geomean':<12}" + " " * 13 * len(cols) + f"{geo(ratios['default']):>10.2f}x"
+          f"{geo(ratios['rule-based']):>8.2f}x"
+          + (f"{geo(ratios['tuned']):>9.2f}x" if args.tune else "") + f"{geo(no_trap):>9.2f}x")
+    worst = min(no_trap)
+    print(f"rule-based vs default: worst {worst:.2f}x "
+          f"({names[no_trap.index(worst)]}); the no-trap rule asks >= 0.90x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
