@@ -19,12 +19,16 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   divisor of its extent where one is close: a guarded remainder runs the slow version) and
   unrolled: the innermost pure Var that the vector operands are not indexed by (GEMM's ``i``,
   conv2d's output channel); the reduction loops between the tile loops and the tile (GEMM-style);
+- a reduction with one pure Var that indexes the last (contiguous) dimension of what it reads
+  (``y[j] = A[i, j] * x[i]``) runs its reduction loops outside a segment of ``ROW_VECTORS``
+  vectors of that Var: every reduction step then reads a contiguous row segment;
 - a pointwise stage vectorizes its innermost pure Var by one native vector;
 - a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
   a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
   stays in cache; no recomputation, since each iteration needs a different slice); it then gets
   no parallel loop of its own. A reduction over two or more pure Vars (one that gets a register
-  tile) stays at root: one row at a time would leave its tile a single row. The placement is kept only if the Func's stores executed in the
+  tile) or with a row segment (below) stays at root: one row at a time would leave its tile a
+  single row; The placement is kept only if the Func's stores executed in the
   lowered nest stay within ``MAX_RECOMPUTE`` times those of computing it at root (a Func the
   output reads whole, e.g. PolyBench gemver's ``x`` read as ``x[j]`` by every row, would be
   recomputed once per row block);
@@ -46,6 +50,8 @@ from tensorlang.pipeline import Pipeline
 
 ACCUMULATORS = 16  # vector registers a register tile accumulates in (of 32 on AVX-512)
 MAX_TILE_VECTORS = 4
+#: vectors in a row segment of a reduction read along its one pure Var (A^T x)
+ROW_VECTORS = 4
 #: the largest expression (nodes, counted as a tree) that inlining may build in one Func
 MAX_INLINE_NODES = 512
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
@@ -149,6 +155,17 @@ def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
     return now / was if was else (1.0 if not now else float("inf"))
 
 
+def _contiguous_in(f: Func, var: str) -> bool:
+    """Some array or Func that ``f`` reads is indexed by ``var`` alone in its last (contiguous)
+    dimension."""
+    from tensorlang.expr import Access, Var, walk
+
+    d = f.definition
+    assert d is not None
+    return any(isinstance(a, Access) and a.indices and isinstance(a.indices[-1], Var)
+               and a.indices[-1].name == var for a in walk(d.value))
+
+
 def _lowers(output: Func, s: Schedule) -> bool:
     from schedule.lower import lower
 
@@ -171,9 +188,9 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
     if f.updates or not st.loops or st.kinds.get(st.loops[0]) != ForKind.PARALLEL:
         return None  # only the output's parallel outermost loop (else the producer loses its own)
     d = f.definition
-    if d is not None and d.rvars and len(d.args) >= 2:
+    if d is not None and d.rvars and (len(d.args) >= 2 or _contiguous_in(f, d.args[0].name)):
         return None  # a register-tiled reduction needs whole row blocks (gemm's sum per row: 1
-        # row of accumulators streams all of B once per output row)
+        # row of accumulators streams all of B once per output row); so does a row segment
     loop = st.loops[0]
     var = loop.split(".")[0]
     others = [r for r in readers if r != output.name]
@@ -279,6 +296,18 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
             # the outermost tile loop with two iterations or more (as the search space picks)
             count = {**ext, io.name: -(-ext[i] // rows), xo.name: -(-ext[x] // width)}
             st.parallel(next((a for a in outer if count[a] >= 2), outer[0]))
+        return
+    if variant in ("full", "guard") and d.rvars and len(args) == 1 \
+            and ext[args[0]] >= 2 * ROW_VECTORS * lanes and _contiguous_in(f, args[0]):
+        # a reduction over rows of a matrix read along its one pure Var (A^T x: y[j] += A[i, j]
+        # * x[i]): the reduction loops outside, a row segment of ROW_VECTORS vectors inside, so
+        # each reduction step reads contiguous memory into vector accumulators
+        x = args[0]
+        xo, xi = st.split(x, ROW_VECTORS * lanes, tail=tail)
+        st.reorder(xo, *[r.name for r in d.rvars], xi)
+        st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
+        if not nested:
+            st.parallel(xo)
         return
     if variant != "parallel" and not d.rvars and ext[args[-1]] >= lanes:
         st.vectorize(args[-1], lanes, tail=tail)
