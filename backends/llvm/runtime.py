@@ -6,15 +6,11 @@ keeps one pool of threads per process and reuses it, so a parallel region costs 
 The thread count comes from ``TENSORLANG_NUM_THREADS`` (default: every CPU), read when a kernel is
 compiled.
 
-Wait policy: a pool thread with no work spins ``SPIN_COUNT`` pause instructions (tens of
-microseconds), then sleeps on a futex -- libgomp's own policy when it knows the CPUs are
-oversubscribed, set here through ``GOMP_SPINCOUNT`` before libgomp loads unless the user set
-``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``. libgomp's default (spin ~300,000 times) keeps every
-pool thread runnable between regions: when another process wants a core, a pool thread is
-descheduled while it holds a share of the next region and the region waits a whole scheduler
-quantum. The short spin costs a futex wake when calls are further apart than the spin
-(``docs/measurement.md`` has the measured trade-off); ``GOMP_SPINCOUNT=300000`` restores
-libgomp's default for a machine of one's own.
+Wait policy: libgomp's own (idle pool threads spin a while, then sleep). On a machine other
+processes keep busy, ``GOMP_SPINCOUNT=1000`` (set before the first kernel is compiled or
+loaded) makes idle threads sleep almost at once, so a busy core no longer stalls every
+region by a scheduler quantum; on an idle machine it costs wake-ups and thread placement
+(``docs/measurement.md`` has both measurements), hence not the default.
 """
 
 from __future__ import annotations
@@ -48,18 +44,6 @@ def num_threads() -> int:
     return n
 
 
-#: pause instructions a libgomp pool thread spins before it sleeps (``GOMP_SPINCOUNT``)
-SPIN_COUNT = 1000
-
-
-def set_wait_policy() -> None:
-    """Set ``GOMP_SPINCOUNT=SPIN_COUNT`` in this process's environment unless the user chose a
-    policy (``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``); libgomp reads it when it loads, and
-    processes started from this one inherit it."""
-    if "OMP_WAIT_POLICY" not in os.environ and "GOMP_SPINCOUNT" not in os.environ:
-        os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
-
-
 @functools.cache
 def load_libgomp() -> str:
     """Make libgomp's symbols resolvable by JIT-compiled code; returns the library path.
@@ -68,7 +52,6 @@ def load_libgomp() -> str:
         CompileError: libgomp is not installed (Debian/Ubuntu: ``apt-get install libgomp1``).
     """
     init_llvm()
-    set_wait_policy()
     candidates = [ctypes.util.find_library("gomp"), "libgomp.so.1", "libgomp.dylib"]
     for name in candidates:
         if not name:
