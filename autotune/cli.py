@@ -239,9 +239,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
               f"{states['pruned']} pruned")
         if not ok:
             continue
-        # the tuner's verdict: the last schedule it accepted (a faster screening time that
+        # the tuner's verdict: the fastest schedule it accepted (a faster screening time that
         # lost its interleaved confirmation is listed in the top, not taken as the best)
-        best = accepted[-1] if accepted else ok[0]
+        best = min(accepted, key=lambda r: r.seconds) if accepted else ok[0]
         print(f"best: {_fmt_s(best.seconds or 0)} (trial {best.trial}"
               f"{', confirmed in A/B rounds' if 'confirm' in best.extra else ''})\n")
         print(steps_to_python(best.schedule["steps"]))

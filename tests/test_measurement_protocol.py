@@ -109,3 +109,31 @@ def test_a_slower_candidate_is_never_cached_as_best_under_a_cpu_hog(tmp_path):
     kern = tl.compile(out, res.best_schedule)
     x = np.random.default_rng(0).random((n, n), dtype=np.float32)
     np.testing.assert_allclose(kern(x, x), x @ x, rtol=1e-4)
+
+
+@pytest.mark.parametrize("version, best_trial", [("1.1", 2), ("1.0", 1)])
+def test_show_and_cache_import_take_the_accepted_best(tmp_path, capsys, monkeypatch, version,
+                                                      best_trial):
+    # format 1.1: trial 1 screened fastest but lost its A/B rounds; trial 2 won them. Format
+    # 1.0 predates confirmation: the fastest measured record is the best
+    from autotune.cli import main
+    from autotune.records import RecordWriter, TuningRecord, target_info, workload_info
+
+    out, _ = matmul()
+    sizes = {"M": 8, "N": 8, "K": 8}
+    w, t = workload_info(out, sizes), target_info()
+    trace = {"version": 1, "output": "C", "steps": []}
+    log = tmp_path / "log.jsonl"
+    with RecordWriter(log) as wr:
+        for trial, secs, confirm in [(-1, 3e-4, None), (1, 2.5e-4, {"won": False}),
+                                     (2, 2.8e-4, {"won": True, "beats_rule": True})]:
+            extra = {"confirm": confirm} if confirm and version == "1.1" else {}
+            wr.write(TuningRecord(workload=w, target=t, schedule=trace, state="measured",
+                                  seconds=secs, times=[secs], trial=trial, version=version,
+                                  extra=extra))
+    assert main(["show", str(log)]) == 0
+    assert f"(trial {best_trial}" in capsys.readouterr().out
+    monkeypatch.setenv("TENSORLANG_CACHE", str(tmp_path / "cache"))
+    assert main(["cache", "import", str(log)]) == 0
+    (entry,) = list(KernelCache().entries())
+    assert entry.seconds == {1: 2.5e-4, 2: 2.8e-4}[best_trial]
