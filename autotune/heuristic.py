@@ -26,12 +26,12 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
   a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
   stays in cache; no recomputation, since each iteration needs a different slice); it then gets
-  no parallel loop of its own. A reduction over two or more pure Vars (one that gets a register
-  tile) or with a row segment (below) stays at root: one row at a time would leave its tile a
-  single row; The placement is kept only if the Func's stores executed in the
+  no parallel loop of its own. The placement is kept only if the Func's stores executed in the
   lowered nest stay within ``MAX_RECOMPUTE`` times those of computing it at root (a Func the
   output reads whole, e.g. PolyBench gemver's ``x`` read as ``x[j]`` by every row, would be
-  recomputed once per row block);
+  recomputed once per row block). A reduction over two or more pure Vars (one that gets a
+  register tile) or with a row segment (above) stays at root: one row at a time would leave its
+  tile a single row;
 - the outermost pure loop with at least two iterations runs in parallel.
 
 Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
