@@ -9,7 +9,8 @@ reference, then NumPy, the default schedule (every Func at root, the naive loop 
 rule-based schedule (what ``tl.compile(F, "auto")`` uses without tuning records) and, with
 ``--tune``, ``tl.autotune``'s best (that many seconds per output, no cache writes) are timed in
 interleaved rounds (``autotune.timing.interleaved``: one warm-up and one timed run per block,
-NumPy's BLAS threads given time to settle). The table gives the median seconds, the ratio
+NumPy's BLAS threads given time to settle). The table gives the median seconds, the spread
+(interquartile range / median) of NumPy and the rule-based schedule, the ratio
 NumPy / tensorlang (> 1: tensorlang is faster), rule-based / default (the no-trap check: it must
 not be below 0.9) and the geometric means over the kernels run.
 """
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     cols = ["numpy", "default", "rule-based"] + (["tuned"] if args.tune else [])
     print(f"{'kernel':<12}" + "".join(f"{c:>13}" for c in cols)
           + f"{'np/default':>11}{'np/rule':>9}" + (f"{'np/tuned':>10}" if args.tune else "")
-          + f"{'rule/def':>10}")
+          + f"{'rule/def':>10}{'IQR/median np, rule':>21}")
     ratios: dict[str, list[float]] = {c: [] for c in cols[1:]}
     no_trap: list[float] = []
     for name in names:
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             calls[label] = run
         t0 = time.perf_counter()
         times = interleaved(calls, rounds=args.rounds, runs=1, settle=("numpy",))
-        med = {k: Stats.of(v).median for k, v in times.items()}
+        stats = {k: Stats.of(v) for k, v in times.items()}
+        med = {k: st.median for k, st in stats.items()}
         row = f"{name:<12}" + "".join(f"{med[c] * 1e3:>10.2f} ms" for c in cols)
         for c in cols[1:]:
             ratios[c].append(med["numpy"] / med[c])
@@ -115,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.tune:
             row += f"{ratios['tuned'][-1]:>9.2f}x"
         row += f"{no_trap[-1]:>9.2f}x"
-        print(row + f"   ({time.perf_counter() - t0:.0f} s)", flush=True)
+        spread = "  ".join(f"{stats[c].iqr / stats[c].median:.0%}" for c in ("numpy", "rule-based"))
+        print(row + f"{spread:>21}   (n={stats['numpy'].n}, {time.perf_counter() - t0:.0f} s)",
+              flush=True)
 
     def geo(v: list[float]) -> float:
         return math.exp(sum(math.log(x) for x in v) / len(v))
