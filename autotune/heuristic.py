@@ -41,14 +41,19 @@ check proves and lowering accepts.
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from schedule.schedule import Schedule, Stage
 from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
+if TYPE_CHECKING:
+    from backends.llvm.target import Target
+
 ACCUMULATORS = 16  # vector registers a register tile accumulates in (of 32 on AVX-512)
+#: the same with 16 vector registers (AVX2): 4 stay free for the loaded and broadcast operands
+ACCUMULATORS_AVX2 = 12
 MAX_TILE_VECTORS = 4
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x)
 ROW_VECTORS = 4
@@ -58,15 +63,26 @@ MAX_INLINE_NODES = 512
 MAX_RECOMPUTE = 2.0
 
 
-def lanes(f: Func) -> int:
-    """Native SIMD lanes of ``f``'s dtype on the host target (16 float32 on AVX-512)."""
+def lanes(f: Func, target: Target | None = None) -> int:
+    """Native SIMD lanes of ``f``'s dtype on ``target`` (default: the host; 16 float32 on
+    AVX-512, 8 on AVX2)."""
     from backends.llvm.target import host_target
 
-    return max(1, host_target().vector_bits // (8 * f.dtype.numpy.itemsize))
+    return max(1, (target or host_target()).vector_bits // (8 * f.dtype.numpy.itemsize))
 
 
-def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
-    """A legal, tiled / vectorized / parallel schedule of ``output`` for these sizes.
+def accumulators(target: Target | None = None) -> int:
+    """Vector registers a register tile may accumulate in on ``target`` (default: the host):
+    ``ACCUMULATORS`` of AVX-512's 32, ``ACCUMULATORS_AVX2`` of AVX2's 16."""
+    from backends.llvm.target import host_target
+
+    return ACCUMULATORS if (target or host_target()).vector_bits >= 512 else ACCUMULATORS_AVX2
+
+
+def heuristic_schedule(output: Func, sizes: dict[str, int],
+                       target: Target | None = None) -> Schedule:
+    """A legal, tiled / vectorized / parallel schedule of ``output`` for these sizes, for the
+    vector width and register count of ``target`` (default: this machine).
 
     Raises:
         ShapeError: the sizes do not fit the algorithm.
@@ -75,11 +91,12 @@ def heuristic_schedule(output: Func, sizes: dict[str, int]) -> Schedule:
     # each stage's variants are proven legal as they are chosen; lowering (the slow part on long
     # pipelines: the whole nest each time) is checked once at the end, and only if the result
     # does not lower is every variant lowered as it is chosen
-    s = _build(output, sizes, lower_each=False)
-    return s if _lowers(output, s) else _build(output, sizes, lower_each=True)
+    s = _build(output, sizes, target, lower_each=False)
+    return s if _lowers(output, s) else _build(output, sizes, target, lower_each=True)
 
 
-def _build(output: Func, sizes: dict[str, int], lower_each: bool) -> Schedule:
+def _build(output: Func, sizes: dict[str, int], target: Target | None,
+           lower_each: bool) -> Schedule:
     from .space import SearchSpace
 
     space = SearchSpace(output, sizes)
@@ -104,7 +121,8 @@ def _build(output: Func, sizes: dict[str, int], lower_each: bool) -> Schedule:
                     s = t
         nested = s.states[f.name].compute.kind == "at"
         for variant in ("full", "guard", "simple", "parallel"):
-            t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(t, f, v, space, lanes(f), n))
+            t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(
+                t, f, v, space, lanes(f, target), n, accumulators(target)))
             if t is None:
                 continue
             if not lower_each or _lowers(output, t):
@@ -238,9 +256,11 @@ def row_var(f: Func, args: list[str]) -> str:
     return args[-2]
 
 
-def register_tile(width_extent: int, row_extent: int, lanes: int) -> tuple[int, int]:
+def register_tile(width_extent: int, row_extent: int, lanes: int,
+                  accumulators: int = ACCUMULATORS) -> tuple[int, int]:
     """(vector lanes, rows) of a register tile over a vector loop of ``width_extent`` and a row
-    loop of ``row_extent``, for ``lanes`` native SIMD lanes (see the module docstring).
+    loop of ``row_extent``, for ``lanes`` native SIMD lanes and ``accumulators`` vector
+    registers (see the module docstring).
 
     >>> register_tile(1024, 1024, 16), register_tile(56, 64, 16)
     ((32, 8), (56, 4))
@@ -248,12 +268,12 @@ def register_tile(width_extent: int, row_extent: int, lanes: int) -> tuple[int, 
     width = 2 * lanes
     if width_extent <= MAX_TILE_VECTORS * lanes and width_extent % width:
         width = width_extent
-    return width, accumulator_rows(-(-width // lanes), row_extent)
+    return width, accumulator_rows(-(-width // lanes), row_extent, accumulators)
 
 
-def accumulator_rows(vectors: int, row_extent: int) -> int:
+def accumulator_rows(vectors: int, row_extent: int, accumulators: int = ACCUMULATORS) -> int:
     """Rows of a register tile whose rows hold ``vectors`` vector registers each: the
-    accumulators left (``ACCUMULATORS // vectors``), moved down to a divisor of ``row_extent``
+    accumulators left (``accumulators // vectors``), moved down to a divisor of ``row_extent``
     when one is at least half of it (no guarded remainder).
 
     >>> accumulator_rows(2, 1024), accumulator_rows(4, 64), accumulator_rows(4, 6)
@@ -261,13 +281,13 @@ def accumulator_rows(vectors: int, row_extent: int) -> int:
     >>> accumulator_rows(2, 7), accumulator_rows(2, 17)
     (7, 8)
     """
-    rows = max(1, ACCUMULATORS // max(vectors, 1))
+    rows = max(1, accumulators // max(vectors, 1))
     near = next((r for r in range(rows, 0, -1) if row_extent % r == 0), 1)
     return near if 2 * near >= rows else rows
 
 
 def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
-           nested: bool = False) -> None:
+           nested: bool = False, accumulators: int = ACCUMULATORS) -> None:
     d = f.definition
     assert d is not None
     st: Stage = s[f]
@@ -278,7 +298,7 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
     tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
     i = row_var(f, args) if len(args) >= 2 else args[0]
-    width, rows = register_tile(ext[args[-1]], ext[i], lanes)
+    width, rows = register_tile(ext[args[-1]], ext[i], lanes, accumulators)
     if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
             and ext[i] >= rows and ext[args[-1]] > lanes:
         x = args[-1]

@@ -111,3 +111,27 @@ def test_store_counts_count_executed_stores_per_buffer():
     counts = store_counts(lower(out), {"H": 20, "W": 30})
     # valid domains: s0 over [2, H-2) x [2, W-2), s1 over [4, H-4) x [4, W-4)
     assert counts == {"s0": 16 * 26, "s1": 12 * 22}
+
+
+def test_the_register_tile_fits_the_targets_vector_registers():
+    # AVX2 has 16 vector registers of 8 float32 lanes: the tile keeps at most 12 accumulators
+    # (AVX-512: 16 of 32 registers); the schedule is made for the target, not for the host
+    from autotune.heuristic import ACCUMULATORS_AVX2
+    from autotune.workloads import matmul
+    from backends.llvm.target import Target, host_target
+
+    h = host_target()
+    avx2 = Target(h.triple, "haswell", "+avx,+avx2,+fma", h.llvm_version, h.llvmlite_version)
+    out = matmul()
+    sizes = {"M": 96, "N": 96, "K": 32}
+    s = heuristic_schedule(out, sizes, avx2)
+    steps = s.to_json().split('"op"')
+    assert any('"vectorize", "func": "C", "loop": "j.i", "factor": 8' in d for d in steps)
+    rows = next(int(d.split('"factor": ')[1].split(",")[0]) for d in steps
+                if '"split", "func": "C", "loop": "i"' in d)
+    assert rows * 2 <= ACCUMULATORS_AVX2  # two 8-lane vectors per row
+    # and it runs correctly on this machine
+    a = np.random.default_rng(2).random((96, 32), dtype=np.float32)
+    b = np.random.default_rng(3).random((32, 96), dtype=np.float32)
+    k = tl.compile(out, s)
+    np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-5)

@@ -1,0 +1,46 @@
+"""benchmarks/mca.py's assembly helpers: the innermost FMA loop is found and its FLOPs counted
+(the llvm-mca run itself needs the Debian package llvm and is not part of the tests)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+import mca  # noqa: E402
+
+ASM = """kernel:
+\tmovq\t%rdi, %rax
+.LBB0_1:
+\tvbroadcastss\t(%rax), %zmm2
+.LBB0_2:
+\tvfmadd231ps\t(%rsi), %zmm2, %zmm0
+\tvfmadd231ps\t64(%rsi), %zmm2, %zmm1
+\taddq\t$4, %rsi
+\tcmpq\t%rsi, %rdx
+\tjne\t.LBB0_2
+\tvfmadd231ps\t%ymm3, %ymm4, %ymm5
+\taddq\t$4, %rax
+\tjne\t.LBB0_1
+.LBB0_3:
+\tvfmadd231ss\t%xmm1, %xmm2, %xmm3
+\tdecq\t%rcx
+\tjne\t.LBB0_3
+\tretq
+"""
+
+
+def test_the_single_block_loop_with_most_fmas_is_the_innermost():
+    body = mca.innermost_fma_loop(ASM)
+    assert body[0].startswith("vfmadd231ps\t(%rsi)") and body[-1] == "jne\t.LBB0_2"
+    assert len(body) == 5
+    assert mca.loop_flops(body) == 2 * 16 * 2  # two zmm FMAs, 16 lanes, 2 FLOPs each
+
+
+def test_flops_per_fma_follow_the_element_type():
+    assert mca.loop_flops(["vfmadd231ps\t%zmm1, %zmm2, %zmm3", "vfmadd231pd\t%ymm1, %ymm2, %ymm3",
+                           "vfmadd231ss\t%xmm1, %xmm2, %xmm3", "addq\t$4, %rsi"]) == 32 + 8 + 2
+
+
+def test_no_fma_loop():
+    assert mca.innermost_fma_loop("f:\n\tretq\n") == []
