@@ -41,6 +41,7 @@ check proves and lowering accepts.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Callable
 
 from schedule.schedule import Schedule, Stage
@@ -55,6 +56,8 @@ ACCUMULATORS = 16  # vector registers a register tile accumulates in (of 32 on A
 #: the same with 16 vector registers (AVX2): 4 stay free for the loaded and broadcast operands
 ACCUMULATORS_AVX2 = 12
 MAX_TILE_VECTORS = 4
+#: row blocks of a packed GEMM per thread at least (the parallel loop claims them dynamically)
+BLOCKS_PER_THREAD = 2
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x)
 ROW_VECTORS = 4
 #: the largest expression (nodes, counted as a tree) that inlining may build in one Func
@@ -72,11 +75,12 @@ def lanes(f: Func, target: Target | None = None) -> int:
 
 
 def accumulators(target: Target | None = None) -> int:
-    """Vector registers a register tile may accumulate in on ``target`` (default: the host):
-    ``ACCUMULATORS`` of AVX-512's 32, ``ACCUMULATORS_AVX2`` of AVX2's 16."""
-    from backends.llvm.target import host_target
+    """Vector registers a register tile may accumulate in on ``target`` (default: the host), from
+    the analytical CPU model (``cpu_model.accumulator_budget``): ``ACCUMULATORS`` of AVX-512's
+    32, ``ACCUMULATORS_AVX2`` of AVX2's 16."""
+    from .cpu_model import accumulator_budget, cpu_model
 
-    return ACCUMULATORS if (target or host_target()).vector_bits >= 512 else ACCUMULATORS_AVX2
+    return accumulator_budget(cpu_model(target))
 
 
 def heuristic_schedule(output: Func, sizes: dict[str, int],
@@ -107,7 +111,9 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
             d = f.definition
             assert d is not None
             readers = s.view.readers(f.name)
-            reader = p.func(readers[0].split(".update(")[0]) if len(readers) == 1 else None
+            names = {g.name for g in p.funcs}  # not the copy stages cache_read made (packing)
+            base = readers[0].split(".update(")[0] if len(readers) == 1 else None
+            reader = p.func(base) if base in names else None
             if d.reduce_op is None and not f.updates and reader is not None \
                     and not reader.definition.rvars:  # type: ignore[union-attr]
                 t = _try(s, lambda t, f=f: t[f].compute_inline())
@@ -120,9 +126,13 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
                 if t is not None and recompute_factor(output, f, s, t, sizes) <= MAX_RECOMPUTE:
                     s = t
         nested = s.states[f.name].compute.kind == "at"
-        for variant in ("full", "guard", "simple", "parallel"):
-            t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(
-                t, f, v, space, lanes(f, target), n, accumulators(target)))
+        for variant in ("packed", "full", "guard", "simple", "parallel"):
+            if variant == "packed":
+                t = None if nested else _try(s, lambda t, f=f: _packed_tile(
+                    t, f, space, lanes(f, target), target))
+            else:
+                t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(
+                    t, f, v, space, lanes(f, target), n, accumulators(target)))
             if t is None:
                 continue
             if not lower_each or _lowers(output, t):
@@ -284,6 +294,105 @@ def accumulator_rows(vectors: int, row_extent: int, accumulators: int = ACCUMULA
     rows = max(1, accumulators // max(vectors, 1))
     near = next((r for r in range(rows, 0, -1) if row_extent % r == 0), 1)
     return near if 2 * near >= rows else rows
+
+
+def packed_operand(f: Func) -> tuple[str, str] | None:
+    """(name, reduction Var) of the operand of a GEMM-like reduction that a packed register tile
+    copies into contiguous panels: ``f`` has one reduction Var ``k``, and the operand is read
+    with ``k`` as one index and ``f``'s innermost pure Var as its last (``B[k, j]`` of ``C[i, j]
+    += A[i, k] * B[k, j]``; ``B[b, k, j]`` of a batched GEMM)."""
+    from tensorlang.expr import Access, Var, walk
+
+    d = f.definition
+    assert d is not None
+    if len(d.rvars) != 1 or len(d.args) < 2:
+        return None
+    k, x = d.rvars[0].name, d.args[-1].name
+    for a in walk(d.value):
+        if isinstance(a, Access) and len(a.indices) >= 2 \
+                and isinstance(a.indices[-1], Var) and a.indices[-1].name == x \
+                and any(isinstance(e, Var) and e.name == k for e in a.indices[:-1]):
+            return a.name, k
+    return None
+
+
+def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
+    """Register tiles per row block of a packed GEMM: the model's ``mc`` rows, fewer where
+    the row blocks would not give each of ``threads`` threads ``BLOCKS_PER_THREAD`` blocks,
+    moved down to a near divisor of ``tiles`` when there is one (no partial block).
+
+    >>> row_block(128, 8, 1536, 2), row_block(125, 8, 1536, 2), row_block(128, 8, 96, 16)
+    (32, 25, 4)
+    """
+    per_block = max(1, min(mc // rows, tiles // (BLOCKS_PER_THREAD * threads)))
+    from .cpu_model import near_divisor
+
+    return near_divisor(tiles, per_block) or per_block
+
+
+def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
+                 target: Target | None) -> None:
+    """The BLIS loop nest for a GEMM-like reduction (Goto and van de Geijn, TOMS 2008; blocking
+    from ``cpu_model.gemm_blocking``): row blocks of about ``mc`` rows in parallel; in each, for
+    each ``nr``-wide column panel and each ``kc`` block of the reduction, the ``kc x nr`` panel of
+    the packed operand is copied into a contiguous buffer (``cache_read``) that every ``mr``-row
+    register tile of the block then reads from L1. A reduction of at most ``kc`` is not split;
+    the whole ``K x nr`` panel is packed per column panel.
+
+    Raises:
+        ScheduleError: the reduction is not GEMM-like, its operand fits in L1 (nothing to gain),
+            the sizes have no near divisor for the row tile, ``kc`` or the row block (a
+            remainder would run the nest's guarded version), or there is one row block only.
+    """
+    from backends.llvm.runtime import num_threads
+
+    from .cpu_model import cpu_model, gemm_blocking, near_divisor, register_tile as model_tile
+
+    d = f.definition
+    assert d is not None
+    found = packed_operand(f)
+    if found is None:
+        raise ScheduleError(f"{f.name} is not a GEMM-like reduction")
+    operand, k = found
+    args = [v.name for v in d.args]
+    ext = {a: space.extent(f.name, a) for a in [*args, k]}  # type: ignore[attr-defined]
+    x = args[-1]
+    i = row_var(f, args)
+    cpu = cpu_model(target)
+    size = f.dtype.numpy.itemsize
+    if ext[k] * ext[x] * size <= cpu.l1.size:
+        raise ScheduleError(f"{operand} fits in L1: no packing")
+    tile = model_tile(cpu, size)
+    width, rows = register_tile(ext[x], ext[i], lanes, tile.accumulators)
+    blocking = gemm_blocking(cpu, size, replace(tile, rows=rows,
+                                                vectors=max(1, width // lanes)))
+    kc = near_divisor(ext[k], blocking.kc)
+    tiles, rest = divmod(ext[i], rows)
+    mb = row_block(tiles, rows, blocking.mc, max(1, num_threads()))
+    if kc is None or rest or tiles % mb or ext[x] < width:
+        raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
+    outer = [a for a in args[:-1] if a != i]
+    count = {**ext, "blocks": tiles // mb}
+    par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
+    if par is None:
+        raise ScheduleError(f"{f.name}: a single row block has no parallelism")
+    st = s[f]
+    io, ii = st.split(i, rows)
+    ioo, ioi = st.split(io, mb)
+    xo, xi = st.split(x, width, tail="ShiftInwards")
+    if kc < ext[k]:
+        ko, ki = st.split(k, kc)
+        st.reorder(*outer, ioo, xo, ko, ioi, ki, ii, xi)
+        s.cache_read(operand, st, ko)
+    else:
+        st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
+        s.cache_read(operand, st, xo)
+    st.unroll(ii)
+    if width > lanes and width % lanes == 0:
+        st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
+    else:
+        st.vectorize(xi)
+    st.parallel(ioo.name if par == "blocks" else par)
 
 
 def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,

@@ -23,7 +23,15 @@ Func computed at root or at a consumer loop):
   row-wide tile was about one draw in 560.
 - ``<F>.order``: the loop order family. ``tile``: outer pure loops, outer reduction loops, inner
   reduction loops, inner pure loops (register tiles: the reduction runs around the tile, GEMM-style);
-  ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost).
+  ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost);
+  ``packed``, for a GEMM-like reduction (``heuristic.packed_operand``: ``B[k, j]`` of ``C[i, j]
+  += A[i, k] * B[k, j]``) with a register tile: BLIS's loop nest (Goto and van de Geijn, TOMS
+  2008): row blocks, column panels, reduction blocks, then the register tiles of the row block;
+  the operand's ``kc x nr`` panel is copied (``cache_read``) at the reduction block loop (at the
+  column panel loop when the reduction is not split) into a contiguous buffer read from L1.
+- ``<F>.<row>.block``, with ``packed``: register tiles per row block (``mc / mr``): ``"model"``
+  (``heuristic.row_block``: the analytical model's ``mc``, at least ``BLOCKS_PER_THREAD`` blocks per
+  thread) or 1 to 64.
 - ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not. An inner split loop
   of constant extent up to 4 widths (``x.i`` of 32 at width 16) becomes that many unrolled
   vectors: the register tile of the split, kept in registers. When that extent is not a multiple
@@ -41,10 +49,9 @@ Func computed at root or at a consumer loop):
 
 Not decisions: ``cache_write`` — the lowering's ``promote_accumulators`` already keeps every
 register tile (unrolled and vectorized loops inside a reduction) in a local buffer where that is
-legal, which is what TVM's ``cache_write(C, "local")`` is for; ``cache_read`` — on conv2d's best
-hand schedule, copying ``Wt`` per channel tile or per row made it slower (1.56 -> 1.77 / 1.86 ms)
-and copying ``pad`` per row gained 4%, and GEMM's packing needs a loop order (column panels
-outermost) outside this family.
+legal, which is what TVM's ``cache_write(C, "local")`` is for; ``cache_read`` other than the
+``packed`` order's — on conv2d's best hand schedule, copying ``Wt`` per channel tile or per row made
+it slower (1.56 -> 1.77 / 1.86 ms) and copying ``pad`` per row gained 4%.
 
 ``SearchSpace.point`` finds the decisions that reproduce a given schedule (the tuner places the
 rule-based schedule of ``heuristic.py`` in the space with it, which is a point of it for every
@@ -64,13 +71,15 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
-from .heuristic import accumulator_rows, lanes, row_var
+from .heuristic import accumulator_rows, lanes, packed_operand, row_block, row_var
 from .workloads import input_shapes
 
 MAX_FACTOR = 256
 VECTOR_WIDTHS = (0, 4, 8, 16)
 AT_LEVELS = 4
 MAX_VECTOR_UNROLL = 4
+#: register tiles per row block of the ``packed`` order ("model": ``heuristic.row_block``)
+ROW_BLOCKS = ("model", 1, 2, 4, 8, 16, 32, 64)
 
 
 class Trial(Protocol):
@@ -177,6 +186,7 @@ class SearchSpace:
         args = [v.name for v in d.args]
         rvars = [r.name for r in d.rvars]
         row = row_var(f, args) if rvars and len(args) >= 2 else None
+        packed = packed_operand(f) if row is not None else None
         factor: dict[str, int] = {}
         tails: dict[str, str] = {}
 
@@ -196,7 +206,8 @@ class SearchSpace:
                     v in args, f"{f.name}.{v}")
         order = "tile"
         if d.rvars:
-            order = trial.suggest_categorical(f"{f.name}.order", ["tile", "dot"])
+            order = trial.suggest_categorical(f"{f.name}.order", ["tile", "dot", "packed"]
+                                              if packed else ["tile", "dot"])
         width = trial.suggest_categorical(f"{f.name}.vectorize", list(VECTOR_WIDTHS))
         regs = False
         if row is not None:
@@ -208,12 +219,23 @@ class SearchSpace:
                 rows = min(ext, accumulator_rows(self._row_vectors(f, factor.get(args[-1]),
                                                                   width), ext))
             decide(row, rows, True, f"{f.name}.{row}")
-        outer_p, inner_p, outer_r, inner_r = [], [], [], []
+        block = 0
+        if order == "packed":
+            if row in factor and args[-1] in factor:
+                block = self._row_block(f, row, factor[row], factor[args[-1]], trial.suggest_categorical(
+                    f"{f.name}.{row}.block", list(ROW_BLOCKS)))
+            else:
+                order = "tile"  # no register tile to pack for
+        outer_p, inner_p, outer_r, inner_r, mid = [], [], [], [], []
         inner_of: dict[str, str] = {}
         for v in args + rvars:
             group_o, group_i = (outer_p, inner_p) if v in args else (outer_r, inner_r)
             if v in factor:
                 o, i = stage.split(v, factor[v], tail=tails[v])
+                if v == row and block:
+                    # BLIS's row block (mc): its tiles inside the packed panel's loops
+                    o, oi = stage.split(o, block)
+                    mid.append(oi.name)
                 group_o.append(o.name)
                 group_i.append(i.name)
                 inner_of[v] = i.name
@@ -224,12 +246,19 @@ class SearchSpace:
             # the tile's rows right outside its vector loop (conv2d: co.i, then x.i)
             inner_p.remove(tile_rows)
             inner_p.insert(inner_p.index(inner_of[args[-1]]), tile_rows)
-        if order == "tile":
+        if order == "packed" and rvars[0] in factor:  # the kc x nr panel per k block
+            loops = outer_p + outer_r + mid + inner_r + inner_p
+        elif order == "packed":  # the whole K x nr panel per column panel
+            loops = outer_p + mid + outer_r + inner_r + inner_p
+        elif order == "tile":
             loops = outer_p + outer_r + inner_r + inner_p
         else:
             loops = outer_p + outer_r + inner_p + inner_r
         stage.reorder(*loops)
-        pure_order = [lp for lp in loops if lp in outer_p + inner_p]
+        if order == "packed":
+            assert packed is not None
+            s.cache_read(packed[0], stage, outer_r[0] if rvars[0] in factor else outer_p[-1])
+        pure_order = [lp for lp in loops if lp in outer_p + mid + inner_p]
         if pure_order and width:
             last = pure_order[-1]
             ext = self._loop_extent(s, f, last)
@@ -311,13 +340,32 @@ class SearchSpace:
             return 1
         return -(-tile // min(width, lanes(f)))
 
+    def _row_block(self, f: Func, row: str, rows: int, width: int, answer: Any) -> int:
+        """Register tiles per row block for the ``.block`` decision ``answer``."""
+        from .cpu_model import cpu_model, gemm_blocking, register_tile
+
+        tiles = -(-self.extent(f.name, row) // rows)
+        if answer != "model":
+            return min(int(answer), tiles)
+        from backends.llvm.runtime import num_threads
+
+        cpu = cpu_model()
+        size = f.dtype.numpy.itemsize
+        n = cpu.lanes(size)
+        tile = register_tile(cpu, size)
+        mc = gemm_blocking(cpu, size, tile.__class__(rows, max(1, width // n), n)).mc
+        return row_block(tiles, rows, mc, max(1, num_threads()))
+
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
-        """The extent of an outer loop: a Var's, or ``ceil(extent / factor)`` for ``v.o``."""
+        """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split
+        loop's extent for ``v.o.o``), the factor for ``v.i``."""
         from schedule.loops import Split
 
         for rel in s.states[f.name].relations:
             if isinstance(rel, Split) and rel.outer == loop:
-                return -(-self.extent(f.name, rel.parent) // rel.factor)
+                return -(-self._outer_extent(s, f, rel.parent) // rel.factor)
+            if isinstance(rel, Split) and rel.inner == loop:
+                return rel.factor
         return self.extent(f.name, loop)
 
     @staticmethod
@@ -418,6 +466,10 @@ class _Oracle:
             k = host.index(loc.loop) if loc.loop in host else AT_LEVELS
             return [f"at{k}"] if k < AT_LEVELS else []
         if rest == "order":
+            found = packed_operand(self.target.pipeline.func(func))
+            local = states.get(f"{found[0]}_local") if found else None
+            if local is not None and local.compute.func == func:
+                return ["packed"]
             last = st.loops[-1]
             return ["dot", "tile"] if st.is_reduction_loop(last) else ["tile", "dot"]
         if rest == "vectorize":
@@ -443,4 +495,7 @@ class _Oracle:
             return [rel is not None and rel.tail is TailStrategy.ShiftInwards]
         if what == "rows":
             return ["regs", rel.factor if rel is not None else 1]
+        if what == "block":
+            blk = splits.get(f"{var}.o")
+            return ["model", *([blk.factor] if blk is not None else [])]
         return list(choices)

@@ -145,7 +145,25 @@ def ssub(a: Expr, b: Expr) -> Expr:
     fa, fb = _aff(a), _aff(b)
     if fa is not None and fb is not None:
         return (fa + fb.scale(-1)).to_expr()
+    (ta, ra), (tb, rb) = _terms(a), _terms(b)
+    if ta == tb:  # the same non-affine terms cancel: (min(x, y) + 31) - min(x, y) is 31
+        return (ra + rb.scale(-1)).to_expr()
     return BinOp("sub", a, b, int64)
+
+
+def _terms(e: Expr) -> tuple[dict[str, int], Affine]:
+    """``e`` as a sum of non-affine terms (by printed form, with integer coefficients; zero ones
+    dropped) and an affine rest."""
+    if isinstance(e, BinOp) and e.dtype.is_int and e.op in ("add", "sub"):
+        (ta, ra), (tb, rb) = _terms(e.a), _terms(e.b)
+        sign = 1 if e.op == "add" else -1
+        for k, v in tb.items():
+            ta[k] = ta.get(k, 0) + sign * v
+        return {k: v for k, v in ta.items() if v}, ra + rb.scale(sign)
+    fe = _aff(e)
+    if fe is not None:
+        return {}, fe
+    return {str(e): 1}, Affine((), (), 0)
 
 
 def smul(a: Expr, c: int) -> Expr:

@@ -1,0 +1,143 @@
+"""The analytical CPU model (Low et al., TOMS 2016) and the packed GEMM schedule built from it:
+the model's choices on described CPUs, sysfs parsing, and the packed nest against NumPy on odd
+sizes."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from autotune import cpu_model as cm
+from autotune import heuristic
+from autotune.heuristic import heuristic_schedule
+from backends.llvm.target import Target, host_target
+
+AVX512 = "+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl"
+FEATURES = {"haswell": "+avx,+avx2,+fma", "skylake-avx512": AVX512,
+            "sapphirerapids": AVX512, "znver4": AVX512}
+
+# (cpu, bytes per element) -> (mr, nr, kc, mc), worked by hand from the formulas in
+# autotune/cpu_model.py's docstring and the caches in DESCRIBED
+EXPECTED = {
+    # Haswell: 16 ymm -> 12 accumulators, 6 rows x 2 vectors; L1 32 KiB 8-way (64 sets):
+    # fp64 C_Ar = floor(7 / (1 + 8/6)) = 3, kc = 3*64*64 / (6*8) = 256 (BLIS's Haswell dgemm
+    # ships kc = 256); L2 256 KiB 8-way (512 sets): C_Ac = 8 - 1 - 1 = 6, mc = 6*512*64/(256*8)
+    ("haswell", 8): (6, 8, 256, 96),
+    ("haswell", 4): (6, 16, 170, 288),
+    # Skylake-SP: 32 zmm -> 16 accumulators, 8 x 2; fp32 C_Ar = floor(7 / (1 + 32/8)) = 1,
+    # kc = 64*64/(8*4) = 128; L2 1 MiB 16-way: C_Ac = 14, mc = 14*1024*64/(128*4) = 1792
+    ("skylake-avx512", 4): (8, 32, 128, 1792),
+    # Sapphire Rapids: L1 48 KiB 12-way (64 sets): C_Ar = floor(11/5) = 2, kc = 2*4096/32 = 256
+    ("sapphirerapids", 4): (8, 32, 256, 1792),
+    # Zen 4: L2 1 MiB 8-way (2048 sets): C_Ac = 6, mc = 6*2048*64/(128*4) = 1536
+    ("znver4", 4): (8, 32, 128, 1536),
+    ("znver4", 8): (8, 16, 128, 768),
+}
+
+
+def test_doctests():
+    for mod in (cm, heuristic):
+        assert doctest.testmod(mod).failed == 0
+
+
+@pytest.mark.parametrize("key", sorted(EXPECTED))
+def test_the_models_blocking_on_described_cpus(key):
+    name, size = key
+    cpu = cm.DESCRIBED[name]
+    b = cm.gemm_blocking(cpu, size)
+    t = b.tile
+    assert (t.rows, t.columns, b.kc, b.mc) == EXPECTED[key]
+    # the invariants the numbers come from
+    assert t.hides_latency(cpu)
+    assert t.accumulators + t.vectors + cm.BROADCAST_REGISTERS <= cpu.vector_registers
+    assert t.columns % cpu.lanes(size) == 0
+    sliver_a, panel_b = t.rows * b.kc * size, b.kc * t.columns * size
+    way = cpu.l1.size // cpu.l1.ways
+    assert sliver_a + panel_b <= cpu.l1.size - way  # one way left for C
+    assert b.mc * b.kc * size <= cpu.l2.size
+    assert b.mc % t.rows == 0 and b.nc % t.columns == 0
+
+
+def _target(cpu: str) -> Target:
+    h = host_target()
+    return Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)
+
+
+def test_a_target_that_is_not_the_host_is_taken_from_the_description():
+    m = cm.cpu_model(_target("haswell"))
+    assert (m.vector_bits, m.vector_registers, m.fma_latency) == (256, 16, 5)
+    assert m.l2 == cm.DESCRIBED["haswell"].l2
+    assert cm.cpu_model(_target("skylake-avx512")).l1.size == 32 * 1024
+    # a CPU of the same core as a described one, and an unknown one
+    assert cm.cpu_model(Target("x", "emeraldrapids", AVX512, "", "")).l1.ways == 12
+    unknown = cm.cpu_model(Target("x", "mystery", "+avx,+avx2,+fma", "", ""))
+    assert (unknown.vector_bits, unknown.vector_registers) == (256, 16)
+
+
+def test_host_caches_read_from_sysfs(tmp_path):
+    def level(i: int, typ: str, lvl: int, size: str, ways: int) -> None:
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        for k, v in dict(type=typ, level=lvl, size=size, ways_of_associativity=ways,
+                         coherency_line_size=64).items():
+            (d / k).write_text(f"{v}\n")
+
+    level(0, "Data", 1, "48K", 12)
+    level(1, "Instruction", 1, "32K", 8)
+    level(2, "Unified", 2, "2048K", 16)
+    level(3, "Unified", 3, "105M", 15)
+    (tmp_path / "uevent").write_text("")
+    got = cm.host_caches(str(tmp_path))
+    assert got == {"l1": cm.Cache(48 * 1024, 12), "l2": cm.Cache(2 * 1024 * 1024, 16),
+                   "l3": cm.Cache(105 * 1024 * 1024, 15)}
+    assert got["l1"].sets == 64
+    assert cm.host_caches(str(tmp_path / "missing")) == {}
+    (tmp_path / "index2" / "ways_of_associativity").write_text("garbage")
+    assert "l2" not in cm.host_caches(str(tmp_path))
+
+
+def _gemm(dtype=tl.float32):
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+    return C
+
+
+@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "sapphirerapids", "znver4"])
+def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu):
+    # GEMM 480 x 512 x 1024 (480 rows: whole 6- and 8-row tiles) made for each described CPU:
+    # the register tile and kc the model gives
+    out = _gemm()
+    s = heuristic_schedule(out, {"M": 480, "N": 512, "K": 1024}, _target(cpu))
+    rows, cols, kc, _ = (EXPECTED.get((cpu, 4)) or EXPECTED[("skylake-avx512", 4)])
+    text = s.to_python()
+    assert f"split('i', {rows})" in text and f"split('j', {cols}" in text
+    # kc moved down to a divisor of K = 1024 (Haswell's 170 -> 128): no partial k block
+    assert f"split('k', {cm.near_divisor(1024, kc)})" in text and "cache_read('B'" in text
+
+
+def test_packing_is_left_out_where_the_operand_fits_in_l1():
+    text = heuristic_schedule(_gemm(), {"M": 64, "N": 48, "K": 32}).to_python()
+    assert "cache_read" not in text
+
+
+@pytest.mark.parametrize("shape,dtype", [
+    ((200, 110, 600), tl.float64),   # kc moved to a divisor of K (120), 25 tiles in 5 blocks
+    ((96, 131, 1009), tl.float32),   # K prime: no near divisor of kc -> not packed, still right
+    ((64, 37, 300), tl.float32),     # N not a multiple of the tile: the last panel shifts in
+    ((16, 100, 100), tl.float64),    # K below kc: the whole K x nr panel per column panel
+])
+def test_the_packed_gemm_matches_numpy_on_odd_sizes(shape, dtype):
+    m, n, k = shape
+    out = _gemm(dtype)
+    s = heuristic_schedule(out, {"M": m, "N": n, "K": k})
+    np_t = np.float32 if dtype is tl.float32 else np.float64
+    rng = np.random.default_rng(7)
+    a, b = rng.random((m, k)).astype(np_t), rng.random((k, n)).astype(np_t)
+    got = tl.compile(out, s)(a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4 if np_t is np.float32 else 1e-10)
