@@ -243,13 +243,16 @@ def gemm_blocking(cpu: CpuModel, itemsize: int, tile: RegisterTile | None = None
     return GemmBlocking(t, kc, mc, nc)
 
 
-def near_divisor(n: int, target: int) -> int | None:
-    """The largest divisor of ``n`` in ``[target // 2, target]`` (``n`` itself when ``n <=
+def near_divisor(n: int, target: int, shrink: int = 2) -> int | None:
+    """The largest divisor of ``n`` in ``[target // shrink, target]`` (``n`` itself when ``n <=
     target``), or None.
 
     >>> near_divisor(1200, 128), near_divisor(1024, 128), near_divisor(1009, 128), near_divisor(90, 128)
     (120, 128, None, 90)
+    >>> near_divisor(125, 62), near_divisor(125, 62, shrink=4)
+    (None, 25)
     """
     if n <= target:
         return n
-    return next((d for d in range(target, max(1, target // 2) - 1, -1) if n % d == 0), None)
+    low = max(1, target // shrink)
+    return next((d for d in range(target, low - 1, -1) if n % d == 0), None)

@@ -300,7 +300,7 @@ def packed_operand(f: Func) -> tuple[str, str] | None:
     """(name, reduction Var) of the operand of a GEMM-like reduction that a packed register tile
     copies into contiguous panels: ``f`` has one reduction Var ``k``, and the operand is read
     with ``k`` as one index and ``f``'s innermost pure Var as its last (``B[k, j]`` of ``C[i, j]
-    += A[i, k] * B[k, j]``; ``B[b, k, j]`` of a batched GEMM)."""
+    += A[i, k] * B[k, j]``; ``B[b, k, j]`` of a batched GEMM), and read nowhere else in it."""
     from tensorlang.expr import Access, Var, walk
 
     d = f.definition
@@ -308,10 +308,13 @@ def packed_operand(f: Func) -> tuple[str, str] | None:
     if len(d.rvars) != 1 or len(d.args) < 2:
         return None
     k, x = d.rvars[0].name, d.args[-1].name
-    for a in walk(d.value):
-        if isinstance(a, Access) and len(a.indices) >= 2 \
-                and isinstance(a.indices[-1], Var) and a.indices[-1].name == x \
-                and any(isinstance(e, Var) and e.name == k for e in a.indices[:-1]):
+    reads = [a for a in walk(d.value) if isinstance(a, Access)]
+    for a in reads:
+        if len(a.indices) >= 2 and isinstance(a.indices[-1], Var) and a.indices[-1].name == x \
+                and any(isinstance(e, Var) and e.name == k for e in a.indices[:-1]) \
+                and sum(r.name == a.name for r in reads) == 1:
+            # read once: cache_read copies every read of a name (covariance's centered[k, i] *
+            # centered[k, j] would copy the union of the row block and the panel)
             return a.name, k
     return None
 
@@ -319,15 +322,18 @@ def packed_operand(f: Func) -> tuple[str, str] | None:
 def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
     """Register tiles per row block of a packed GEMM: the model's ``mc`` rows, fewer where
     the row blocks would not give each of ``threads`` threads ``BLOCKS_PER_THREAD`` blocks,
-    moved down to a near divisor of ``tiles`` when there is one (no partial block).
+    moved down to a divisor of ``tiles`` of at least a quarter of that when there is one (no
+    partial block; a smaller block only packs B more often).
 
     >>> row_block(128, 8, 1536, 2), row_block(125, 8, 1536, 2), row_block(128, 8, 96, 16)
     (32, 25, 4)
+    >>> row_block(125, 8, 768, 1), row_block(127, 8, 768, 1)
+    (25, 63)
     """
     per_block = max(1, min(mc // rows, tiles // (BLOCKS_PER_THREAD * threads)))
     from .cpu_model import near_divisor
 
-    return near_divisor(tiles, per_block) or per_block
+    return near_divisor(tiles, per_block, shrink=4) or per_block
 
 
 def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,

@@ -141,3 +141,17 @@ def test_the_packed_gemm_matches_numpy_on_odd_sizes(shape, dtype):
     a, b = rng.random((m, k)).astype(np_t), rng.random((k, n)).astype(np_t)
     got = tl.compile(out, s)(a, b)
     np.testing.assert_allclose(got, a @ b, rtol=1e-4 if np_t is np.float32 else 1e-10)
+
+
+def test_an_operand_read_twice_is_not_packed():
+    # covariance's A^T A reads one array as both operands: cache_read would copy the union of
+    # the row block and the column panel, so it is not the packed operand
+    from autotune.heuristic import packed_operand
+
+    N, M = tl.sizes("N M")
+    X = tl.Input("X", (N, M), tl.float64)
+    i, j, k = tl.vars("i j k")
+    S = tl.Func("S")
+    S[i, j] = X[k, i] * X[k, j]
+    assert packed_operand(S) is None
+    assert packed_operand(_gemm()) == ("B", "k")
