@@ -1,0 +1,83 @@
+"""GEMM: the rule-based schedule (packed, blocked by the analytical CPU model) against the same
+rules without packing ("old") and NumPy's BLAS, interleaved in one process.
+
+Run: python benchmarks/gemm_packed.py MxNxK f32|f64 old,auto[,q8k128m16...]
+     (TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for one thread; ROUNDS=n, default 7)
+Prints per contender n-round medians, IQR / median and GFLOP/s. ``q<rows>k<kc>m<tiles per
+block>[u]`` is a hand-made packed nest (``u``: without the copy) for exploring the blocking.
+"""
+import os
+import sys
+import time
+
+import numpy as np
+import tensorlang as tl
+from autotune.timing import interleaved, Stats
+from autotune.heuristic import heuristic_schedule
+
+m, nn, kk = map(int, sys.argv[1].split("x")); dt = sys.argv[2]; variants = sys.argv[3].split(",")
+dtype = tl.float32 if dt == "f32" else tl.float64
+npd = np.float32 if dt == "f32" else np.float64
+M, N, K = tl.sizes("M N K")
+A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
+i, j, k = tl.vars("i j k")
+C = tl.Func("C"); C[i, j] = A[i, k] * B[k, j]
+lanes = 16 if dt == "f32" else 8
+
+def sched(v):
+    if v == "auto":
+        return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+    if v == "old":
+        import autotune.heuristic as H
+        from tensorlang.errors import ScheduleError
+        keep = H._packed_tile
+        def no(*a, **k): raise ScheduleError("off")
+        H._packed_tile = no
+        try:
+            return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+        finally:
+            H._packed_tile = keep
+    if v.startswith("p"):
+        rows = int(v[1:].split("k")[0]); kc = int(v.split("k")[1])
+        s = tl.Schedule(C)
+        io, ii = s[C].split("i", rows)
+        xo, xi = s[C].split("j", 2 * lanes, tail="GuardWithIf")
+        ko, ki = s[C].split("k", kc)
+        s[C].reorder(xo, ko, io, ki, ii, xi)
+        s.cache_read("B", s[C], ko)
+        s[C].parallel(xo).unroll(ii).vectorize(xi, lanes).unroll(f"{xi.name}.o")
+        return s
+    # q<rows>k<kc>m<mcblocks>[u]  (u: no pack)
+    rows = int(v[1:].split("k")[0]); kc = int(v.split("k")[1].split("m")[0]); mb = int(v.split("m")[1].rstrip("u"))
+    s = tl.Schedule(C)
+    io, ii = s[C].split("i", rows)
+    ioo, ioi = s[C].split(io, mb)
+    xo, xi = s[C].split("j", 2 * lanes, tail="ShiftInwards")
+    ko, ki = s[C].split("k", kc)
+    s[C].reorder(ioo, xo, ko, ioi, ki, ii, xi)
+    if not v.endswith("u"):
+        s.cache_read("B", s[C], ko)
+    s[C].parallel(ioo)
+    s[C].unroll(ii)
+    s[C].vectorize(xi, lanes).unroll(f"{xi.name}.o")
+    return s
+
+rng = np.random.default_rng(0)
+a = rng.random((m, kk)).astype(npd); b = rng.random((kk, nn)).astype(npd)
+ref = a @ b
+o0 = np.empty((m, nn), npd)
+cont = {"numpy": lambda: np.matmul(a, b, out=o0)}
+for v in variants:
+    s = sched(v)
+    t0 = time.time(); kern = tl.compile(C, s); ct = time.time() - t0
+    o = np.empty((m, nn), npd)
+    kern(a, b, out=o)
+    err = np.abs(o - ref).max() / np.abs(ref).max()
+    assert err < 1e-4, (v, err)
+    cont[v] = (lambda kern=kern, o=o: kern(a, b, out=o))
+    print(v, "compile", round(ct,2), "s", flush=True)
+    if os.environ.get("NEST"): print(kern.loop_nest())
+res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('ROUNDS', 7)), runs=5, warmup=1, settle=["numpy"]).items()}
+flops = 2 * m * nn * kk
+for name, st in res.items():
+    print(f"{name:14s} median {st.median*1e3:8.3f} ms  IQR/med {st.iqr/st.median:5.1%}  {flops/st.median/1e9:7.1f} GFLOP/s")
