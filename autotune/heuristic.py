@@ -19,6 +19,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   divisor of its extent where one is close: a guarded remainder runs the slow version) and
   unrolled: the innermost pure Var that the vector operands are not indexed by (GEMM's ``i``,
   conv2d's output channel); the reduction loops between the tile loops and the tile (GEMM-style);
+- a GEMM-like reduction (``packed_operand``) whose operand does not fit in L1 is first tried as
+  BLIS's packed nest (``_packed_tile``: row blocks in parallel, ``kc x nr`` panels of the operand
+  copied into contiguous buffers; ``kc`` and the row block from the analytical model of
+  ``cpu_model``); the register tile above where the sizes do not allow it;
 - a reduction with one pure Var that indexes the last (contiguous) dimension of what it reads
   (``y[j] = A[i, j] * x[i]``) runs its reduction loops outside a segment of ``ROW_VECTORS``
   vectors of that Var: every reduction step then reads a contiguous row segment;
@@ -41,8 +45,9 @@ check proves and lowering accepts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from schedule.schedule import Schedule, Stage
 from tensorlang.errors import ScheduleError
@@ -51,6 +56,8 @@ from tensorlang.pipeline import Pipeline
 
 if TYPE_CHECKING:
     from backends.llvm.target import Target
+
+    from .cpu_model import GemmBlocking
 
 ACCUMULATORS = 16  # vector registers a register tile accumulates in (of 32 on AVX-512)
 #: the same with 16 vector registers (AVX2): 4 stay free for the loaded and broadcast operands
@@ -336,6 +343,19 @@ def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
     return near_divisor(tiles, per_block, shrink=4) or per_block
 
 
+def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None) -> GemmBlocking:
+    """The analytical model's blocking (``cpu_model.gemm_blocking``) of ``f`` on ``target``
+    (default: the host) for a register tile of ``rows`` x ``width`` elements."""
+    from .cpu_model import cpu_model, gemm_blocking
+    from .cpu_model import register_tile as model_tile
+
+    cpu = cpu_model(target)
+    size = f.dtype.numpy.itemsize
+    tile = model_tile(cpu, size)
+    return gemm_blocking(cpu, size, replace(tile, rows=rows,
+                                            vectors=max(1, width // tile.lanes)))
+
+
 def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
                  target: Target | None) -> None:
     """The BLIS loop nest for a GEMM-like reduction (Goto and van de Geijn, TOMS 2008; blocking
@@ -352,7 +372,8 @@ def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
     """
     from backends.llvm.runtime import num_threads
 
-    from .cpu_model import cpu_model, gemm_blocking, near_divisor, register_tile as model_tile
+    from .cpu_model import cpu_model, near_divisor
+    from .cpu_model import register_tile as model_tile
 
     d = f.definition
     assert d is not None
@@ -368,10 +389,8 @@ def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
     size = f.dtype.numpy.itemsize
     if ext[k] * ext[x] * size <= cpu.l1.size:
         raise ScheduleError(f"{operand} fits in L1: no packing")
-    tile = model_tile(cpu, size)
-    width, rows = register_tile(ext[x], ext[i], lanes, tile.accumulators)
-    blocking = gemm_blocking(cpu, size, replace(tile, rows=rows,
-                                                vectors=max(1, width // lanes)))
+    width, rows = register_tile(ext[x], ext[i], lanes, model_tile(cpu, size).accumulators)
+    blocking = packed_blocking(f, rows, width, target)
     kc = near_divisor(ext[k], blocking.kc)
     tiles, rest = divmod(ext[i], rows)
     mb = row_block(tiles, rows, blocking.mc, max(1, num_threads()))

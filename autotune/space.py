@@ -63,7 +63,8 @@ sketch rules (Zheng et al., OSDI 2020), Halide's Adams2019 decision order (consu
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from schedule.loops import Location
 from schedule.schedule import Schedule
@@ -342,19 +343,14 @@ class SearchSpace:
 
     def _row_block(self, f: Func, row: str, rows: int, width: int, answer: Any) -> int:
         """Register tiles per row block for the ``.block`` decision ``answer``."""
-        from .cpu_model import cpu_model, gemm_blocking, register_tile
+        from backends.llvm.runtime import num_threads
+
+        from .heuristic import packed_blocking
 
         tiles = -(-self.extent(f.name, row) // rows)
         if answer != "model":
             return min(int(answer), tiles)
-        from backends.llvm.runtime import num_threads
-
-        cpu = cpu_model()
-        size = f.dtype.numpy.itemsize
-        n = cpu.lanes(size)
-        tile = register_tile(cpu, size)
-        mc = gemm_blocking(cpu, size, tile.__class__(rows, max(1, width // n), n)).mc
-        return row_block(tiles, rows, mc, max(1, num_threads()))
+        return row_block(tiles, rows, packed_blocking(f, rows, width).mc, max(1, num_threads()))
 
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split

@@ -11,9 +11,10 @@ import sys
 import time
 
 import numpy as np
+
 import tensorlang as tl
-from autotune.timing import interleaved, Stats
 from autotune.heuristic import heuristic_schedule
+from autotune.timing import Stats, interleaved
 
 m, nn, kk = map(int, sys.argv[1].split("x")); dt = sys.argv[2]; variants = sys.argv[3].split(",")
 dtype = tl.float32 if dt == "f32" else tl.float64
@@ -77,7 +78,7 @@ for v in variants:
     cont[v] = (lambda kern=kern, o=o: kern(a, b, out=o))
     print(v, "compile", round(ct,2), "s", flush=True)
     if os.environ.get("NEST"): print(kern.loop_nest())
-res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('ROUNDS', 7)), runs=5, warmup=1, settle=["numpy"]).items()}
+res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('ROUNDS', '7')), runs=5, warmup=1, settle=["numpy"]).items()}
 flops = 2 * m * nn * kk
 for name, st in res.items():
     print(f"{name:14s} median {st.median*1e3:8.3f} ms  IQR/med {st.iqr/st.median:5.1%}  {flops/st.median/1e9:7.1f} GFLOP/s")

@@ -81,8 +81,8 @@ def test_host_caches_read_from_sysfs(tmp_path):
     def level(i: int, typ: str, lvl: int, size: str, ways: int) -> None:
         d = tmp_path / f"index{i}"
         d.mkdir()
-        for k, v in dict(type=typ, level=lvl, size=size, ways_of_associativity=ways,
-                         coherency_line_size=64).items():
+        for k, v in {"type": typ, "level": lvl, "size": size, "ways_of_associativity": ways,
+                         "coherency_line_size": 64}.items():
             (d / k).write_text(f"{v}\n")
 
     level(0, "Data", 1, "48K", 12)
