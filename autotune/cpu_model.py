@@ -33,6 +33,7 @@ value BLIS ships for its Haswell double-precision kernel.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from dataclasses import dataclass, replace
@@ -117,12 +118,14 @@ SAME_CORE = {"emeraldrapids": "sapphirerapids", "skx": "skylake-avx512",
              "broadwell": "haswell"}
 
 
+@functools.cache
 def cpu_model(target: Target | None = None) -> CpuModel:
     """The model of ``target`` (default: this machine).
 
     The host: caches from sysfs where Linux provides them, else from ``DESCRIBED`` or a generic
     core; vector width and registers from the target's features. Another CPU: ``DESCRIBED[cpu]``,
-    else a generic core of the target's vector width.
+    else a generic core of the target's vector width. Cached per target (the rule-based schedule
+    asks once per stage).
     """
     from backends.llvm.target import host_target
 

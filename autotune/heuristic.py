@@ -337,9 +337,9 @@ def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
     >>> row_block(125, 8, 768, 1), row_block(127, 8, 768, 1)
     (25, 63)
     """
-    per_block = max(1, min(mc // rows, tiles // (BLOCKS_PER_THREAD * threads)))
     from .cpu_model import near_divisor
 
+    per_block = max(1, min(mc // rows, tiles // (BLOCKS_PER_THREAD * threads)))
     return near_divisor(tiles, per_block, shrink=4) or per_block
 
 

@@ -10,6 +10,16 @@ import numpy as np
 import tensorlang as tl
 
 
+def gemm(dtype=tl.float32):
+    """``C[i, j] = sum_k A[i, k] * B[k, j]`` alone (no arrays), of ``dtype``."""
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+    return C
+
+
 def matmul():
     M, N, K = tl.sizes("M N K")
     A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)

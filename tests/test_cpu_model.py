@@ -8,6 +8,7 @@ import doctest
 
 import numpy as np
 import pytest
+from algorithms import gemm
 
 import tensorlang as tl
 from autotune import cpu_model as cm
@@ -99,20 +100,11 @@ def test_host_caches_read_from_sysfs(tmp_path):
     assert "l2" not in cm.host_caches(str(tmp_path))
 
 
-def _gemm(dtype=tl.float32):
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
-    return C
-
-
 @pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "sapphirerapids", "znver4"])
 def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu):
     # GEMM 480 x 512 x 1024 (480 rows: whole 6- and 8-row tiles) made for each described CPU:
     # the register tile and kc the model gives
-    out = _gemm()
+    out = gemm()
     s = heuristic_schedule(out, {"M": 480, "N": 512, "K": 1024}, _target(cpu))
     rows, cols, kc, _ = (EXPECTED.get((cpu, 4)) or EXPECTED[("skylake-avx512", 4)])
     text = s.to_python()
@@ -122,7 +114,7 @@ def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu):
 
 
 def test_packing_is_left_out_where_the_operand_fits_in_l1():
-    text = heuristic_schedule(_gemm(), {"M": 64, "N": 48, "K": 32}).to_python()
+    text = heuristic_schedule(gemm(), {"M": 64, "N": 48, "K": 32}).to_python()
     assert "cache_read" not in text
 
 
@@ -134,7 +126,7 @@ def test_packing_is_left_out_where_the_operand_fits_in_l1():
 ])
 def test_the_packed_gemm_matches_numpy_on_odd_sizes(shape, dtype):
     m, n, k = shape
-    out = _gemm(dtype)
+    out = gemm(dtype)
     s = heuristic_schedule(out, {"M": m, "N": n, "K": k})
     np_t = np.float32 if dtype is tl.float32 else np.float64
     rng = np.random.default_rng(7)
@@ -154,4 +146,4 @@ def test_an_operand_read_twice_is_not_packed():
     S = tl.Func("S")
     S[i, j] = X[k, i] * X[k, j]
     assert packed_operand(S) is None
-    assert packed_operand(_gemm()) == ("B", "k")
+    assert packed_operand(gemm()) == ("B", "k")
