@@ -316,7 +316,8 @@ class Func:
         expr = self._lift_reductions(expr, pure, lhs_text)
         self._check_reads(expr, lhs_text)
         rvars = [v for v in free_vars(expr) if v.name not in seen]
-        _collect_rvars((expr,), f"In definition of {lhs_text}")
+        whole = _collect_rvars((expr,), f"In definition of {lhs_text}")
+        rvars += [r for r in whole.values() if r.name not in {v.name for v in rvars}]
         if rvars and op is None:
             op = "sum"
         if not rvars:
@@ -439,15 +440,19 @@ class Func:
 
 
 def _collect_rvars(exprs: tuple, where: str) -> dict[str, Any]:
-    """The RVars in ``exprs`` by name; two different RDom variables with one name are refused."""
+    """The RVars in ``exprs`` by name, with every other variable of their RDoms (a definition
+    iterates the whole RDom, as in Halide); two different RDom variables with one name are
+    refused."""
     out: dict[str, Any] = {}
     for e in exprs:
         for n in walk(e):
-            if isinstance(n, RVar):
-                other = out.setdefault(n.name, n)
-                if other is not n and not other.same_as(n):
+            if not isinstance(n, RVar):
+                continue
+            for r in n.domain:
+                other = out.setdefault(r.name, r)
+                if other is not r and not other.same_as(r):
                     raise DefinitionError(
-                        f"{where}: two different RDoms both have a variable named {n.name}; "
+                        f"{where}: two different RDoms both have a variable named {r.name}; "
                         f"give them distinct names, e.g. tl.RDom(..., name='s')")
     return out
 

@@ -3,7 +3,9 @@
 An RDom is a box of half-open ranges, like ``range``; its dimensions are ``r.x, r.y, r.z, r.w`` (or
 ``r[0], r[1], ...``). A one-dimensional RDom is itself usable as an index (``F[r] = F[r - 1] + X[r]``).
 Bounds may be ints or affine expressions of sizes. An update definition iterates its RDom in
-lexicographic order with the *first* dimension innermost, as in Halide.
+lexicographic order with the *first* dimension innermost, as in Halide; it iterates the *whole*
+RDom even where some of its dimensions are not used (``r.z`` of ``tl.RDom((1, N), (0, T))`` counts
+repetitions: ``F[r.x] = ...`` over that RDom runs ``T`` sweeps), and so does a reduction.
 
 See also: Halide ``RDom``/``RVar``; TVM ``te.reduce_axis``.
 """
@@ -28,6 +30,12 @@ class RVar(Var):
     min: Expr = field(default_factory=lambda: sconst(0))
     extent: Expr = field(default_factory=lambda: sconst(0))
     dim: int = field(default=0, compare=False)  # position in its RDom (0 = innermost loop)
+
+    @property
+    def domain(self) -> tuple[RVar, ...]:
+        """Every variable of this RVar's RDom, first dimension first (just itself when built
+        alone). A definition that uses one RVar iterates the whole RDom, as in Halide."""
+        return getattr(self, "_domain", (self,))
 
 
 def _bound(v: Any, what: str) -> Expr:
@@ -71,6 +79,8 @@ class RDom:
             suffix = _DIMS[d] if d < len(_DIMS) else str(d)
             dims.append(RVar(f"{self.name}_{suffix}", lo, ssub(hi, lo), d))
         self.dims: tuple[RVar, ...] = tuple(dims)
+        for r in dims:  # frozen dataclass: set the back-reference after construction
+            object.__setattr__(r, "_domain", self.dims)
 
     def __len__(self) -> int:
         return len(self.dims)

@@ -117,3 +117,36 @@ def test_update_schedule_errors(build, exc, msg):
     with pytest.raises(exc, match=msg):
         build(s, S, y, r)
         tl.compile(out, s)
+
+
+def test_update_iterates_the_whole_rdom(rng):
+    """An RDom dimension the update does not use still repeats it (Halide): T Jacobi sweeps over a
+    two-row buffer, the time dimension r.z used nowhere in the update."""
+    N, T = tl.sizes("N T")
+    A = tl.Input("A", (N,), tl.float64)
+    p, i = tl.vars("p i")
+    F = tl.Func("buf", shape=(2, N))
+    F[p, i] = A[i]
+    r = tl.RDom((1, N - 1), (0, 2), (0, T))
+    F[1 - r.y, r.x] = (F[r.y, r.x - 1] + F[r.y, r.x] + F[r.y, r.x + 1]) / 3
+    out = tl.Func("out")
+    out[i] = F[0, i]
+    a = rng.random(13)
+    want = a.copy()
+    for _ in range(4):
+        b = want.copy()
+        b[1:-1] = (want[:-2] + want[1:-1] + want[2:]) / 3
+        want[1:-1] = (b[:-2] + b[1:-1] + b[2:]) / 3
+    np.testing.assert_allclose(tl.compile(out)(a, T=4), want, rtol=1e-12)
+    np.testing.assert_allclose(tl.reference(out, A=a, T=4), want, rtol=1e-12)
+
+
+def test_reduction_over_an_rdom_counts_its_unused_dimensions(rng):
+    (M,) = tl.sizes("M")
+    X = tl.Input("X", (M,), tl.float64)
+    (i,) = tl.vars("i")
+    r = tl.RDom((0, M), (0, 3))
+    G = tl.Func("G")
+    G[i] = X[i] + tl.sum(X[r.x])
+    x = rng.random(7)
+    check(G, x + 3 * x.sum(), x, rtol=1e-12)
