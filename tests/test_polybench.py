@@ -22,13 +22,13 @@ def test_polybench_kernel_matches_numpy(name, schedule):
     kern = KERNELS[name]
     arrays = kern.inputs(kern.small, np.random.default_rng(7))
     outs = kern.build()
-    ref = kern.numpy(arrays)
+    ref = kern.numpy(arrays, kern.small)
     assert len(outs) == len(ref)
     for out, want in zip(outs, ref):
         s = None if schedule == "default" else heuristic_schedule(out, kern.small)
         k = tl.compile(out, s)
-        got = k(**{i.name: arrays[i.name] for i in tl.Pipeline(out).inputs})
-        assert got.shape == want.shape and got.dtype == np.float64
+        got = k(**kern.call_args(out, arrays, kern.small))
+        assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
 
 
@@ -48,7 +48,7 @@ def test_polybench_references_follow_the_c_loops():
     for i in range(n):
         for j in range(n):
             w[i] += 1.5 * A[i, j] * x[j]
-    np.testing.assert_allclose(KERNELS["gemver"].numpy(a)[0], w, rtol=1e-12)
+    np.testing.assert_allclose(KERNELS["gemver"].numpy(a, {"N": 5})[0], w, rtol=1e-12)
     d = KERNELS["correlation"].inputs({"N": 6, "M": 4}, np.random.default_rng(1))["data"]
     d[:, 2] = 0.5  # a constant column: stddev 0 -> 1.0 (the C code's eps rule)
     n_, m = d.shape
@@ -60,4 +60,32 @@ def test_polybench_references_follow_the_c_loops():
     for i in range(m - 1):
         for j in range(i + 1, m):
             corr[i, j] = corr[j, i] = sum(dn[k][i] * dn[k][j] for k in range(n_))
-    np.testing.assert_allclose(KERNELS["correlation"].numpy({"data": d})[0], corr, rtol=1e-12)
+    np.testing.assert_allclose(KERNELS["correlation"].numpy({"data": d}, {"N": 6, "M": 4})[0], corr, rtol=1e-12)
+
+
+def test_vectorized_references_follow_the_c_loops():
+    """The references that reorder the C loops (seidel-2d by wavefronts, floyd-warshall by whole
+    k steps) against the C loop nests, written out, on small sizes."""
+    rng = np.random.default_rng(3)
+    n, t = 7, 3
+    a = rng.random((n, n))
+    want = a.copy()
+    for _ in range(t):
+        for i in range(1, n - 1):
+            for j in range(1, n - 1):
+                want[i, j] = sum(want[i + di, j + dj] for di in (-1, 0, 1)
+                                 for dj in (-1, 0, 1)) / 9.0
+    got = KERNELS["seidel-2d"].numpy({"A": a}, {"N": n, "T": t})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    p = rng.integers(1, 50, (n, n)).astype(np.int32)
+    want = p.copy()
+    for k in range(n):
+        for i in range(n):
+            for j in range(n):
+                want[i, j] = min(want[i, j], want[i, k] + want[k, j])
+    np.testing.assert_array_equal(KERNELS["floyd-warshall"].numpy({"path": p}, {"N": n})[0],
+                                  want)
+    L = np.tril(rng.random((n, n))) + np.eye(n)
+    b = rng.random(n)
+    np.testing.assert_allclose(KERNELS["trisolv"].numpy({"L": L, "b": b}, {"N": n})[0],
+                               np.linalg.solve(L, b), rtol=1e-12)

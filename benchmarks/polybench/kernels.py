@@ -27,17 +27,30 @@ F64 = tl.float64
 
 @dataclass(frozen=True)
 class Kernel:
-    """One PolyBench kernel: ``build()`` -> its output Funcs; ``small``/``large`` sizes by name;
-    ``inputs(sizes, rng)`` -> arrays by Input name; ``numpy(arrays)`` -> the live-out arrays
-    in the order of the outputs; ``flops(sizes)`` -> floating-point operations of one run."""
+    """One PolyBench kernel: ``build()`` -> its output Funcs; ``small``/``large`` sizes by name
+    (``large`` is PolyBench's LARGE dataset, or MEDIUM where ``dataset`` says so: NumPy would take
+    more than 10 s at LARGE); ``inputs(sizes, rng)`` -> arrays by Input name;
+    ``numpy(arrays, sizes)`` -> the live-out arrays in the order of the outputs;
+    ``flops(sizes)`` -> floating-point operations of one run. Sizes no input array fixes (a time
+    step count ``T``) are passed to the kernel by name (``kernel(A=..., T=500)``)."""
 
     name: str
     build: Callable[[], list[tl.Func]]
     small: dict[str, int]
     large: dict[str, int]
     inputs: Callable[[dict[str, int], np.random.Generator], dict[str, np.ndarray]]
-    numpy: Callable[[dict[str, np.ndarray]], list[np.ndarray]]
+    numpy: Callable[[dict[str, np.ndarray], dict[str, int]], list[np.ndarray]]
     flops: Callable[[dict[str, int]], float]
+    dataset: str = "LARGE"
+
+    def call_args(self, out: tl.Func, arrays: dict[str, np.ndarray],
+                  sizes: dict[str, int]) -> dict[str, object]:
+        """Keyword arguments of ``out``'s kernel: its Input arrays and the sizes they do not fix."""
+        pipeline = tl.Pipeline(out)
+        fixed = {s.name for i in pipeline.inputs for s in i.shape if isinstance(s, tl.Size)}
+        args: dict[str, object] = {i.name: arrays[i.name] for i in pipeline.inputs}
+        args.update({n: sizes[n] for n in pipeline.sizes if n not in fixed})
+        return args
 
 
 def _arrays(rng: np.random.Generator, **shapes: tuple[int, ...]) -> dict[str, np.ndarray]:
@@ -70,7 +83,7 @@ def _gemver() -> list[tl.Func]:
     return [w]
 
 
-def _gemver_np(a: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _gemver_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
     ah = a["A"] + np.outer(a["u1"], a["v1"]) + np.outer(a["u2"], a["v2"])
     x = a["x"] + BETA * (ah.T @ a["y"]) + a["z"]
     return [a["w"] + ALPHA * (ah @ x)]
@@ -162,7 +175,7 @@ def _covariance() -> list[tl.Func]:
     return [cov]
 
 
-def _covariance_np(a: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _covariance_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
     data = a["data"]
     d = data - data.sum(axis=0) / data.shape[0]
     return [(d.T @ d) / (data.shape[0] - 1.0)]
@@ -186,7 +199,7 @@ def _correlation() -> list[tl.Func]:
     return [corr]
 
 
-def _correlation_np(a: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _correlation_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
     data = a["data"]
     n = float(data.shape[0])
     mean = data.sum(axis=0) / n
@@ -198,37 +211,248 @@ def _correlation_np(a: dict[str, np.ndarray]) -> list[np.ndarray]:
     return [corr]
 
 
+# -- linear-algebra/blas: triangular and symmetric ---------------------------------------------
+# The C loops touch one triangle; until RDoms can be restricted (r.where), the sums run over the
+# square and tl.where masks the other triangle (the NumPy references do the same work).
+def _symm() -> list[tl.Func]:
+    M, N = tl.sizes("M N")
+    C, A, B = tl.Input("C", (M, N), F64), tl.Input("A", (M, M), F64), tl.Input("B", (M, N), F64)
+    i, j, k = tl.vars("i j k")
+    out = tl.Func("symm")  # A holds the lower triangle of a symmetric matrix
+    out[i, j] = BETA * C[i, j] + ALPHA * tl.sum(tl.where(k <= i, A[i, k], A[k, i]) * B[k, j])
+    return [out]
+
+
+def _symm_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    sym = np.tril(a["A"]) + np.tril(a["A"], -1).T
+    return [BETA * a["C"] + ALPHA * (sym @ a["B"])]
+
+
+def _syrk() -> list[tl.Func]:
+    N, M = tl.sizes("N M")
+    C, A = tl.Input("C", (N, N), F64), tl.Input("A", (N, M), F64)
+    i, j, k = tl.vars("i j k")
+    out = tl.Func("syrk")  # the lower triangle is updated, the upper one kept
+    out[i, j] = tl.where(j <= i, BETA * C[i, j] + ALPHA * tl.sum(A[i, k] * A[j, k]), C[i, j])
+    return [out]
+
+
+def _syr2k() -> list[tl.Func]:
+    N, M = tl.sizes("N M")
+    C, A, B = tl.Input("C", (N, N), F64), tl.Input("A", (N, M), F64), tl.Input("B", (N, M), F64)
+    i, j, k = tl.vars("i j k")
+    out = tl.Func("syr2k")
+    out[i, j] = tl.where(j <= i, BETA * C[i, j] + tl.sum(A[j, k] * ALPHA * B[i, k]
+                                                         + B[j, k] * ALPHA * A[i, k]), C[i, j])
+    return [out]
+
+
+def _lower(a: np.ndarray, new: np.ndarray) -> np.ndarray:
+    return np.where(np.tri(*a.shape, dtype=bool), new, a)
+
+
+def _trmm() -> list[tl.Func]:
+    M, N = tl.sizes("M N")
+    A, B = tl.Input("A", (M, M), F64), tl.Input("B", (M, N), F64)
+    i, j, k = tl.vars("i j k")
+    out = tl.Func("trmm")  # B := alpha * A^T B, A unit lower triangular
+    out[i, j] = ALPHA * (B[i, j] + tl.sum(tl.where(k > i, A[k, i], 0.0) * B[k, j]))
+    return [out]
+
+
+# -- linear-algebra/solvers ---------------------------------------------------------------------
+def _trisolv() -> list[tl.Func]:
+    (N,) = tl.sizes("N")
+    L, b = tl.Input("L", (N, N), F64), tl.Input("b", (N,), F64)
+    (i,) = tl.vars("i")
+    x = tl.Func("trisolv", shape=(N,))
+    x[i] = b[i]
+    r = tl.RDom((0, N), (0, N))  # r.x = j (inner), r.y = i: forward substitution, in order
+    j, row = r.x, r.y
+    x[row] = tl.where(j < row, x[row] - L[row, j] * x[j],
+                      tl.where(j == row, x[row] / L[row, row], x[row]))
+    return [x]
+
+
+def _trisolv_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    L, x = a["L"], a["b"].copy()
+    for i in range(len(x)):
+        x[i] = (x[i] - L[i, :i] @ x[:i]) / L[i, i]
+    return [x]
+
+
+def _trisolv_inputs(s: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = s["N"]  # well conditioned: a dominant diagonal, as PolyBench's init_array makes it
+    return {"L": np.tril(rng.random((n, n))) + n * np.eye(n), "b": rng.random(n)}
+
+
+# -- stencils: T time steps, the C code's two arrays as the two rows of one buffer --------------
+def _jacobi_1d() -> list[tl.Func]:
+    N, T = tl.sizes("N T")
+    A, B = tl.Input("A", (N,), F64), tl.Input("B", (N,), F64)
+    p, i = tl.vars("p i")
+    buf = tl.Func("buf", shape=(2, N))  # buf[0] is A, buf[1] is B
+    buf[p, i] = tl.where(p == 0, A[i], B[i])
+    r = tl.RDom((1, N - 1), (0, 2), (0, T))  # x: i, y: which array is read, z: the time step
+    buf[1 - r.y, r.x] = 0.33333 * (buf[r.y, r.x - 1] + buf[r.y, r.x] + buf[r.y, r.x + 1])
+    out = tl.Func("jacobi_1d")
+    out[i] = buf[0, i]
+    return [out]
+
+
+def _jacobi_1d_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    A, B = a["A"].copy(), a["B"].copy()
+    for _ in range(s["T"]):
+        B[1:-1] = 0.33333 * (A[:-2] + A[1:-1] + A[2:])
+        A[1:-1] = 0.33333 * (B[:-2] + B[1:-1] + B[2:])
+    return [A]
+
+
+def _jacobi_2d() -> list[tl.Func]:
+    N, T = tl.sizes("N T")
+    A, B = tl.Input("A", (N, N), F64), tl.Input("B", (N, N), F64)
+    p, i, j = tl.vars("p i j")
+    buf = tl.Func("buf", shape=(2, N, N))
+    buf[p, i, j] = tl.where(p == 0, A[i, j], B[i, j])
+    r = tl.RDom((1, N - 1), (1, N - 1), (0, 2), (0, T))  # j, i, read array, time step
+    jj, ii, q = r.x, r.y, r.z
+    buf[1 - q, ii, jj] = 0.2 * (buf[q, ii, jj] + buf[q, ii, jj - 1] + buf[q, ii, jj + 1]
+                                + buf[q, ii + 1, jj] + buf[q, ii - 1, jj])
+    out = tl.Func("jacobi_2d")
+    out[i, j] = buf[0, i, j]
+    return [out]
+
+
+def _jacobi_2d_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    A, B = a["A"].copy(), a["B"].copy()
+    for _ in range(s["T"]):
+        B[1:-1, 1:-1] = 0.2 * (A[1:-1, 1:-1] + A[1:-1, :-2] + A[1:-1, 2:] + A[2:, 1:-1]
+                               + A[:-2, 1:-1])
+        A[1:-1, 1:-1] = 0.2 * (B[1:-1, 1:-1] + B[1:-1, :-2] + B[1:-1, 2:] + B[2:, 1:-1]
+                               + B[:-2, 1:-1])
+    return [A]
+
+
+def _heat_3d() -> list[tl.Func]:
+    N, T = tl.sizes("N T")
+    A, B = tl.Input("A", (N, N, N), F64), tl.Input("B", (N, N, N), F64)
+    p, i, j, k = tl.vars("p i j k")
+    buf = tl.Func("buf", shape=(2, N, N, N))
+    buf[p, i, j, k] = tl.where(p == 0, A[i, j, k], B[i, j, k])
+    r = tl.RDom((1, N - 1), (1, N - 1), (1, N - 1), (0, 2), (0, T))  # k, j, i, read array, t
+    kk, jj, ii, q = r[0], r[1], r[2], r[3]
+    c = buf[q, ii, jj, kk]
+    buf[1 - q, ii, jj, kk] = (
+        0.125 * (buf[q, ii + 1, jj, kk] - 2.0 * c + buf[q, ii - 1, jj, kk])
+        + 0.125 * (buf[q, ii, jj + 1, kk] - 2.0 * c + buf[q, ii, jj - 1, kk])
+        + 0.125 * (buf[q, ii, jj, kk + 1] - 2.0 * c + buf[q, ii, jj, kk - 1]) + c)
+    out = tl.Func("heat_3d")
+    out[i, j, k] = buf[0, i, j, k]
+    return [out]
+
+
+def _heat_step(a: np.ndarray) -> np.ndarray:
+    c = a[1:-1, 1:-1, 1:-1]
+    return (0.125 * (a[2:, 1:-1, 1:-1] - 2.0 * c + a[:-2, 1:-1, 1:-1])
+            + 0.125 * (a[1:-1, 2:, 1:-1] - 2.0 * c + a[1:-1, :-2, 1:-1])
+            + 0.125 * (a[1:-1, 1:-1, 2:] - 2.0 * c + a[1:-1, 1:-1, :-2]) + c)
+
+
+def _heat_3d_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    A, B = a["A"].copy(), a["B"].copy()
+    for _ in range(s["T"]):
+        B[1:-1, 1:-1, 1:-1] = _heat_step(A)
+        A[1:-1, 1:-1, 1:-1] = _heat_step(B)
+    return [A]
+
+
+def _seidel_2d() -> list[tl.Func]:
+    N, T = tl.sizes("N T")
+    A = tl.Input("A", (N, N), F64)
+    i, j = tl.vars("i j")
+    out = tl.Func("seidel_2d", shape=(N, N))
+    out[i, j] = A[i, j]
+    r = tl.RDom((1, N - 1), (1, N - 1), (0, T))  # Gauss-Seidel in place: j, i, time step
+    jj, ii = r.x, r.y
+    out[ii, jj] = (out[ii - 1, jj - 1] + out[ii - 1, jj] + out[ii - 1, jj + 1]
+                   + out[ii, jj - 1] + out[ii, jj] + out[ii, jj + 1]
+                   + out[ii + 1, jj - 1] + out[ii + 1, jj] + out[ii + 1, jj + 1]) / 9.0
+    return [out]
+
+
+def _seidel_2d_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    # The C sweep, vectorized along the wavefronts 2i + j = w: a point reads the new values of
+    # (i-1, j-1..j+1) and (i, j-1) (wavefronts w-3..w-1) and the old ones of (i, j+1) and row i+1
+    # (w+1..w+3), so the points of one wavefront are independent and every read sees the value
+    # the C loop order gives it.
+    A = a["A"].copy()
+    n = A.shape[0]
+    fronts = []
+    for w in range(3, 3 * (n - 2) + 1):
+        i = np.arange(max(1, (w - n + 3) // 2), min(n - 2, (w - 1) // 2) + 1)
+        j = w - 2 * i
+        keep = (j >= 1) & (j <= n - 2)
+        fronts.append((i[keep], j[keep]))
+    for _ in range(s["T"]):
+        for i, j in fronts:
+            A[i, j] = (A[i - 1, j - 1] + A[i - 1, j] + A[i - 1, j + 1] + A[i, j - 1] + A[i, j]
+                       + A[i, j + 1] + A[i + 1, j - 1] + A[i + 1, j] + A[i + 1, j + 1]) / 9.0
+    return [A]
+
+
+# -- medley -------------------------------------------------------------------------------------
+def _floyd_warshall() -> list[tl.Func]:
+    (N,) = tl.sizes("N")
+    path = tl.Input("path", (N, N), tl.int32)  # PolyBench's DATA_TYPE for this kernel is int
+    i, j = tl.vars("i j")
+    out = tl.Func("floyd_warshall", shape=(N, N))
+    out[i, j] = path[i, j]
+    r = tl.RDom((0, N), (0, N), (0, N))  # j, i, k: k outermost, in place
+    jj, ii, kk = r.x, r.y, r.z
+    out[ii, jj] = tl.minimum(out[ii, jj], out[ii, kk] + out[kk, jj])
+    return [out]
+
+
+def _floyd_warshall_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    p = a["path"].copy()
+    for k in range(p.shape[0]):
+        # row k and column k do not change in step k (p[k, k] >= 0), so one vector step is the
+        # C loop over i and j
+        np.minimum(p, p[:, k, None] + p[None, k, :], out=p)
+    return [p]
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in [
     Kernel("gemm", _gemm, dict(NI=60, NJ=70, NK=80), dict(NI=1000, NJ=1100, NK=1200),
            lambda s, rng: _arrays(rng, C=(s["NI"], s["NJ"]), A=(s["NI"], s["NK"]),
                                   B=(s["NK"], s["NJ"])),
-           lambda a: [BETA * a["C"] + ALPHA * (a["A"] @ a["B"])],
+           lambda a, s: [BETA * a["C"] + ALPHA * (a["A"] @ a["B"])],
            lambda s: 2.0 * s["NI"] * s["NJ"] * s["NK"]),
     Kernel("2mm", _2mm, dict(NI=40, NJ=50, NK=70, NL=80),
            dict(NI=800, NJ=900, NK=1100, NL=1200),
            lambda s, rng: _arrays(rng, A=(s["NI"], s["NK"]), B=(s["NK"], s["NJ"]),
                                   C=(s["NJ"], s["NL"]), D=(s["NI"], s["NL"])),
-           lambda a: [BETA * a["D"] + (ALPHA * (a["A"] @ a["B"])) @ a["C"]],
+           lambda a, s: [BETA * a["D"] + (ALPHA * (a["A"] @ a["B"])) @ a["C"]],
            lambda s: 2.0 * s["NI"] * s["NJ"] * (s["NK"] + s["NL"])),
     Kernel("3mm", _3mm, dict(NI=40, NJ=50, NK=60, NL=70, NM=80),
            dict(NI=800, NJ=900, NK=1000, NL=1100, NM=1200),
            lambda s, rng: _arrays(rng, A=(s["NI"], s["NK"]), B=(s["NK"], s["NJ"]),
                                   C=(s["NJ"], s["NM"]), D=(s["NM"], s["NL"])),
-           lambda a: [(a["A"] @ a["B"]) @ (a["C"] @ a["D"])],
+           lambda a, s: [(a["A"] @ a["B"]) @ (a["C"] @ a["D"])],
            lambda s: 2.0 * (s["NI"] * s["NJ"] * s["NK"] + s["NJ"] * s["NL"] * s["NM"]
                             + s["NI"] * s["NL"] * s["NJ"])),
     Kernel("atax", _atax, dict(M=116, N=124), dict(M=1900, N=2100),
            lambda s, rng: _arrays(rng, A=(s["M"], s["N"]), x=(s["N"],)),
-           lambda a: [a["A"].T @ (a["A"] @ a["x"])],
+           lambda a, s: [a["A"].T @ (a["A"] @ a["x"])],
            lambda s: 4.0 * s["M"] * s["N"]),
     Kernel("bicg", _bicg, dict(M=116, N=124), dict(M=1900, N=2100),
            lambda s, rng: _arrays(rng, A=(s["N"], s["M"]), p=(s["M"],), r=(s["N"],)),
-           lambda a: [a["r"] @ a["A"], a["A"] @ a["p"]],
+           lambda a, s: [a["r"] @ a["A"], a["A"] @ a["p"]],
            lambda s: 4.0 * s["M"] * s["N"]),
     Kernel("mvt", _mvt, dict(N=120), dict(N=2000),
            lambda s, rng: _arrays(rng, A=(s["N"], s["N"]), x1=(s["N"],), x2=(s["N"],),
                                   y_1=(s["N"],), y_2=(s["N"],)),
-           lambda a: [a["x1"] + a["A"] @ a["y_1"], a["x2"] + a["A"].T @ a["y_2"]],
+           lambda a, s: [a["x1"] + a["A"] @ a["y_1"], a["x2"] + a["A"].T @ a["y_2"]],
            lambda s: 4.0 * s["N"] ** 2),
     Kernel("gemver", _gemver, dict(N=120), dict(N=2000),
            lambda s, rng: _arrays(rng, A=(s["N"], s["N"]),
@@ -237,11 +461,11 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
            _gemver_np, lambda s: 10.0 * s["N"] ** 2),
     Kernel("gesummv", _gesummv, dict(N=90), dict(N=1300),
            lambda s, rng: _arrays(rng, A=(s["N"], s["N"]), B=(s["N"], s["N"]), x=(s["N"],)),
-           lambda a: [ALPHA * (a["A"] @ a["x"]) + BETA * (a["B"] @ a["x"])],
+           lambda a, s: [ALPHA * (a["A"] @ a["x"]) + BETA * (a["B"] @ a["x"])],
            lambda s: 4.0 * s["N"] ** 2),
     Kernel("doitgen", _doitgen, dict(NQ=20, NR=25, NP=30), dict(NQ=140, NR=150, NP=160),
            lambda s, rng: _arrays(rng, A=(s["NR"], s["NQ"], s["NP"]), C4=(s["NP"], s["NP"])),
-           lambda a: [a["A"] @ a["C4"]],
+           lambda a, s: [a["A"] @ a["C4"]],
            lambda s: 2.0 * s["NR"] * s["NQ"] * s["NP"] ** 2),
     Kernel("covariance", _covariance, dict(M=80, N=100), dict(M=1200, N=1400),
            lambda s, rng: _arrays(rng, data=(s["N"], s["M"])), _covariance_np,
@@ -249,4 +473,39 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
     Kernel("correlation", _correlation, dict(M=80, N=100), dict(M=1200, N=1400),
            lambda s, rng: _arrays(rng, data=(s["N"], s["M"])), _correlation_np,
            lambda s: 2.0 * s["N"] * s["M"] ** 2),
+    Kernel("symm", _symm, dict(M=60, N=80), dict(M=1000, N=1200),
+           lambda s, rng: _arrays(rng, C=(s["M"], s["N"]), A=(s["M"], s["M"]),
+                                  B=(s["M"], s["N"])),
+           _symm_np, lambda s: 2.0 * s["M"] ** 2 * s["N"]),
+    Kernel("syrk", _syrk, dict(M=60, N=80), dict(M=1000, N=1200),
+           lambda s, rng: _arrays(rng, C=(s["N"], s["N"]), A=(s["N"], s["M"])),
+           lambda a, s: [_lower(a["C"], BETA * a["C"] + ALPHA * (a["A"] @ a["A"].T))],
+           lambda s: s["N"] ** 2 * s["M"]),
+    Kernel("syr2k", _syr2k, dict(M=60, N=80), dict(M=1000, N=1200),
+           lambda s, rng: _arrays(rng, C=(s["N"], s["N"]), A=(s["N"], s["M"]),
+                                  B=(s["N"], s["M"])),
+           lambda a, s: [_lower(a["C"], BETA * a["C"] + ALPHA * (a["B"] @ a["A"].T
+                                                                + a["A"] @ a["B"].T))],
+           lambda s: 2.0 * s["N"] ** 2 * s["M"]),
+    Kernel("trmm", _trmm, dict(M=60, N=80), dict(M=1000, N=1200),
+           lambda s, rng: _arrays(rng, A=(s["M"], s["M"]), B=(s["M"], s["N"])),
+           lambda a, s: [ALPHA * (a["B"] + np.triu(a["A"].T, 1) @ a["B"])],
+           lambda s: s["M"] ** 2 * s["N"]),
+    Kernel("trisolv", _trisolv, dict(N=120), dict(N=2000), _trisolv_inputs, _trisolv_np,
+           lambda s: s["N"] ** 2),
+    Kernel("jacobi-1d", _jacobi_1d, dict(N=120, T=40), dict(N=2000, T=500),
+           lambda s, rng: _arrays(rng, A=(s["N"],), B=(s["N"],)), _jacobi_1d_np,
+           lambda s: 6.0 * s["T"] * (s["N"] - 2)),
+    Kernel("jacobi-2d", _jacobi_2d, dict(N=90, T=40), dict(N=1300, T=500),
+           lambda s, rng: _arrays(rng, A=(s["N"], s["N"]), B=(s["N"], s["N"])), _jacobi_2d_np,
+           lambda s: 10.0 * s["T"] * (s["N"] - 2) ** 2),
+    Kernel("heat-3d", _heat_3d, dict(N=20, T=40), dict(N=40, T=100),
+           lambda s, rng: _arrays(rng, A=(s["N"],) * 3, B=(s["N"],) * 3), _heat_3d_np,
+           lambda s: 30.0 * s["T"] * (s["N"] - 2) ** 3, dataset="MEDIUM"),
+    Kernel("seidel-2d", _seidel_2d, dict(N=120, T=40), dict(N=400, T=100),
+           lambda s, rng: _arrays(rng, A=(s["N"], s["N"])), _seidel_2d_np,
+           lambda s: 9.0 * s["T"] * (s["N"] - 2) ** 2, dataset="MEDIUM"),
+    Kernel("floyd-warshall", _floyd_warshall, dict(N=180), dict(N=500),
+           lambda s, rng: {"path": rng.integers(1, 1000, (s["N"], s["N"])).astype(np.int32)},
+           _floyd_warshall_np, lambda s: 2.0 * s["N"] ** 3, dataset="MEDIUM"),
 ]}
