@@ -36,7 +36,12 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   recomputed once per row block). A reduction over two or more pure Vars (one that gets a
   register tile) or with a row segment (above) stays at root: one row at a time would leave its
   tile a single row;
-- the outermost pure loop with at least two iterations runs in parallel.
+- the outermost pure loop with at least two iterations runs in parallel;
+- an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
+  dimension) keeps its loop order; its innermost loop is vectorized and its outermost loop that
+  runs at least ``MIN_PARALLEL_POINTS`` points per parallel region runs in parallel, each only
+  where the dependence analysis proves it (a scan's ``r.x`` is neither; a Jacobi step's rows
+  inside its time loop are both).
 
 Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
 vectorize + parallel, then only parallel, then nothing) and keeps the first variant the legality
@@ -71,6 +76,9 @@ ROW_VECTORS = 4
 MAX_INLINE_NODES = 512
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
 MAX_RECOMPUTE = 2.0
+#: the fewest loop iterations one parallel region of an update must run (inside a time loop a
+#: region starts on every step: a small one costs more in thread wake-ups than it saves)
+MIN_PARALLEL_POINTS = 1 << 15
 
 
 def lanes(f: Func, target: Target | None = None) -> int:
@@ -145,6 +153,23 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
             if not lower_each or _lowers(output, t):
                 s = t
                 break
+        for u in f.updates:
+            s = _schedule_update(s, output, f, u.number, space, lanes(f, target), nested,
+                                 lower_each)
+    return s
+
+
+def _schedule_update(s: Schedule, output: Func, f: Func, number: int, space: object,
+                     lanes: int, nested: bool, lower_each: bool) -> Schedule:
+    pars = [] if nested else update_parallel_loops(s, f, number, space)
+    for vector in (True, False):
+        for par in [*pars, None]:
+            if not vector and par is None:
+                return s
+            t = _try(s, lambda t, v=vector, p=par: _update_stage(t, f, number, v, p, space,
+                                                                 lanes))
+            if t is not None and (not lower_each or _lowers(output, t)):
+                return t
     return s
 
 
@@ -473,3 +498,35 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
         st.parallel(par)
     elif len(args) == 1 and ext[args[0]] >= 2 and (d.rvars or variant == "parallel"):
         st.parallel(args[0])
+
+
+def update_parallel_loops(s: Schedule, f: Func, number: int, space: object) -> list[str]:
+    """Loops of update ``number`` of ``f`` (outermost first) that could run in parallel with
+    enough work: at least two iterations and ``MIN_PARALLEL_POINTS`` points in one iteration
+    of the loops outside them (one parallel region)."""
+    name = f"{f.name}.update({number})"
+    loops = [ref.name for ref in s[f].update(number).loops]
+    ext = {n: space.extent(name, n) for n in loops}  # type: ignore[attr-defined]
+    out, points = [], 1
+    for n in loops:
+        points *= ext[n]
+    for n in loops:
+        if ext[n] >= 2 and points >= MIN_PARALLEL_POINTS:
+            out.append(n)
+        points //= max(1, ext[n])
+    return out
+
+
+def _update_stage(s: Schedule, f: Func, number: int, vector: bool, parallel: str | None,
+                  space: object, lanes: int) -> None:
+    """Update ``number`` of ``f`` with its innermost loop vectorized (``vector``) and loop
+    ``parallel`` in parallel; the legality check refuses what the update's dependences forbid."""
+    st = s[f].update(number)
+    name = f"{f.name}.update({number})"
+    inner = st.loops[-1].name
+    if vector:
+        if space.extent(name, inner) < 2 * lanes:  # type: ignore[attr-defined]
+            raise ScheduleError(f"{name}: innermost loop too short to vectorize")
+        st.vectorize(inner, lanes, tail="GuardWithIf")
+    if parallel is not None:
+        st.parallel(f"{parallel}.o" if parallel == inner and vector else parallel)

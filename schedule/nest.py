@@ -16,7 +16,7 @@ from typing import Callable
 from tensorlang.affine import NonAffine, affine_form, sadd, sconst, smin, ssub
 from tensorlang.dtypes import int64
 from tensorlang.errors import IllegalScheduleError, ScheduleError
-from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, substitute
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, substitute, walk
 
 from .ir import Block, For, ForKind, IfThenElse, Stmt
 from .loops import Fuse, Split, StageState
@@ -47,6 +47,9 @@ class StageNest:
     values: dict[str, Expr]
     versions: list[Expr]  # conditions under which the ShiftInwards bases are valid (extent >= f)
     first_reduction: int | None
+    #: GuardWithIf splits whose tail bound sits on the inner loop: outer loop variable ->
+    #: (iterations with a full inner loop, inner loop variable), for loop partitioning
+    partitions: dict[str, tuple[Expr, str]] = field(default_factory=dict)
 
     @property
     def values_leaves(self) -> set[str]:
@@ -92,7 +95,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
 
     ranges: dict[str, tuple[Expr, Expr]] = dict(region)
     defs: dict[str, Expr] = {}
-    guards: list[tuple[Expr, Expr]] = []  # (expr, bound): expr < bound
+    guards: list[tuple[Expr, Expr, Split]] = []  # (expr, bound, split): expr < bound
     versions: list[Expr] = []
     for rel in st.relations:
         if isinstance(rel, Split):
@@ -116,7 +119,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                     versions.append(Cmp("eq", BinOp("mod", pe, Const(f, int64), int64),
                                         sconst(0)))
                 elif not divides:
-                    guards.append((BinOp("add", step, i, int64), pe))
+                    guards.append((BinOp("add", step, i, int64), pe, rel))
         elif isinstance(rel, Fuse):
             (om, _), (im, ie) = ranges[rel.outer], ranges[rel.inner]
             fv = iv(rel.fused)
@@ -150,10 +153,18 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 lf.kind = ForKind.SERIAL
     first_red = next((k for k, lf in enumerate(leaves) if lf.reduction), None)
     pos = {lf.var: k for k, lf in enumerate(leaves)}
-    for expr, bound in guards:
+    partitions: dict[str, tuple[Expr, str]] = {}
+    leaf_vars = {lf.var for lf in leaves}
+    for expr, bound, rel in guards:
         e = resolve(expr)
-        _place_guard(e, bound, leaves, pos)
-    return StageNest(st.func, leaves, values, versions, first_red)
+        tightened = _place_guard(e, bound, leaves, pos)
+        bound = resolve(bound)
+        if tightened and rel.outer in rename and rel.inner in rename \
+                and not any(isinstance(n, Var) and n.name in leaf_vars for n in walk(bound)):
+            # outer iterations o < bound // f have a whole inner loop (f * o + f <= bound)
+            partitions[rename[rel.outer]] = (
+                BinOp("floordiv", bound, Const(rel.factor, int64), int64), rename[rel.inner])
+    return StageNest(st.func, leaves, values, versions, first_red, partitions)
 
 
 def _width(lf: Leaf) -> int:
@@ -230,7 +241,9 @@ def _base_vars(st: StageState, loop: str) -> set[str]:
     return out
 
 
-def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) -> None:
+def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) -> bool:
+    """Place the guard ``e < bound`` on the innermost loop it mentions: as a tighter loop bound
+    where it can (then True), else as an ``if`` in that loop's body."""
     try:
         form = affine_form(e)
     except NonAffine:
@@ -238,27 +251,52 @@ def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) 
     if form is not None:
         mentioned = [v for v in form.vars if v in pos]
         if not mentioned:
-            return
+            return False
         inner = max(mentioned, key=lambda v: pos[v])
         lf = leaves[pos[inner]]
         if form.coeff(inner) == 1 and lf.kind is not ForKind.UNROLLED:
             rest = form.drop(inner).to_expr()
             lf.extent = smin(lf.extent, ssub(ssub(bound, rest), lf.min))
-            return
+            return True
         leaves[pos[inner]].guards.append(Cmp("lt", e, bound))
-        return
+        return False
     from tensorlang.expr import free_vars
 
     vs = [v.name for v in free_vars(e) if v.name in pos]
     if vs:
         leaves[max(pos[v] for v in vs)].guards.append(Cmp("lt", e, bound))
+    return False
 
 
 def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
-              before: Callable[[Leaf], list[Stmt]], wrap: Callable[[Leaf, Stmt], Stmt]) -> Stmt:
+              before: Callable[[Leaf], list[Stmt]], wrap: Callable[[Leaf, Stmt], Stmt],
+              partition: bool = False) -> Stmt:
     """The statement running ``update`` over the stage's loops, with ``init`` (for a reduction)
     placed before the outermost reduction loop, ``before(leaf)`` statements (compute_at
-    producers) at the top of each loop body and ``wrap(leaf, body)`` around it (allocations)."""
+    producers) at the top of each loop body and ``wrap(leaf, body)`` around it (allocations).
+
+    ``partition`` (only for nests without ``init``, ``before`` or ``wrap`` content: an update
+    definition): each outer loop of a GuardWithIf split in ``nest.partitions`` runs as two loops,
+    its iterations whose inner loop is whole (that loop then has its constant extent: a vector
+    loop without masks) and the rest; the iterations run in the same order (Halide's loop
+    partitioning, on the loop rather than on the stage's region, so an update definition keeps
+    its order)."""
+
+    def go_part(k: int, core: Stmt, full: frozenset) -> Stmt:
+        if k == len(nest.leaves):
+            return core
+        lf = nest.leaves[k]
+        ext = lf.full_extent if lf.var in full and lf.full_extent is not None else lf.extent
+        if lf.var in nest.partitions and lf.var not in full:
+            nfull, inner = nest.partitions[lf.var]
+            whole = guarded(lf, go_part(k + 1, core, full | {inner}))
+            rest = guarded(lf, go_part(k + 1, core, full))
+            nfull = smin(nfull, ext)
+            return Block((For(lf.var, lf.min, nfull, lf.kind, whole, _width(lf)),
+                          For(lf.var, sadd(lf.min, nfull), ssub(ext, nfull), lf.kind, rest,
+                              _width(lf))))
+        return For(lf.var, lf.min, ext, lf.kind, guarded(lf, go_part(k + 1, core, full)),
+                   _width(lf))
 
     def guarded(lf: Leaf, body: Stmt) -> Stmt:
         for g in reversed(lf.guards):
@@ -285,4 +323,6 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         body = guarded(lf, go_plain(k + 1, leaves, core))
         return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
 
+    if partition and init is None and nest.partitions:
+        return go_part(0, update, frozenset())
     return go(0, update, init is None)

@@ -282,7 +282,8 @@ class _Realizer:
             value = substitute(self.values[name], nest.values)
             index = tuple(substitute(i, nest.values) for i in u.index)
             store = Store(f.name, index, lower_reads(value, self.domains))
-            return emit_nest(nest, store, None, lambda lf: [], lambda lf, body: body)
+            return emit_nest(nest, store, None, lambda lf: [], lambda lf, body: body,
+                             partition=True)
 
         nest = build_stage_nest(st, reg, set(), True)
         if not nest.versions:

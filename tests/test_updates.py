@@ -150,3 +150,46 @@ def test_reduction_over_an_rdom_counts_its_unused_dimensions(rng):
     G[i] = X[i] + tl.sum(X[r.x])
     x = rng.random(7)
     check(G, x + 3 * x.sum(), x, rtol=1e-12)
+
+
+def jacobi_steps():
+    N, T = tl.sizes("N T")
+    A = tl.Input("A", (N,), tl.float64)
+    p, i = tl.vars("p i")
+    F = tl.Func("buf", shape=(2, N))
+    F[p, i] = A[i]
+    r = tl.RDom((1, N - 1), (0, 2), (0, T))
+    F[1 - r.y, r.x] = (F[r.y, r.x - 1] + F[r.y, r.x] + F[r.y, r.x + 1]) / 3
+    out = tl.Func("out")
+    out[i] = F[0, i]
+    return out, F
+
+
+@pytest.mark.parametrize("n", [3, 4, 13, 29, 40])
+def test_rule_based_update_is_vectorized_and_partitioned(n, rng):
+    """The rule-based schedule vectorizes a time-stepped sweep's space loop (the dependence
+    analysis proves it); where the vector width does not divide the sweep, the update's loop is
+    partitioned: whole vectors without masks, then the tail, in the same order."""
+    from autotune.heuristic import heuristic_schedule
+
+    out, F = jacobi_steps()
+    s = heuristic_schedule(out, {"N": n, "T": 3})
+    kern = tl.compile(out, s)
+    a = rng.random(n)
+    np.testing.assert_allclose(kern(a, T=3), tl.reference(out, A=a, T=3), rtol=1e-12)
+    if n >= 29:
+        assert "update(0).vectorize('r_x'" in s.to_python()
+        guarded = kern.loop_nest().split("produce buf.update(0):")[1].split("else:")[1]
+        assert "vectorized for r_x.i in [0, 8)" in guarded or \
+            "vectorized for r_x.i in [0, 16)" in guarded
+        assert "min(8, N" in guarded or "min(16, N" in guarded  # the tail, after
+
+
+def test_scan_stays_serial_under_the_rule_based_schedule(rng):
+    from autotune.heuristic import heuristic_schedule
+
+    S, _, _ = cumsum_rows(tl.float64)
+    s = heuristic_schedule(S, {"H": 64, "W": 300})
+    assert "vectorize('r_x'" not in s.to_python()
+    a = rng.random((64, 300))
+    np.testing.assert_allclose(tl.compile(S, s)(a), np.cumsum(a, axis=1), rtol=1e-12)
