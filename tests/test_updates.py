@@ -172,7 +172,7 @@ def test_rule_based_update_is_vectorized_and_partitioned(n, rng):
     partitioned: whole vectors without masks, then the tail, in the same order."""
     from autotune.heuristic import heuristic_schedule
 
-    out, F = jacobi_steps()
+    out, _ = jacobi_steps()
     s = heuristic_schedule(out, {"N": n, "T": 3})
     kern = tl.compile(out, s)
     a = rng.random(n)
