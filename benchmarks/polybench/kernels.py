@@ -14,6 +14,7 @@ See also: Pouchet and Yuki, PolyBench/C 4.2.1 (polybench.sourceforge.net).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -422,6 +423,236 @@ def _floyd_warshall_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.n
     return [p]
 
 
+def _lu_update(name: str, A: tl.Input, N: tl.Size) -> tl.Func:
+    """Doolittle LU in place, the C loops as one update over the cube (k innermost, then j, i)."""
+    i, j = tl.vars("i j")
+    lu = tl.Func(name, shape=(N, N))
+    lu[i, j] = A[i, j]
+    r = tl.RDom((0, N), (0, N), (0, N))
+    k, jj, ii = r.x, r.y, r.z
+    sub = lu[ii, jj] - lu[ii, k] * lu[k, jj]
+    lu[ii, jj] = tl.where(jj < ii,
+                          tl.where(k < jj, sub,
+                                   tl.where(k == jj, lu[ii, jj] / lu[jj, jj], lu[ii, jj])),
+                          tl.where(k < ii, sub, lu[ii, jj]))
+    return lu
+
+
+def _lu() -> list[tl.Func]:
+    (N,) = tl.sizes("N")
+    return [_lu_update("lu", tl.Input("A", (N, N), F64), N)]
+
+
+def _lu_np_matrix(A: np.ndarray) -> np.ndarray:
+    # right-looking elimination: the same L and U as the C (Doolittle) loops, up to rounding
+    A = A.copy()
+    for k in range(A.shape[0]):
+        A[k + 1:, k] /= A[k, k]
+        A[k + 1:, k + 1:] -= np.outer(A[k + 1:, k], A[k, k + 1:])
+    return A
+
+
+def _spd(s: dict[str, int], rng: np.random.Generator) -> dict[str, np.ndarray]:
+    n = s["N"]  # symmetric positive definite, as PolyBench's init_array makes it (B B^T)
+    b = rng.random((n, n))
+    return {"A": b @ b.T / n + np.eye(n)}
+
+
+def _cholesky() -> list[tl.Func]:
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), F64)
+    i, j = tl.vars("i j")
+    ch = tl.Func("cholesky", shape=(N, N))
+    ch[i, j] = A[i, j]  # the strict upper triangle is left as it was
+    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i
+    k, jj, ii = r.x, r.y, r.z
+    last = tl.where(jj == ii, tl.sqrt(ch[ii, jj]), ch[ii, jj] / ch[jj, jj])
+    ch[ii, jj] = tl.where(jj <= ii, tl.where(k < jj, ch[ii, jj] - ch[ii, k] * ch[jj, k],
+                                             tl.where(k == jj, last, ch[ii, jj])), ch[ii, jj])
+    return [ch]
+
+
+def _ludcmp() -> list[tl.Func]:
+    (N,) = tl.sizes("N")
+    A, b = tl.Input("A", (N, N), F64), tl.Input("b", (N,), F64)
+    (i,) = tl.vars("i")
+    lu = _lu_update("lu", A, N)
+    y = tl.Func("y", shape=(N,))  # forward substitution with the unit lower triangle
+    y[i] = b[i]
+    s = tl.RDom((0, N), (0, N), name="s")  # j, i
+    y[s.y] = tl.where(s.x < s.y, y[s.y] - lu[s.y, s.x] * y[s.x], y[s.y])
+    x = tl.Func("ludcmp", shape=(N,))  # back substitution, rows from the last
+    x[i] = y[i]
+    t = tl.RDom((0, N), (0, N), name="t")  # j, N - 1 - i
+    row = N - 1 - t.y
+    val = tl.where(t.x > row, x[row] - lu[row, t.x] * x[t.x], x[row])
+    x[row] = tl.where(t.x == N - 1, val / lu[row, row], val)
+    return [x]
+
+
+def _ludcmp_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    lu = _lu_np_matrix(a["A"])
+    n = len(lu)
+    y = a["b"].copy()
+    for i in range(n):
+        y[i] -= lu[i, :i] @ y[:i]
+    x = y.copy()
+    for i in range(n - 1, -1, -1):
+        x[i] = (x[i] - lu[i, i + 1:] @ x[i + 1:]) / lu[i, i]
+    return [x]
+
+
+# -- medley: nussinov, deriche ------------------------------------------------------------------
+def _nussinov() -> list[tl.Func]:
+    (N,) = tl.sizes("N")
+    seq = tl.Input("seq", (N,), tl.int32)  # bases 0..3; PolyBench's DATA_TYPE here is int
+    i, j = tl.vars("i j")
+    # table[i][j] lives at P[i, j + 1]: row N and column 0 are a zero border, so the reads of
+    # table[i + 1][.] and table[.][j - 1] stay inside P
+    P = tl.Func("table", shape=(N + 1, N + 1), dtype=tl.int32)
+    P[i, j] = tl.cast(tl.int32, 0)
+    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, N - 1 - i (i runs downwards)
+    k, jj = r.x, r.y
+    ii = N - 1 - r.z
+    cur = P[ii, jj + 1]
+    match = tl.where(seq[ii] + seq[jj] == 3, 1, 0)
+    first = tl.maximum(tl.maximum(cur, P[ii, jj]), tl.maximum(
+        P[ii + 1, jj + 1], P[ii + 1, jj] + tl.where(ii < jj - 1, match, 0)))
+    split = tl.maximum(cur, P[ii, k + 1] + P[k + 1, jj + 1])
+    P[ii, jj + 1] = tl.where(jj > ii, tl.where(k == 0, first,
+                                               tl.where((k > ii) & (k < jj), split, cur)), cur)
+    out = tl.Func("nussinov", shape=(N, N))
+    out[i, j] = P[i, j + 1]
+    return [out]
+
+
+def _nussinov_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    seq = a["seq"]
+    n = len(seq)
+    t = np.zeros((n, n), np.int32)
+    for i in range(n - 2, -1, -1):
+        for j in range(i + 1, n):
+            m = int(seq[i] + seq[j] == 3) if i < j - 1 else 0
+            v = max(t[i, j], t[i, j - 1], t[i + 1, j], t[i + 1, j - 1] + m)
+            if j > i + 1:  # the k loop, as one vector max
+                v = max(v, int((t[i, i + 1:j] + t[i + 2:j + 1, j]).max()))
+            t[i, j] = v
+    return [t]
+
+
+F32 = tl.float32
+_DA = 0.25  # deriche's alpha, and its coefficients as the C code derives them
+_DK = (1 - math.exp(-_DA)) ** 2 / (1 + 2 * _DA * math.exp(-_DA) - math.exp(2 * _DA))
+_D1 = _DK
+_D2 = _DK * math.exp(-_DA) * (_DA - 1)
+_D3 = _DK * math.exp(-_DA) * (_DA + 1)
+_D4 = -_DK * math.exp(-2 * _DA)
+_B1 = 2.0 ** -_DA
+_B2 = -math.exp(-2 * _DA)
+
+
+def _deriche() -> list[tl.Func]:
+    W, H = tl.sizes("W H")
+    img = tl.Input("imgIn", (W, H), F32)  # PolyBench's DATA_TYPE for deriche is float
+    i, j = tl.vars("i j")
+    pad = tl.constant_exterior(img, 0.0)
+    # causal and anti-causal recursive filters along j (rows), as scans over an RDom
+    y1 = tl.Func("y1", shape=(W, H))
+    y1[i, j] = _D1 * img[i, j] + _D2 * pad[i, j - 1]
+    r = tl.RDom((1, 2), name="r")
+    y1[i, r] = y1[i, r] + _B1 * y1[i, r - 1]
+    r2 = tl.RDom((2, H), name="r2")
+    y1[i, r2] = y1[i, r2] + _B1 * y1[i, r2 - 1] + _B2 * y1[i, r2 - 2]
+    y2 = tl.Func("y2", shape=(W, H))
+    y2[i, j] = _D3 * pad[i, j + 1] + _D4 * pad[i, j + 2]
+    q = tl.RDom((H - 2, H - 1), name="q")
+    y2[i, q] = y2[i, q] + _B1 * y2[i, q + 1]
+    q2 = tl.RDom((0, H - 2), name="q2")
+    jb = H - 3 - q2
+    y2[i, jb] = y2[i, jb] + _B1 * y2[i, jb + 1] + _B2 * y2[i, jb + 2]
+    mid = tl.Func("rows")
+    mid[i, j] = y1[i, j] + y2[i, j]
+    # the same two filters along i (columns) of the row-filtered image
+    mpad = tl.constant_exterior(mid, 0.0)
+    z1 = tl.Func("z1", shape=(W, H))
+    z1[i, j] = _D1 * mid[i, j] + _D2 * mpad[i - 1, j]
+    c = tl.RDom((1, 2), name="c")
+    z1[c, j] = z1[c, j] + _B1 * z1[c - 1, j]
+    c2 = tl.RDom((2, W), name="c2")
+    z1[c2, j] = z1[c2, j] + _B1 * z1[c2 - 1, j] + _B2 * z1[c2 - 2, j]
+    z2 = tl.Func("z2", shape=(W, H))
+    z2[i, j] = _D3 * mpad[i + 1, j] + _D4 * mpad[i + 2, j]
+    d = tl.RDom((W - 2, W - 1), name="d")
+    z2[d, j] = z2[d, j] + _B1 * z2[d + 1, j]
+    d2 = tl.RDom((0, W - 2), name="d2")
+    ib = W - 3 - d2
+    z2[ib, j] = z2[ib, j] + _B1 * z2[ib + 1, j] + _B2 * z2[ib + 2, j]
+    out = tl.Func("deriche")
+    out[i, j] = z1[i, j] + z2[i, j]
+    return [out]
+
+
+def _deriche_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    def causal(x: np.ndarray) -> np.ndarray:  # along axis 1, float32 like the C code
+        y = np.zeros_like(x)
+        xm1 = np.zeros(x.shape[0], x.dtype)
+        ym1, ym2 = xm1.copy(), xm1.copy()
+        for j in range(x.shape[1]):
+            y[:, j] = _D1 * x[:, j] + _D2 * xm1 + _B1 * ym1 + _B2 * ym2
+            xm1, ym2, ym1 = x[:, j], ym1, y[:, j]
+        return y
+
+    def anticausal(x: np.ndarray) -> np.ndarray:
+        y = np.zeros_like(x)
+        z = np.zeros(x.shape[0], x.dtype)
+        xp1, xp2, yp1, yp2 = z, z, z, z
+        for j in range(x.shape[1] - 1, -1, -1):
+            y[:, j] = _D3 * xp1 + _D4 * xp2 + _B1 * yp1 + _B2 * yp2
+            xp2, xp1, yp2, yp1 = xp1, x[:, j], yp1, y[:, j]
+        return y
+
+    img = a["imgIn"]
+    mid = causal(img) + anticausal(img)
+    midt = np.ascontiguousarray(mid.T)
+    return [(causal(midt) + anticausal(midt)).T]
+
+
+# -- stencils: fdtd-2d --------------------------------------------------------------------------
+def _fdtd_2d() -> list[tl.Func]:
+    T, NX, NY = tl.sizes("T NX NY")
+    ex, ey, hz = (tl.Input(n, (NX, NY), F64) for n in ("ex", "ey", "hz"))
+    fict = tl.Input("fict", (T,), F64)
+    c, i, j = tl.vars("c i j")
+    # the three fields (ey, ex, hz: the order the C code updates them) as one buffer with a
+    # border of one cell on each side, so that every read of the three statements stays inside
+    g = tl.Func("fields", shape=(3, NX + 2, NY + 2))
+    g[c, i, j] = tl.where(c == 0, tl.constant_exterior(ey, 0.0)[i - 1, j - 1],
+                          tl.where(c == 1, tl.constant_exterior(ex, 0.0)[i - 1, j - 1],
+                                   tl.constant_exterior(hz, 0.0)[i - 1, j - 1]))
+    r = tl.RDom((0, NY), (0, NX), (0, 3), (0, T))  # j, i, which field, time step
+    jj, ii, f, t = r.x, r.y, r.z, r.w
+    I, J = ii + 1, jj + 1
+    ey_new = tl.where(ii == 0, fict[t], g[0, I, J] - 0.5 * (g[2, I, J] - g[2, I - 1, J]))
+    ex_new = tl.where(jj >= 1, g[1, I, J] - 0.5 * (g[2, I, J] - g[2, I, J - 1]), g[1, I, J])
+    hz_new = tl.where((ii < NX - 1) & (jj < NY - 1), g[2, I, J] - 0.7 * (
+        g[1, I, J + 1] - g[1, I, J] + g[0, I + 1, J] - g[0, I, J]), g[2, I, J])
+    g[f, I, J] = tl.where(f == 0, ey_new, tl.where(f == 1, ex_new, hz_new))
+    out = tl.Func("fdtd_2d", shape=(3, NX, NY))  # the three live-out arrays stacked: ey, ex, hz
+    out[c, i, j] = g[c, i + 1, j + 1]
+    return [out]
+
+
+def _fdtd_2d_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    ex, ey, hz = a["ex"].copy(), a["ey"].copy(), a["hz"].copy()
+    for t in range(s["T"]):
+        ey[0, :] = a["fict"][t]
+        ey[1:, :] = ey[1:, :] - 0.5 * (hz[1:, :] - hz[:-1, :])
+        ex[:, 1:] = ex[:, 1:] - 0.5 * (hz[:, 1:] - hz[:, :-1])
+        hz[:-1, :-1] = hz[:-1, :-1] - 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1]
+                                             - ey[:-1, :-1])
+    return [np.stack([ey, ex, hz])]
+
+
 KERNELS: dict[str, Kernel] = {k.name: k for k in [
     Kernel("gemm", _gemm, dict(NI=60, NJ=70, NK=80), dict(NI=1000, NJ=1100, NK=1200),
            lambda s, rng: _arrays(rng, C=(s["NI"], s["NJ"]), A=(s["NI"], s["NK"]),
@@ -508,4 +739,23 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
     Kernel("floyd-warshall", _floyd_warshall, dict(N=180), dict(N=500),
            lambda s, rng: {"path": rng.integers(1, 1000, (s["N"], s["N"])).astype(np.int32)},
            _floyd_warshall_np, lambda s: 2.0 * s["N"] ** 3, dataset="MEDIUM"),
+    Kernel("lu", _lu, dict(N=120), dict(N=2000), _spd,
+           lambda a, s: [_lu_np_matrix(a["A"])], lambda s: 2.0 * s["N"] ** 3 / 3),
+    Kernel("cholesky", _cholesky, dict(N=120), dict(N=2000), _spd,
+           lambda a, s: [np.tril(np.linalg.cholesky(a["A"])) + np.triu(a["A"], 1)],
+           lambda s: s["N"] ** 3 / 3.0),
+    Kernel("ludcmp", _ludcmp, dict(N=120), dict(N=2000),
+           lambda s, rng: {**_spd(s, rng), "b": rng.random(s["N"])}, _ludcmp_np,
+           lambda s: 2.0 * s["N"] ** 3 / 3 + 2.0 * s["N"] ** 2),
+    Kernel("nussinov", _nussinov, dict(N=180), dict(N=500),
+           lambda s, rng: {"seq": rng.integers(0, 4, s["N"]).astype(np.int32)}, _nussinov_np,
+           lambda s: s["N"] ** 3 / 6.0, dataset="MEDIUM"),
+    Kernel("deriche", _deriche, dict(W=192, H=128), dict(W=4096, H=2160),
+           lambda s, rng: {"imgIn": rng.random((s["W"], s["H"])).astype(np.float32)},
+           _deriche_np, lambda s: 32.0 * s["W"] * s["H"]),
+    Kernel("fdtd-2d", _fdtd_2d, dict(T=40, NX=60, NY=80), dict(T=500, NX=1000, NY=1200),
+           lambda s, rng: {**_arrays(rng, ex=(s["NX"], s["NY"]), ey=(s["NX"], s["NY"]),
+                                     hz=(s["NX"], s["NY"])),
+                           "fict": np.arange(s["T"], dtype=np.float64)},
+           _fdtd_2d_np, lambda s: 11.0 * s["T"] * s["NX"] * s["NY"]),
 ]}
