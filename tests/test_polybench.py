@@ -121,3 +121,16 @@ def test_more_references_follow_the_c_loops():
             for k in range(i + 1, j):
                 t[i, j] = max(t[i, j], t[i, k] + t[k + 1, j])
     np.testing.assert_array_equal(KERNELS["nussinov"].numpy({"seq": seq}, {"N": n})[0], t)
+    r = 0.5 * rng.random(7)
+    y, z = np.zeros(7), np.zeros(7)
+    y[0] = alpha = -r[0]
+    beta = 1.0
+    for k in range(1, 7):
+        beta = (1 - alpha * alpha) * beta
+        total = sum(r[k - i - 1] * y[i] for i in range(k))
+        alpha = -(r[k] + total) / beta
+        for i in range(k):
+            z[i] = y[i] + alpha * y[k - i - 1]
+        y[:k] = z[:k]
+        y[k] = alpha
+    np.testing.assert_allclose(KERNELS["durbin"].numpy({"r": r}, {"N": 7})[0], y, rtol=1e-12)

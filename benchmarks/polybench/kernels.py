@@ -502,6 +502,49 @@ def _ludcmp_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
     return [x]
 
 
+
+def _durbin() -> list[tl.Func]:
+    (N,) = tl.sizes("N")
+    r = tl.Input("r", (N,), F64)
+    kv, c = tl.vars("k c")
+    # One update over (i, phase, k) carries the C code's state, a row per step k: y after step
+    # k at column base + 2i, step k's running sum of r[k-i-1] y[i] at base + 2i + 1, and beta
+    # at base + 2N + 1. Phase 0 writes the odd columns (the sum, then beta at i = N), phase 1
+    # the even ones (y): one affine left side for the two statements of the C loop body. The
+    # offset base keeps every read inside the buffer where tl.where masks it.
+    base = 2 * N + 2
+    st = tl.Func("state", shape=(N, 4 * N + 4))
+    st[kv, c] = tl.where((kv == 0) & (c == base), -r[0],
+                         tl.where((kv == 0) & (c == base + 2 * N + 1), 1.0, 0.0))
+    d = tl.RDom((0, N + 1), (0, 2), (1, N))  # i, phase, k
+    i, ph, k = d.x, d.y, d.z
+    rk = tl.constant_exterior(r, 0.0)
+    alpha_prev = st[k - 1, base + 2 * k - 2]  # y[k - 1] after step k - 1
+    beta = (1.0 - alpha_prev * alpha_prev) * st[k - 1, base + 2 * N + 1]
+    running = tl.where(i < k, st[k, base + 2 * i - 1] + rk[k - i - 1] * st[k - 1, base + 2 * i],
+                       tl.where(i == N, beta, st[k, base + 2 * i + 1]))
+    alpha = -(r[k] + st[k, base + 2 * k - 1]) / st[k, base + 2 * N + 1]
+    y = tl.where(i < k, st[k - 1, base + 2 * i] + alpha * st[k - 1, base + 2 * (k - i - 1)],
+                 tl.where(i == k, alpha, st[k, base + 2 * i]))
+    st[k, base + 2 * i + 1 - ph] = tl.where(ph == 0, running, y)
+    out = tl.Func("durbin", shape=(N,))
+    out[c] = st[N - 1, base + 2 * c]
+    return [out]
+
+
+def _durbin_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    r = a["r"]
+    y = np.zeros_like(r)
+    y[0] = alpha = -r[0]
+    beta = 1.0
+    for k in range(1, len(r)):
+        beta = (1 - alpha * alpha) * beta
+        alpha = -(r[k] + r[:k][::-1] @ y[:k]) / beta
+        y[:k] = y[:k] + alpha * y[:k][::-1]
+        y[k] = alpha
+    return [y]
+
+
 # -- medley: nussinov, deriche ------------------------------------------------------------------
 def _nussinov() -> list[tl.Func]:
     (N,) = tl.sizes("N")
@@ -747,6 +790,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
     Kernel("ludcmp", _ludcmp, dict(N=120), dict(N=2000),
            lambda s, rng: {**_spd(s, rng), "b": rng.random(s["N"])}, _ludcmp_np,
            lambda s: 2.0 * s["N"] ** 3 / 3 + 2.0 * s["N"] ** 2),
+    Kernel("durbin", _durbin, dict(N=120), dict(N=2000),
+           lambda s, rng: {"r": 0.5 * rng.random(s["N"]) / (1.0 + np.arange(s["N"]))},
+           _durbin_np, lambda s: 2.0 * s["N"] ** 2),
     Kernel("nussinov", _nussinov, dict(N=180), dict(N=500),
            lambda s, rng: {"seq": rng.integers(0, 4, s["N"]).astype(np.int32)}, _nussinov_np,
            lambda s: s["N"] ** 3 / 6.0, dataset="MEDIUM"),
