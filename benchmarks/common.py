@@ -1,11 +1,11 @@
 """Helpers shared by the benchmarks: ``median_seconds`` (the package's, ``autotune.measure``) and a
-plain-text table."""
+plain-text table; the host CPU's name."""
 
 from __future__ import annotations
 
 from autotune.measure import median_seconds
 
-__all__ = ["median_seconds", "table"]
+__all__ = ["cpu_name", "median_seconds", "table"]
 
 
 def table(rows: list[tuple], head: tuple[str, ...]) -> str:
@@ -19,3 +19,17 @@ def table(rows: list[tuple], head: tuple[str, ...]) -> str:
         out.append("  ".join(str(c).rjust(w) if k else str(c).ljust(w) for k, (c, w) in
                              enumerate(zip(r, widths))))
     return "\n".join(out)
+
+
+def cpu_name() -> str:
+    """The host CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import sys
 import time
 import warnings
@@ -30,19 +29,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
+from common import cpu_name  # noqa: E402
 from autotune.heuristic import heuristic_schedule  # noqa: E402
 from autotune.timing import Stats, interleaved  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
-
-
-def _cpu() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _runner(kern, outs: list, kernels: list, arrays: dict[str, np.ndarray],
@@ -75,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown kernels {unknown}; known: {', '.join(KERNELS)}", file=sys.stderr)
         return 2
-    print(f"PolyBench/C 4.2, {args.size.upper()} datasets, float64, on {_cpu()} "
+    print(f"PolyBench/C 4.2, {args.size.upper()} datasets, float64, on {cpu_name()} "
           f"({os.cpu_count()} CPUs); {args.rounds} interleaved rounds, medians")
     cols = ["numpy", "default", "rule-based"] + (["tuned"] if args.tune else [])
     print(f"{'kernel':<15}" + "".join(f"{c:>13}" for c in cols)

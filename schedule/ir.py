@@ -74,7 +74,8 @@ class Stmt:
 @dataclass(frozen=True, eq=False)
 class For(Stmt):
     """``for var in [min, min + extent): body``, run as ``kind``; ``width`` is the SIMD width of
-    a vectorized loop (0: its constant extent, or the native width when it has none)."""
+    a vectorized loop (0: its constant extent, or the native width when it has none); a serial
+    loop with ``width`` 1 stays scalar (LLVM's loop vectorizer is told to leave it)."""
 
     var: str
     min: Expr

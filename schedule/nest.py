@@ -36,6 +36,7 @@ class Leaf:
     reduction: bool
     guards: list[Expr] = field(default_factory=list)  # if-conditions inside this loop
     full_extent: Expr | None = None  # the extent before tail bounds were tightened
+    scalar: bool = False  # a serial loop LLVM must not vectorize (a short tail)
 
 
 @dataclass
@@ -164,12 +165,25 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             # outer iterations o < bound // f have a whole inner loop (f * o + f <= bound)
             partitions[rename[rel.outer]] = (
                 BinOp("floordiv", bound, Const(rel.factor, int64), int64), rename[rel.inner])
+    if not shift_ok and guards and not any(rel.tail is TailStrategy.GuardWithIf
+                                           for _, _, rel in guards):
+        # only ShiftInwards splits make this version run, and only for a region narrower than
+        # their factor: its vector loops are short scalar loops there (asking LLVM to vectorize
+        # them tripled each stage's code and its compile time)
+        from tensorlang.affine import const_value
+
+        for lf in leaves:
+            if lf.kind is ForKind.VECTORIZED and const_value(lf.extent) is None:
+                lf.kind = ForKind.SERIAL
+                lf.scalar = True
     return StageNest(st.func, leaves, values, versions, first_red, partitions)
 
 
 def _width(lf: Leaf) -> int:
     from tensorlang.affine import const_value
 
+    if lf.kind is ForKind.SERIAL and lf.scalar:
+        return 1
     if lf.kind is not ForKind.VECTORIZED or lf.full_extent is None:
         return 0
     c = const_value(lf.full_extent)

@@ -104,6 +104,10 @@ class CodeGen:
         self.scoped: dict[str, list[Buffer]] = {}  # buffers by enclosing Allocate, innermost last
         self._entry_values: dict[int, dict[tuple, ir.Value]] = {}
         self._size_only_memo: dict[tuple, bool] = {}
+        #: index arithmetic already emitted in the current Store (one basic block), by expression
+        #: and the LLVM values its Vars are bound to: 25 taps of a 5x5 stencil share one base
+        self._cse: dict[tuple, ir.Value] | None = None
+        self._var_names_memo: dict[tuple, tuple[str, ...]] = {}
         self.vec: tuple[str, int] | None = None  # (loop variable, lanes) of an explicit vector loop
         self.lane0 = False  # evaluate the vector loop variable as a scalar (addresses, lanes)
 
@@ -180,6 +184,16 @@ class CodeGen:
                 finally:
                     self.builder = saved
                 cache[e.key] = v
+            return v
+        if self._cse is not None and isinstance(e, BinOp) and e.dtype.is_int:
+            names = self._var_names_memo.get(e.key)
+            if names is None:
+                names = tuple(sorted({n.name for n in walk(e) if isinstance(n, Var)}))
+                self._var_names_memo[e.key] = names
+            key = (e.key, self.lane0, self.vec, tuple(id(self.vars.get(n)) for n in names))
+            v = self._cse.get(key)
+            if v is None:
+                v = self._cse[key] = self._expr(e)
             return v
         return self._expr(e)
 
@@ -532,6 +546,13 @@ class CodeGen:
         return b.icmp_unsigned("!=", v, self.const(v.type, 0)) if e.dtype.is_bool else v
 
     def store(self, s: Store) -> None:
+        self._cse = {}  # the Store's value, indices and address: one basic block
+        try:
+            self._store(s)
+        finally:
+            self._cse = None
+
+    def _store(self, s: Store) -> None:
         b = self.builder
         d = self.buffer(s.buffer).dtype
         value = self.expr(s.value)
@@ -643,6 +664,8 @@ class CodeGen:
         br = b.branch(header)
         if s.kind is ForKind.VECTORIZED:
             self.loop_metadata(br, s.width)
+        elif s.kind is ForKind.SERIAL and s.width == 1:
+            self.loop_metadata(br, 1, vectorize=False)
         b.position_at_end(exit_)
         if outer is None:
             del self.vars[s.var]
@@ -667,13 +690,14 @@ class CodeGen:
         else:
             self.vars[s.var] = outer
 
-    def loop_metadata(self, br: ir.Instruction, width: int) -> None:
-        """Ask LLVM's loop vectorizer for ``width`` lanes (``llvm.loop`` metadata; the
-        self-reference is patched into the text by :func:`generate`)."""
+    def loop_metadata(self, br: ir.Instruction, width: int, vectorize: bool = True) -> None:
+        """Ask LLVM's loop vectorizer for ``width`` lanes, or (``vectorize=False``) to leave the
+        loop scalar (``llvm.loop`` metadata; the self-reference is patched into the text by
+        :func:`generate`)."""
         m = self.module
         self._loop_md += 1
         props = [m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
-                                 ir.Constant(I1, 1)])]
+                                 ir.Constant(I1, int(vectorize))])]
         if width > 1:
             props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.width"),
                                          ir.Constant(I32, width)]))
@@ -921,7 +945,9 @@ def _buffers_in(s: Stmt) -> set[str]:
     return out
 
 
-_LOOP_MD = re.compile(r'^(![0-9]+) = !\{!"TL_LOOP_[0-9]+"(.*)\}$', re.M)
+#: a loop's metadata node as llvmlite prints it (``!2 = !{ !"TL_LOOP_1", !1 }``; older llvmlite
+#: versions print no spaces)
+_LOOP_MD = re.compile(r'^(![0-9]+) = !\{ ?!"TL_LOOP_[0-9]+"(.*?) ?\}$', re.M)
 
 
 def generate(f: LoweredFunc, target: Target, num_threads: int = 0) -> tuple[str, bool]:
