@@ -7,7 +7,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 
 - a pointwise Func with a single pointwise reader is inlined, unless the inlined expression of
   the Func it ends up in would exceed ``MAX_INLINE_NODES`` nodes (a chain of 5x5 stencils
-  inlined into each other grows 25-fold per stage); every other Func is computed at root
+  inlined into each other grows 25-fold per stage), or inlining would compute each of its
+  points more than ``MAX_INLINE_RECOMPUTE`` times (``inline_recompute``: a stencil's taps, a
+  reader's extra dimensions such as an image's channels; up to ``MAX_CHEAP_RECOMPUTE`` times
+  for an expression of at most ``CHEAP_INLINE_NODES`` nodes); every other Func is computed at root
   (inlined into a reduction it would be recomputed on every reduction iteration: conv2d's
   padding would be evaluated 9 x CI times per output);
 - a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
@@ -76,6 +79,14 @@ ROW_VECTORS = 4
 MAX_INLINE_NODES = 512
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
 MAX_RECOMPUTE = 2.0
+#: the most times inlining may compute each point of a producer whose expression is larger than
+#: ``CHEAP_INLINE_NODES`` (a 7-tap blur inlined into a 7-tap blur computes it 7 times; a
+#: per-pixel ratio inlined into a per-channel output, 3 times)
+MAX_INLINE_RECOMPUTE = 2.0
+#: a producer this small (nodes, as a tree) may be computed up to ``MAX_CHEAP_RECOMPUTE`` times
+#: per point when inlined (a 3-tap blur into a 3-tap blur: memory traffic saved beats the adds)
+CHEAP_INLINE_NODES = 24
+MAX_CHEAP_RECOMPUTE = 4.0
 #: the fewest loop iterations one parallel region of an update must run (inside a time loop a
 #: region starts on every step: a small one costs more in thread wake-ups than it saves)
 MIN_PARALLEL_POINTS = 1 << 15
@@ -132,7 +143,8 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
             if d.reduce_op is None and not f.updates and reader is not None \
                     and not reader.definition.rvars:  # type: ignore[union-attr]
                 t = _try(s, lambda t, f=f: t[f].compute_inline())
-                if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES:
+                if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES \
+                        and _inline_pays(p, s, f, space):
                     s = t
                     continue
             row = _row_loop(s, output, f, readers)
@@ -195,6 +207,43 @@ def inlined_nodes(p: Pipeline, s: Schedule) -> int:
 
     return max((size(f) for f in p.funcs if s.states[f.name].compute.kind != "inline"),
                default=0)
+
+
+def inline_recompute(p: Pipeline, s: Schedule, f: Func, space: object) -> float:
+    """How many times each point of ``f`` would be computed if ``f`` were inlined: its reads
+    along the chain of inlined readers up to the Func that hosts the expression, times that
+    Func's points (pure and reduction), over ``f``'s points; ``inf`` without a single reader."""
+    import math
+
+    from tensorlang.expr import Access, walk
+
+    def points(g: Func) -> int:
+        ranges = space.binding.ranges[g.name]  # type: ignore[attr-defined]
+        return math.prod(max(1, ext) for _, ext in ranges.values())
+
+    names = {g.name for g in p.funcs}
+    count, cur = 1, f
+    for _ in range(len(p.funcs)):
+        readers = s.view.readers(cur.name)
+        name = readers[0].split(".update(")[0] if len(readers) == 1 else None
+        if name not in names:
+            return float("inf")
+        r = p.func(name)  # type: ignore[arg-type]
+        count *= sum(1 for v in (r.definition.value, *(u.value for u in r.updates))  # type: ignore[union-attr]
+                     for a in walk(v) if isinstance(a, Access) and a.name == cur.name)
+        if s.states[r.name].compute.kind != "inline":
+            return count * points(r) / points(f)
+        cur = r
+    return float("inf")
+
+
+def _inline_pays(p: Pipeline, s: Schedule, f: Func, space: object) -> bool:
+    from tensorlang.expr import walk
+
+    times = inline_recompute(p, s, f, space)
+    nodes = sum(1 for _ in walk(f.definition.value))  # type: ignore[union-attr]
+    return times <= MAX_INLINE_RECOMPUTE or (times <= MAX_CHEAP_RECOMPUTE
+                                             and nodes <= CHEAP_INLINE_NODES)
 
 
 def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
@@ -263,6 +312,10 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
         if not reads or not all(any(isinstance(n, Var) and n.name == var for i in a.indices
                                     for n in walk(i)) for a in reads):
             return None
+        rows = {tuple(i.key for i in a.indices if any(isinstance(n, Var) and n.name == var
+                                                      for n in walk(i))) for a in reads}
+        if len(rows) > 1:
+            return None  # a stencil along the loop's Var: each iteration needs several rows
     return loop
 
 

@@ -69,10 +69,11 @@ class Schedule:
         self.states: dict[str, StageState] = default_states(list(self.pipeline.funcs))
 
     def copy(self) -> Schedule:
-        """An independent copy: the same trace and stage states (copied), sharing the pipeline.
+        """An independent copy: the same trace, stage states and view (copied: a cache_read on the
+        copy leaves this schedule as it was), sharing the pipeline.
         Equivalent to ``Schedule.from_json(output, s.to_json())`` without replaying the trace."""
         t = Schedule.__new__(Schedule)
-        t.pipeline, t.view, t.output = self.pipeline, self.view, self.output
+        t.pipeline, t.view, t.output = self.pipeline, self.view.copy(), self.output
         t.steps = list(self.steps)
         t.states = copy.deepcopy(self.states)
         return t

@@ -21,6 +21,15 @@ class AlgorithmView:
         self.sizes = p.sizes
         self.funcs: list[Func] = list(p.funcs)
         self.defs: dict[str, Definition] = {f.name: f.definition for f in p.funcs}  # type: ignore
+        self._reads: dict[str, list[str]] = {}  # memo of reads(), cleared by every change
+
+    def copy(self) -> AlgorithmView:
+        """An independent view (a schedule's copy may add stages without changing this one)."""
+        v = AlgorithmView.__new__(AlgorithmView)
+        v.pipeline, v.output, v.inputs, v.sizes = self.pipeline, self.output, self.inputs, \
+            self.sizes
+        v.funcs, v.defs, v._reads = list(self.funcs), dict(self.defs), dict(self._reads)
+        return v
 
     def func(self, name: str) -> Func:
         for f in self.funcs:
@@ -39,11 +48,14 @@ class AlgorithmView:
 
     def reads(self, name: str) -> list[str]:
         """Names of the Inputs and Funcs that ``name``'s definition reads, in order."""
-        seen: dict[str, None] = {}
-        for a in walk(self.defs[name].value):
-            if isinstance(a, Access):
-                seen.setdefault(a.name)
-        return list(seen)
+        got = self._reads.get(name)
+        if got is None:
+            seen: dict[str, None] = {}
+            for a in walk(self.defs[name].value):
+                if isinstance(a, Access):
+                    seen.setdefault(a.name)
+            got = self._reads[name] = list(seen)
+        return list(got)
 
     def readers(self, name: str) -> list[str]:
         return [f.name for f in self.funcs if name in self.reads(f.name)]
@@ -60,6 +72,7 @@ class AlgorithmView:
         self.funcs.insert(self.funcs.index(self.func(consumer)), f)
         assert f.definition is not None
         self.defs[f.name] = f.definition
+        self._reads.clear()
 
     def redirect(self, consumer: str, old: str, new: Func) -> None:
         """Make ``consumer`` read ``new`` wherever it read ``old`` (same indices, boundary)."""
@@ -72,6 +85,8 @@ class AlgorithmView:
 
         d = self.defs[consumer]
         self.defs[consumer] = dataclasses.replace(d, value=go(d.value))
+        self._reads.clear()
 
     def replace_definition(self, name: str, d: Definition) -> None:
         self.defs[name] = d
+        self._reads.clear()

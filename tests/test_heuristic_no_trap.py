@@ -3,6 +3,9 @@ larger than its consumer's tile, and it stops inlining before an expression expl
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 
 import tensorlang as tl
@@ -15,6 +18,9 @@ from autotune.heuristic import (
     recompute_factor,
 )
 from schedule.lower import lower
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from halide_apps import stencil_chain, unsharp, unsharp_numpy  # noqa: E402
 
 
 def gemver():
@@ -38,23 +44,6 @@ def gemver_numpy(a):
     ah = a["A"] + np.outer(a["u1"], a["v1"]) + np.outer(a["u2"], a["v2"])
     x = 1.2 * ah.T @ a["y"] + a["z"]
     return 1.5 * ah @ x
-
-
-def stencil_chain(stages: int):
-    """Halide's stencil_chain: ``stages`` 5x5 box filters, each reading the previous one."""
-    H, W = tl.sizes("H W")
-    In = tl.Input("In", (H, W), tl.float32)
-    y, x = tl.vars("y x")
-    prev = In
-    for k in range(stages):
-        f = tl.Func(f"s{k}")
-        acc = None
-        for dy in range(-2, 3):
-            for dx in range(-2, 3):
-                acc = prev[y + dy, x + dx] if acc is None else acc + prev[y + dy, x + dx]
-        f[y, x] = acc * (1.0 / 25)
-        prev = f
-    return prev
 
 
 def test_gemver_producers_read_whole_are_not_recomputed_per_row_block():
@@ -135,3 +124,24 @@ def test_the_register_tile_fits_the_targets_vector_registers():
     b = np.random.default_rng(3).random((32, 96), dtype=np.float32)
     k = tl.compile(out, s)
     np.testing.assert_allclose(k(a, b), a @ b, rtol=1e-5)
+
+
+def test_inlining_does_not_recompute_a_blur_per_tap_or_per_channel():
+    """Halide's unsharp: a 7-tap blur inlined into a 7-tap blur would compute it 7 times per
+    pixel, and the blurred image inlined into the per-channel output 3 times; both stay stages.
+    The cheap per-pixel ratio is still inlined into the output."""
+    from autotune.heuristic import inline_recompute
+
+    out = unsharp()
+    sizes = {"H": 37, "W": 41}
+    s = heuristic_schedule(out, sizes)
+    kinds = {f: s.states[f].compute.kind for f in ("blur_y", "blur_x", "ratio")}
+    assert kinds == {"blur_y": "root", "blur_x": "root", "ratio": "inline"}
+    from autotune.space import SearchSpace
+
+    p = tl.Pipeline(out)
+    base = tl.Schedule(out)
+    assert inline_recompute(p, base, p.func("ratio"), SearchSpace(out, sizes)) == 3
+    assert inline_recompute(p, base, p.func("blur_y"), SearchSpace(out, sizes)) == 7
+    a = {"input": np.random.default_rng(2).random((3, 37, 41), dtype=np.float32) + 0.1}
+    np.testing.assert_allclose(tl.compile(out, s)(**a), unsharp_numpy(a), rtol=1e-4, atol=1e-5)

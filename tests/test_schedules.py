@@ -260,3 +260,19 @@ def test_cache_errors():
     s[C].split(k, 4)
     with pytest.raises(tl.ScheduleError, match="reduction loops of C were already scheduled"):
         s.cache_write(C, j)
+
+
+def test_a_copy_of_a_schedule_has_its_own_view(rng):
+    """cache_read on a copy (the rule-based schedule tries variants on copies) must leave the
+    original's algorithm view as it was: it once redirected the original's reads too."""
+    from algorithms import gemm
+
+    C = gemm(tl.float64)
+    s = tl.Schedule(C)
+    t = s.copy()
+    t.cache_read("B", t[C], "k")
+    assert [f.name for f in s.view.funcs] == ["C"] and s.view.reads("C") == ["A", "B"]
+    assert "B_local" in [f.name for f in t.view.funcs]
+    a, b = rng.random((5, 7)), rng.random((7, 3))
+    np.testing.assert_allclose(tl.compile(C, s)(a, b), a @ b, rtol=1e-12)
+    np.testing.assert_allclose(tl.compile(C, t)(a, b), a @ b, rtol=1e-12)
