@@ -44,7 +44,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   dimension) keeps its loop order; its innermost loop is vectorized and its outermost loop that
   runs at least ``MIN_PARALLEL_POINTS`` points per parallel region runs in parallel, each only
   where the dependence analysis proves it (a scan's ``r.x`` is neither; a Jacobi step's rows
-  inside its time loop are both).
+  inside its time loop are both); a scan whose contiguous pure Var is outside its reduction
+  loops (a column scan) is first tried as chunks of that Var in parallel, the reduction loops
+  inside, the chunk's vectors innermost (``_scan_stage``).
 
 Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
 vectorize + parallel, then only parallel, then nothing) and keeps the first variant the legality
@@ -87,6 +89,9 @@ MAX_INLINE_RECOMPUTE = 2.0
 #: per point when inlined (a 3-tap blur into a 3-tap blur: memory traffic saved beats the adds)
 CHEAP_INLINE_NODES = 24
 MAX_CHEAP_RECOMPUTE = 4.0
+#: vectors of a scan's contiguous pure Var per chunk (the chunks run in parallel, the scan's
+#: reduction loops inside each, the chunk's vectors innermost)
+SCAN_CHUNK_VECTORS = 4
 #: the fewest loop iterations one parallel region of an update must run (inside a time loop a
 #: region starts on every step: a small one costs more in thread wake-ups than it saves)
 MIN_PARALLEL_POINTS = 1 << 15
@@ -173,6 +178,9 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
 
 def _schedule_update(s: Schedule, output: Func, f: Func, number: int, space: object,
                      lanes: int, nested: bool, lower_each: bool) -> Schedule:
+    t = _try(s, lambda t: _scan_stage(t, f, number, space, lanes, nested))
+    if t is not None and (not lower_each or _lowers(output, t)):
+        return t
     pars = [] if nested else update_parallel_loops(s, f, number, space)
     for vector in (True, False):
         for par in [*pars, None]:
@@ -583,3 +591,26 @@ def _update_stage(s: Schedule, f: Func, number: int, vector: bool, parallel: str
         st.vectorize(inner, lanes, tail="GuardWithIf")
     if parallel is not None:
         st.parallel(f"{parallel}.o" if parallel == inner and vector else parallel)
+
+
+def _scan_stage(s: Schedule, f: Func, number: int, space: object, lanes: int,
+                nested: bool) -> None:
+    """A scan along a non-contiguous dimension (``Z[r, j] = Z[r, j] + b * Z[r - 1, j]``, the
+    pure Var ``j`` contiguous): ``j`` in chunks of ``SCAN_CHUNK_VECTORS`` vectors, the chunks in
+    parallel outermost, the reduction loops inside, each chunk's vectors innermost (Halide's
+    schedule for a column scan). Refused (ScheduleError) where it does not apply."""
+    u = f.updates[number]
+    st = s[f].update(number)
+    name = f"{f.name}.update({number})"
+    last = f.definition.args[-1].name  # type: ignore[union-attr]
+    loops = [ref.name for ref in st.loops]
+    if last not in u.pure or loops[-1] == last:
+        raise ScheduleError(f"{name}: no contiguous pure Var outside the reduction loops")
+    chunk = SCAN_CHUNK_VECTORS * lanes
+    if space.extent(name, last) < 2 * chunk:  # type: ignore[attr-defined]
+        raise ScheduleError(f"{name}: {last} too short to split into chunks")
+    po, pi = st.split(last, chunk, tail="GuardWithIf")
+    st.reorder(po.name, *[n for n in loops if n != last], pi.name)
+    st.vectorize(pi, lanes).unroll(f"{pi.name}.o")
+    if not nested:
+        st.parallel(po)

@@ -193,3 +193,24 @@ def test_scan_stays_serial_under_the_rule_based_schedule(rng):
     assert "vectorize('r_x'" not in s.to_python()
     a = rng.random((64, 300))
     np.testing.assert_allclose(tl.compile(S, s)(a), np.cumsum(a, axis=1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(5, 203), (2, 70), (9, 64)])
+def test_rule_based_column_scan_runs_chunks_of_columns(shape, rng):
+    """A scan down the rows (each column independent, columns contiguous): the rule-based
+    schedule puts chunks of columns outermost in parallel and their vectors innermost, with a
+    GuardWithIf tail where the chunk does not divide the width."""
+    from autotune.heuristic import heuristic_schedule
+
+    H, W = tl.sizes("H W")
+    X = tl.Input("X", (H, W), tl.float64)
+    y, x = tl.vars("y x")
+    S = tl.Func("S")
+    S[y, x] = X[y, x]
+    r = tl.RDom((1, H))
+    S[r, x] = S[r - 1, x] + X[r, x]
+    s = heuristic_schedule(S, {"H": shape[0], "W": shape[1]})
+    if shape[1] >= 64:
+        assert "update(0).reorder('x.o', 'r_x', 'x.i')" in s.to_python()
+    a = rng.random(shape)
+    np.testing.assert_allclose(tl.compile(S, s)(a), np.cumsum(a, axis=0), rtol=1e-12)
