@@ -119,9 +119,9 @@ def test_update_schedule_errors(build, exc, msg):
         tl.compile(out, s)
 
 
-def test_update_iterates_the_whole_rdom(rng):
-    """An RDom dimension the update does not use still repeats it (Halide): T Jacobi sweeps over a
-    two-row buffer, the time dimension r.z used nowhere in the update."""
+def jacobi_steps():
+    """T Jacobi sweeps over a two-row buffer (1-D), the time dimension r.z used nowhere in the
+    update: ``out`` and the buffer Func."""
     N, T = tl.sizes("N T")
     A = tl.Input("A", (N,), tl.float64)
     p, i = tl.vars("p i")
@@ -131,6 +131,12 @@ def test_update_iterates_the_whole_rdom(rng):
     F[1 - r.y, r.x] = (F[r.y, r.x - 1] + F[r.y, r.x] + F[r.y, r.x + 1]) / 3
     out = tl.Func("out")
     out[i] = F[0, i]
+    return out, F
+
+
+def test_update_iterates_the_whole_rdom(rng):
+    """An RDom dimension the update does not use still repeats it (Halide)."""
+    out, _ = jacobi_steps()
     a = rng.random(13)
     want = a.copy()
     for _ in range(4):
@@ -150,19 +156,6 @@ def test_reduction_over_an_rdom_counts_its_unused_dimensions(rng):
     G[i] = X[i] + tl.sum(X[r.x])
     x = rng.random(7)
     check(G, x + 3 * x.sum(), x, rtol=1e-12)
-
-
-def jacobi_steps():
-    N, T = tl.sizes("N T")
-    A = tl.Input("A", (N,), tl.float64)
-    p, i = tl.vars("p i")
-    F = tl.Func("buf", shape=(2, N))
-    F[p, i] = A[i]
-    r = tl.RDom((1, N - 1), (0, 2), (0, T))
-    F[1 - r.y, r.x] = (F[r.y, r.x - 1] + F[r.y, r.x] + F[r.y, r.x + 1]) / 3
-    out = tl.Func("out")
-    out[i] = F[0, i]
-    return out, F
 
 
 @pytest.mark.parametrize("n", [3, 4, 13, 29, 40])
