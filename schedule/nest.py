@@ -156,15 +156,22 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     pos = {lf.var: k for k, lf in enumerate(leaves)}
     partitions: dict[str, tuple[Expr, str]] = {}
     leaf_vars = {lf.var for lf in leaves}
+    bounded: dict[str, int] = {}  # leaf -> how many guards tightened its extent
     for expr, bound, rel in guards:
         e = resolve(expr)
         tightened = _place_guard(e, bound, leaves, pos)
+        if tightened is not None:
+            bounded[tightened] = bounded.get(tightened, 0) + 1
         bound = resolve(bound)
-        if tightened and rel.outer in rename and rel.inner in rename \
+        if tightened is not None and rel.outer in rename and rel.inner in rename \
+                and tightened == rename[rel.inner] \
                 and not any(isinstance(n, Var) and n.name in leaf_vars for n in walk(bound)):
             # outer iterations o < bound // f have a whole inner loop (f * o + f <= bound)
             partitions[rename[rel.outer]] = (
                 BinOp("floordiv", bound, Const(rel.factor, int64), int64), rename[rel.inner])
+    # an inner loop that another guard also bounds (a split of a split's tail) is whole only
+    # where both allow: not partitioned
+    partitions = {o: pi for o, pi in partitions.items() if bounded.get(pi[1], 0) == 1}
     if not shift_ok and guards and not any(rel.tail is TailStrategy.GuardWithIf
                                            for _, _, rel in guards):
         # only ShiftInwards splits make this version run, and only for a region narrower than
@@ -255,9 +262,9 @@ def _base_vars(st: StageState, loop: str) -> set[str]:
     return out
 
 
-def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) -> bool:
+def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) -> str | None:
     """Place the guard ``e < bound`` on the innermost loop it mentions: as a tighter loop bound
-    where it can (then True), else as an ``if`` in that loop's body."""
+    where it can (then that loop's variable is returned), else as an ``if`` in its body."""
     try:
         form = affine_form(e)
     except NonAffine:
@@ -265,21 +272,21 @@ def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) 
     if form is not None:
         mentioned = [v for v in form.vars if v in pos]
         if not mentioned:
-            return False
+            return None
         inner = max(mentioned, key=lambda v: pos[v])
         lf = leaves[pos[inner]]
         if form.coeff(inner) == 1 and lf.kind is not ForKind.UNROLLED:
             rest = form.drop(inner).to_expr()
             lf.extent = smin(lf.extent, ssub(ssub(bound, rest), lf.min))
-            return True
+            return lf.var
         leaves[pos[inner]].guards.append(Cmp("lt", e, bound))
-        return False
+        return None
     from tensorlang.expr import free_vars
 
     vs = [v.name for v in free_vars(e) if v.name in pos]
     if vs:
         leaves[max(pos[v] for v in vs)].guards.append(Cmp("lt", e, bound))
-    return False
+    return None
 
 
 def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,

@@ -207,3 +207,17 @@ def test_rule_based_column_scan_runs_chunks_of_columns(shape, rng):
         assert "update(0).reorder('x.o', 'r_x', 'x.i')" in s.to_python()
     a = rng.random(shape)
     np.testing.assert_allclose(tl.compile(S, s)(a), np.cumsum(a, axis=0), rtol=1e-12)
+
+
+@pytest.mark.parametrize("h", [1, 7, 13, 16, 21])
+def test_partitioned_update_with_a_split_of_a_split(h, rng):
+    """A GuardWithIf split of a split's inner loop: the innermost loop is bounded by both tails,
+    so it is never taken as whole on the first split's partition alone."""
+    S, y, r = cumsum_rows(tl.float64)
+    s = tl.Schedule(S)
+    st = s[S].update(0)
+    yo, yi = st.split(y, 8)
+    yio, yii = st.split(yi, 3)
+    st.reorder(yo, yio, r.x, yii)
+    a = rng.random((h, 6))
+    np.testing.assert_allclose(tl.compile(S, s)(a), np.cumsum(a, axis=1), rtol=1e-12)
