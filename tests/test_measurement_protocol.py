@@ -52,7 +52,10 @@ def test_block_runs(seconds, expected):
     assert block_runs(seconds) == expected
 
 
-def test_measurer_compares_kernels_interleaved_in_the_run_worker():
+def test_measurer_compares_kernels_interleaved_in_the_run_worker(monkeypatch):
+    # one thread: a parallel kernel on a loaded machine may lose whole scheduler quanta, and the
+    # order checked below is about which kernel ran, not about threads
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "1")
     out, _ = matmul()
     sizes = {"M": 40, "N": 48, "K": 32}
     shapes = {"A": (40, 32), "B": (32, 48)}
@@ -63,7 +66,7 @@ def test_measurer_compares_kernels_interleaved_in_the_run_worker():
         assert comp.error is None
         assert {k: len(v) for k, v in comp.times.items()} == {"naive": 12, "fast": 12}
         assert all(t > 0 for v in comp.times.values() for t in v)
-        assert comp.median("naive") > comp.median("fast")
+        assert min(comp.times["naive"]) > min(comp.times["fast"])
         bad = m.compare({"naive": a, "none": type(a)()})
         assert bad.error == "no object code for none" and bad.median("naive") == float("inf")
 
