@@ -39,7 +39,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   recomputed once per row block). A reduction over two or more pure Vars (one that gets a
   register tile) or with a row segment (above) stays at root: one row at a time would leave its
   tile a single row;
-- the outermost pure loop with at least two iterations runs in parallel;
+- the outermost pure loop with at least two iterations runs in parallel, when the stage does at
+  least ``MIN_PARALLEL_POINTS`` iterations (a smaller one runs serially);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized and its outermost loop that
   runs at least ``MIN_PARALLEL_POINTS`` points per parallel region runs in parallel, each only
@@ -89,6 +90,10 @@ MAX_INLINE_RECOMPUTE = 2.0
 #: per point when inlined (a 3-tap blur into a 3-tap blur: memory traffic saved beats the adds)
 CHEAP_INLINE_NODES = 24
 MAX_CHEAP_RECOMPUTE = 4.0
+#: the fewest native vectors an update's innermost loop must span to be vectorized: inside a
+#: time loop every row pays its tail (heat-3d's 18-point rows at PolyBench's SMALL size ran
+#: 0.72x the default schedule vectorized)
+UPDATE_MIN_VECTORS = 4
 #: vectors of a scan's contiguous pure Var per chunk (the chunks run in parallel, the scan's
 #: reduction loops inside each, the chunk's vectors innermost)
 SCAN_CHUNK_VECTORS = 4
@@ -515,6 +520,12 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
     if not args:
         return
     ext = {a: space.extent(f.name, a) for a in args}  # type: ignore[attr-defined]
+    work = 1
+    for n in [*args, *(r.name for r in d.rvars)]:
+        work *= max(1, space.extent(f.name, n))  # type: ignore[attr-defined]
+    # a stage with less work than one parallel region is worth runs serially: thread wake-ups
+    # would cost more than they save (PolyBench durbin at its SMALL size: 0.78x its default)
+    nested = nested or work < MIN_PARALLEL_POINTS
     tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
     i = row_var(f, args) if len(args) >= 2 else args[0]
@@ -586,7 +597,7 @@ def _update_stage(s: Schedule, f: Func, number: int, vector: bool, parallel: str
     name = f"{f.name}.update({number})"
     inner = st.loops[-1].name
     if vector:
-        if space.extent(name, inner) < 2 * lanes:  # type: ignore[attr-defined]
+        if space.extent(name, inner) < UPDATE_MIN_VECTORS * lanes:  # type: ignore[attr-defined]
             raise ScheduleError(f"{name}: innermost loop too short to vectorize")
         st.vectorize(inner, lanes, tail="GuardWithIf")
     if parallel is not None:

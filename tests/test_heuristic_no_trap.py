@@ -63,16 +63,26 @@ def test_gemver_producers_read_whole_are_not_recomputed_per_row_block():
     np.testing.assert_allclose(kern(**a), gemver_numpy(a), rtol=1e-10)
 
 
+def test_a_small_stage_runs_serially():
+    from autotune.heuristic import MIN_PARALLEL_POINTS
+    from autotune.workloads import softmax
+
+    out = softmax()
+    small = heuristic_schedule(out, {"R": 8, "S": 67})
+    assert 8 * 67 < MIN_PARALLEL_POINTS and "parallel" not in small.to_python()
+    assert "parallel" in heuristic_schedule(out, {"R": 512, "S": 67}).to_python()
+
+
 def test_a_row_producer_is_still_computed_per_row():
     # softmax's exp per row: each row of the output needs its own row of e, computed once
     from autotune.workloads import softmax
 
-    out = softmax()
-    s = heuristic_schedule(out, {"R": 64, "S": 67})
+    out = softmax()  # rows enough for a parallel output loop (MIN_PARALLEL_POINTS)
+    s = heuristic_schedule(out, {"R": 512, "S": 67})
     assert s.states["e"].compute.kind == "at"
-    counts = store_counts(lower(out, s), {"R": 64, "S": 67})
+    counts = store_counts(lower(out, s), {"R": 512, "S": 67})
     # each point once (a vector tail counted as its full 16-lane tile: 80 columns for 67)
-    assert 64 * 67 <= counts["e"] <= 64 * 80
+    assert 512 * 67 <= counts["e"] <= 512 * 80
 
 
 def test_inlining_stops_before_the_expression_explodes():

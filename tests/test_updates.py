@@ -158,7 +158,7 @@ def test_reduction_over_an_rdom_counts_its_unused_dimensions(rng):
     check(G, x + 3 * x.sum(), x, rtol=1e-12)
 
 
-@pytest.mark.parametrize("n", [3, 4, 13, 29, 40])
+@pytest.mark.parametrize("n", [3, 4, 13, 29, 40, 45])
 def test_rule_based_update_is_vectorized_and_partitioned(n, rng):
     """The rule-based schedule vectorizes a time-stepped sweep's space loop (the dependence
     analysis proves it); where the vector width does not divide the sweep, the update's loop is
@@ -170,7 +170,7 @@ def test_rule_based_update_is_vectorized_and_partitioned(n, rng):
     kern = tl.compile(out, s)
     a = rng.random(n)
     np.testing.assert_allclose(kern(a, T=3), tl.reference(out, A=a, T=3), rtol=1e-12)
-    if n >= 29:
+    if n >= 40:  # at least UPDATE_MIN_VECTORS vectors of interior points
         assert "update(0).vectorize('r_x'" in s.to_python()
         guarded = kern.loop_nest().split("produce buf.update(0):")[1].split("else:")[1]
         assert "vectorized for r_x.i in [0, 8)" in guarded or \
