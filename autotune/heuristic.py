@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from schedule.schedule import Schedule, Stage
 from tensorlang.errors import ScheduleError
@@ -394,27 +394,64 @@ def accumulator_rows(vectors: int, row_extent: int, accumulators: int = ACCUMULA
     return near if 2 * near >= rows else rows
 
 
-def packed_operand(f: Func) -> tuple[str, str] | None:
-    """(name, reduction Var) of the operand of a GEMM-like reduction that a packed register tile
-    copies into contiguous panels: ``f`` has one reduction Var ``k``, and the operand is read
-    with ``k`` as one index and ``f``'s innermost pure Var as its last (``B[k, j]`` of ``C[i, j]
-    += A[i, k] * B[k, j]``; ``B[b, k, j]`` of a batched GEMM), and read nowhere else in it."""
+class Packed(NamedTuple):
+    """One operand read that a packed register tile copies into contiguous panels: the
+    ``index``-th read of ``name`` in the reduction (``Schedule.cache_read``'s ``index``), over
+    reduction Var ``rvar``, stored in ``layout`` (None: as it is) so the row's Var is last."""
+
+    name: str
+    rvar: str
+    index: int
+    layout: tuple[int, ...] | None
+
+
+def packed_operands(f: Func) -> list[Packed]:
+    """The operand reads of a GEMM-like reduction that a packed register tile copies into
+    contiguous panels: ``f`` has one reduction Var ``k``, and the read has ``k`` and ``f``'s
+    innermost pure Var ``j`` as two of its indices (``B[k, j]`` of ``C[i, j] += A[i, k] *
+    B[k, j]``; ``B[b, k, j]`` of a batched GEMM; ``A[j, k]`` of ``C[i, j] += A[i, k] * A[j, k]``,
+    packed transposed). Each read is packed alone (``cache_read(..., index=)``): covariance's
+    ``d[k, i] * d[k, j]`` packs the panel ``d[k, j]``, not the union of both tiles."""
     from tensorlang.expr import Access, Var, walk
 
     d = f.definition
     assert d is not None
     if len(d.rvars) != 1 or len(d.args) < 2:
-        return None
+        return []
     k, x = d.rvars[0].name, d.args[-1].name
-    reads = [a for a in walk(d.value) if isinstance(a, Access)]
-    for a in reads:
-        if len(a.indices) >= 2 and isinstance(a.indices[-1], Var) and a.indices[-1].name == x \
-                and any(isinstance(e, Var) and e.name == k for e in a.indices[:-1]) \
-                and sum(r.name == a.name for r in reads) == 1:
-            # read once: cache_read copies every read of a name (covariance's centered[k, i] *
-            # centered[k, j] would copy the union of the row block and the panel)
-            return a.name, k
-    return None
+    seen: dict[str, int] = {}
+    found: list[Packed] = []
+    for a in walk(d.value):
+        if not isinstance(a, Access):
+            continue
+        index = seen.get(a.name, 0)
+        seen[a.name] = index + 1
+        pos = {e.name: n for n, e in enumerate(a.indices) if isinstance(e, Var)}
+        if x not in pos or k not in pos or a.boundary is not None:
+            continue
+        others = [e for n, e in enumerate(a.indices) if n not in (pos[x], pos[k])]
+        if any(v.name in (x, k) for e in others for v in walk(e) if isinstance(v, Var)):
+            continue
+        last = len(a.indices) - 1
+        layout = None if pos[x] == last else \
+            tuple(n for n in range(len(a.indices)) if n != pos[x]) + (pos[x],)
+        found.append(Packed(a.name, k, index, layout))
+    return found
+
+
+def packed_operand(f: Func) -> Packed | None:
+    """The first of ``packed_operands(f)``, or None."""
+    found = packed_operands(f)
+    return found[0] if found else None
+
+
+def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str) -> None:
+    """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``)."""
+    done: dict[str, int] = {}
+    for op in operands:  # in read order: a packed read no longer counts among its name's reads
+        s.cache_read(op.name, stage, loop, index=op.index - done.get(op.name, 0),
+                     layout=op.layout)
+        done[op.name] = done.get(op.name, 0) + 1
 
 
 def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
@@ -468,10 +505,10 @@ def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
 
     d = f.definition
     assert d is not None
-    found = packed_operand(f)
-    if found is None:
+    operands = packed_operands(f)
+    if not operands:
         raise ScheduleError(f"{f.name} is not a GEMM-like reduction")
-    operand, k = found
+    operand, k = operands[0].name, operands[0].rvar
     args = [v.name for v in d.args]
     ext = {a: space.extent(f.name, a) for a in [*args, k]}  # type: ignore[attr-defined]
     x = args[-1]
@@ -499,10 +536,10 @@ def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
     if kc < ext[k]:
         ko, ki = st.split(k, kc)
         st.reorder(*outer, ioo, xo, ko, ioi, ki, ii, xi)
-        s.cache_read(operand, st, ko)
+        pack(s, st, operands, ko.name)
     else:
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
-        s.cache_read(operand, st, xo)
+        pack(s, st, operands, xo.name)
     st.unroll(ii)
     if width > lanes and width % lanes == 0:
         st.vectorize(xi, lanes).unroll(f"{xi.name}.o")

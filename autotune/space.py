@@ -72,7 +72,8 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
-from .heuristic import accumulator_rows, lanes, packed_operand, row_block, row_var
+from .heuristic import (accumulator_rows, lanes, pack, packed_operand, packed_operands,
+                        row_block, row_var)
 from .workloads import input_shapes
 
 MAX_FACTOR = 256
@@ -187,7 +188,7 @@ class SearchSpace:
         args = [v.name for v in d.args]
         rvars = [r.name for r in d.rvars]
         row = row_var(f, args) if rvars and len(args) >= 2 else None
-        packed = packed_operand(f) if row is not None else None
+        packed = packed_operands(f) if row is not None else []
         factor: dict[str, int] = {}
         tails: dict[str, str] = {}
 
@@ -257,8 +258,7 @@ class SearchSpace:
             loops = outer_p + outer_r + inner_p + inner_r
         stage.reorder(*loops)
         if order == "packed":
-            assert packed is not None
-            s.cache_read(packed[0], stage, outer_r[0] if rvars[0] in factor else outer_p[-1])
+            pack(s, stage, packed, outer_r[0] if rvars[0] in factor else outer_p[-1])
         pure_order = [lp for lp in loops if lp in outer_p + mid + inner_p]
         if pure_order and width:
             last = pure_order[-1]

@@ -20,7 +20,7 @@ import json
 from typing import Any, Union
 
 from tensorlang.errors import IllegalScheduleError, ScheduleError, TensorlangError
-from tensorlang.expr import Var
+from tensorlang.expr import Access, Var, walk
 from tensorlang.func import Definition, Func, Input
 from tensorlang.pipeline import Pipeline
 
@@ -148,11 +148,8 @@ class Schedule:
             self._check_inline(st, what)
             st.compute, st.store = INLINE, None
         elif step.op == "cache_read":
-            result = self._cache_read(st, step.get("tensor"), step.get("loop"), what)
-        elif step.op == "cache_write":
-            result = self._cache_write(st, step.get("loop"), what)
-        elif step.op == "cache_read":
-            result = self._cache_read(st, step.get("tensor"), step.get("loop"), what)
+            result = self._cache_read(st, step.get("tensor"), step.get("loop"), what,
+                                      step.get("index"), step.get("layout"))
         elif step.op == "cache_write":
             result = self._cache_write(st, step.get("loop"), what)
         elif step.op in ("compute_at", "store_at"):
@@ -223,18 +220,38 @@ class Schedule:
             frontier = nxt
         return out
 
-    def _cache_read(self, st: StageState, tensor: str, loop: str, what: str) -> str:
+    def _cache_read(self, st: StageState, tensor: str, loop: str, what: str,
+                    index: int | None = None, layout: tuple[int, ...] | None = None) -> str:
         st.resolve(loop, what)
         if tensor not in self.view.reads(st.func):
             raise ScheduleError(f"{what}: {st.func} does not read {tensor} (it reads "
                                 f"{', '.join(self.view.reads(st.func))})")
         src = self.view.producer(tensor)
+        rank = len(src.bounds)
+        reads = [a for a in walk(self.view.definition(st.func).value)
+                 if isinstance(a, Access) and a.name == tensor]
+        if index is not None and not 0 <= index < len(reads):
+            raise ScheduleError(f"{what}: {st.func} reads {tensor} {len(reads)} time(s); index "
+                                f"must be in 0..{len(reads) - 1}")
+        if layout is not None:
+            layout = tuple(layout)
+            if sorted(layout) != list(range(rank)):
+                raise ScheduleError(f"{what}: layout {layout} is not a permutation of "
+                                    f"{tensor}'s {rank} dimensions (0..{rank - 1})")
+            copied = reads if index is None else [reads[index]]
+            if any(a.boundary is not None for a in copied):
+                raise ScheduleError(f"{what}: {st.func} reads {tensor} through a boundary "
+                                    f"condition; a copy with another layout would move it off "
+                                    f"{tensor}'s dimensions (use layout=None)")
+            if layout == tuple(range(rank)):
+                layout = None
         name = self.view.unique_name(f"{tensor}_local")
-        idx = tuple(Var(f"{name}_d{d}") for d in range(len(src.bounds)))
+        idx = tuple(Var(f"{name}_d{d}") for d in range(rank))
+        src_idx = idx if layout is None else tuple(idx[layout.index(d)] for d in range(rank))
         copy_f = Func(name, shape=None, dtype=src.dtype)
-        copy_f[idx] = src[idx]
+        copy_f[idx] = src[src_idx]
         self.view.add_before(copy_f, st.func)
-        self.view.redirect(st.func, tensor, copy_f)
+        self.view.redirect(st.func, tensor, copy_f, index, layout)
         new = StageState.initial(copy_f)
         new.compute = Location("at", st.func, loop)
         self.states[name] = new
@@ -343,7 +360,8 @@ class Schedule:
         return self.to_python()
 
     # -- staging primitives (they add a stage) ---------------------------------------------------
-    def cache_read(self, tensor: Input | Func | str, consumer: Stage, loop: LoopLike) -> Stage:
+    def cache_read(self, tensor: Input | Func | str, consumer: Stage, loop: LoopLike,
+                   index: int | None = None, layout: tuple[int, ...] | None = None) -> Stage:
         """Copy the tile of ``tensor`` that one iteration of ``consumer``'s ``loop`` reads into a
         local buffer computed at that loop, and make ``consumer`` read the copy.
 
@@ -354,15 +372,33 @@ class Schedule:
               for i, j, k.i:                  B_local[k.o*8 .. +8, 0 .. N) = B[...]
                 C += A[i, k] * B[k, j]        for i, j, k.i:  C += A[i, k] * B_local[k, j]
 
+        Args:
+            index: copy only the consumer's ``index``-th read of ``tensor`` (0-based, in the
+                order the definition is written; default: every read, and the buffer holds the
+                union of their tiles). ``covariance[i, j] = sum(d[k, i] * d[k, j])`` packs its
+                column panel with ``index=1``.
+            layout: the copy's dimension order: its dimension ``n`` is ``tensor``'s dimension
+                ``layout[n]`` (default: the same order). ``layout=(1, 0)`` stores a transposed
+                copy, so that ``C[i, j] += A[i, k] * A[j, k]`` reads ``A_local[k, j]`` with
+                ``j`` innermost: BLIS's packing of a transposed operand (Van Zee and van de
+                Geijn, TOMS 2015), Halide's ``Func::in`` + ``reorder_storage``.
+
         Raises:
-            ScheduleError: ``consumer`` does not read ``tensor``, or the loop is not its loop.
+            ScheduleError: ``consumer`` does not read ``tensor``, the loop is not its loop,
+                ``index`` is out of range, ``layout`` is not a permutation of ``tensor``'s
+                dimensions, or a permuted read goes through a boundary condition.
         See also: TVM ``cache_read``, Halide ``Func::in``.
         """
         name = tensor if isinstance(tensor, str) else tensor.name
         if not isinstance(consumer, Stage):
             raise ScheduleError("cache_read expects the consumer's stage: s[consumer]")
-        new = self.apply(Step("cache_read", consumer.func, (
-            ("tensor", name), ("loop", _name(loop, consumer.func, "cache_read")))))
+        params: list[tuple[str, Any]] = [
+            ("tensor", name), ("loop", _name(loop, consumer.func, "cache_read"))]
+        if index is not None:
+            params.append(("index", int(index)))
+        if layout is not None:
+            params.append(("layout", tuple(int(d) for d in layout)))
+        new = self.apply(Step("cache_read", consumer.func, tuple(params)))
         return Stage(self, new)
 
     def cache_write(self, f: Func | str, loop: LoopLike) -> Stage:
@@ -601,8 +637,10 @@ def steps_to_python(steps: Any, schedule_name: str = "s") -> str:
         elif step.op in ("compute_at", "store_at"):
             args = [f'{schedule_name}["{p["consumer"]}"]', repr(p["loop"])]
         elif step.op == "cache_read":
+            extra = "".join(f", {k}={tuple(p[k]) if k == 'layout' else p[k]!r}"
+                            for k in ("index", "layout") if p.get(k) is not None)
             lines.append(f'{schedule_name}.cache_read({p["tensor"]!r}, {st}, '
-                         f'{p["loop"]!r})')
+                         f'{p["loop"]!r}{extra})')
             continue
         elif step.op == "cache_write":
             lines.append(f'{schedule_name}.cache_write({step.func!r}, {p["loop"]!r})')

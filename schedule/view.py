@@ -74,14 +74,25 @@ class AlgorithmView:
         self.defs[f.name] = f.definition
         self._reads.clear()
 
-    def redirect(self, consumer: str, old: str, new: Func) -> None:
-        """Make ``consumer`` read ``new`` wherever it read ``old`` (same indices, boundary)."""
+    def redirect(self, consumer: str, old: str, new: Func, index: int | None = None,
+                 layout: tuple[int, ...] | None = None) -> None:
+        """Make ``consumer`` read ``new`` wherever it read ``old`` (same indices, boundary), or
+        only at its ``index``-th read of ``old`` (0-based, in ``walk`` order). With ``layout``
+        (``new``'s dimension ``d`` is ``old``'s dimension ``layout[d]``), the read's indices are
+        permuted to match."""
+        count = 0
 
         def go(e: Expr) -> Expr:
-            e = map_children(e, go)
+            nonlocal count
             if isinstance(e, Access) and e.name == old:
-                return dataclasses.replace(e, name=new.name, producer=new)
-            return e
+                hit = index is None or count == index
+                count += 1
+                e = map_children(e, go)
+                if not hit:
+                    return e
+                indices = e.indices if layout is None else tuple(e.indices[d] for d in layout)
+                return dataclasses.replace(e, name=new.name, producer=new, indices=indices)
+            return map_children(e, go)
 
         d = self.defs[consumer]
         self.defs[consumer] = dataclasses.replace(d, value=go(d.value))

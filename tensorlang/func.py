@@ -406,7 +406,10 @@ class Func:
             n = map_children(n, go)
             if not isinstance(n, Reduce):
                 return n
-            inner_pure = [v for v in free_vars(n.value) if v.name in pure]
+            # in the left side's order: syr2k's sum(A[j, k] * B[i, k] ...) inside out[i, j] is
+            # out_sum0[i, j], not out_sum0[j, i] (a transposed read of it, loops in reverse)
+            free = {v.name: v for v in free_vars(n.value)}
+            inner_pure = [free[p] for p in pure if p in free]
             g = Func(f"{self.name}_{n.op}{next(counter)}")
             g[tuple(inner_pure)] = n
             return g[tuple(inner_pure)]

@@ -135,15 +135,51 @@ def test_the_packed_gemm_matches_numpy_on_odd_sizes(shape, dtype):
     np.testing.assert_allclose(got, a @ b, rtol=1e-4 if np_t is np.float32 else 1e-10)
 
 
-def test_an_operand_read_twice_is_not_packed():
-    # covariance's A^T A reads one array as both operands: cache_read would copy the union of
-    # the row block and the column panel, so it is not the packed operand
-    from autotune.heuristic import packed_operand
+def test_each_operand_read_is_packed_alone_and_transposed_reads_get_a_layout():
+    # covariance's X^T X reads one array as both operands: only the column panel X[k, j] is
+    # packed (index 1), not the union of both tiles; A A^T's A[j, k] is packed transposed
+    from autotune.heuristic import Packed, packed_operand, packed_operands
 
     N, M = tl.sizes("N M")
     X = tl.Input("X", (N, M), tl.float64)
     i, j, k = tl.vars("i j k")
     S = tl.Func("S")
     S[i, j] = X[k, i] * X[k, j]
-    assert packed_operand(S) is None
-    assert packed_operand(gemm()) == ("B", "k")
+    assert packed_operands(S) == [Packed("X", "k", 1, None)]
+    T = tl.Func("T")
+    T[i, j] = X[i, k] * X[j, k]
+    assert packed_operands(T) == [Packed("X", "k", 1, (1, 0))]
+    assert packed_operand(gemm())[:2] == ("B", "k")
+
+
+@pytest.mark.parametrize("size", [(240, 300), (61, 97)])
+@pytest.mark.parametrize("form", ["XtX", "XXt", "syr2k"])
+def test_packed_reads_of_one_array_match_numpy(form, size):
+    # 240 rows (whole register tiles, kc a divisor of 300): the packed nest, with its index= and
+    # layout= copies; 61 x 97 (no whole tiles): whatever the rules pick; both against NumPy
+    rows, depth = size
+    N, M = tl.sizes("N M")
+    X, Y = tl.Input("X", (N, M), tl.float64), tl.Input("Y", (N, M), tl.float64)
+    i, j, k = tl.vars("i j k")
+    out = tl.Func("out")
+    if form == "XtX":
+        out[i, j] = tl.sum(X[k, i] * X[k, j])
+        sizes, shape = {"N": depth, "M": rows}, (depth, rows)
+    elif form == "XXt":
+        out[i, j] = tl.sum(X[i, k] * X[j, k])
+        sizes, shape = {"N": rows, "M": depth}, (rows, depth)
+    else:
+        out[i, j] = tl.sum(X[j, k] * Y[i, k] + Y[j, k] * X[i, k])
+        sizes, shape = {"N": rows, "M": depth}, (rows, depth)
+    s = heuristic_schedule(out, sizes)
+    text = s.to_python()
+    if rows == 240:
+        assert {"XtX": "cache_read('X', s[\"out\"], 'k.o', index=1)",
+                "XXt": "cache_read('X', s[\"out\"], 'k.o', index=1, layout=(1, 0))",
+                "syr2k": "cache_read('Y', s[\"out\"], 'k.o', index=1, layout=(1, 0))",
+                }[form] in text, text
+    rng = np.random.default_rng(3)
+    x, y = rng.random(shape), rng.random(shape)
+    args = {"X": x} if form != "syr2k" else {"X": x, "Y": y}
+    want = {"XtX": x.T @ x, "XXt": x @ x.T, "syr2k": x @ y.T + y @ x.T}[form]
+    np.testing.assert_allclose(tl.compile(out, s)(**args), want, rtol=1e-10)

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tensorlang as tl
+from tensorlang.expr import Access, walk
 
 OPS = ["split", "split", "reorder", "fuse", "unroll", "vectorize", "parallel", "cache_read",
        "cache_write"]
@@ -62,8 +63,14 @@ def random_schedule(data, out):
             elif op == "parallel":
                 stage.parallel(data.draw(st.sampled_from(loops)))
             elif op == "cache_read" and name in s.view.defs:
-                s.cache_read(data.draw(st.sampled_from(s.view.reads(name))), stage,
-                             data.draw(st.sampled_from(loops)))
+                tensor = data.draw(st.sampled_from(s.view.reads(name)))
+                reads = sum(1 for a in walk(s.view.definition(name).value)
+                            if isinstance(a, Access) and a.name == tensor)
+                rank = len(s.view.producer(tensor).bounds)
+                s.cache_read(tensor, stage, data.draw(st.sampled_from(loops)),
+                             index=data.draw(st.one_of(st.none(), st.integers(0, reads - 1))),
+                             layout=data.draw(st.one_of(st.none(), st.permutations(
+                                 range(rank)).map(tuple))))
             elif op == "cache_write" and name in s.view.defs:
                 s.cache_write(name, data.draw(st.sampled_from(loops)))
         except tl.ScheduleError:

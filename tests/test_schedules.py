@@ -262,6 +262,42 @@ def test_cache_errors():
         s.cache_write(C, j)
 
 
+def test_cache_read_of_one_read_in_another_layout(rng):
+    """``index`` copies one read of an array read twice, ``layout`` stores the copy transposed
+    (C = A A^T packs A[j, k] as A_local[k, j]); the step survives to_python and JSON."""
+    N, M = tl.sizes("N M")
+    A = tl.Input("A", (N, M), tl.float64)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = tl.sum(A[i, k] * A[j, k])
+    s = tl.Schedule(C)
+    jo, ji = s[C].split(j, 4)
+    s[C].reorder(jo, i, k, ji)
+    local = s.cache_read(A, s[C], jo, index=1, layout=(1, 0))
+    local.vectorize(local.loops[-1])
+    text = s.to_python()
+    assert "s.cache_read('A', s[\"C\"], 'j.o', index=1, layout=(1, 0))" in text
+    kern = tl.compile(C, s)
+    nest = kern.loop_nest()
+    assert "A_local[A_local_d0, A_local_d1] = A[A_local_d1, A_local_d0]" in nest
+    assert "A[i, k] * A_local[k, j" in nest
+    a = rng.random((13, 7))
+    np.testing.assert_allclose(kern(a), a @ a.T, rtol=1e-12)
+    again = tl.Schedule.from_json(C, s.to_json())
+    assert again.to_python() == text
+    np.testing.assert_allclose(tl.compile(C, again)(a), a @ a.T, rtol=1e-12)
+    with pytest.raises(tl.ScheduleError, match="reads A 2 time"):
+        tl.Schedule(C).cache_read(A, s[C], "i", index=2)
+    with pytest.raises(tl.ScheduleError, match="not a permutation"):
+        t = tl.Schedule(C)
+        t.cache_read(A, t[C], "i", layout=(0, 0))
+    X = tl.Func("X", shape=(N, M))
+    X[i, j] = tl.clamp_edge(A)[i + 1, j] * 2.0
+    with pytest.raises(tl.ScheduleError, match="boundary condition"):
+        t = tl.Schedule(X)
+        t.cache_read(A, t[X], "i", layout=(1, 0))
+
+
 def test_a_copy_of_a_schedule_has_its_own_view(rng):
     """cache_read on a copy (the rule-based schedule tries variants on copies) must leave the
     original's algorithm view as it was: it once redirected the original's reads too."""
