@@ -139,7 +139,7 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
            lower_each: bool) -> Schedule:
     from .space import SearchSpace
 
-    space = SearchSpace(output, sizes)
+    space = SearchSpace(output, sizes, target)
     p = Pipeline(output)
     s = Schedule(output)
     for f in reversed(p.funcs):

@@ -15,8 +15,9 @@ Func computed at root or at a consumer loop):
 - ``<F>.<v>.rows``, instead of ``.split``, for the register tile's row Var of a reduction with
   at least two pure Vars (``heuristic.row_var``: GEMM's ``i``, conv2d's ``co``, the innermost
   pure Var the vector operands are not indexed by): a factor as for ``.split``, or ``"regs"``:
-  as many rows as the accumulators the vector tile leaves (``heuristic.accumulator_rows``: 16
-  vector registers, so 8 rows of a 2-vector tile, 4 of conv2d's 56-wide row), unrolled right
+  as many rows as the accumulators the vector tile leaves (``heuristic.accumulator_rows`` with
+  the target's budget, ``heuristic.accumulators``: with AVX-512's 16, 8 rows of a 2-vector tile,
+  4 of conv2d's 56-wide row), unrolled right
   outside the vector loop. Decided after the vector Var's split and the vector width, so the
   search draws a whole register tile in one choice (Ansor's multi-level tiling derives the
   innermost tile from the register budget the same way): with independent factors, conv2d's
@@ -64,7 +65,7 @@ sketch rules (Zheng et al., OSDI 2020), Halide's Adams2019 decision order (consu
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from schedule.loops import Location
 from schedule.schedule import Schedule
@@ -72,9 +73,12 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
-from .heuristic import (accumulator_rows, lanes, pack, packed_operand, packed_operands,
-                        row_block, row_var)
+from .heuristic import (accumulator_rows, accumulators, lanes, pack, packed_operand,
+                        packed_operands, row_block, row_var)
 from .workloads import input_shapes
+
+if TYPE_CHECKING:
+    from backends.llvm.target import Target
 
 MAX_FACTOR = 256
 VECTOR_WIDTHS = (0, 4, 8, 16)
@@ -110,13 +114,19 @@ def whole_loop_vector(extent: int, width: int) -> bool:
 
 
 class SearchSpace:
-    """Schedules of ``output`` for concrete ``sizes`` (by size name).
+    """Schedules of ``output`` for concrete ``sizes`` (by size name), with register tiles
+    sized for ``target`` (default: this machine): its SIMD lanes and accumulator budget, as the
+    rule-based schedule (``heuristic_schedule``) sizes them, so that it is a point of the space.
 
     Raises:
         ShapeError: the sizes do not fit the algorithm (through ``Pipeline.bind``).
     """
 
-    def __init__(self, output: Func, sizes: dict[str, int]) -> None:
+    def __init__(self, output: Func, sizes: dict[str, int],
+                 target: Target | None = None) -> None:
+        from backends.llvm.target import host_target
+
+        self.target = target or host_target()  # its lanes and register budget size the tiles
         self.output = output
         self.pipeline = Pipeline(output)
         shapes = input_shapes(output, sizes)
@@ -219,7 +229,8 @@ class SearchSpace:
             if rows == "regs":
                 regs = True
                 rows = min(ext, accumulator_rows(self._row_vectors(f, factor.get(args[-1]),
-                                                                  width), ext))
+                                                                  width), ext,
+                                                 accumulators(self.target)))
             decide(row, rows, True, f"{f.name}.{row}")
         block = 0
         if order == "packed":
@@ -339,7 +350,7 @@ class SearchSpace:
         tile (at most ``MAX_VECTOR_UNROLL`` vectors), else 1."""
         if not width or tile is None or tile > MAX_VECTOR_UNROLL * width:
             return 1
-        return -(-tile // min(width, lanes(f)))
+        return -(-tile // min(width, lanes(f, self.target)))
 
     def _row_block(self, f: Func, row: str, rows: int, width: int, answer: Any) -> int:
         """Register tiles per row block for the ``.block`` decision ``answer``."""
@@ -350,7 +361,8 @@ class SearchSpace:
         tiles = -(-self.extent(f.name, row) // rows)
         if answer != "model":
             return min(int(answer), tiles)
-        return row_block(tiles, rows, packed_blocking(f, rows, width).mc, max(1, num_threads()))
+        return row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc,
+                         max(1, num_threads()))
 
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split

@@ -9,6 +9,20 @@ import numpy as np
 
 import tensorlang as tl
 
+AVX512 = "+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl"
+#: LLVM feature strings of the CPUs ``autotune.cpu_model.DESCRIBED`` describes
+FEATURES = {"haswell": "+avx,+avx2,+fma", "skylake-avx512": AVX512,
+            "sapphirerapids": AVX512, "znver4": AVX512}
+
+
+def described_target(cpu: str):
+    """A ``Target`` for the described CPU ``cpu`` (same triple as the host): tests of tile sizes
+    pin one, so they hold on hosts with AVX2 only as on AVX-512 ones."""
+    from backends.llvm.target import Target, host_target
+
+    h = host_target()
+    return Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)
+
 
 def gemm(dtype=tl.float32):
     """``C[i, j] = sum_k A[i, k] * B[k, j]`` alone (no arrays), of ``dtype``."""

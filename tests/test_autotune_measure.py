@@ -54,9 +54,12 @@ def test_space_draws_a_register_tile_as_wide_as_the_row_in_one_choice(width, row
     from autotune.workloads import BUILTIN, input_shapes
     from schedule.lower import lower
 
+    from algorithms import described_target
+
     out = BUILTIN["conv2d"].build()
     sizes = dict(Nb=1, CI=3, H=5, W=width, CO=8)
-    space = SearchSpace(out, sizes)
+    # an AVX-512 target (16 float32 lanes, 16 accumulators) whatever the host
+    space = SearchSpace(out, sizes, described_target("skylake-avx512"))
     params = {"O.n.split": 1, "O.co.rows": "regs", "O.y.split": ysplit, "O.x.split": width,
               "O.ci.split": 1, "O.ry.split": 1, "O.rx.split": 1, "O.order": "tile",
               "O.vectorize": 16, "O.parallel": True, "O.y.shift": False,

@@ -8,17 +8,14 @@ import doctest
 
 import numpy as np
 import pytest
-from algorithms import gemm
+from algorithms import AVX512, described_target, gemm
 
 import tensorlang as tl
 from autotune import cpu_model as cm
 from autotune import heuristic
 from autotune.heuristic import heuristic_schedule
-from backends.llvm.target import Target, host_target
+from backends.llvm.target import Target
 
-AVX512 = "+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl"
-FEATURES = {"haswell": "+avx,+avx2,+fma", "skylake-avx512": AVX512,
-            "sapphirerapids": AVX512, "znver4": AVX512}
 
 # (cpu, bytes per element) -> (mr, nr, kc, mc), worked by hand from the formulas in
 # autotune/cpu_model.py's docstring and the caches in DESCRIBED
@@ -62,9 +59,7 @@ def test_the_models_blocking_on_described_cpus(key):
     assert b.mc % t.rows == 0 and b.nc % t.columns == 0
 
 
-def _target(cpu: str) -> Target:
-    h = host_target()
-    return Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)
+_target = described_target
 
 
 def test_a_target_that_is_not_the_host_is_taken_from_the_description():
