@@ -22,14 +22,22 @@ def table(rows: list[tuple], head: tuple[str, ...]) -> str:
 
 
 def cpu_name() -> str:
-    """The host CPU's model name (``/proc/cpuinfo``), else what ``platform`` says."""
+    """The host CPU's model name (``/proc/cpuinfo``, else what ``platform`` says) with LLVM's
+    name for it and its widest SIMD extension: "AMD EPYC (znver4, AVX-512)". A hypervisor may
+    report one model name for different CPUs; the LLVM name and ISA tell them apart."""
     import platform
 
+    name = platform.processor() or "unknown CPU"
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
                 if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                    name = line.split(":", 1)[1].strip()
+                    break
     except OSError:
         pass
-    return platform.processor() or "unknown CPU"
+    from backends.llvm.target import host_target
+
+    t = host_target()
+    isa = "AVX-512" if "+avx512f" in t.features else "AVX2" if "+avx2" in t.features else "SSE"
+    return f"{name} ({t.cpu}, {isa})"

@@ -14,6 +14,7 @@ import numpy as np
 
 import tensorlang as tl
 from autotune.heuristic import heuristic_schedule
+from autotune.heuristic import lanes as heuristic_lanes
 from autotune.timing import Stats, interleaved
 
 m, nn, kk = map(int, sys.argv[1].split("x")); dt = sys.argv[2]; variants = sys.argv[3].split(",")
@@ -23,7 +24,7 @@ M, N, K = tl.sizes("M N K")
 A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
 i, j, k = tl.vars("i j k")
 C = tl.Func("C"); C[i, j] = A[i, k] * B[k, j]
-lanes = 16 if dt == "f32" else 8
+lanes = heuristic_lanes(C)  # the host's native SIMD lanes of this dtype
 
 def sched(v):
     if v == "auto":
