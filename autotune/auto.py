@@ -42,10 +42,10 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
     Raises:
         ShapeError: the sizes or arrays do not fit the algorithm.
     """
-    from backends.compile import compile as compile_kernel
-    from backends.compile import load_kernel
-    from backends.kernel import Signature
-    from schedule.schedule import Schedule
+    from tensorlang.backends.compile import compile as compile_kernel
+    from tensorlang.backends.compile import load_kernel
+    from tensorlang.backends.kernel import Signature
+    from tensorlang.schedule.schedule import Schedule
     from tensorlang.errors import CompileError
 
     from .cache import CacheEntry, KernelCache

@@ -25,7 +25,7 @@ from typing import Any
 
 
 def _cmd_target(args: argparse.Namespace) -> int:
-    from backends.llvm.target import host_target
+    from tensorlang.backends.llvm.target import host_target
 
     t = host_target()
     print(f"triple:   {t.triple}\ncpu:      {t.cpu}\nvector:   {t.vector_bits}-bit SIMD\n"
@@ -139,9 +139,10 @@ def _study(storage: str, base: str, resume: bool) -> str:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    import tensorlang as tl
+    from tensorlang.backends.compile import compile as compile_kernel
 
     from .records import read_records, same_machine, study_base, target_info, workload_info
+    from .tuner import autotune
     from .workloads import format_shape
 
     work, out, sizes = _workload(args)
@@ -173,7 +174,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             bar.update(1)
             bar.set_postfix_str(f"best {_fmt_s(best)}", refresh=False)
 
-    res = tl.autotune(out, sizes, trials=args.trials, timeout=args.timeout, seed=args.seed,
+    res = autotune(out, sizes, trials=args.trials, timeout=args.timeout, seed=args.seed,
                       cost_model=args.cost_model, log=log, workload_name=work.name,
                       storage=storage, study_name=name, transfer=transfer,
                       cache=not args.no_cache, progress=progress)
@@ -197,8 +198,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if not args.no_summary:
         from .heuristic import heuristic_schedule
 
-        best = tl.compile(out, res.best_schedule)
-        heur = tl.compile(out, heuristic_schedule(out, sizes))
+        best = compile_kernel(out, res.best_schedule)
+        heur = compile_kernel(out, heuristic_schedule(out, sizes))
         print()
         _compare(work, out, sizes, [("tuned", best), ("heuristic schedule", heur)])
     print("\nbest schedule:")
@@ -218,7 +219,7 @@ def _progress(total: int) -> Any:
 def _cmd_show(args: argparse.Namespace) -> int:
     import json
 
-    from schedule.schedule import steps_to_python
+    from tensorlang.schedule.schedule import steps_to_python
 
     from .records import read_records
 
@@ -380,27 +381,28 @@ def _cache_export(cache: Any, output: str | None) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     import warnings
 
-    import tensorlang as tl
+    from tensorlang.backends.compile import compile as compile_kernel
 
+    from .auto import compile_auto
     from .heuristic import heuristic_schedule
 
     work, out, sizes = _workload(args)
     if args.schedule == "auto":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            k = tl.compile(out, "auto", shapes=sizes)
+            k = compile_auto(out, sizes, None)
         label = f"tensorlang ({k.schedule_source})"
     elif args.schedule == "heuristic":
-        k, label = tl.compile(out, heuristic_schedule(out, sizes)), "tensorlang (heuristic)"
+        k, label = compile_kernel(out, heuristic_schedule(out, sizes)), "tensorlang (heuristic)"
     else:
-        k, label = tl.compile(out), "tensorlang (default)"
+        k, label = compile_kernel(out), "tensorlang (default)"
     _compare(work, out, sizes, [(label, k)])
     return 0
 
 
 # -- parser --------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    from tensorlang import __version__
+    from tensorlang.version import __version__
 
     p = argparse.ArgumentParser(
         prog="tensorlang",

@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from backends.llvm.target import Target
+    from tensorlang.backends.llvm.target import Target
 
 #: native vectors per register-tile row (BLIS's x86 kernels and the search space use two)
 TILE_VECTORS = 2
@@ -127,7 +127,7 @@ def cpu_model(target: Target | None = None) -> CpuModel:
     else a generic core of the target's vector width. Cached per target (the rule-based schedule
     asks once per stage).
     """
-    from backends.llvm.target import host_target
+    from tensorlang.backends.llvm.target import host_target
 
     host = host_target()
     target = target or host

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from schedule.ir import (
+from tensorlang.schedule.ir import (
     Allocate,
     For,
     ForKind,
@@ -203,7 +203,7 @@ def features(f: LoweredFunc, sizes: dict[str, int], threads: int | None = None) 
 
 
 def _vector_bits() -> int:
-    from backends.llvm.target import host_target
+    from tensorlang.backends.llvm.target import host_target
 
     return host_target().vector_bits
 

@@ -60,13 +60,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
-from schedule.schedule import Schedule, Stage
+from tensorlang.schedule.schedule import Schedule, Stage
 from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
 if TYPE_CHECKING:
-    from backends.llvm.target import Target
+    from tensorlang.backends.llvm.target import Target
 
     from .cpu_model import GemmBlocking
 
@@ -105,7 +105,7 @@ MIN_PARALLEL_POINTS = 1 << 15
 def lanes(f: Func, target: Target | None = None) -> int:
     """Native SIMD lanes of ``f``'s dtype on ``target`` (default: the host; 16 float32 on
     AVX-512, 8 on AVX2)."""
-    from backends.llvm.target import host_target
+    from tensorlang.backends.llvm.target import host_target
 
     return max(1, (target or host_target()).vector_bits // (8 * f.dtype.numpy.itemsize))
 
@@ -265,7 +265,7 @@ def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
     ``before`` (where ``f`` is computed at root) at these sizes: 1.0 when a placement computes
     each point once, the number of host iterations when every iteration needs all of ``f``;
     ``inf`` when ``after`` does not lower."""
-    from schedule.lower import lower
+    from tensorlang.schedule.lower import lower
 
     from .features import store_counts
 
@@ -289,7 +289,7 @@ def _contiguous_in(f: Func, var: str) -> bool:
 
 
 def _lowers(output: Func, s: Schedule) -> bool:
-    from schedule.lower import lower
+    from tensorlang.schedule.lower import lower
 
     try:
         lower(output, s)
@@ -303,7 +303,7 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
     without recomputation:
     the output reads ``f`` at that loop's Var (softmax's ``e[i, j]`` per row ``i``), or every
     reader of ``f`` is itself computed at the output (``mx``, read only by ``e``)."""
-    from schedule.ir import ForKind
+    from tensorlang.schedule.ir import ForKind
     from tensorlang.expr import Access, Var, walk
 
     st = s.states[output.name]
@@ -498,7 +498,7 @@ def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
             the sizes have no near divisor for the row tile, ``kc`` or the row block (a
             remainder would run the nest's guarded version), or there is one row block only.
     """
-    from backends.llvm.runtime import num_threads
+    from tensorlang.backends.llvm.runtime import num_threads
 
     from .cpu_model import cpu_model, near_divisor
     from .cpu_model import register_tile as model_tile

@@ -1,7 +1,7 @@
 """Compiling candidates in a pool of processes and timing them in another, so a crash, a hang or a
 runaway kernel becomes a failed measurement (time ``inf``, error kept) instead of ending the tuner.
 
-Processes are fresh interpreters (``python -m autotune.worker``: no fork after OpenMP threads exist,
+Processes are fresh interpreters (``python -m tensorlang.autotuner.worker``: no fork after OpenMP threads exist,
 no re-import of the user's script). *Compile workers* (``jobs`` of them) turn schedule traces into
 relocatable object code — the legality check included — in parallel; then the one *run worker*
 loads each object (~1 ms, no LLVM) and times it on the user's arrays or on seeded random inputs,
@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from backends.llvm.codegen import HUGE_ALLOC_MIN, HUGE_PAGE_BYTES
+from tensorlang.backends.llvm.codegen import HUGE_ALLOC_MIN, HUGE_PAGE_BYTES
 
 from .worker import recv, send
 
@@ -110,9 +110,9 @@ def aligned_copy(a: np.ndarray) -> np.ndarray:
 
 
 def _error(exc: BaseException) -> str:
-    import tensorlang as tl
+    from tensorlang.errors import TensorlangError
 
-    if isinstance(exc, tl.TensorlangError):  # a refused or uncompilable candidate
+    if isinstance(exc, TensorlangError):  # a refused or uncompilable candidate
         return f"{type(exc).__name__}: {exc}"
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
 
@@ -120,10 +120,12 @@ def _error(exc: BaseException) -> str:
 def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
     """A worker's loop (see ``autotune/worker.py``): a setup message naming the role, then one
     answer per request until ``None``."""
-    import tensorlang as tl
-    from backends.compile import load_kernel
-    from backends.kernel import Signature
+    from tensorlang.backends.compile import compile as compile_kernel
+    from tensorlang.backends.compile import load_kernel
+    from tensorlang.backends.kernel import Signature
     from tensorlang.pipeline import Pipeline
+    from tensorlang.reference import reference
+    from tensorlang.schedule.schedule import Schedule
 
     from .workloads import free_sizes
 
@@ -135,7 +137,7 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
             res = MeasureResult()
             try:
                 t0 = time.perf_counter()
-                kern = tl.compile(output, tl.Schedule.from_json(output, trace), emit_object=True)
+                kern = compile_kernel(output, Schedule.from_json(output, trace), emit_object=True)
                 res.compile_seconds = time.perf_counter() - t0
                 res.object_code, res.signature = kern.object_code, kern.signature.to_dict()
             except Exception as exc:  # noqa: BLE001 - the worker reports, the tuner decides
@@ -176,7 +178,7 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
                 # what an earlier candidate left in the shared output array
                 _poison(out)
                 kern(**arrays, **extra, out=out)
-                ref = tl.reference(output, **arrays, **extra)
+                ref = reference(output, **arrays, **extra)
                 res.verified = bool(np.allclose(out, ref, rtol=1e-3, atol=1e-4, equal_nan=True))
         except Exception as exc:  # noqa: BLE001
             res.times = []
@@ -255,7 +257,7 @@ class _Worker:
         # took 27-28 ms instead of 11 ms
         for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS"):
             env[var] = "1"
-        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.worker"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tensorlang.autotuner.worker"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         send(self.proc.stdin, setup)
         self.deadline = 0.0
@@ -271,7 +273,7 @@ class _Worker:
             raise
         if not ok:
             self.kill()
-            raise OSError(f"a measuring process (python -m autotune.worker) did not start within "
+            raise OSError(f"a measuring process (python -m tensorlang.autotuner.worker) did not start within "
                           f"{STARTUP_SECONDS} s (exit code {self.proc.returncode}); its error "
                           f"output above says why")
 

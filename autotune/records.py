@@ -51,13 +51,13 @@ class RecordWarning(UserWarning):
 
 def target_info(num_threads: int | None = None) -> dict[str, Any]:
     """This machine's target as stored in records and cache keys."""
-    import tensorlang
-    from backends.llvm.runtime import num_threads as threads
-    from backends.llvm.target import host_target
+    from tensorlang.backends.llvm.runtime import num_threads as threads
+    from tensorlang.backends.llvm.target import host_target
+    from tensorlang.version import __version__
 
     t = host_target()
     return {"triple": t.triple, "cpu": t.cpu, "features": t.features, "llvm": t.llvm_version,
-            "llvmlite": t.llvmlite_version, "tensorlang": tensorlang.__version__,
+            "llvmlite": t.llvmlite_version, "tensorlang": __version__,
             "threads": int(num_threads if num_threads is not None else threads())}
 
 

@@ -67,8 +67,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from schedule.loops import Location
-from schedule.schedule import Schedule
+from tensorlang.schedule.loops import Location
+from tensorlang.schedule.schedule import Schedule
 from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
@@ -78,7 +78,7 @@ from .heuristic import (accumulator_rows, accumulators, lanes, pack, packed_oper
 from .workloads import input_shapes
 
 if TYPE_CHECKING:
-    from backends.llvm.target import Target
+    from tensorlang.backends.llvm.target import Target
 
 MAX_FACTOR = 256
 VECTOR_WIDTHS = (0, 4, 8, 16)
@@ -124,7 +124,7 @@ class SearchSpace:
 
     def __init__(self, output: Func, sizes: dict[str, int],
                  target: Target | None = None) -> None:
-        from backends.llvm.target import host_target
+        from tensorlang.backends.llvm.target import host_target
 
         self.target = target or host_target()  # its lanes and register budget size the tiles
         self.output = output
@@ -354,7 +354,7 @@ class SearchSpace:
 
     def _row_block(self, f: Func, row: str, rows: int, width: int, answer: Any) -> int:
         """Register tiles per row block for the ``.block`` decision ``answer``."""
-        from backends.llvm.runtime import num_threads
+        from tensorlang.backends.llvm.runtime import num_threads
 
         from .heuristic import packed_blocking
 
@@ -367,7 +367,7 @@ class SearchSpace:
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split
         loop's extent for ``v.o.o``), the factor for ``v.i``."""
-        from schedule.loops import Split
+        from tensorlang.schedule.loops import Split
 
         for rel in s.states[f.name].relations:
             if isinstance(rel, Split) and rel.outer == loop:
@@ -379,7 +379,7 @@ class SearchSpace:
     @staticmethod
     def _loop_extent(s: Schedule, f: Func, loop: str) -> int | None:
         """The constant extent of an inner split loop (``v.i`` of ``split(v, factor)``)."""
-        from schedule.loops import Split
+        from tensorlang.schedule.loops import Split
 
         for rel in s.states[f.name].relations:
             if isinstance(rel, Split) and rel.inner == loop:
@@ -401,7 +401,7 @@ def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> di
     order, and their loop nests differ at most in a tail's index arithmetic (the kernel is
     compiled for any size; at 4096 softmax's ``e`` with ``ShiftInwards`` ran 6% faster than
     with ``GuardWithIf``)."""
-    from schedule.loops import Fuse, Split
+    from tensorlang.schedule.loops import Fuse, Split
 
     out = {}
     for name, st in s.states.items():
@@ -451,9 +451,9 @@ class _Oracle:
         return answer
 
     def _guess(self, name: str, choices: list) -> list:
-        from schedule.ir import ForKind
-        from schedule.loops import Split
-        from schedule.primitives import TailStrategy
+        from tensorlang.schedule.ir import ForKind
+        from tensorlang.schedule.loops import Split
+        from tensorlang.schedule.primitives import TailStrategy
 
         func, _, rest = name.partition(".")
         states = self.target.states

@@ -39,8 +39,8 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
-from schedule.lower import lower
-from schedule.schedule import Schedule
+from tensorlang.schedule.lower import lower
+from tensorlang.schedule.schedule import Schedule
 from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 

@@ -1,4 +1,4 @@
-"""The measuring process: ``python -m autotune.worker``, driven over its stdin/stdout.
+"""The measuring process: ``python -m tensorlang.autotuner.worker``, driven over its stdin/stdout.
 
 Started as a fresh interpreter (not ``multiprocessing``), so it never re-imports the user's main
 script: ``tl.autotune`` works from a plain script, a notebook or the REPL. Protocol: 8-byte

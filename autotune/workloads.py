@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-import tensorlang as tl
+import tensorlang.language as tl
 from tensorlang.errors import DefinitionError, ShapeError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline

@@ -1,4 +1,6 @@
-"""``tl.compile``: algorithm -> loop nest -> LLVM -> a callable ``Kernel``."""
+"""The LLVM CPU backend's compile: algorithm + schedule -> loop nest -> LLVM -> a callable
+``Kernel``. ``tl.compile`` (the public entry point, ``tensorlang/__init__.py``) calls it, and
+resolves ``schedule="auto"`` through the autotuner first: this layer never imports the tuner."""
 
 from __future__ import annotations
 
@@ -14,8 +16,7 @@ from .llvm.target import Target, host_target
 
 
 def compile(output: Func, schedule: object = None, *, target: Target | None = None,  # noqa: A001
-            opt_level: int = 3, check: bool = True, emit_object: bool = False,
-            shapes: dict[str, int] | None = None, arrays: dict | None = None) -> Kernel:
+            opt_level: int = 3, check: bool = True, emit_object: bool = False) -> Kernel:
     """Compile the algorithm computing ``output`` to a native kernel for the host CPU.
 
     The default schedule computes every Func at root, loops in definition order (pure Vars
@@ -23,11 +24,7 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
     what it can for the host CPU (AVX-512 where present).
 
     Args:
-        output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default), or
-            ``"auto"``: the tuned kernel for ``shapes`` (sizes by name) or example ``arrays``
-            from the tuned-kernel cache, else the nearest tuned shape's schedule, else a
-            heuristic one (``kernel.schedule_source`` says which; a miss warns with
-            ``TuningWarning``). The kernel runs every shape; it is *tuned* for these.
+        output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default).
         target: the CPU to compile for (default: this machine). opt_level: LLVM speed level 0-3.
         check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:
             an illegal schedule then silently computes wrong results (the autotuner never uses
@@ -43,16 +40,12 @@ def compile(output: Func, schedule: object = None, *, target: Target | None = No
             dependence and a witness pair of iterations in the message).
         CompileError: code generation failed (a tensorlang bug).
     """
-    from schedule.lower import lower
-    from schedule.schedule import Schedule
+    from tensorlang.schedule.lower import lower
+    from tensorlang.schedule.schedule import Schedule
 
-    if isinstance(schedule, str) and schedule == "auto":
-        from autotune.auto import compile_auto
-
-        return compile_auto(output, shapes, arrays)
     if schedule is not None and not isinstance(schedule, Schedule):
         raise DefinitionError(f"schedule must be a tl.Schedule or \"auto\", got "
-                              f"{type(schedule).__name__}")
+                              f"{type(schedule).__name__} (\"auto\" goes through tl.compile)")
     if not isinstance(output, Func):
         raise DefinitionError(f"tl.compile expects the output Func, got {type(output).__name__}")
     if check and schedule is not None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from schedule.ir import LoweredFunc, print_stmt
+from tensorlang.schedule.ir import LoweredFunc, print_stmt
 from tensorlang.arguments import collect_arrays
 from tensorlang.errors import ShapeError
 from tensorlang.pipeline import Pipeline
@@ -105,7 +105,7 @@ class Kernel:
     def lowered(self) -> LoweredFunc:
         """The lowered loop nest (lowered again on demand for a kernel loaded from the cache)."""
         if self._lowered is None:
-            from schedule.lower import lower
+            from tensorlang.schedule.lower import lower
 
             s = self.schedule
             self._lowered = lower(self.pipeline if s is None else s.output, s)

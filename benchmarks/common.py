@@ -3,7 +3,7 @@ plain-text table; the host CPU's name."""
 
 from __future__ import annotations
 
-from autotune.measure import median_seconds
+from tensorlang.autotuner.measure import median_seconds
 
 __all__ = ["cpu_name", "median_seconds", "table"]
 
@@ -36,7 +36,7 @@ def cpu_name() -> str:
                     break
     except OSError:
         pass
-    from backends.llvm.target import host_target
+    from tensorlang.backends.llvm.target import host_target
 
     t = host_target()
     isa = "AVX-512" if "+avx512f" in t.features else "AVX2" if "+avx2" in t.features else "SSE"

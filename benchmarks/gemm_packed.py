@@ -13,9 +13,9 @@ import time
 import numpy as np
 
 import tensorlang as tl
-from autotune.heuristic import heuristic_schedule
-from autotune.heuristic import lanes as heuristic_lanes
-from autotune.timing import Stats, interleaved
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.heuristic import lanes as heuristic_lanes
+from tensorlang.autotuner.timing import Stats, interleaved
 
 m, nn, kk = map(int, sys.argv[1].split("x")); dt = sys.argv[2]; variants = sys.argv[3].split(",")
 dtype = tl.float32 if dt == "f32" else tl.float64
@@ -30,7 +30,7 @@ def sched(v):
     if v == "auto":
         return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
     if v == "old":
-        import autotune.heuristic as H
+        import tensorlang.autotuner.heuristic as H
         from tensorlang.errors import ScheduleError
         keep = H._packed_tile
         def no(*a, **k): raise ScheduleError("off")

@@ -28,8 +28,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
-from autotune.heuristic import heuristic_schedule  # noqa: E402
-from autotune.timing import Stats, interleaved  # noqa: E402
+from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
+from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
 from common import cpu_name  # noqa: E402
 
 F32 = tl.float32

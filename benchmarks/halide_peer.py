@@ -107,8 +107,8 @@ def main() -> None:
 
     from tuning import workloads
 
-    from autotune.measure import random_inputs
-    from autotune.workloads import input_shapes
+    from tensorlang.autotuner.measure import random_inputs
+    from tensorlang.autotuner.workloads import input_shapes
     from tensorlang.pipeline import Pipeline
 
     ap = argparse.ArgumentParser(description="Halide Adams2019 vs NumPy, same run")

@@ -33,9 +33,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
-from autotune.heuristic import heuristic_schedule  # noqa: E402
-from autotune.workloads import BUILTIN, parse_shape  # noqa: E402
-from backends.llvm.target import Target, host_target  # noqa: E402
+from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
+from tensorlang.autotuner.workloads import BUILTIN, parse_shape  # noqa: E402
+from tensorlang.backends.llvm.target import Target, host_target  # noqa: E402
 
 _AVX512 = "+avx,+avx2,+fma,+f16c,+avx512f,+avx512bw,+avx512dq,+avx512vl,+avx512cd"
 #: LLVM feature strings the code is generated with, per CPU name
@@ -157,9 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cpu:<16}{sum(x.startswith('vfmadd') for x in body):>10}{cyc:>12.2f}"
               f"{fl:>11.1f}{peak:>6}{fl / peak:>8.0%}")
     if args.measure and w.flops:
-        from autotune.measure import random_inputs
-        from autotune.timing import Stats
-        from autotune.workloads import free_sizes, input_shapes
+        from tensorlang.autotuner.measure import random_inputs
+        from tensorlang.autotuner.timing import Stats
+        from tensorlang.autotuner.workloads import free_sizes, input_shapes
 
         arrays = random_inputs(tl.Pipeline(out), input_shapes(out, sizes))
         extra = free_sizes(out, sizes)

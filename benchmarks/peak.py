@@ -15,8 +15,8 @@ import os
 import threading
 import time
 
-from backends.llvm.jit import compile_ir
-from backends.llvm.target import host_target
+from tensorlang.backends.llvm.jit import compile_ir
+from tensorlang.backends.llvm.target import host_target
 
 ACCUMULATORS = 12
 

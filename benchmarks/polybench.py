@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
 from common import cpu_name  # noqa: E402
-from autotune.heuristic import heuristic_schedule  # noqa: E402
-from autotune.timing import Stats, interleaved  # noqa: E402
+from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
+from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
 
 

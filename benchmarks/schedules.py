@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import median_seconds, table  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
-from autotune.workloads import BUILTIN  # noqa: E402
+from tensorlang.autotuner.workloads import BUILTIN  # noqa: E402
 
 
 def gemm(n: int):

@@ -43,9 +43,9 @@ from common import median_seconds, table  # noqa: E402
 from peak import peak_gflops  # noqa: E402
 
 import tensorlang as tl  # noqa: E402
-from autotune.measure import random_inputs  # noqa: E402
-from autotune.records import read_records  # noqa: E402
-from autotune.workloads import BUILTIN, input_shapes  # noqa: E402
+from tensorlang.autotuner.measure import random_inputs  # noqa: E402
+from tensorlang.autotuner.records import read_records  # noqa: E402
+from tensorlang.autotuner.workloads import BUILTIN, input_shapes  # noqa: E402
 from tensorlang.pipeline import Pipeline  # noqa: E402
 
 

@@ -1,101 +1,75 @@
 """tensorlang: a Halide-style scheduling language and autotuner for Python.
 
 The algorithm language lives here (``Var``, ``Input``, ``Func``, expressions, reducers, boundary
-conditions, the NumPy reference evaluator) and imports NumPy only. ``tl.compile`` is re-exported
-lazily from the backends, so importing the language pulls in nothing below it (DESIGN §3).
+conditions, the NumPy reference evaluator) and imports NumPy only. This module is also the public
+entry point, the one module that may reach every layer (``docs/architecture.md``): ``tl.compile``,
+``tl.check``, ``tl.autotune``, ``tl.Schedule`` and ``tl.Kernel`` import their layers lazily, so
+importing the language pulls in nothing else. The installed package is this one import name:
+``tensorlang.schedule`` (the ``schedule/`` folder), ``tensorlang.backends`` (``backends/``) and
+``tensorlang.autotuner`` (``autotune/``) are its subpackages.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .dtypes import DType, bool_, float32, float64, int32, int64
-from .einsum import einsum
-from .errors import (
-    CompileError,
-    DefinitionError,
-    IllegalScheduleError,
-    ScheduleError,
-    ShapeError,
-    TensorlangError,
+from .language import (  # noqa: F401  (the language, re-exported)
+    BoundaryView, CompileError, Definition, DefinitionError, DType, Expr, Func,
+    IllegalScheduleError, Input, Pipeline, RDom, RVar, ScheduleError, ShapeError, Size,
+    TensorlangError, Update, Var, abs, binary, bool_, call, cast, clamp_edge, compare, const,
+    constant_exterior, einsum, exp, float32, float64, int32, int64, log, max, maximum, min,
+    minimum, prod, reference, sizes, sqrt, sum, vars, where, workload_key,
 )
-from .expr import Expr, Size, Var, binary, call, cast, compare
-from .expr import const as _const
-from .func import BoundaryView, Definition, Func, Input, Update, clamp_edge, constant_exterior
-from .pipeline import Pipeline, workload_key
-from .rdom import RDom, RVar
-from .reducers import max, min, prod, sum  # noqa: A004
-from .reference import reference
-
-__version__ = "0.1.0"
+from .version import __version__
 
 
-def sizes(names: str) -> tuple[Size, ...]:
-    """Symbolic sizes from a space-separated string: ``M, N, K = tl.sizes("M N K")``.
+def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: A001
+            opt_level: int = 3, check: bool = True, emit_object: bool = False,
+            shapes: dict[str, int] | None = None, arrays: dict | None = None) -> Any:
+    """Compile the algorithm computing ``output`` to a native kernel (a ``tl.Kernel``) for the
+    host CPU, through LLVM.
 
-    A single name returns a 1-tuple (unpack it: ``(N,) = tl.sizes("N")``).
+    The default schedule computes every Func at root, loops in definition order (pure Vars
+    outermost in left-side order, reduction Vars innermost); LLVM's O3 pipeline then vectorizes
+    what it can for the host CPU (AVX-512 where present).
+
+    Args:
+        output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default), or
+            ``"auto"``: the tuned kernel for ``shapes`` (sizes by name) or example ``arrays``
+            from the tuned-kernel cache, else the nearest tuned shape's schedule, else the
+            rule-based one (``kernel.schedule_source`` says which; a miss warns with
+            ``TuningWarning``). The kernel runs every shape; it is *tuned* for these.
+        target: the CPU to compile for (a ``Target``; default: this machine). opt_level: LLVM
+            speed level 0-3.
+        check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:
+            an illegal schedule then silently computes wrong results (the autotuner never uses
+            it); it only skips a few milliseconds.
+        emit_object: keep the relocatable object code as ``kernel.object_code`` (for caches).
+
+    Returns:
+        A ``Kernel``; ``kernel(A=a, B=b)`` returns a new ndarray.
+
+    Raises:
+        DefinitionError: ``output`` is not a defined Func, or ``schedule`` is neither a
+            ``tl.Schedule`` nor ``"auto"``.
+        IllegalScheduleError: the schedule would change the result (stage, primitive, loop,
+            dependence and a witness pair of iterations in the message).
+        CompileError: code generation failed (a tensorlang bug).
     """
-    return tuple(Size(n) for n in names.replace(",", " ").split())
+    # the entry point is the one module that may reach every layer: "auto" is the autotuner's
+    # (its cache and rule-based schedule), an explicit schedule goes straight to the backend
+    if isinstance(schedule, str) and schedule == "auto":
+        from tensorlang.autotuner.auto import compile_auto
 
+        return compile_auto(output, shapes, arrays)
+    from tensorlang.backends.compile import compile as backend_compile
 
-def vars(names: str) -> tuple[Var, ...]:  # noqa: A001
-    """Pure variables from a space-separated string: ``i, j, k = tl.vars("i j k")``."""
-    return tuple(Var(n) for n in names.replace(",", " ").split())
-
-
-def exp(x: Any) -> Expr:
-    """e**x, elementwise (integers are promoted to float64, as NumPy)."""
-    return call("exp", x)
-
-
-def log(x: Any) -> Expr:
-    """Natural logarithm, elementwise (log(0) = -inf, log(<0) = NaN, as NumPy)."""
-    return call("log", x)
-
-
-def sqrt(x: Any) -> Expr:
-    """Square root, elementwise (sqrt(<0) = NaN)."""
-    return call("sqrt", x)
-
-
-def abs(x: Any) -> Expr:  # noqa: A001
-    """Absolute value, elementwise; keeps the type (abs of the most negative integer wraps)."""
-    return call("abs", x)
-
-
-def maximum(a: Any, b: Any) -> Expr:
-    """Elementwise maximum with NumPy promotion; NaN propagates (``np.maximum``)."""
-    return binary("max", a, b)
-
-
-def minimum(a: Any, b: Any) -> Expr:
-    """Elementwise minimum with NumPy promotion; NaN propagates (``np.minimum``)."""
-    return binary("min", a, b)
-
-
-def where(cond: Any, a: Any, b: Any) -> Expr:
-    """``a`` where ``cond`` holds else ``b`` (``np.where``); ``a`` and ``b`` are promoted together.
-    A non-bool ``cond`` means ``cond != 0``."""
-    from .expr import Select, _operands, as_expr
-
-    c = as_expr(cond)
-    if not c.dtype.is_bool:
-        c = compare("ne", c, 0)
-    x, y, d = _operands("where", a, b)
-    return Select(c, x, y, d)
-
-
-def const(value: Any, dtype: Any = None) -> Expr:
-    """A typed constant: ``tl.const(0.5, tl.float32)``."""
-    return _const(value, dtype)
+    return backend_compile(output, schedule, target=target, opt_level=opt_level, check=check,
+                           emit_object=emit_object)
 
 
 def __getattr__(name: str) -> Any:
-    # The facade re-exports lower layers lazily (DESIGN §3: the language imports nothing below).
-    if name == "compile":
-        from backends import compile as _compile
-
-        return _compile
+    # the entry point re-exports the other layers lazily (the language imports nothing of them)
     if name == "check":
         def check(output: Func, schedule: Any) -> Any:
             """Prove ``schedule`` legal for ``output`` without compiling: a LegalityReport
@@ -107,15 +81,15 @@ def __getattr__(name: str) -> Any:
 
         return check
     if name == "autotune":
-        from autotune.tuner import autotune as _autotune
+        from tensorlang.autotuner.tuner import autotune as _autotune
 
         return _autotune
     if name in ("Schedule", "TailStrategy"):
-        import schedule as _schedule
+        import tensorlang.schedule as _schedule
 
         return getattr(_schedule, name)
     if name == "Kernel":
-        from backends.kernel import Kernel
+        from tensorlang.backends.kernel import Kernel
 
         return Kernel
     raise AttributeError(f"module 'tensorlang' has no attribute {name!r}")

@@ -18,7 +18,7 @@ FEATURES = {"haswell": "+avx,+avx2,+fma", "skylake-avx512": AVX512,
 def described_target(cpu: str):
     """A ``Target`` for the described CPU ``cpu`` (same triple as the host): tests of tile sizes
     pin one, so they hold on hosts with AVX2 only as on AVX-512 ones."""
-    from backends.llvm.target import Target, host_target
+    from tensorlang.backends.llvm.target import Target, host_target
 
     h = host_target()
     return Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)

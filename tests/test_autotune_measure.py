@@ -11,8 +11,8 @@ from algorithms import ALL, matmul
 from tuning_helpers import crash_on_parallel, hang_on_unroll
 
 import tensorlang as tl
-from autotune.measure import Measurer
-from autotune.space import SearchSpace, factor_choices
+from tensorlang.autotuner.measure import Measurer
+from tensorlang.autotuner.space import SearchSpace, factor_choices
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -50,9 +50,9 @@ def test_space_draws_a_register_tile_as_wide_as_the_row_in_one_choice(width, row
     # 40 = 16 + 16 + 8: 3) x as many channels as the 16 accumulators leave (8; 16 // 3 = 5,
     # moved to 4, a divisor of CO), accumulated in registers; "regs" derives the rows from the
     # vector tile, a full-extent split is a split (constant inner extent)
-    from autotune.measure import random_inputs
-    from autotune.workloads import BUILTIN, input_shapes
-    from schedule.lower import lower
+    from tensorlang.autotuner.measure import random_inputs
+    from tensorlang.autotuner.workloads import BUILTIN, input_shapes
+    from tensorlang.schedule.lower import lower
 
     from algorithms import described_target
 
@@ -87,9 +87,9 @@ ODD_SHAPES = {"matmul": dict(M=7, N=13, K=5), "batch_matmul": dict(B=1, M=17, N=
 def test_the_rule_based_schedule_is_a_point_of_the_space(name, default_shape):
     # the tuner starts its search from it: the decisions SearchSpace.point finds replay, through
     # Optuna's own FixedTrial, to the same loops, kinds, splits and placements per stage
-    from autotune.heuristic import heuristic_schedule
-    from autotune.measure import random_inputs
-    from autotune.workloads import BUILTIN, input_shapes
+    from tensorlang.autotuner.heuristic import heuristic_schedule
+    from tensorlang.autotuner.measure import random_inputs
+    from tensorlang.autotuner.workloads import BUILTIN, input_shapes
 
     work = BUILTIN[name]
     out = work.build()
@@ -142,7 +142,7 @@ def test_seeded_tuning_tells_optuna_the_rule_based_schedule(tmp_path):
         assert len(trials) == len(own) + (mode == "seed")
         first = trials[0]
         if mode == "seed":
-            from autotune.heuristic import heuristic_schedule
+            from tensorlang.autotuner.heuristic import heuristic_schedule
 
             params, _ = SearchSpace(out, sizes).point(heuristic_schedule(out, sizes))
             assert first.state == optuna.trial.TrialState.COMPLETE
@@ -151,7 +151,7 @@ def test_seeded_tuning_tells_optuna_the_rule_based_schedule(tmp_path):
 
 @pytest.mark.parametrize("kind", ["tpe", "mtpe", "random"])
 def test_seeded_spaces_propose_the_same_sequence(kind):
-    from autotune.tuner import make_sampler
+    from tensorlang.autotuner.tuner import make_sampler
 
     out, _ = matmul()
     space = SearchSpace(out, {"M": 64, "N": 48, "K": 32})
@@ -203,7 +203,7 @@ def test_every_candidate_is_verified_on_its_own_output(dtype):
 
 
 def test_the_shared_output_array_starts_poisoned():
-    from autotune.measure import _output_array
+    from tensorlang.autotuner.measure import _output_array
 
     out, _ = matmul()
     pipeline = tl.Pipeline(out)
@@ -218,7 +218,7 @@ def test_the_shared_output_array_starts_poisoned():
                                                 ((7, 3), np.int32, 64), ((0, 5), np.float32, 64),
                                                 ((), np.bool_, 64)])
 def test_worker_arrays_start_on_a_huge_page_or_cache_line(shape, dtype, align):
-    from autotune.measure import aligned_copy, aligned_empty
+    from tensorlang.autotuner.measure import aligned_copy, aligned_empty
 
     a = aligned_empty(shape, dtype)
     assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
@@ -336,8 +336,8 @@ def test_model_guided_rounds_measure_the_budget_and_learn():
 
 
 def test_features_are_fixed_length_and_finite():
-    from autotune.features import FEATURE_NAMES, features
-    from schedule.lower import lower
+    from tensorlang.autotuner.features import FEATURE_NAMES, features
+    from tensorlang.schedule.lower import lower
 
     out, _ = ALL["softmax"]()
     sizes = {"R": 16, "S": 24}
@@ -359,9 +359,9 @@ def test_features_are_fixed_length_and_finite():
 @pytest.mark.parametrize("rows, width, expected", [(8, 32, 16), (4, 56, 16), (8, 56, 32),
                                                    (1, 1, 1)])
 def test_tile_vectors_counts_the_register_tile(rows, width, expected):
-    from autotune.features import FEATURE_NAMES, features
-    from backends.llvm.target import host_target
-    from schedule.lower import lower
+    from tensorlang.autotuner.features import FEATURE_NAMES, features
+    from tensorlang.backends.llvm.target import host_target
+    from tensorlang.schedule.lower import lower
 
     lanes = host_target().vector_bits // 32
     out, _ = matmul()
@@ -377,8 +377,8 @@ def test_tile_vectors_counts_the_register_tile(rows, width, expected):
 
 
 def test_cost_model_takes_records_of_an_older_feature_set():
-    from autotune.cost_model import CostModel
-    from autotune.features import FEATURE_NAMES
+    from tensorlang.autotuner.cost_model import CostModel
+    from tensorlang.autotuner.features import FEATURE_NAMES
 
     m = CostModel(min_samples=4)
     rng = np.random.default_rng(0)
@@ -394,8 +394,8 @@ def test_cost_model_takes_records_of_an_older_feature_set():
 def test_cost_model_warm_started_only_from_records_without_the_newest_feature():
     # `tensorlang tune` warmed from shipped logs that all predate the last feature: the column
     # is all missing, which scikit-learn's binning cannot take (it crashed the CLI)
-    from autotune.cost_model import CostModel
-    from autotune.features import FEATURE_NAMES
+    from tensorlang.autotuner.cost_model import CostModel
+    from tensorlang.autotuner.features import FEATURE_NAMES
 
     m = CostModel(min_samples=4)
     rng = np.random.default_rng(1)

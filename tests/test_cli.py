@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from autotune.records import read_records
+from tensorlang.autotuner.records import read_records
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -24,7 +24,7 @@ def _env(cache: str) -> dict[str, str]:
 
 
 def _tl(args: list[str], cwd, cache: str, **kw) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", *args], cwd=cwd,
+    return subprocess.Popen([sys.executable, "-m", "tensorlang.autotuner.cli", *args], cwd=cwd,
                             env=_env(str(cache)), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, **kw)
 
@@ -37,8 +37,8 @@ def _run(args, cwd, cache, timeout=300) -> subprocess.CompletedProcess:
 
 SECOND_PROCESS = """
 import json, numpy as np, tensorlang as tl
-from autotune.workloads import BUILTIN
-from backends.llvm.jit import STATS
+from tensorlang.autotuner.workloads import BUILTIN
+from tensorlang.backends.llvm.jit import STATS
 C = BUILTIN["matmul"].build()
 k = tl.compile(C, "auto", shapes={"M": 64, "N": 64, "K": 64})
 a = np.random.default_rng(0).random((64, 64), dtype=np.float32)

@@ -11,10 +11,10 @@ import pytest
 from algorithms import AVX512, described_target, gemm
 
 import tensorlang as tl
-from autotune import cpu_model as cm
-from autotune import heuristic
-from autotune.heuristic import heuristic_schedule
-from backends.llvm.target import Target
+from tensorlang.autotuner import cpu_model as cm
+from tensorlang.autotuner import heuristic
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.backends.llvm.target import Target
 
 
 # (cpu, bytes per element) -> (mr, nr, kc, mc), worked by hand from the formulas in
@@ -133,7 +133,7 @@ def test_the_packed_gemm_matches_numpy_on_odd_sizes(shape, dtype):
 def test_each_operand_read_is_packed_alone_and_transposed_reads_get_a_layout():
     # covariance's X^T X reads one array as both operands: only the column panel X[k, j] is
     # packed (index 1), not the union of both tiles; A A^T's A[j, k] is packed transposed
-    from autotune.heuristic import Packed, packed_operand, packed_operands
+    from tensorlang.autotuner.heuristic import Packed, packed_operand, packed_operands
 
     N, M = tl.sizes("N M")
     X = tl.Input("X", (N, M), tl.float64)

@@ -9,15 +9,15 @@ import sys
 import numpy as np
 
 import tensorlang as tl
-from autotune.features import store_counts
-from autotune.heuristic import (
+from tensorlang.autotuner.features import store_counts
+from tensorlang.autotuner.heuristic import (
     MAX_INLINE_NODES,
     MAX_RECOMPUTE,
     heuristic_schedule,
     inlined_nodes,
     recompute_factor,
 )
-from schedule.lower import lower
+from tensorlang.schedule.lower import lower
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from halide_apps import stencil_chain, unsharp, unsharp_numpy  # noqa: E402
@@ -64,8 +64,8 @@ def test_gemver_producers_read_whole_are_not_recomputed_per_row_block():
 
 
 def test_a_small_stage_runs_serially():
-    from autotune.heuristic import MIN_PARALLEL_POINTS
-    from autotune.workloads import softmax
+    from tensorlang.autotuner.heuristic import MIN_PARALLEL_POINTS
+    from tensorlang.autotuner.workloads import softmax
 
     out = softmax()
     small = heuristic_schedule(out, {"R": 8, "S": 67})
@@ -75,7 +75,7 @@ def test_a_small_stage_runs_serially():
 
 def test_a_row_producer_is_still_computed_per_row():
     # softmax's exp per row: each row of the output needs its own row of e, computed once
-    from autotune.workloads import softmax
+    from tensorlang.autotuner.workloads import softmax
 
     out = softmax()  # rows enough for a parallel output loop (MIN_PARALLEL_POINTS)
     s = heuristic_schedule(out, {"R": 512, "S": 67})
@@ -98,7 +98,7 @@ def test_inlining_stops_before_the_expression_explodes():
 
 
 def test_cheap_producers_are_still_inlined():
-    from autotune.workloads import blur
+    from tensorlang.autotuner.workloads import blur
 
     out = blur()
     s = heuristic_schedule(out, {"H": 30, "W": 31})
@@ -115,9 +115,9 @@ def test_store_counts_count_executed_stores_per_buffer():
 def test_the_register_tile_fits_the_targets_vector_registers():
     # AVX2 has 16 vector registers of 8 float32 lanes: the tile keeps at most 12 accumulators
     # (AVX-512: 16 of 32 registers); the schedule is made for the target, not for the host
-    from autotune.heuristic import ACCUMULATORS_AVX2
-    from autotune.workloads import matmul
-    from backends.llvm.target import Target, host_target
+    from tensorlang.autotuner.heuristic import ACCUMULATORS_AVX2
+    from tensorlang.autotuner.workloads import matmul
+    from tensorlang.backends.llvm.target import Target, host_target
 
     h = host_target()
     avx2 = Target(h.triple, "haswell", "+avx,+avx2,+fma", h.llvm_version, h.llvmlite_version)
@@ -140,14 +140,14 @@ def test_inlining_does_not_recompute_a_blur_per_tap_or_per_channel():
     """Halide's unsharp: a 7-tap blur inlined into a 7-tap blur would compute it 7 times per
     pixel, and the blurred image inlined into the per-channel output 3 times; both stay stages.
     The cheap per-pixel ratio is still inlined into the output."""
-    from autotune.heuristic import inline_recompute
+    from tensorlang.autotuner.heuristic import inline_recompute
 
     out = unsharp()
     sizes = {"H": 37, "W": 41}
     s = heuristic_schedule(out, sizes)
     kinds = {f: s.states[f].compute.kind for f in ("blur_y", "blur_x", "ratio")}
     assert kinds == {"blur_y": "root", "blur_x": "root", "ratio": "inline"}
-    from autotune.space import SearchSpace
+    from tensorlang.autotuner.space import SearchSpace
 
     p = tl.Pipeline(out)
     base = tl.Schedule(out)

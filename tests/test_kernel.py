@@ -179,9 +179,9 @@ def test_dump_after_each_pass(tmp_path):
 
 
 def test_cli_version_and_target():
-    r = subprocess.run([sys.executable, "-m", "autotune.cli", "--version"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "tensorlang.autotuner.cli", "--version"], capture_output=True,
                        text=True, check=True)
     assert r.stdout.startswith("tensorlang ")
-    r = subprocess.run([sys.executable, "-m", "autotune.cli", "target"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "tensorlang.autotuner.cli", "target"], capture_output=True,
                        text=True, check=True)
     assert "cpu:" in r.stdout and "llvm:" in r.stdout

@@ -6,7 +6,7 @@ import pytest
 from algorithms import blur
 
 import tensorlang as tl
-from schedule.legality.coverage import verify_coverage
+from tensorlang.schedule.legality.coverage import verify_coverage
 from tensorlang.affine import sconst
 from tensorlang.expr import Var
 

@@ -13,10 +13,10 @@ from algorithms import matmul
 from tuning_helpers import NaiveSpace, hog_during_rule_based
 
 import tensorlang as tl
-from autotune.cache import KernelCache
-from autotune.heuristic import heuristic_schedule
-from autotune.measure import Measurer
-from autotune.timing import Stats, block_runs, interleaved
+from tensorlang.autotuner.cache import KernelCache
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.measure import Measurer
+from tensorlang.autotuner.timing import Stats, block_runs, interleaved
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -101,7 +101,7 @@ def test_a_slower_candidate_is_never_cached_as_best_under_a_cpu_hog(tmp_path):
     (entry,) = list(cache.entries())
     assert entry.trace == rule
     # the log keeps every raw time of the comparison, and 'show' takes the accepted best
-    from autotune.records import read_records
+    from tensorlang.autotuner.records import read_records
 
     recs = read_records(log)
     assert [r.trial for r in recs if r.accepted] == [-1]
@@ -119,8 +119,8 @@ def test_show_and_cache_import_take_the_accepted_best(tmp_path, capsys, monkeypa
                                                       best_trial):
     # format 1.1: trial 1 screened fastest but lost its A/B rounds; trial 2 won them. Format
     # 1.0 predates confirmation: the fastest measured record is the best
-    from autotune.cli import main
-    from autotune.records import RecordWriter, TuningRecord, target_info, workload_info
+    from tensorlang.autotuner.cli import main
+    from tensorlang.autotuner.records import RecordWriter, TuningRecord, target_info, workload_info
 
     out, _ = matmul()
     sizes = {"M": 8, "N": 8, "K": 8}

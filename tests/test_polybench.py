@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from autotune.heuristic import heuristic_schedule
+from tensorlang.autotuner.heuristic import heuristic_schedule
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from polybench.kernels import KERNELS  # noqa: E402

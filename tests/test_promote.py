@@ -8,8 +8,8 @@ import pytest
 from algorithms import matmul
 
 import tensorlang as tl
-from schedule.lower import lower
-from schedule.promote import _mixed_radix
+from tensorlang.schedule.lower import lower
+from tensorlang.schedule.promote import _mixed_radix
 from tensorlang.dtypes import int64
 from tensorlang.expr import BinOp, Const, Var
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from autotune.auto import TuningWarning, compile_auto
-from autotune.cache import CacheEntry, CacheWarning, KernelCache
-from autotune.heuristic import heuristic_schedule, register_tile
-from autotune.measure import random_inputs
-from autotune.records import (
+from tensorlang.autotuner.auto import TuningWarning, compile_auto
+from tensorlang.autotuner.cache import CacheEntry, CacheWarning, KernelCache
+from tensorlang.autotuner.heuristic import heuristic_schedule, register_tile
+from tensorlang.autotuner.measure import random_inputs
+from tensorlang.autotuner.records import (
     RecordError,
     RecordWarning,
     RecordWriter,
@@ -24,9 +24,9 @@ from autotune.records import (
     target_info,
     workload_info,
 )
-from autotune.workloads import BUILTIN, input_shapes, parse_shape
-from backends.llvm.jit import STATS
-from schedule.lower import lower
+from tensorlang.autotuner.workloads import BUILTIN, input_shapes, parse_shape
+from tensorlang.backends.llvm.jit import STATS
+from tensorlang.schedule.lower import lower
 from tensorlang.pipeline import Pipeline
 
 

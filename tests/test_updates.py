@@ -164,7 +164,7 @@ def test_rule_based_update_is_vectorized_and_partitioned(n, rng):
     analysis proves it); where the vector width does not divide the sweep, the update's loop is
     partitioned: whole vectors without masks, then the tail, in the same order."""
     from algorithms import described_target
-    from autotune.heuristic import heuristic_schedule
+    from tensorlang.autotuner.heuristic import heuristic_schedule
 
     out, _ = jacobi_steps()
     # made for an AVX-512 CPU (8 float64 lanes) whatever the host; it runs on any
@@ -181,7 +181,7 @@ def test_rule_based_update_is_vectorized_and_partitioned(n, rng):
 
 
 def test_scan_stays_serial_under_the_rule_based_schedule(rng):
-    from autotune.heuristic import heuristic_schedule
+    from tensorlang.autotuner.heuristic import heuristic_schedule
 
     S, _, _ = cumsum_rows(tl.float64)
     s = heuristic_schedule(S, {"H": 64, "W": 300})
@@ -195,7 +195,7 @@ def test_rule_based_column_scan_runs_chunks_of_columns(shape, rng):
     """A scan down the rows (each column independent, columns contiguous): the rule-based
     schedule puts chunks of columns outermost in parallel and their vectors innermost, with a
     GuardWithIf tail where the chunk does not divide the width."""
-    from autotune.heuristic import heuristic_schedule
+    from tensorlang.autotuner.heuristic import heuristic_schedule
 
     H, W = tl.sizes("H W")
     X = tl.Input("X", (H, W), tl.float64)

@@ -24,7 +24,7 @@ import re
 
 import llvmlite.ir as ir
 
-from schedule.ir import (
+from tensorlang.schedule.ir import (
     Allocate,
     Block,
     Buffer,
@@ -47,7 +47,7 @@ from .target import Target
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
-from schedule.realize import MAX_UNROLL  # noqa: E402
+from tensorlang.schedule.realize import MAX_UNROLL  # noqa: E402
 
 MAX_STACK_BYTES = 64 * 1024
 #: heap buffers of at least this many bytes are asked to live on transparent huge pages (Linux)

@@ -1,0 +1,96 @@
+"""The algorithm language as one namespace: Vars, sizes, Inputs, Funcs, RDoms, expressions,
+reducers, boundary conditions, the NumPy reference evaluator. ``import tensorlang as tl`` gives
+all of it plus the entry points (compile, check, autotune, Schedule, Kernel); code inside the
+package's lower and middle layers (the built-in workloads of ``tensorlang.autotuner``) writes
+algorithms with ``import tensorlang.language as tl``, which reaches no other layer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .dtypes import DType, bool_, float32, float64, int32, int64
+from .einsum import einsum
+from .errors import (
+    CompileError,
+    DefinitionError,
+    IllegalScheduleError,
+    ScheduleError,
+    ShapeError,
+    TensorlangError,
+)
+from .expr import Expr, Size, Var, binary, call, cast, compare
+from .expr import const as _const
+from .func import BoundaryView, Definition, Func, Input, Update, clamp_edge, constant_exterior
+from .pipeline import Pipeline, workload_key
+from .rdom import RDom, RVar
+from .reducers import max, min, prod, sum  # noqa: A004
+from .reference import reference
+
+def sizes(names: str) -> tuple[Size, ...]:
+    """Symbolic sizes from a space-separated string: ``M, N, K = tl.sizes("M N K")``.
+
+    A single name returns a 1-tuple (unpack it: ``(N,) = tl.sizes("N")``).
+    """
+    return tuple(Size(n) for n in names.replace(",", " ").split())
+
+
+def vars(names: str) -> tuple[Var, ...]:  # noqa: A001
+    """Pure variables from a space-separated string: ``i, j, k = tl.vars("i j k")``."""
+    return tuple(Var(n) for n in names.replace(",", " ").split())
+
+
+def exp(x: Any) -> Expr:
+    """e**x, elementwise (integers are promoted to float64, as NumPy)."""
+    return call("exp", x)
+
+
+def log(x: Any) -> Expr:
+    """Natural logarithm, elementwise (log(0) = -inf, log(<0) = NaN, as NumPy)."""
+    return call("log", x)
+
+
+def sqrt(x: Any) -> Expr:
+    """Square root, elementwise (sqrt(<0) = NaN)."""
+    return call("sqrt", x)
+
+
+def abs(x: Any) -> Expr:  # noqa: A001
+    """Absolute value, elementwise; keeps the type (abs of the most negative integer wraps)."""
+    return call("abs", x)
+
+
+def maximum(a: Any, b: Any) -> Expr:
+    """Elementwise maximum with NumPy promotion; NaN propagates (``np.maximum``)."""
+    return binary("max", a, b)
+
+
+def minimum(a: Any, b: Any) -> Expr:
+    """Elementwise minimum with NumPy promotion; NaN propagates (``np.minimum``)."""
+    return binary("min", a, b)
+
+
+def where(cond: Any, a: Any, b: Any) -> Expr:
+    """``a`` where ``cond`` holds else ``b`` (``np.where``); ``a`` and ``b`` are promoted together.
+    A non-bool ``cond`` means ``cond != 0``."""
+    from .expr import Select, _operands, as_expr
+
+    c = as_expr(cond)
+    if not c.dtype.is_bool:
+        c = compare("ne", c, 0)
+    x, y, d = _operands("where", a, b)
+    return Select(c, x, y, d)
+
+
+def const(value: Any, dtype: Any = None) -> Expr:
+    """A typed constant: ``tl.const(0.5, tl.float32)``."""
+    return _const(value, dtype)
+
+
+__all__ = [
+    "DType", "bool_", "float32", "float64", "int32", "int64", "einsum", "CompileError",
+    "DefinitionError", "IllegalScheduleError", "ScheduleError", "ShapeError", "TensorlangError",
+    "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
+    "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
+    "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
+    "RDom", "RVar", "Update", "call", "binary", "compare",
+]
