@@ -1,6 +1,6 @@
 """The tuned-kernel cache: an SQLite database mapping (workload, concrete shapes, target) to the
 best schedule trace, its median seconds and the compiled object code, so a later process neither
-tunes nor compiles (DESIGN §4).
+tunes nor compiles (docs/architecture.md §4).
 
 Location: ``$TENSORLANG_CACHE/kernels.sqlite`` (default ``~/.cache/tensorlang/``). The key is the
 SHA-256 of (cache format version, workload key, sizes, input shapes and dtypes, target: triple,
@@ -259,9 +259,6 @@ class KernelCache:
                    "WHERE key = ? AND trace = ?",
                    (object_code, _checksum(object_code), json.dumps(signature), entry.key,
                     entry.trace))
-
-    def delete(self, key: str) -> None:
-        self._connect().execute("DELETE FROM kernels WHERE key = ?", (key,))
 
     def clear(self) -> int:
         """Delete every entry; returns how many there were."""

@@ -1,11 +1,12 @@
 """Compiling candidates in a pool of processes and timing them in another, so a crash, a hang or a
 runaway kernel becomes a failed measurement (time ``inf``, error kept) instead of ending the tuner.
 
-Processes are fresh interpreters (``python -m tensorlang.autotuner.worker``: no fork after OpenMP threads exist,
-no re-import of the user's script). *Compile workers* (``jobs`` of them) turn schedule traces into
-relocatable object code — the legality check included — in parallel; then the one *run worker*
-loads each object (~1 ms, no LLVM) and times it on the user's arrays or on seeded random inputs,
-one candidate at a time so measurements never share the CPU with compilation: a warm-up run, then
+Processes are fresh interpreters (``python -m tensorlang.autotuner.worker``: no fork after
+OpenMP threads exist, no re-import of the user's script). *Compile workers* (``jobs`` of them)
+turn schedule traces into relocatable object code — the legality check included — in parallel;
+then the one *run worker* loads each object (~1 ms, no LLVM) and times it on the user's arrays
+or on seeded random inputs, one candidate at a time so measurements never share the CPU with
+compilation: a warm-up run, then
 repeats until ``min_seconds`` of timed work (at least ``repeats`` runs); the median is the
 candidate's time. Every run writes into one output array per worker whose pages were touched
 when the worker started, so no run (the warm-up included) pays the output's first-touch page
@@ -273,9 +274,9 @@ class _Worker:
             raise
         if not ok:
             self.kill()
-            raise OSError(f"a measuring process (python -m tensorlang.autotuner.worker) did not start within "
-                          f"{STARTUP_SECONDS} s (exit code {self.proc.returncode}); its error "
-                          f"output above says why")
+            raise OSError(f"a measuring process (python -m tensorlang.autotuner.worker) did not "
+                          f"start within {STARTUP_SECONDS} s (exit code {self.proc.returncode}); "
+                          f"its error output above says why")
 
     def request(self, msg: Any, timeout: float) -> None:
         send(self.proc.stdin, msg)

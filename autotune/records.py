@@ -1,5 +1,5 @@
 """Tuning records: one JSON object per line (JSON Lines), append-only, in ``tuning_logs/`` by
-default (DESIGN §4).
+default (docs/architecture.md §4).
 
 A record holds the format version, the workload (name, workload key, sizes, input shapes and
 dtypes), the target (triple, CPU name, LLVM feature string, LLVM / llvmlite / tensorlang

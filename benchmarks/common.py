@@ -39,5 +39,5 @@ def cpu_name() -> str:
     from tensorlang.backends.llvm.target import host_target
 
     t = host_target()
-    isa = "AVX-512" if "+avx512f" in t.features else "AVX2" if "+avx2" in t.features else "SSE"
+    isa = "AVX-512" if t.has_avx512 else "AVX2" if "+avx2" in t.features else "SSE"
     return f"{name} ({t.cpu}, {isa})"

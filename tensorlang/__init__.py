@@ -20,7 +20,7 @@ from .language import (  # noqa: F401  (the language, re-exported)
     constant_exterior, einsum, exp, float32, float64, int32, int64, log, max, maximum, min,
     minimum, prod, reference, sizes, sqrt, sum, vars, where, workload_key,
 )
-from .version import __version__
+from .version import __version__  # noqa: F401  (tensorlang.__version__)
 
 
 def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: A001

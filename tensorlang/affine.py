@@ -115,13 +115,6 @@ def affine_form(e: Expr) -> Affine:
     raise NonAffine(f"{e} is not an affine integer expression of Vars and sizes")
 
 
-def is_size_expr(e: Expr) -> bool:
-    """True if ``e`` mentions no Var (only sizes and constants)."""
-    from .expr import walk
-
-    return not any(isinstance(n, Var) for n in walk(e))
-
-
 # -- simplifying size arithmetic -------------------------------------------------------------
 def _aff(e: Expr) -> Affine | None:
     try:

@@ -11,8 +11,6 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-import numpy as np
-
 from .affine import affine_form, eval_size
 from .errors import DefinitionError, ShapeError
 from .expr import Access, Expr, Size, Var, substitute, walk
@@ -257,7 +255,3 @@ def workload_key(output: Func) -> str:
     canonical text (Inputs, dtypes, definitions; Vars renamed by position). Same algorithm text,
     same key in every process; any change to the algorithm, a different key."""
     return Pipeline(output).workload_key()
-
-
-def array_shapes(pipeline: Pipeline, arrays: Mapping[str, np.ndarray]) -> dict[str, tuple[int, ...]]:
-    return {inp.name: tuple(arrays[inp.name].shape) for inp in pipeline.inputs}

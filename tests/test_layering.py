@@ -134,11 +134,18 @@ def test_the_layer_check_catches_an_upward_import(tmp_path):
 def test_the_wheel_installs_one_top_level_name(tmp_path):
     # what "pip install tensorlang" would put into site-packages: tensorlang/ and its
     # dist-info, nothing else; the folders' modules under their installed names
+    import shutil
     import subprocess
     import zipfile
 
+    src = tmp_path / "src"  # a copy: setuptools writes build/ beside the sources it builds
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build")
+    for folder in FOLDERS:
+        shutil.copytree(os.path.join(ROOT, folder), src / folder, ignore=ignore)
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, f), src / f)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w",
-                        str(tmp_path), ROOT], capture_output=True, text=True, timeout=300)
+                        str(tmp_path), str(src)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     (wheel,) = tmp_path.glob("tensorlang-*.whl")
     names = zipfile.ZipFile(wheel).namelist()

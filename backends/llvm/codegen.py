@@ -8,7 +8,7 @@ Facts the generated code states, because they hold:
 - ``noalias`` on every buffer argument: inputs are only read and the runtime never passes an output
   that overlaps an input (it computes into a temporary instead). Worth 3-4x on GEMM (notes B3).
 - ``contract`` on float arithmetic (FMA contraction), ``reassoc`` on reduction updates only
-  (the reduction policy of DESIGN §5: reductions are associative).
+  (the reduction policy of docs/architecture.md §5: reductions are associative).
 - ``nsw``/``inbounds`` on buffer offset arithmetic (offsets are checked in bounds at call time).
 
 Semantics shared with the reference evaluator: integer ``//`` and ``%`` are floor division and

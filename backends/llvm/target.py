@@ -35,6 +35,7 @@ class Target:
 
     @property
     def has_avx512(self) -> bool:
+        """Whether the target has AVX-512F."""
         return "+avx512f" in self.features.split(",")
 
     @property
