@@ -17,28 +17,10 @@ from .llvm.target import Target, host_target
 
 def compile(output: Func, schedule: object = None, *, target: Target | None = None,  # noqa: A001
             opt_level: int = 3, check: bool = True, emit_object: bool = False) -> Kernel:
-    """Compile the algorithm computing ``output`` to a native kernel for the host CPU.
-
-    The default schedule computes every Func at root, loops in definition order (pure Vars
-    outermost in left-side order, reduction Vars innermost); LLVM's O3 pipeline then vectorizes
-    what it can for the host CPU (AVX-512 where present).
-
-    Args:
-        output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default).
-        target: the CPU to compile for (default: this machine). opt_level: LLVM speed level 0-3.
-        check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:
-            an illegal schedule then silently computes wrong results (the autotuner never uses
-            it); it only skips a few milliseconds.
-        emit_object: keep the relocatable object code as ``kernel.object_code`` (for caches).
-
-    Returns:
-        A ``Kernel``; ``kernel(A=a, B=b)`` returns a new ndarray.
-
-    Raises:
-        DefinitionError: ``output`` is not a defined Func.
-        IllegalScheduleError: the schedule would change the result (stage, primitive, loop,
-            dependence and a witness pair of iterations in the message).
-        CompileError: code generation failed (a tensorlang bug).
+    """Compile ``output`` under ``schedule`` (a ``tl.Schedule``, or None: the default schedule)
+    to a native kernel for ``target`` (default: the host CPU). Arguments, result and errors are
+    ``tl.compile``'s (``tensorlang/__init__.py``, which documents them), less ``schedule="auto"``,
+    which ``tl.compile`` resolves before calling this.
     """
     from tensorlang.schedule.lower import lower
     from tensorlang.schedule.schedule import Schedule

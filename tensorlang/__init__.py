@@ -20,6 +20,7 @@ from .language import (  # noqa: F401  (the language, re-exported)
     constant_exterior, einsum, exp, float32, float64, int32, int64, log, max, maximum, min,
     minimum, prod, reference, sizes, sqrt, sum, vars, where, workload_key,
 )
+from . import language as _language
 from .version import __version__  # noqa: F401  (tensorlang.__version__)
 
 
@@ -95,12 +96,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'tensorlang' has no attribute {name!r}")
 
 
-__all__ = [
-    "DType", "bool_", "float32", "float64", "int32", "int64", "einsum", "CompileError",
-    "DefinitionError", "IllegalScheduleError", "ScheduleError", "ShapeError", "TensorlangError",
-    "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
-    "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
-    "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
-    "compile", "Schedule", "TailStrategy", "RDom", "RVar", "Update", "check",
-    "autotune",
-]
+__all__ = [*_language.__all__, "compile", "Schedule", "TailStrategy", "check", "autotune"]

@@ -92,5 +92,5 @@ __all__ = [
     "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
-    "RDom", "RVar", "Update", "call", "binary", "compare",
+    "RDom", "RVar", "Update",
 ]
