@@ -19,7 +19,6 @@ import numpy as np
 
 from tensorlang.affine import const_value, sadd, sconst, smax, smin, ssub
 from tensorlang.dtypes import DType, int64
-from tensorlang.errors import IllegalScheduleError, ScheduleError
 from tensorlang.expr import (
     Access,
     BinOp,
@@ -40,7 +39,6 @@ from .ir import (
     Allocate,
     Block,
     Buffer,
-    ForKind,
     IfThenElse,
     Load,
     LoweredFunc,
@@ -50,6 +48,7 @@ from .ir import (
 )
 from .loops import Split, StageState, default_states
 from .nest import Leaf, build_stage_nest, emit_nest, extent_divides
+from .placement import live_readers, plan_placements
 from .primitives import TailStrategy
 from .view import AlgorithmView
 
@@ -154,57 +153,8 @@ class _Realizer:
             self.domains[f.name] = _domain_buffer(f.name, f.dtype, f.bounds, kind)
         self.buffers: dict[str, Buffer] = {i.name: self.domains[i.name] for i in p.inputs}
         self.buffers[p.output.name] = self.domains[p.output.name]
-        readers: dict[str, list[str]] = {f.name: [] for f in self.live}
-        for c in self.live:
-            stages = [c.name] + [f"{c.name}.update({u.number})" for u in c.updates]
-            for stage in stages:
-                for a in walk(self.values[stage]):
-                    if isinstance(a, Access) and a.name in readers and a.name != c.name and \
-                            stage not in readers[a.name]:
-                        readers[a.name].append(stage)
-        self.computed_at: dict[tuple[str, str], list[Func]] = {}
-        self.stored_at: dict[tuple[str, str], list[Func]] = {}
-        for f in self.live:
-            st = states[f.name]
-            if st.compute.kind != "at":
-                if st.store is not None:
-                    raise ScheduleError(f"In schedule for {f.name}: store_at needs compute_at "
-                                        f"(a Func computed at root is stored at root)")
-                continue
-            key = (st.compute.func, st.compute.loop)
-            states[key[0]].resolve(key[1], f"compute_at of {f.name}")
-            if st.store is not None:
-                states[st.store.func].resolve(st.store.loop, f"store_at of {f.name}")
-            for r in readers[f.name]:
-                rl = states[r].compute
-                if r != st.compute.func and (rl.kind, rl.func, rl.loop) != ("at", *key):
-                    raise ScheduleError(
-                        f"In schedule for {f.name}: compute_at({st.compute.func}, "
-                        f"{st.compute.loop}) needs every reader of {f.name} inside that loop, "
-                        f"but {r} is computed {rl}; compute {r} at the same loop, inline it, "
-                        f"or compute {f.name} at root")
-            self.computed_at.setdefault(key, []).append(f)
-            store = st.store or st.compute
-            if st.store is not None and readers[f.name] != [st.compute.func]:
-                raise ScheduleError(f"In schedule for {f.name}: store_at needs "
-                                    f"{st.compute.func} to be the only reader")
-            if store.func != st.compute.func:
-                raise ScheduleError(f"In schedule for {f.name}: store_at and compute_at must "
-                                    f"name the same consumer")
-            cst = states[store.func]
-            if cst.loops.index(store.loop) > cst.loops.index(st.compute.loop):
-                raise ScheduleError(
-                    f"In schedule for {f.name}: store_at loop {store.loop} is inside compute_at "
-                    f"loop {st.compute.loop}; storage must be at or outside the compute level")
-            between = cst.loops[cst.loops.index(store.loop) + 1: cst.loops.index(
-                st.compute.loop) + 1]
-            par = [lp for lp in between if cst.kinds[lp] is ForKind.PARALLEL]
-            if par:
-                raise IllegalScheduleError(
-                    f"In schedule for {f.name}: stored at {store.loop} but computed inside the "
-                    f"parallel loop {par[0]} of {store.func}: threads would share one buffer; "
-                    f"store it inside {par[0]}")
-            self.stored_at.setdefault((store.func, store.loop), []).append(f)
+        readers = live_readers(p, states)
+        self.computed_at, self.stored_at = plan_placements(self.live, states, readers)
 
     def produce(self, f: Func, region: tuple[tuple[Expr, Expr], ...], scope: set[str],
                 scope_ranges: dict[str, tuple[Expr, Expr]] | None = None,

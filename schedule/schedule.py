@@ -308,6 +308,9 @@ class Schedule:
         from .legality.check import MODEL_ERRORS, check_stage
         from .legality.model import model_for
 
+        if prob.kind == "placement":  # not a property of one stage's loop order
+            return None
+
         f = self.view.func(prob.stage.split(".update(")[0])
         number = int(prob.stage.split(".update(")[1].rstrip(")")) if ".update(" in \
             prob.stage else -1

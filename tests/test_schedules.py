@@ -215,6 +215,10 @@ def test_compute_at_errors():
     yo, yi = s[out].split(y, 4)
     s[out].parallel(yi)
     s[bx].store_at(s[out], yo).compute_at(s[out], yi)
+    # one verdict: tl.check refuses what tl.compile refuses (it once said "proven" here)
+    report = tl.check(out, s)
+    assert not report.ok and report.stages["bx"] == "refuted"
+    assert "threads would share one buffer" in str(report)
     with pytest.raises(tl.IllegalScheduleError, match="threads would share one buffer"):
         tl.compile(out, s)
     s = tl.Schedule(out)

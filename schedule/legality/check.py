@@ -23,6 +23,7 @@ from tensorlang.errors import IllegalScheduleError
 
 from ..ir import ForKind
 from ..loops import StageState
+from ..placement import live_readers, plan_placements
 from .isl_text import Unrepresentable
 from .model import StageModel, model_for
 from .time_map import carried_at, time_map
@@ -34,7 +35,9 @@ MODEL_ERRORS = (Unrepresentable, isl.Error)
 
 @dataclass
 class Problem:
-    """One refuted property of a stage: ``kind`` is ``order`` or ``parallel``/``vectorize``."""
+    """One refuted property of a stage: ``kind`` is ``order``, ``parallel``/``vectorize``,
+    ``recompute`` (a ShiftInwards split that runs points twice), ``unproven`` (not modellable)
+    or ``placement`` (a compute_at / store_at that lowering cannot realize: ``placement.py``)."""
 
     stage: str
     kind: str
@@ -49,7 +52,7 @@ class Problem:
         src = ", ".join(f"{k}={v}" for k, v in self.source.items())
         snk = ", ".join(f"{k}={v}" for k, v in self.sink.items())
         prim = f"{self.primitive}: " if self.primitive else ""
-        if self.kind == "recompute":
+        if self.kind in ("recompute", "placement"):
             return self.dependence if not self.primitive else self.dependence.replace(
                 f"In schedule for {self.stage}: ", f"In schedule for {self.stage}: {prim}", 1)
         if self.kind == "unproven":
@@ -226,6 +229,13 @@ def check_schedule(schedule) -> LegalityReport:
                                  {})]
             report.stages[stage] = "proven" if not probs else "refuted"
             report.problems.extend(probs)
+    # placements: the same function lowering calls, so tl.check refuses what tl.compile would
+    errors: list = []
+    live = [f for f in schedule.view.funcs if schedule.states[f.name].compute.kind != "inline"]
+    plan_placements(live, schedule.states, live_readers(schedule.view, schedule.states), errors)
+    for name, exc in errors:
+        report.stages[name] = "refuted"
+        report.problems.append(Problem(name, "placement", None, str(exc), {}, {}))
     return report
 
 

@@ -1,0 +1,127 @@
+"""Where each Func is computed and stored: the checks of ``compute_at`` / ``store_at`` placements
+that need no isl — every reader of a Func computed at a loop is inside that loop, storage is at or
+outside the compute level, and no buffer is shared by the iterations of a parallel loop between
+them. ``Schedule.check`` (so ``tl.check`` says what ``tl.compile`` accepts) and the lowering
+(``realize``) both call ``plan_placements``: one verdict, one place."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tensorlang.errors import IllegalScheduleError, ScheduleError
+from tensorlang.expr import Access, walk
+from tensorlang.func import Func
+
+from .ir import ForKind
+from .loops import StageState
+
+
+#: Funcs placed at each (consumer stage, loop)
+Placed = dict[tuple[str, str], list[Func]]
+
+
+def live_readers(view: Any, states: dict[str, StageState]) -> dict[str, list[str]]:
+    """For each Func not inlined, the stages (``F`` or ``F.update(n)``) that read it, directly or
+    through inlined Funcs, in stage order."""
+    inline = {n for n, st in states.items() if st.compute.kind == "inline"}
+    live = [f for f in view.funcs if f.name not in inline]
+    readers: dict[str, list[str]] = {f.name: [] for f in live}
+
+    memo: dict[str, set[str]] = {}
+
+    def expand(names: list[str]) -> set[str]:
+        # an inlined Func stands for what it reads (memoized per Func: a 5x5 stencil inlined
+        # into another is expanded once, not once per access)
+        out: set[str] = set()
+        for n in names:
+            if n in inline:
+                if n not in memo:
+                    memo[n] = set()  # no cycles among Funcs; this only guards the recursion
+                    memo[n] = expand(view.reads(n))
+                out |= memo[n]
+            else:
+                out.add(n)
+        return out
+
+    for c in live:
+        stages = [(c.name, view.reads(c.name))] + \
+            [(f"{c.name}.update({u.number})",
+              list({a.name: None for a in walk(u.value) if isinstance(a, Access)}))
+             for u in c.updates]
+        for stage, names in stages:
+            for name in sorted(expand(names)):
+                if name in readers and name != c.name and stage not in readers[name]:
+                    readers[name].append(stage)
+    return readers
+
+
+def plan_placements(live: list[Func], states: dict[str, StageState],
+                    readers: dict[str, list[str]],
+                    errors: list[tuple[str, ScheduleError]] | None = None) -> tuple[Placed, Placed]:
+    """(computed_at, stored_at): the Funcs computed / stored at each (consumer stage, loop), for
+    the Funcs ``live`` (not inlined) with their ``readers`` (``live_readers``).
+
+    Raises:
+        ScheduleError: the first placement that cannot be lowered (``placement_error``); with
+            ``errors`` given, each one is appended there as (Func name, error) instead.
+    """
+    computed_at: Placed = {}
+    stored_at: Placed = {}
+    for f in live:
+        problem = placement_error(f.name, states, readers[f.name])
+        if problem is not None:
+            if errors is None:
+                raise problem
+            errors.append((f.name, problem))
+            continue
+        st = states[f.name]
+        if st.compute.kind == "at":
+            computed_at.setdefault((st.compute.func, st.compute.loop), []).append(f)
+            store = st.store or st.compute
+            stored_at.setdefault((store.func, store.loop), []).append(f)
+    return computed_at, stored_at
+
+
+def placement_error(name: str, states: dict[str, StageState],
+                    readers: list[str]) -> ScheduleError | None:
+    """Why Func ``name``'s placement cannot be lowered, or None: store_at without compute_at, a
+    reader outside the compute loop, store_at with other readers or another consumer, storage
+    inside the compute level (``ScheduleError``), or storage outside a parallel loop the Func is
+    computed inside, which threads would share (``IllegalScheduleError``)."""
+    st = states[name]
+    where = f"In schedule for {name}:"
+    if st.compute.kind != "at":
+        return None if st.store is None else ScheduleError(
+            f"{where} store_at needs compute_at (a Func computed at root is stored at root)")
+    key = (st.compute.func, st.compute.loop)
+    try:
+        states[key[0]].resolve(key[1], f"compute_at of {name}")
+        if st.store is not None:
+            states[st.store.func].resolve(st.store.loop, f"store_at of {name}")
+    except ScheduleError as exc:  # the loop is gone (fused or split after the placement)
+        return exc
+    for r in readers:
+        rl = states[r].compute
+        if r != st.compute.func and (rl.kind, rl.func, rl.loop) != ("at", *key):
+            return ScheduleError(
+                f"{where} compute_at({st.compute.func}, {st.compute.loop}) needs every reader of "
+                f"{name} inside that loop, but {r} is computed {rl}; compute {r} at the same "
+                f"loop, inline it, or compute {name} at root")
+    if st.store is None:
+        return None
+    if readers != [st.compute.func]:
+        return ScheduleError(f"{where} store_at needs {st.compute.func} to be the only reader")
+    if st.store.func != st.compute.func:
+        return ScheduleError(f"{where} store_at and compute_at must name the same consumer")
+    cst = states[st.store.func]
+    if cst.loops.index(st.store.loop) > cst.loops.index(st.compute.loop):
+        return ScheduleError(
+            f"{where} store_at loop {st.store.loop} is inside compute_at loop "
+            f"{st.compute.loop}; storage must be at or outside the compute level")
+    between = cst.loops[cst.loops.index(st.store.loop) + 1: cst.loops.index(st.compute.loop) + 1]
+    par = [lp for lp in between if cst.kinds[lp] is ForKind.PARALLEL]
+    if par:
+        return IllegalScheduleError(
+            f"{where} stored at {st.store.loop} but computed inside the parallel loop {par[0]} "
+            f"of {st.store.func}: threads would share one buffer; store it inside {par[0]}")
+    return None
