@@ -20,11 +20,16 @@ from .loops import StageState
 Placed = dict[tuple[str, str], list[Func]]
 
 
+def live_funcs(view: Any, states: dict[str, StageState]) -> list[Func]:
+    """The view's Funcs that are not inlined, producers first."""
+    return [f for f in view.funcs if states[f.name].compute.kind != "inline"]
+
+
 def live_readers(view: Any, states: dict[str, StageState]) -> dict[str, list[str]]:
     """For each Func not inlined, the stages (``F`` or ``F.update(n)``) that read it, directly or
     through inlined Funcs, in stage order."""
-    inline = {n for n, st in states.items() if st.compute.kind == "inline"}
-    live = [f for f in view.funcs if f.name not in inline]
+    live = live_funcs(view, states)
+    inline = {f.name for f in view.funcs} - {f.name for f in live}
     readers: dict[str, list[str]] = {f.name: [] for f in live}
 
     memo: dict[str, set[str]] = {}
@@ -36,7 +41,6 @@ def live_readers(view: Any, states: dict[str, StageState]) -> dict[str, list[str
         for n in names:
             if n in inline:
                 if n not in memo:
-                    memo[n] = set()  # no cycles among Funcs; this only guards the recursion
                     memo[n] = expand(view.reads(n))
                 out |= memo[n]
             else:
@@ -49,25 +53,25 @@ def live_readers(view: Any, states: dict[str, StageState]) -> dict[str, list[str
               list({a.name: None for a in walk(u.value) if isinstance(a, Access)}))
              for u in c.updates]
         for stage, names in stages:
-            for name in sorted(expand(names)):
+            for name in expand(names):
                 if name in readers and name != c.name and stage not in readers[name]:
                     readers[name].append(stage)
     return readers
 
 
-def plan_placements(live: list[Func], states: dict[str, StageState],
-                    readers: dict[str, list[str]],
+def plan_placements(view: Any, states: dict[str, StageState],
                     errors: list[tuple[str, ScheduleError]] | None = None) -> tuple[Placed, Placed]:
-    """(computed_at, stored_at): the Funcs computed / stored at each (consumer stage, loop), for
-    the Funcs ``live`` (not inlined) with their ``readers`` (``live_readers``).
+    """(computed_at, stored_at): the Funcs of ``view`` (an ``AlgorithmView``) computed / stored at
+    each (consumer stage, loop) under the stage ``states``.
 
     Raises:
         ScheduleError: the first placement that cannot be lowered (``placement_error``); with
             ``errors`` given, each one is appended there as (Func name, error) instead.
     """
+    readers = live_readers(view, states)
     computed_at: Placed = {}
     stored_at: Placed = {}
-    for f in live:
+    for f in live_funcs(view, states):
         problem = placement_error(f.name, states, readers[f.name])
         if problem is not None:
             if errors is None:

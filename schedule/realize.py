@@ -48,7 +48,7 @@ from .ir import (
 )
 from .loops import Split, StageState, default_states
 from .nest import Leaf, build_stage_nest, emit_nest, extent_divides
-from .placement import live_readers, plan_placements
+from .placement import live_funcs, plan_placements
 from .primitives import TailStrategy
 from .view import AlgorithmView
 
@@ -143,7 +143,7 @@ class _Realizer:
         self.unproven = 0  # ... that isl could not state (bounds inference trusted)
         inline = {n for n, st in states.items() if st.compute.kind == "inline"}
         self.values = inline_funcs(p, inline)
-        self.live = [f for f in p.funcs if f.name not in inline]
+        self.live = live_funcs(p, states)
         self.domains: dict[str, Buffer] = {}
         for inp in p.inputs:
             self.domains[inp.name] = _domain_buffer(inp.name, inp.dtype, inp.bounds, "input")
@@ -153,8 +153,7 @@ class _Realizer:
             self.domains[f.name] = _domain_buffer(f.name, f.dtype, f.bounds, kind)
         self.buffers: dict[str, Buffer] = {i.name: self.domains[i.name] for i in p.inputs}
         self.buffers[p.output.name] = self.domains[p.output.name]
-        readers = live_readers(p, states)
-        self.computed_at, self.stored_at = plan_placements(self.live, states, readers)
+        self.computed_at, self.stored_at = plan_placements(p, states)
 
     def produce(self, f: Func, region: tuple[tuple[Expr, Expr], ...], scope: set[str],
                 scope_ranges: dict[str, tuple[Expr, Expr]] | None = None,

@@ -23,7 +23,7 @@ from tensorlang.errors import IllegalScheduleError
 
 from ..ir import ForKind
 from ..loops import StageState
-from ..placement import live_readers, plan_placements
+from ..placement import plan_placements
 from .isl_text import Unrepresentable
 from .model import StageModel, model_for
 from .time_map import carried_at, time_map
@@ -231,8 +231,7 @@ def check_schedule(schedule) -> LegalityReport:
             report.problems.extend(probs)
     # placements: the same function lowering calls, so tl.check refuses what tl.compile would
     errors: list = []
-    live = [f for f in schedule.view.funcs if schedule.states[f.name].compute.kind != "inline"]
-    plan_placements(live, schedule.states, live_readers(schedule.view, schedule.states), errors)
+    plan_placements(schedule.view, schedule.states, errors)
     for name, exc in errors:
         report.stages[name] = "refuted"
         report.problems.append(Problem(name, "placement", None, str(exc), {}, {}))
