@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tensorlang.schedule.schedule import Schedule, Stage
 from tensorlang.errors import ScheduleError
-from tensorlang.func import Func
+from tensorlang.func import Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
             assert d is not None
             readers = s.view.readers(f.name)
             names = {g.name for g in p.funcs}  # not the copy stages cache_read made (packing)
-            base = readers[0].split(".update(")[0] if len(readers) == 1 else None
+            base = parse_stage_id(readers[0])[0] if len(readers) == 1 else None
             reader = p.func(base) if base in names else None
             if d.reduce_op is None and not f.updates and reader is not None \
                     and not reader.definition.rvars:  # type: ignore[union-attr]
@@ -238,7 +238,7 @@ def inline_recompute(p: Pipeline, s: Schedule, f: Func, space: object) -> float:
     count, cur = 1, f
     for _ in range(len(p.funcs)):
         readers = s.view.readers(cur.name)
-        name = readers[0].split(".update(")[0] if len(readers) == 1 else None
+        name = parse_stage_id(readers[0])[0] if len(readers) == 1 else None
         if name not in names:
             return float("inf")
         r = p.func(name)  # type: ignore[arg-type]

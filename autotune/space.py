@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from tensorlang.schedule.loops import Location
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.errors import ScheduleError
-from tensorlang.func import Func
+from tensorlang.func import Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
 
 from .heuristic import (accumulator_rows, accumulators, lanes, pack, packed_operand,
@@ -171,7 +171,7 @@ class SearchSpace:
                                    for r in readers)
         if readers and not f.updates and (inside or in_row):
             host = out
-        elif len(readers) == 1 and not f.updates and ".update(" not in readers[0]:
+        elif len(readers) == 1 and not f.updates and parse_stage_id(readers[0])[1] is None:
             host = readers[0]
         if host is not None:
             options += [f"at{k}" for k in range(AT_LEVELS)]
@@ -453,7 +453,7 @@ class _Oracle:
     def _guess(self, name: str, choices: list) -> list:
         from tensorlang.schedule.ir import ForKind
         from tensorlang.schedule.loops import Split
-        from tensorlang.schedule.primitives import TailStrategy
+        from tensorlang.schedule.trace import TailStrategy
 
         func, _, rest = name.partition(".")
         states = self.target.states

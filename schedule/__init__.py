@@ -16,7 +16,7 @@ from .ir import (
            print_stmt,
 )
 from .lower import lower
-from .primitives import LoopRef, Step, TailStrategy
+from .trace import LoopRef, Step, TailStrategy
 from .schedule import Schedule, Stage
 
 __all__ = ["Allocate", "Block", "Buffer", "For", "ForKind", "IfThenElse", "LetStmt", "Load",

@@ -19,7 +19,7 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 
 from .ir import ForKind
-from .primitives import TailStrategy
+from .trace import TailStrategy
 
 
 @dataclass(frozen=True)
@@ -102,18 +102,18 @@ class StageState:
         if loop in self.loops:
             return loop
         if loop in self.consumed:
-            raise ScheduleError(
-                f"In schedule for {self.func}: {primitive} got loop {loop}, which no longer "
-                f"exists: {self.consumed[loop]} replaced it; use the loops it returned "
-                f"(current loops: {', '.join(self.loops)})")
-        raise ScheduleError(
-            f"In schedule for {self.func}: {primitive} got unknown loop {loop!r}; the loops of "
-            f"{self.func} are {', '.join(self.loops)}")
+            raise ScheduleError.in_schedule(
+                self.func, f"got loop {loop}, which no longer exists: {self.consumed[loop]} "
+                f"replaced it; use the loops it returned (current loops: "
+                f"{', '.join(self.loops)})", primitive)
+        raise ScheduleError.in_schedule(
+            self.func, f"got unknown loop {loop!r}; the loops of {self.func} are "
+            f"{', '.join(self.loops)}", primitive)
 
     def _fresh(self, name: str, primitive: str) -> str:
         if name in self.loops or name in self.consumed:
-            raise ScheduleError(f"In schedule for {self.func}: {primitive} would create loop "
-                                f"{name}, which already exists")
+            raise ScheduleError.in_schedule(
+                self.func, f"would create loop {name}, which already exists", primitive)
         return name
 
 
@@ -139,13 +139,13 @@ def apply_fuse(st: StageState, outer: str, inner: str, what: str) -> str:
     st.resolve(inner, what)
     a, b = st.loops.index(outer), st.loops.index(inner)
     if b != a + 1:
-        raise ScheduleError(
-            f"In schedule for {st.func}: {what} needs {inner} directly inside {outer}, but the "
-            f"loop order is {', '.join(st.loops)}; reorder them first")
+        raise ScheduleError.in_schedule(
+            st.func, f"needs {inner} directly inside {outer}, but the loop order is "
+            f"{', '.join(st.loops)}; reorder them first", what)
     if st.is_reduction_loop(outer) != st.is_reduction_loop(inner):
-        raise ScheduleError(
-            f"In schedule for {st.func}: {what} would fuse a pure loop with a reduction loop "
-            f"({outer}, {inner}); fuse pure loops with pure loops only")
+        raise ScheduleError.in_schedule(
+            st.func, f"would fuse a pure loop with a reduction loop ({outer}, {inner}); fuse "
+            f"pure loops with pure loops only", what)
     fused = st._fresh(f"{outer}.{inner}.fused", what)
     st.loops[a: b + 1] = [fused]
     st.relations.append(Fuse(outer, inner, fused))
@@ -162,7 +162,7 @@ def apply_reorder(st: StageState, loops: list[str], what: str) -> None:
     for lp in loops:
         st.resolve(lp, what)
     if len(set(loops)) != len(loops):
-        raise ScheduleError(f"In schedule for {st.func}: {what} lists a loop twice")
+        raise ScheduleError.in_schedule(st.func, "lists a loop twice", what)
     positions = sorted(st.loops.index(lp) for lp in loops)
     new = list(st.loops)
     for pos, lp in zip(positions, loops):

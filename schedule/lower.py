@@ -22,35 +22,36 @@ import sys
 from collections import OrderedDict
 from typing import Callable
 
+from tensorlang.affine import const_value
 from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
 from .hoist import hoist_invariants
-from .ir import LoweredFunc
+from .ir import For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
 from .promote import promote_accumulators
-from .realize import realize
+from .realize import MAX_UNROLL, realize
 from .schedule import Schedule
 from .simplify import simplify
 
 
 def check_loops(f: LoweredFunc) -> LoweredFunc:
-    """Refuse what codegen cannot honour: an unrolled loop without a constant extent."""
-    from tensorlang.affine import const_value
+    """Refuse what codegen cannot honour: an unrolled loop without a constant extent (known only
+    after bounds inference, so not when the unroll step is applied)."""
 
-    from .ir import For, ForKind, map_stmt
-    from .realize import MAX_UNROLL
-
-    def go(s):
+    def go(s, func: str):
+        if isinstance(s, ProducerConsumer):
+            func = s.func
         if isinstance(s, For) and s.kind is ForKind.UNROLLED:
             n = const_value(s.extent)
             if n is None or n > MAX_UNROLL:
-                raise ScheduleError(
-                    f"cannot unroll loop {s.var}: its extent {s.extent} is not a constant of at "
-                    f"most {MAX_UNROLL}; split it by a constant factor and unroll the inner loop")
-        return map_stmt(s, go, lambda e: e)
+                raise ScheduleError.in_schedule(
+                    func, f"cannot unroll loop {s.var}: its extent {s.extent} is not a constant "
+                    f"of at most {MAX_UNROLL}; split it by a constant factor and unroll the "
+                    f"inner loop")
+        return map_stmt(s, lambda c: go(c, func), lambda e: e)
 
-    go(f.body)
+    go(f.body, f.name)
     return f
 
 

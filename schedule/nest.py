@@ -13,14 +13,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tensorlang.affine import NonAffine, affine_form, sadd, sconst, smin, ssub
+from tensorlang.affine import (
+    NonAffine,
+    affine_form,
+    const_value,
+    sadd,
+    sceildiv,
+    sconst,
+    smin,
+    ssub,
+)
 from tensorlang.dtypes import int64
 from tensorlang.errors import IllegalScheduleError, ScheduleError
-from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, substitute, walk
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, free_vars, substitute, walk
 
 from .ir import Block, For, ForKind, IfThenElse, Stmt
 from .loops import Fuse, Split, StageState
-from .primitives import TailStrategy
+from .trace import TailStrategy
 
 
 @dataclass
@@ -73,7 +82,6 @@ class StageNest:
 
 
 def _ceildiv(e: Expr, f: int) -> Expr:
-    from tensorlang.affine import sceildiv
 
     return sceildiv(e, f)
 
@@ -108,7 +116,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             step = BinOp("mul", o, Const(f, int64), int64)
             divides = extent_divides(pe, f)
             if rel.tail is TailStrategy.ShiftInwards and not divides:
-                _check_shift(st, rel)
+                check_shift_inwards(st, rel)
             if rel.tail is TailStrategy.ShiftInwards and shift_ok and not divides:
                 base = BinOp("min", step, ssub(pe, sconst(f)), int64)
                 defs[_PRIVATE + rel.parent] = sadd(pm, BinOp("add", base, i, int64))
@@ -147,7 +155,6 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     if not shift_ok:
         # the guarded version: an unrolled loop whose extent is only known at run time (a tile
         # at the domain's edge) runs as a serial loop there
-        from tensorlang.affine import const_value
 
         for lf in leaves:
             if lf.kind is ForKind.UNROLLED and const_value(lf.extent) is None:
@@ -177,7 +184,6 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
         # only ShiftInwards splits make this version run, and only for a region narrower than
         # their factor: its vector loops are short scalar loops there (asking LLVM to vectorize
         # them tripled each stage's code and its compile time)
-        from tensorlang.affine import const_value
 
         for lf in leaves:
             if lf.kind is ForKind.VECTORIZED and const_value(lf.extent) is None:
@@ -187,7 +193,6 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
 
 
 def _width(lf: Leaf) -> int:
-    from tensorlang.affine import const_value
 
     if lf.kind is ForKind.SERIAL and lf.scalar:
         return 1
@@ -202,7 +207,6 @@ _PRIVATE = "_in."
 
 def extent_divides(extent: Expr, f: int) -> bool:
     """Whether ``extent`` is provably a multiple of ``f`` (a constant, or ``(e // f) * f``)."""
-    from tensorlang.affine import const_value
 
     c = const_value(extent)
     if f == 1 or (c is not None and c % f == 0):
@@ -220,26 +224,32 @@ def shift_witness(rel: Split) -> str:
             f"{rel.inner}=1) and ({rel.outer}=1, {rel.inner}=0) both run {rel.parent}=1)")
 
 
-def _check_shift(st: StageState, rel: Split) -> None:
+def check_shift_inwards(st: StageState, rel: Split) -> None:
+    """A ShiftInwards split ``rel`` of a reduction stage recomputes cells; legal only when the
+    recomputation is complete (``rel.outer`` outside every reduction loop) and not concurrent.
+
+    Raises:
+        IllegalScheduleError: with the witness pair of iterations that run the same point.
+    """
     if st.is_reduction_loop(rel.outer):
-        raise IllegalScheduleError(
-            f"In schedule for {st.func}: split of {rel.parent} with ShiftInwards would run some "
+        raise IllegalScheduleError.in_schedule(
+            st.func, f"split of {rel.parent} with ShiftInwards would run some "
             f"reduction iterations twice and add their terms twice {shift_witness(rel)}; use "
             f"GuardWithIf")
     if st.rvars:
         par = [n for n in st.loops
                if st.kinds[n] is ForKind.PARALLEL and rel.parent in _base_vars(st, n)]
         if par:
-            raise IllegalScheduleError(
-                f"In schedule for {st.func}: ShiftInwards on {rel.parent} makes neighbouring "
+            raise IllegalScheduleError.in_schedule(
+                st.func, f"ShiftInwards on {rel.parent} makes neighbouring "
                 f"tiles recompute the same cells of a reduction, and the parallel loop {par[0]} "
                 f"would run them at once (one tile re-initialises a cell while another "
                 f"accumulates into it) {shift_witness(rel)}; use GuardWithIf for {rel.parent}")
         red = [n for n in st.loops if st.is_reduction_loop(n)]
         outer_leaves = [n for n in st.loops if rel.outer in _base_vars(st, n)]
         if red and any(st.loops.index(n) > st.loops.index(red[0]) for n in outer_leaves):
-            raise IllegalScheduleError(
-                f"In schedule for {st.func}: ShiftInwards on {rel.parent} recomputes cells of a "
+            raise IllegalScheduleError.in_schedule(
+                st.func, f"ShiftInwards on {rel.parent} recomputes cells of a "
                 f"reduction, which is harmless only when {rel.outer} is outside every reduction "
                 f"loop (here it is inside {red[0]}) {shift_witness(rel)}; reorder or use "
                 f"GuardWithIf")
@@ -281,7 +291,6 @@ def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) 
             return lf.var
         leaves[pos[inner]].guards.append(Cmp("lt", e, bound))
         return None
-    from tensorlang.expr import free_vars
 
     vs = [v.name for v in free_vars(e) if v.name in pos]
     if vs:

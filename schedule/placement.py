@@ -93,10 +93,9 @@ def placement_error(name: str, states: dict[str, StageState],
     inside the compute level (``ScheduleError``), or storage outside a parallel loop the Func is
     computed inside, which threads would share (``IllegalScheduleError``)."""
     st = states[name]
-    where = f"In schedule for {name}:"
     if st.compute.kind != "at":
-        return None if st.store is None else ScheduleError(
-            f"{where} store_at needs compute_at (a Func computed at root is stored at root)")
+        return None if st.store is None else ScheduleError.in_schedule(
+            name, "store_at needs compute_at (a Func computed at root is stored at root)")
     key = (st.compute.func, st.compute.loop)
     try:
         states[key[0]].resolve(key[1], f"compute_at of {name}")
@@ -107,25 +106,27 @@ def placement_error(name: str, states: dict[str, StageState],
     for r in readers:
         rl = states[r].compute
         if r != st.compute.func and (rl.kind, rl.func, rl.loop) != ("at", *key):
-            return ScheduleError(
-                f"{where} compute_at({st.compute.func}, {st.compute.loop}) needs every reader of "
+            return ScheduleError.in_schedule(
+                name, f"compute_at({st.compute.func}, {st.compute.loop}) needs every reader of "
                 f"{name} inside that loop, but {r} is computed {rl}; compute {r} at the same "
                 f"loop, inline it, or compute {name} at root")
     if st.store is None:
         return None
     if readers != [st.compute.func]:
-        return ScheduleError(f"{where} store_at needs {st.compute.func} to be the only reader")
+        return ScheduleError.in_schedule(
+            name, f"store_at needs {st.compute.func} to be the only reader")
     if st.store.func != st.compute.func:
-        return ScheduleError(f"{where} store_at and compute_at must name the same consumer")
+        return ScheduleError.in_schedule(
+            name, "store_at and compute_at must name the same consumer")
     cst = states[st.store.func]
     if cst.loops.index(st.store.loop) > cst.loops.index(st.compute.loop):
-        return ScheduleError(
-            f"{where} store_at loop {st.store.loop} is inside compute_at loop "
+        return ScheduleError.in_schedule(
+            name, f"store_at loop {st.store.loop} is inside compute_at loop "
             f"{st.compute.loop}; storage must be at or outside the compute level")
     between = cst.loops[cst.loops.index(st.store.loop) + 1: cst.loops.index(st.compute.loop) + 1]
     par = [lp for lp in between if cst.kinds[lp] is ForKind.PARALLEL]
     if par:
-        return IllegalScheduleError(
-            f"{where} stored at {st.store.loop} but computed inside the parallel loop {par[0]} "
+        return IllegalScheduleError.in_schedule(
+            name, f"stored at {st.store.loop} but computed inside the parallel loop {par[0]} "
             f"of {st.store.func}: threads would share one buffer; store it inside {par[0]}")
     return None

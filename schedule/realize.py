@@ -49,7 +49,7 @@ from .ir import (
 from .loops import Split, StageState, default_states
 from .nest import Leaf, build_stage_nest, emit_nest, extent_divides
 from .placement import live_funcs, plan_placements
-from .primitives import TailStrategy
+from .trace import TailStrategy
 from .view import AlgorithmView
 
 #: The largest extent an unrolled loop may have.

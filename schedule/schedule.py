@@ -1,8 +1,9 @@
 """``tl.Schedule``: how to compute an algorithm, as a replayable trace of primitives.
 
-``s = tl.Schedule(C)``; ``s[C]`` is C's stage; stage methods check their arguments, record a
-:class:`~schedule.primitives.Step` and apply its rewrite, so the trace is the single source of truth:
-``Schedule.from_json(C, s.to_json())`` replays it into the identical loop nest.
+``s = tl.Schedule(C)``; ``s[C]`` is C's stage; a stage method records a
+:class:`~tensorlang.schedule.trace.Step` and applies it through its primitive
+(``schedule/primitives``: argument checks, preconditions, rewrite), so the trace is the single
+source of truth: ``Schedule.from_json(C, s.to_json())`` replays it into the identical loop nest.
 
 Loop order convention: ``reorder(*loops)`` lists loops **outermost first**, as the loop nest prints
 (TVM's order; Halide lists innermost first).
@@ -15,43 +16,36 @@ TVM ``te.Schedule`` and ``tir.Schedule`` traces.
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
+import operator
 from typing import Any, Union
 
-from tensorlang.errors import IllegalScheduleError, ScheduleError, TensorlangError
-from tensorlang.expr import Access, Var, walk
-from tensorlang.func import Definition, Func, Input
+from tensorlang.errors import ScheduleError, TensorlangError
+from tensorlang.expr import Var
+from tensorlang.func import Func, Input, parse_stage_id, stage_id
 from tensorlang.pipeline import Pipeline
 
-from .ir import ForKind
-from .loops import (
-    INLINE,
-    ROOT,
-    Fuse,
-    Location,
-    Split,
-    StageState,
-    apply_fuse,
-    apply_reorder,
-    apply_split,
-    default_states,
-)
-from .primitives import LoopRef, Step, TailStrategy
+from .loops import StageState, default_states
+from .primitives import PRIMITIVES, lookup
+from .trace import LoopRef, Step, TailStrategy
 from .view import AlgorithmView
 
 LoopLike = Union[LoopRef, Var, str]
 FORMAT_VERSION = 1
 
 
-def _tail(tail: Any) -> TailStrategy:
-    if isinstance(tail, TailStrategy):
-        return tail
+def _tail(tail: TailStrategy | str) -> str:
+    """A tail strategy as stored in a step (its value; the split primitives check it)."""
+    return tail.value if isinstance(tail, TailStrategy) else tail
+
+
+def _int(value: Any) -> Any:
+    """``value`` as a Python int when it is an integer of any kind (NumPy's too); else as given,
+    for the primitive's parameter check to name."""
     try:
-        return TailStrategy(tail)
-    except ValueError:
-        raise ScheduleError(f"unknown tail strategy {tail!r}; use one of "
-                            f"{', '.join(t.value for t in TailStrategy)}") from None
+        return value if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        return value
 
 
 class Schedule:
@@ -89,203 +83,33 @@ class Schedule:
     def apply(self, step: Step) -> Any:
         """Apply one recorded step (what every stage method does) and append it to the trace.
 
-        Atomic: a step that raises leaves the schedule exactly as it was."""
+        The step's primitive (``schedule/primitives``, by ``step.op``) checks its parameters and
+        preconditions, then rewrites the stage. Atomic: a step that raises leaves the schedule
+        exactly as it was.
+
+        Raises:
+            ScheduleError: unknown primitive, bad parameters, or a precondition that fails.
+            IllegalScheduleError: the step alone would change what is computed (a ShiftInwards
+                split of an update, a Func with a recurrence computed in pieces).
+        """
+        prim = lookup(step.op, step.func, step)
+        prim.check_params(step)
         st = self._state(step)
         saved = copy.deepcopy(st)
         try:
-            return self._apply(step, st)
+            prim.check(self, st, step)
+            result = prim.rewrite(self, st, step)
         except TensorlangError:
             self.states[step.func] = saved
             raise
-
-    def _apply(self, step: Step, st: StageState) -> Any:
-        what = str(step)
-        result: Any = None
-        if step.op in ("split", "tile") and st.update is not None and \
-                _tail(step.get("tail")) is TailStrategy.ShiftInwards:
-            loop = step.get("loop") or step.get("x")
-            f = step.get("factor") or step.get("fx")
-            raise IllegalScheduleError(
-                f"In schedule for {st.func}: {what}: ShiftInwards recomputes some points, and "
-                f"running an update twice on a point changes its result (witness: with {loop} "
-                f"of extent {f + 1}, iterations ({loop}.o=0, {loop}.i=1) and ({loop}.o=1, "
-                f"{loop}.i=0) both run {loop}=1); use GuardWithIf")
-        if step.op in ("compute_root", "compute_inline", "compute_at", "store_at", "cache_write") \
-                and (st.update is not None or self.view.func(st.func).updates):
-            self._refuse_placement(st, step, what)
-        if step.op in ("compute_at", "store_at", "cache_read"):
-            target = step.get("consumer", st.func) if step.op != "cache_read" else st.func
-            if target in self.states and self.states[target].update is not None:
-                raise ScheduleError(f"{what}: an update stage cannot host other stages yet; "
-                                    f"compute the producer at root")
-        if step.op == "split":
-            result = apply_split(st, step.get("loop"), step.get("factor"), _tail(step.get("tail")),
-                                 what)
-        elif step.op == "tile":
-            x, y = step.get("x"), step.get("y")
-            tail = _tail(step.get("tail"))
-            xo, xi = apply_split(st, x, step.get("fx"), tail, what)
-            yo, yi = apply_split(st, y, step.get("fy"), tail, what)
-            apply_reorder(st, [xo, yo, xi, yi], what)
-            result = (xo, yo, xi, yi)
-        elif step.op == "fuse":
-            result = apply_fuse(st, step.get("outer"), step.get("inner"), what)
-        elif step.op == "reorder":
-            apply_reorder(st, list(step.get("loops")), what)
-        elif step.op in ("unroll", "vectorize", "parallel"):
-            loop = st.resolve(step.get("loop"), what)
-            factor = step.get("factor")
-            if factor is not None:
-                outer, inner = apply_split(st, loop, factor, _tail(step.get("tail")), what)
-                loop = outer if step.op == "parallel" else inner
-                result = loop
-            kind = {"unroll": ForKind.UNROLLED, "vectorize": ForKind.VECTORIZED,
-                    "parallel": ForKind.PARALLEL}[step.op]
-            st.kinds[loop] = kind
-        elif step.op == "compute_root":
-            st.compute, st.store = ROOT, None
-        elif step.op == "compute_inline":
-            self._check_inline(st, what)
-            st.compute, st.store = INLINE, None
-        elif step.op == "cache_read":
-            result = self._cache_read(st, step.get("tensor"), step.get("loop"), what,
-                                      step.get("index"), step.get("layout"))
-        elif step.op == "cache_write":
-            result = self._cache_write(st, step.get("loop"), what)
-        elif step.op in ("compute_at", "store_at"):
-            loc = self._check_at(st, step.get("consumer"), step.get("loop"), what)
-            if step.op == "compute_at":
-                st.compute = loc
-            else:
-                st.store = loc
-        else:
-            raise ScheduleError(f"unknown schedule primitive {step.op!r} in {what}")
         self.steps.append(step)
         return result
 
-    def _refuse_placement(self, st: StageState, step: Step, what: str) -> None:
-        """A Func with update definitions is computed at root: recomputing it in pieces (at a
-        consumer loop, or inlined) would cut the recurrences its updates carry."""
-        from .legality.check import recurrence_witness
-
-        base = st.func.split(".update(")[0]
-        msg = (f"{what}: {base} has update definitions; it is computed at root (its definitions "
-               f"run in order over its whole domain), and its update stages have no placement of "
-               f"their own")
-        if step.op in ("compute_at", "store_at", "compute_inline") and st.update is None:
-            wit = recurrence_witness(self.view.func(base), tuple(self.pipeline.sizes),
-                                     self.pipeline.workload_key())
-            if wit is not None:
-                loop = step.get("loop")
-                where = f"at {step.get('consumer')}.{loop}" if loop else "inline"
-                raise IllegalScheduleError(
-                    f"In schedule for {base}: {what}: computing {base} {where} recomputes it in "
-                    f"pieces, but its recurrence carries values across them: {wit}, which a "
-                    f"piece that starts at the later iteration would not have computed; "
-                    f"compute {base} at root")
-        raise ScheduleError(msg)
-
     def _state(self, step: Step) -> StageState:
         if step.func not in self.states:
-            raise ScheduleError(f"{step}: {step.func} is not a Func of this pipeline")
+            raise ScheduleError.in_schedule(step.func, f"{step.func} is not a Func of this "
+                                            f"pipeline", step)
         return self.states[step.func]
-
-    def _check_inline(self, st: StageState, what: str) -> None:
-        f = self.view.func(st.func)
-        if f is self.output:
-            raise ScheduleError(f"{what}: {st.func} is the output; it cannot be inlined")
-        if st.rvars:
-            raise ScheduleError(f"{what}: {st.func} is a reduction; only pointwise Funcs can be "
-                                f"inlined (compute it at root or at a consumer loop instead)")
-
-    def _check_at(self, st: StageState, consumer: str, loop: str, what: str) -> Location:
-        if consumer not in self.states:
-            raise ScheduleError(f"{what}: {consumer} is not a Func of this pipeline")
-        if self.view.func(st.func) is self.output:
-            raise ScheduleError(f"{what}: {st.func} is the output; it is always computed at root")
-        self.states[consumer].resolve(loop, what)
-        readers = self.view.readers(st.func)
-        if consumer not in self._transitive_readers(st.func):
-            raise ScheduleError(f"{what}: {consumer} does not read {st.func}, directly or "
-                                f"through other Funcs (its readers: {', '.join(readers)})")
-        return Location("at", consumer, loop)
-
-    def _transitive_readers(self, func: str) -> set[str]:
-        out: set[str] = set()
-        frontier = {func}
-        while frontier:
-            nxt = {f.name for f in self.view.funcs
-                   if any(p in frontier for p in self.view.reads(f.name))} - out
-            out |= nxt
-            frontier = nxt
-        return out
-
-    def _cache_read(self, st: StageState, tensor: str, loop: str, what: str,
-                    index: int | None = None, layout: tuple[int, ...] | None = None) -> str:
-        st.resolve(loop, what)
-        if tensor not in self.view.reads(st.func):
-            raise ScheduleError(f"{what}: {st.func} does not read {tensor} (it reads "
-                                f"{', '.join(self.view.reads(st.func))})")
-        src = self.view.producer(tensor)
-        rank = len(src.bounds)
-        reads = [a for a in walk(self.view.definition(st.func).value)
-                 if isinstance(a, Access) and a.name == tensor]
-        if index is not None and not 0 <= index < len(reads):
-            raise ScheduleError(f"{what}: {st.func} reads {tensor} {len(reads)} time(s); index "
-                                f"must be in 0..{len(reads) - 1}")
-        if layout is not None:
-            layout = tuple(layout)
-            if sorted(layout) != list(range(rank)):
-                raise ScheduleError(f"{what}: layout {layout} is not a permutation of "
-                                    f"{tensor}'s {rank} dimensions (0..{rank - 1})")
-            copied = reads if index is None else [reads[index]]
-            if any(a.boundary is not None for a in copied):
-                raise ScheduleError(f"{what}: {st.func} reads {tensor} through a boundary "
-                                    f"condition; a copy with another layout would move it off "
-                                    f"{tensor}'s dimensions (use layout=None)")
-            if layout == tuple(range(rank)):
-                layout = None
-        name = self.view.unique_name(f"{tensor}_local")
-        idx = tuple(Var(f"{name}_d{d}") for d in range(rank))
-        src_idx = idx if layout is None else tuple(idx[layout.index(d)] for d in range(rank))
-        copy_f = Func(name, shape=None, dtype=src.dtype)
-        copy_f[idx] = src[src_idx]
-        self.view.add_before(copy_f, st.func)
-        self.view.redirect(st.func, tensor, copy_f, index, layout)
-        new = StageState.initial(copy_f)
-        new.compute = Location("at", st.func, loop)
-        self.states[name] = new
-        return name
-
-    def _cache_write(self, st: StageState, loop: str, what: str) -> str:
-        st.resolve(loop, what)
-        f = self.view.func(st.func)
-        d = self.view.definition(st.func)
-        if st.compute.kind == "inline":
-            raise ScheduleError(f"{what}: {st.func} is inlined; it has no loops to cache at")
-        if st.is_reduction_loop(loop):
-            raise ScheduleError(f"{what}: {loop} iterates a reduction; cache at a pure loop")
-        touched = {n for rel in st.relations for n in _rel_names(rel)}
-        if any(r in touched for r in st.rvars):
-            raise ScheduleError(
-                f"{what}: the reduction loops of {st.func} were already scheduled; call "
-                f"cache_write before scheduling them, then schedule them on the new stage")
-        name = self.view.unique_name(f"{st.func}_local")
-        local = Func.from_definition(name, f, dataclasses.replace(d, func=name))
-        self.view.add_before(local, st.func)
-        pure_ranges = tuple(r for r in d.ranges if r[0] in st.pure)
-        args = tuple(d.args)
-        self.view.replace_definition(st.func, Definition(
-            st.func, args, local[args], None, (), pure_ranges))
-        for r in st.rvars:
-            st.loops.remove(r)
-            st.kinds.pop(r)
-            st.origin.pop(r)
-        st.rvars = ()
-        new = StageState.initial(local)
-        new.compute = Location("at", st.func, loop)
-        self.states[name] = new
-        return name
 
     # -- formats --------------------------------------------------------------------------------
     def check(self):
@@ -304,22 +128,24 @@ class Schedule:
         return report
 
     def _blame(self, prob) -> str | None:
-        """The first step after which ``prob``'s stage fails the same way (replaying the trace)."""
+        """The first step after which ``prob``'s stage fails the same way (replaying the trace;
+        only steps of that stage whose primitive is obliged to that kind of problem)."""
         from .legality.check import MODEL_ERRORS, check_stage
         from .legality.model import model_for
 
         if prob.kind == "placement":  # not a property of one stage's loop order
             return None
 
-        f = self.view.func(prob.stage.split(".update(")[0])
-        number = int(prob.stage.split(".update(")[1].rstrip(")")) if ".update(" in \
-            prob.stage else -1
+        base, number = parse_stage_id(prob.stage)
+        f = self.view.func(base)
+        number = -1 if number is None else number
         model = model_for(self.pipeline.workload_key(), f, number, tuple(self.pipeline.sizes))
         replay = Schedule(self.output)
         for step in self.steps:
             replay.apply(step)
             st = replay.states.get(prob.stage)
-            if st is None or step.func != prob.stage:
+            if st is None or step.func != prob.stage or \
+                    prob.kind not in PRIMITIVES[step.op].obligations:
                 continue
             try:
                 found = model is not None and any(p.kind == prob.kind
@@ -398,9 +224,10 @@ class Schedule:
         params: list[tuple[str, Any]] = [
             ("tensor", name), ("loop", _name(loop, consumer.func, "cache_read"))]
         if index is not None:
-            params.append(("index", int(index)))
+            params.append(("index", _int(index)))
         if layout is not None:
-            params.append(("layout", tuple(int(d) for d in layout)))
+            params.append(("layout", tuple(_int(d) for d in layout)
+                           if isinstance(layout, (tuple, list)) else layout))
         new = self.apply(Step("cache_read", consumer.func, tuple(params)))
         return Stage(self, new)
 
@@ -423,31 +250,19 @@ class Schedule:
         return Stage(self, new)
 
 
-def _rel_names(rel: Split | Fuse) -> tuple[str, ...]:
-    if isinstance(rel, Split):
-        return (rel.parent, rel.outer, rel.inner)
-    return (rel.outer, rel.inner, rel.fused)
-
-
 def _name(loop: LoopLike, func: str, primitive: str) -> str:
     if isinstance(loop, LoopRef):
         if loop.func != func:
-            raise ScheduleError(f"In schedule for {func}: {primitive} got loop {loop.name} of "
-                                f"{loop.func}; use a loop of {func}")
+            raise ScheduleError.in_schedule(
+                func, f"{primitive} got loop {loop.name} of {loop.func}; use a loop of {func}")
         return loop.name
     if isinstance(loop, Var):
         return loop.name
     if isinstance(loop, str):
         return loop
-    raise ScheduleError(f"In schedule for {func}: {primitive} expects a loop (a Var, a loop "
-                        f"handle or a loop name), got {type(loop).__name__}")
-
-
-def _factor(factor: Any, func: str, primitive: str) -> int:
-    if isinstance(factor, bool) or not isinstance(factor, int) or factor < 1:
-        raise ScheduleError(f"In schedule for {func}: {primitive} factor must be a positive "
-                            f"int, got {factor!r}")
-    return factor
+    raise ScheduleError.in_schedule(
+        func, f"{primitive} expects a loop (a Var, a loop handle or a loop name), got "
+        f"{type(loop).__name__}")
 
 
 class Stage:
@@ -470,9 +285,10 @@ class Stage:
         Raises:
             ScheduleError: the Func has no such update.
         """
-        name = f"{self.func}.update({number})"
+        name = stage_id(self.func, number)
         if name not in self.schedule.states:
-            n = sum(1 for k in self.schedule.states if k.startswith(f"{self.func}.update("))
+            n = sum(1 for k in self.schedule.states if parse_stage_id(k)[0] == self.func and
+                    parse_stage_id(k)[1] is not None)
             raise ScheduleError(f"{self.func} has {n} update definition{'s' if n != 1 else ''}; "
                                 f"there is no update({number})")
         return Stage(self.schedule, name)
@@ -499,8 +315,7 @@ class Stage:
         See also: Halide ``Func::split``, TVM ``split``.
         """
         name = _name(loop, self.func, "split")
-        o, i = self._do("split", loop=name, factor=_factor(factor, self.func, "split"),
-                        tail=_tail(tail).value)
+        o, i = self._do("split", loop=name, factor=_int(factor), tail=_tail(tail))
         return self._ref(o), self._ref(i)
 
     def tile(self, x: LoopLike, y: LoopLike, fx: int, fy: int,
@@ -512,8 +327,7 @@ class Stage:
         See also: Halide ``Func::tile``, TVM ``tile``.
         """
         xs, ys = _name(x, self.func, "tile"), _name(y, self.func, "tile")
-        res = self._do("tile", x=xs, y=ys, fx=_factor(fx, self.func, "tile"),
-                       fy=_factor(fy, self.func, "tile"), tail=_tail(tail).value)
+        res = self._do("tile", x=xs, y=ys, fx=_int(fx), fy=_int(fy), tail=_tail(tail))
         return tuple(self._ref(n) for n in res)  # type: ignore[return-value]
 
     def fuse(self, outer: LoopLike, inner: LoopLike) -> LoopRef:
@@ -541,8 +355,8 @@ class Stage:
         name = _name(loop, self.func, op)
         params: dict[str, Any] = {"loop": name}
         if factor is not None:
-            params["factor"] = _factor(factor, self.func, op)
-            params["tail"] = _tail(tail).value
+            params["factor"] = _int(factor)
+            params["tail"] = _tail(tail)
         self._do(op, **params)
         return self
 
@@ -571,6 +385,13 @@ class Stage:
             IllegalScheduleError: the loop iterates a reduction variable.
         See also: Halide ``parallel``, TVM ``parallel``."""
         return self._kind("parallel", loop, factor, tail)
+
+    def serial(self, loop: LoopLike) -> Stage:
+        """Run ``loop`` in order on one thread: the default kind, undoing ``parallel``,
+        ``vectorize`` or ``unroll`` on it (say, on a loop of the rule-based schedule).
+        Always legal. See also: Halide ``serial``."""
+        self._do("serial", loop=_name(loop, self.func, "serial"))
+        return self
 
     def compute_root(self) -> Stage:
         """Compute this Func entirely before its consumers, into a buffer over its whole
@@ -614,41 +435,12 @@ class Stage:
 
 def steps_to_python(steps: Any, schedule_name: str = "s") -> str:
     """Trace steps (``Step`` objects, or the ``steps`` of a JSON trace) as paste-able Python;
-    needs no algorithm, so a tuning log can be shown without the code that defined it."""
+    needs no algorithm, so a tuning log can be shown without the code that defined it.
+    Each primitive writes its own line (``Primitive.to_python``).
+
+    Raises:
+        ScheduleError: a step names no known primitive.
+    """
     steps = [st if isinstance(st, Step) else Step.from_dict(st) for st in steps]
-    lines = []
-    for step in steps:
-        st = f'{schedule_name}["{step.func}"]'
-        if ".update(" in step.func:
-            base, num = step.func.split(".update(")
-            st = f'{schedule_name}["{base}"].update({num.rstrip(")")})'
-        p = dict(step.params)
-        if step.op in ("split", "unroll", "vectorize", "parallel"):
-            args = [repr(p["loop"])]
-            if p.get("factor") is not None:
-                args.append(repr(p["factor"]))
-            if p.get("tail", "GuardWithIf") != "GuardWithIf":
-                args.append(f"tail={p['tail']!r}")
-        elif step.op == "tile":
-            args = [repr(p["x"]), repr(p["y"]), repr(p["fx"]), repr(p["fy"])]
-            if p.get("tail", "GuardWithIf") != "GuardWithIf":
-                args.append(f"tail={p['tail']!r}")
-        elif step.op == "fuse":
-            args = [repr(p["outer"]), repr(p["inner"])]
-        elif step.op == "reorder":
-            args = [repr(x) for x in p["loops"]]
-        elif step.op in ("compute_at", "store_at"):
-            args = [f'{schedule_name}["{p["consumer"]}"]', repr(p["loop"])]
-        elif step.op == "cache_read":
-            extra = "".join(f", {k}={tuple(p[k]) if k == 'layout' else p[k]!r}"
-                            for k in ("index", "layout") if p.get(k) is not None)
-            lines.append(f'{schedule_name}.cache_read({p["tensor"]!r}, {st}, '
-                         f'{p["loop"]!r}{extra})')
-            continue
-        elif step.op == "cache_write":
-            lines.append(f'{schedule_name}.cache_write({step.func!r}, {p["loop"]!r})')
-            continue
-        else:
-            args = []
-        lines.append(f"{st}.{step.op}({', '.join(args)})")
-    return "\n".join(lines)
+    return "\n".join(lookup(step.op, step.func, step).to_python(step, schedule_name)
+                     for step in steps)

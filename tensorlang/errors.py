@@ -19,6 +19,14 @@ class DefinitionError(TensorlangError):
 class ScheduleError(TensorlangError):
     """A schedule primitive applied to something it cannot apply to (stale handle, unknown loop)."""
 
+    @classmethod
+    def in_schedule(cls, func: str, message: str, step: object = None) -> ScheduleError:
+        """The error for stage ``func`` of a schedule, in the one format every schedule error
+        uses: ``In schedule for F: <step>: message`` (``step``: the primitive application, a
+        ``Step`` or its text; left out when None). Works for subclasses:
+        ``IllegalScheduleError.in_schedule(...)``."""
+        return cls(schedule_message(func, message, step))
+
 
 class IllegalScheduleError(ScheduleError):
     """A schedule that would change what the algorithm computes (a dependence would be violated)."""
@@ -30,3 +38,8 @@ class CompileError(TensorlangError):
 
 class ShapeError(TensorlangError):
     """Arrays passed to a kernel or to the reference evaluator do not fit the algorithm."""
+
+
+def schedule_message(func: str, message: str, step: object = None) -> str:
+    """``In schedule for F: <step>: message`` (see :meth:`ScheduleError.in_schedule`)."""
+    return f"In schedule for {func}: {'' if step is None else f'{step}: '}{message}"

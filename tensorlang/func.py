@@ -172,6 +172,19 @@ class Definition:
         return f"{self.lhs_str()} = {v}"
 
 
+def stage_id(func: str, number: int | None = None) -> str:
+    """The name of a Func's stage: ``F`` for its pure definition, ``F.update(n)`` for update
+    definition ``n`` (how schedules, traces and loop nests name stages)."""
+    return func if number is None else f"{func}.update({number})"
+
+
+def parse_stage_id(stage: str) -> tuple[str, int | None]:
+    """``(func, number)`` of a stage name written by :func:`stage_id` (number None: the pure
+    definition)."""
+    func, sep, rest = stage.partition(".update(")
+    return (func, int(rest.rstrip(")"))) if sep else (func, None)
+
+
 @dataclass(frozen=True, eq=False)
 class Update:
     """Update definition number ``number`` of ``func``: ``func[index] = value``, run after the
@@ -194,6 +207,11 @@ class Update:
     def key(self) -> tuple:
         return ("Update", self.func, self.number, tuple(i.key for i in self.index),
                 self.value.key, self.pure, tuple(r.key for r in self.rvars))
+
+    @property
+    def stage(self) -> str:
+        """This update's stage name, ``F.update(n)``."""
+        return stage_id(self.func, self.number)
 
     def lhs_str(self) -> str:
         return f"{self.func}[{', '.join(map(str, self.index))}]"

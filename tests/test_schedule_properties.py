@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import tensorlang as tl
 from tensorlang.expr import Access, walk
+from tensorlang.schedule.primitives.placement import transitive_readers
 
 OPS = ["split", "split", "reorder", "fuse", "unroll", "vectorize", "parallel", "cache_read",
        "cache_write"]
@@ -34,7 +35,7 @@ def random_schedule(data, out):
             if where == "inline":
                 s[name].compute_inline()
             elif where == "at":
-                readers = sorted(s._transitive_readers(name))
+                readers = sorted(transitive_readers(s, name))
                 consumer = data.draw(st.sampled_from(readers), label="consumer")
                 loop = data.draw(st.sampled_from(s[consumer].loops), label="loop")
                 s[name].compute_at(s[consumer], loop)

@@ -196,9 +196,10 @@ def test_trace_round_trip_and_python():
 def test_schedule_errors(build, exc, msg):
     C, arrays = matmul()
     s = tl.Schedule(C)
-    with pytest.raises(exc, match=msg):
+    with pytest.raises(exc, match=msg) as err:
         build(s, C, *C.definition.args, *C.definition.rvars)
         tl.compile(C, s)
+    assert str(err.value).startswith("In schedule for C: "), str(err.value)
 
 
 def test_compute_at_errors():

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from tensorlang.errors import IllegalScheduleError
+from tensorlang.errors import IllegalScheduleError, schedule_message
 
 from ..ir import ForKind
-from ..loops import StageState
+from ..loops import Split, StageState
+from ..nest import check_shift_inwards, shift_witness
 from ..placement import plan_placements
+from ..trace import TailStrategy
 from .isl_text import Unrepresentable
 from .model import StageModel, model_for
 from .time_map import carried_at, time_map
@@ -51,26 +53,28 @@ class Problem:
     def message(self) -> str:
         src = ", ".join(f"{k}={v}" for k, v in self.source.items())
         snk = ", ".join(f"{k}={v}" for k, v in self.sink.items())
-        prim = f"{self.primitive}: " if self.primitive else ""
-        if self.kind in ("recompute", "placement"):
-            return self.dependence if not self.primitive else self.dependence.replace(
-                f"In schedule for {self.stage}: ", f"In schedule for {self.stage}: {prim}", 1)
+        if self.kind in ("recompute", "placement"):  # the text of the error lowering raises
+            plain = schedule_message(self.stage, "")
+            if self.primitive and self.dependence.startswith(plain):
+                return schedule_message(self.stage, self.dependence[len(plain):], self.primitive)
+            return self.dependence
         if self.kind == "unproven":
-            return (f"In schedule for {self.stage}: {prim}cannot prove this stage's loop order "
-                    f"legal: {self.dependence}")
-        if self.kind == "order":
-            return (f"In schedule for {self.stage}: {prim}the {self.dependence} dependence from "
-                    f"iteration ({src}) to ({snk}) would run backwards — ({src}) must run before "
-                    f"({snk}), but the loop order puts it after (first at loop {self.loop}); "
-                    f"keep the loops of this recurrence in an order that runs it forwards")
-        what = "reduction" if self.dependence == "reduction" else self.dependence
-        fix = ("split the loop and parallelize a pure outer loop instead (rfactor is not "
-               "available yet)" if what == "reduction" else
-               f"{self.kind} a loop that carries no dependence (one of the independent pure "
-               f"loops)")
-        return (f"In schedule for {self.stage}: {prim}cannot {self.kind} {self.loop}: the "
-                f"{what} dependence between iterations ({src}) and ({snk}) is carried by "
-                f"{self.loop} — they would run at the same time; {fix}")
+            text = f"cannot prove this stage's loop order legal: {self.dependence}"
+        elif self.kind == "order":
+            text = (f"the {self.dependence} dependence from iteration ({src}) to ({snk}) would "
+                    f"run backwards — ({src}) must run before ({snk}), but the loop order puts "
+                    f"it after (first at loop {self.loop}); keep the loops of this recurrence in "
+                    f"an order that runs it forwards")
+        else:
+            what = "reduction" if self.dependence == "reduction" else self.dependence
+            fix = ("split the loop and parallelize a pure outer loop instead (rfactor is not "
+                   "available yet)" if what == "reduction" else
+                   f"{self.kind} a loop that carries no dependence (one of the independent pure "
+                   f"loops)")
+            text = (f"cannot {self.kind} {self.loop}: the {what} dependence between iterations "
+                    f"({src}) and ({snk}) is carried by {self.loop} — they would run at the same "
+                    f"time; {fix}")
+        return schedule_message(self.stage, text, self.primitive)
 
 
 @dataclass
@@ -178,23 +182,17 @@ def _first_broken(T: isl.Map, where: dict[str, list[int]], src: dict[str, int],
 
 def _recompute_problem(st: StageState) -> Problem | None:
     """ShiftInwards recomputes points; for a reduction or an update that changes the result
-    unless the recomputation is complete and not concurrent (``nest._check_shift``)."""
-    from ..loops import Split
-    from ..nest import _check_shift
-    from ..primitives import TailStrategy
-
+    unless the recomputation is complete and not concurrent (``nest.check_shift_inwards``)."""
     for rel in st.relations:
         if isinstance(rel, Split) and rel.tail is TailStrategy.ShiftInwards and (
                 st.rvars or st.update is not None):
             try:
                 if st.update is not None:
-                    from ..nest import shift_witness
-
-                    raise IllegalScheduleError(
-                        f"In schedule for {st.func}: ShiftInwards on {rel.parent} would run the "
+                    raise IllegalScheduleError.in_schedule(
+                        st.func, f"ShiftInwards on {rel.parent} would run the "
                         f"update twice on some points, which changes their result "
                         f"{shift_witness(rel)}; use GuardWithIf")
-                _check_shift(st, rel)
+                check_shift_inwards(st, rel)
             except IllegalScheduleError as exc:
                 return Problem(st.func, "recompute", rel.outer, str(exc), {}, {})
     return None

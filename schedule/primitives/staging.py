@@ -1,0 +1,146 @@
+"""Staging primitives: cache_read, cache_write — they add a stage (a local copy) to the pipeline.
+
+``cache_read`` copies the tile of a tensor that one iteration of a consumer loop reads into a
+buffer computed at that loop (optionally with another dimension order: BLIS's packing);
+``cache_write`` moves a Func's definition to a local stage computed at one of its loops and
+leaves the Func a copy of it. The new stage is computed at a loop, so their legality obligation
+is "placement"; ``cache_write`` also rewrites the stage's own loops (its reduction loops move to
+the new stage), so it is obliged to everything a loop rewrite is.
+
+See also: TVM ``cache_read/cache_write`` (``src/s_tir/schedule/primitive/cache_read_write.cc``);
+Halide ``Func::in`` + ``reorder_storage``; Van Zee and van de Geijn, "BLIS: A Framework for
+Rapidly Instantiating BLAS Functionality" (TOMS 2015) for packing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tensorlang.errors import ScheduleError
+from tensorlang.expr import Access, Var, walk
+from tensorlang.func import Definition, Func
+
+from ..loops import Fuse, Location, Split, StageState
+from ..trace import Step
+from .base import OBLIGATIONS, Param, Primitive, stage_expr
+from .placement import refuse_func_with_updates, refuse_update_host
+from .registry import register
+
+
+def _rel_names(rel: Split | Fuse) -> tuple[str, ...]:
+    if isinstance(rel, Split):
+        return (rel.parent, rel.outer, rel.inner)
+    return (rel.outer, rel.inner, rel.fused)
+
+
+@register
+class CacheRead(Primitive):
+    """``s.cache_read(tensor, s[consumer], loop, index=None, layout=None)``; the step's
+    ``func`` is the consumer."""
+
+    name, family = "cache_read", "staging"
+    params = (Param("tensor", "tensor"), Param("loop", "loop"),
+              Param("index", "index", required=False, keyword=True),
+              Param("layout", "layout", required=False, keyword=True))
+    obligations = frozenset({"placement"})
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        refuse_update_host(sched, st.func, step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        what, tensor, loop = str(step), step.get("tensor"), step.get("loop")
+        index, layout = step.get("index"), step.get("layout")
+        st.resolve(loop, what)
+        reads_of = sched.view.reads(st.func)
+        if tensor not in reads_of:
+            raise ScheduleError.in_schedule(
+                st.func, f"{st.func} does not read {tensor} (it reads {', '.join(reads_of)})",
+                step)
+        src = sched.view.producer(tensor)
+        rank = len(src.bounds)
+        reads = [a for a in walk(sched.view.definition(st.func).value)
+                 if isinstance(a, Access) and a.name == tensor]
+        if index is not None and not 0 <= index < len(reads):
+            raise ScheduleError.in_schedule(
+                st.func, f"{st.func} reads {tensor} {len(reads)} time(s); index must be in "
+                f"0..{len(reads) - 1}", step)
+        if layout is not None:
+            layout = tuple(layout)
+            if sorted(layout) != list(range(rank)):
+                raise ScheduleError.in_schedule(
+                    st.func, f"layout {layout} is not a permutation of {tensor}'s {rank} "
+                    f"dimensions (0..{rank - 1})", step)
+            copied = reads if index is None else [reads[index]]
+            if any(a.boundary is not None for a in copied):
+                raise ScheduleError.in_schedule(
+                    st.func, f"{st.func} reads {tensor} through a boundary condition; a copy "
+                    f"with another layout would move it off {tensor}'s dimensions (use "
+                    f"layout=None)", step)
+            if layout == tuple(range(rank)):
+                layout = None
+        name = sched.view.unique_name(f"{tensor}_local")
+        idx = tuple(Var(f"{name}_d{d}") for d in range(rank))
+        src_idx = idx if layout is None else tuple(idx[layout.index(d)] for d in range(rank))
+        copy_f = Func(name, shape=None, dtype=src.dtype)
+        copy_f[idx] = src[src_idx]
+        sched.view.add_before(copy_f, st.func)
+        sched.view.redirect(st.func, tensor, copy_f, index, layout)
+        new = StageState.initial(copy_f)
+        new.compute = Location("at", st.func, loop)
+        sched.states[name] = new
+        return name
+
+    def to_python(self, step: Step, schedule_name: str = "s") -> str:
+        tensor, *rest = self.python_args(step, schedule_name)
+        return (f"{schedule_name}.cache_read({tensor}, {stage_expr(step.func, schedule_name)}, "
+                f"{', '.join(rest)})")
+
+
+@register
+class CacheWrite(Primitive):
+    """``s.cache_write(f, loop)``: ``f``'s definition moves to ``<f>_local``, computed at
+    ``loop``; ``f`` becomes the copy."""
+
+    name, family = "cache_write", "staging"
+    params = (Param("loop", "loop"),)
+    obligations = frozenset(OBLIGATIONS)
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        refuse_func_with_updates(sched, st, step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        what, loop = str(step), step.get("loop")
+        st.resolve(loop, what)
+        f = sched.view.func(st.func)
+        d = sched.view.definition(st.func)
+        if st.compute.kind == "inline":
+            raise ScheduleError.in_schedule(
+                st.func, f"{st.func} is inlined; it has no loops to cache at", step)
+        if st.is_reduction_loop(loop):
+            raise ScheduleError.in_schedule(
+                st.func, f"{loop} iterates a reduction; cache at a pure loop", step)
+        touched = {n for rel in st.relations for n in _rel_names(rel)}
+        if any(r in touched for r in st.rvars):
+            raise ScheduleError.in_schedule(
+                st.func, f"the reduction loops of {st.func} were already scheduled; call "
+                f"cache_write before scheduling them, then schedule them on the new stage", step)
+        name = sched.view.unique_name(f"{st.func}_local")
+        local = Func.from_definition(name, f, dataclasses.replace(d, func=name))
+        sched.view.add_before(local, st.func)
+        pure_ranges = tuple(r for r in d.ranges if r[0] in st.pure)
+        args = tuple(d.args)
+        sched.view.replace_definition(st.func, Definition(
+            st.func, args, local[args], None, (), pure_ranges))
+        for r in st.rvars:
+            st.loops.remove(r)
+            st.kinds.pop(r)
+            st.origin.pop(r)
+        st.rvars = ()
+        new = StageState.initial(local)
+        new.compute = Location("at", st.func, loop)
+        sched.states[name] = new
+        return name
+
+    def to_python(self, step: Step, schedule_name: str = "s") -> str:
+        return f"{schedule_name}.cache_write({step.func!r}, {step.get('loop')!r})"
