@@ -32,19 +32,19 @@ class TuningWarning(UserWarning):
 
 def compile_auto(output: Func, shapes: dict[str, int] | None = None,
                  arrays: dict[str, np.ndarray] | None = None, cache: Any = None,
-                 workload_name: str | None = None) -> Any:
+                 workload_name: str | None = None, backend: str | None = None) -> Any:
     """The kernel ``schedule="auto"`` gives for these sizes (see the module docstring).
 
     Args:
         output: the output Func. shapes: the sizes by name, or arrays: example inputs by name.
         cache: a ``KernelCache`` (default: the one at ``TENSORLANG_CACHE``).
+        backend: the backend that compiles and loads the kernel (default: the LLVM CPU one).
 
     Raises:
         ShapeError: the sizes or arrays do not fit the algorithm.
     """
-    from tensorlang.backends.compile import compile as compile_kernel
-    from tensorlang.backends.compile import load_kernel
-    from tensorlang.backends.kernel import Signature
+    from tensorlang.backends.base import get_backend
+    from tensorlang.backends.base import Signature
     from tensorlang.schedule.schedule import Schedule
     from tensorlang.errors import CompileError
 
@@ -55,7 +55,8 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
 
     sizes = bind_sizes(output, shapes, arrays)
     work = workload_info(output, sizes, workload_name)
-    target = target_info()
+    builder = get_backend(backend)
+    target = target_info(backend=builder.name)
     cache = cache if cache is not None else KernelCache()
     cmd = f"tensorlang tune FILE.py:FUNC --shape {format_shape(work['sizes'])}"
     try:
@@ -81,13 +82,13 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
                               TuningWarning, stacklevel=3)
             if entry.object_code is not None and entry.signature is not None:
                 try:
-                    return load_kernel(output, s, entry.object_code,
+                    return builder.load(output, s, entry.object_code,
                                        Signature.from_dict(entry.signature),
                                        schedule_source=source)
                 except (CompileError, KeyError, TypeError, ValueError) as exc:
                     warnings.warn(f"cached object code of {output.name} did not load ({exc}); "
                                   f"recompiling it", TuningWarning, stacklevel=3)
-            kern = compile_kernel(output, s, emit_object=True)
+            kern = builder.compile(output, s, emit_object=True)
             kern.schedule_source = source
             if cache is not None and kern.object_code is not None:
                 cache.add_object_code(entry, kern.object_code, kern.signature.to_dict())
@@ -101,7 +102,7 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
     if near is not None:
         try:
             s = Schedule.from_json(output, near.trace)
-            kern = compile_kernel(output, s, emit_object=True)  # proves it legal again
+            kern = builder.compile(output, s, emit_object=True)  # proves it legal again
             kern.schedule_source = "nearest"
             warnings.warn(f"no tuned kernel of {work['name']} for "
                           f"{format_shape(work['sizes'])} on this machine; using the schedule "
@@ -118,7 +119,7 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
             warnings.warn(f"the schedule tuned for {format_shape(near.sizes)} does not apply to "
                           f"{format_shape(work['sizes'])} ({exc})", TuningWarning, stacklevel=3)
     s = heuristic_schedule(output, sizes)
-    kern = compile_kernel(output, s)
+    kern = builder.compile(output, s)
     kern.schedule_source = "heuristic"
     warnings.warn(f"no tuning record for {work['name']} (workload {work['key'][:12]}) on this "
                   f"machine; using a heuristic schedule. Tune it: {cmd}", TuningWarning,

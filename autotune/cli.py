@@ -25,13 +25,16 @@ from typing import Any
 
 
 def _cmd_target(args: argparse.Namespace) -> int:
-    from tensorlang.backends.llvm.target import host_target
+    from tensorlang.backends.base import get_backend
 
-    t = host_target()
-    print(f"triple:   {t.triple}\ncpu:      {t.cpu}\nvector:   {t.vector_bits}-bit SIMD\n"
-          f"llvm:     {t.llvm_version} (llvmlite {t.llvmlite_version})")
+    backend = get_backend()
+    t, info = backend.host_target(), backend.target_info()
+    print(f"backend:  {backend.name}\ntriple:   {info['triple']}\ncpu:      {info['cpu']}")
+    if hasattr(t, "vector_bits"):
+        print(f"vector:   {t.vector_bits}-bit SIMD")
+    print(f"llvm:     {info['llvm']} (llvmlite {info['llvmlite']})\nthreads:  {info['threads']}")
     if args.features:
-        print(f"features: {t.features}")
+        print(f"features: {info['features']}")
     return 0
 
 
@@ -76,6 +79,8 @@ def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str
 
     from tensorlang.pipeline import Pipeline
 
+    from tensorlang.backends.base import get_backend
+
     from .measure import aligned_copy, random_inputs
     from .timing import Stats, block_runs, interleaved
     from .workloads import free_sizes, input_shapes
@@ -83,12 +88,13 @@ def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str
     # inputs and outputs placed as the tuner's run worker places them (2 MB or cache-line
     # aligned): where NumPy happened to put an array otherwise moves a kernel's time by tens of
     # percent (two compilations of one schedule measured 0.45 and 0.62 ms side by side)
-    arrays = {k: aligned_copy(v) for k, v in
+    backend = get_backend()
+    arrays = {k: aligned_copy(backend, v) for k, v in
               random_inputs(Pipeline(out), input_shapes(out, sizes)).items()}
     extra = free_sizes(out, sizes)
     calls = {}
     for label, k in kernels:
-        o = aligned_copy(k(**arrays, **extra))
+        o = aligned_copy(backend, k(**arrays, **extra))
         calls[label] = lambda k=k, o=o: k(**arrays, **extra, out=o)
     if work.numpy is not None:
         calls["numpy"] = work.numpy(arrays)

@@ -33,7 +33,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tensorlang.backends.llvm.codegen import HUGE_ALLOC_MIN, HUGE_PAGE_BYTES
+from tensorlang.backends.base import DEFAULT_BACKEND, Signature, get_backend, register_backend
+from tensorlang.errors import TensorlangError
+from tensorlang.pipeline import Pipeline
+from tensorlang.reference import reference
+from tensorlang.schedule.schedule import Schedule
 
 from .worker import recv, send
 
@@ -86,33 +90,14 @@ def random_inputs(pipeline: Any, shapes: dict[str, tuple[int, ...]], seed: int =
     return out
 
 
-def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
-    """An uninitialised C-contiguous array whose data starts on a 2 MB boundary when it has at
-    least 4 MB (else on a 64-byte cache line). NumPy advises arrays of >= 4 MB onto transparent
-    huge pages, but only the 2 MB-aligned part of its allocation can get them, and where the
-    allocation falls is up to ``mmap``: measured on GEMM 1024 (heuristic schedule, 36 fresh
-    processes each), plain arrays ran 10.5-15.4 ms (6 above 12.4, median 11.3), 2 MB-aligned
-    ones 10.4-12.5 ms (1 above 11.6, median 10.5). The run
-    worker places inputs and output this way so a candidate's time does not depend on where its
-    worker's arrays happened to land."""
-    dt = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    align = HUGE_PAGE_BYTES if n >= HUGE_ALLOC_MIN else 64  # the kernels' own threshold
-    raw = np.empty(n + align, np.uint8)
-    start = (-raw.ctypes.data) % align
-    return raw[start:start + n].view(dt).reshape(shape)
-
-
-def aligned_copy(a: np.ndarray) -> np.ndarray:
-    """``a`` copied into ``aligned_empty`` memory."""
-    out = aligned_empty(a.shape, a.dtype)
+def aligned_copy(backend: Any, a: np.ndarray) -> np.ndarray:
+    """``a`` copied into memory ``backend.empty`` placed (see ``docs/measurement.md``)."""
+    out = backend.empty(a.shape, a.dtype)
     out[...] = a
     return out
 
 
 def _error(exc: BaseException) -> str:
-    from tensorlang.errors import TensorlangError
-
     if isinstance(exc, TensorlangError):  # a refused or uncompilable candidate
         return f"{type(exc).__name__}: {exc}"
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
@@ -121,16 +106,11 @@ def _error(exc: BaseException) -> str:
 def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
     """A worker's loop (see ``autotune/worker.py``): a setup message naming the role, then one
     answer per request until ``None``."""
-    from tensorlang.backends.compile import compile as compile_kernel
-    from tensorlang.backends.compile import load_kernel
-    from tensorlang.backends.kernel import Signature
-    from tensorlang.pipeline import Pipeline
-    from tensorlang.reference import reference
-    from tensorlang.schedule.schedule import Schedule
-
     from .workloads import free_sizes
 
-    role, output, shapes, sizes, hook, given = receive()
+    role, backend, output, shapes, sizes, hook, given = receive()
+    register_backend(backend)  # the parent's object: a backend the user registered works too
+    clock = backend.clock()
     pipeline = Pipeline(output)
     reply("ready")  # imports done: time limits start counting from here
     if role == "compile":
@@ -138,7 +118,8 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
             res = MeasureResult()
             try:
                 t0 = time.perf_counter()
-                kern = compile_kernel(output, Schedule.from_json(output, trace), emit_object=True)
+                kern = backend.compile(output, Schedule.from_json(output, trace),
+                                       emit_object=True)
                 res.compile_seconds = time.perf_counter() - t0
                 res.object_code, res.signature = kern.object_code, kern.signature.to_dict()
             except Exception as exc:  # noqa: BLE001 - the worker reports, the tuner decides
@@ -146,30 +127,30 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
             reply(res)
         return
     arrays = given if given is not None else random_inputs(pipeline, shapes)
-    arrays = {name: aligned_copy(a) for name, a in arrays.items()}
+    arrays = {name: aligned_copy(backend, a) for name, a in arrays.items()}
     extra = free_sizes(output, sizes)
-    out = _output_array(pipeline, arrays, extra)
+    out = _output_array(backend, pipeline, arrays, extra)
     while (msg := receive()) is not None:
         if msg[0] == "compare":
-            reply(_compare(msg, output, arrays, extra, out, load_kernel, Signature))
+            reply(_compare(msg, backend, output, arrays, extra, out))
             continue
         _, trace, obj, sig, repeats, min_seconds, verify, budget = msg
         res = MeasureResult()
         try:
             if hook is not None:
                 hook(trace)
-            kern = load_kernel(output, None, obj, Signature.from_dict(sig))
-            t0 = time.perf_counter()
+            kern = backend.load(output, None, obj, Signature.from_dict(sig))
+            t0 = clock()
             out = kern(**arrays, **extra, out=out)
-            warm = time.perf_counter() - t0
+            warm = clock() - t0
             hopeless = budget is not None and warm > budget
             if hopeless:
                 res.times = [warm]  # it cannot win: one (warm-up) time is enough to rank it
             total = 0.0
             while not hopeless and (len(res.times) < repeats or total < min_seconds):
-                t0 = time.perf_counter()
+                t0 = clock()
                 kern(**arrays, **extra, out=out)
-                dt = time.perf_counter() - t0
+                dt = clock() - t0
                 res.times.append(dt)
                 total += dt
                 if len(res.times) >= 1000:
@@ -201,8 +182,8 @@ class CompareResult:
         return statistics.median(ts) if ts and self.error is None else float("inf")
 
 
-def _compare(msg: tuple, output: Any, arrays: dict, extra: dict, out: Any,
-             load_kernel: Callable, Signature: Any) -> CompareResult:
+def _compare(msg: tuple, backend: Any, output: Any, arrays: dict, extra: dict,
+             out: Any) -> CompareResult:
     """The run worker's side of ``Measurer.compare``: load every kernel, then time them in
     interleaved blocks (``timing.interleaved``) into the worker's one output array."""
     from .timing import interleaved
@@ -210,17 +191,17 @@ def _compare(msg: tuple, output: Any, arrays: dict, extra: dict, out: Any,
     _, kernels, rounds, runs = msg
     res = CompareResult()
     try:
-        loaded = {label: load_kernel(output, None, obj, Signature.from_dict(sig))
+        loaded = {label: backend.load(output, None, obj, Signature.from_dict(sig))
                   for label, obj, sig in kernels}
         calls = {label: (lambda k=k: k(**arrays, **extra, out=out)) for label, k in loaded.items()}
-        res.times = interleaved(calls, rounds=rounds, runs=runs)
+        res.times = interleaved(calls, rounds=rounds, runs=runs, clock=backend.clock())
     except Exception as exc:  # noqa: BLE001 - reported, the tuner decides
         res.times = {}
         res.error = _error(exc)
     return res
 
 
-def _output_array(pipeline: Any, arrays: dict[str, np.ndarray],
+def _output_array(backend: Any, pipeline: Any, arrays: dict[str, np.ndarray],
                   extra: dict[str, int]) -> np.ndarray | None:
     """The output array every run of this worker writes into, its pages touched now: a fresh
     64 MB output costs up to ~70 ms of first-touch page faults (measured), which made the
@@ -230,7 +211,7 @@ def _output_array(pipeline: Any, arrays: dict[str, np.ndarray],
         binding = pipeline.bind({k: v.shape for k, v in arrays.items()}, extra)
     except Exception:  # noqa: BLE001 - the kernel call raises the user-facing error
         return None
-    out = aligned_empty(tuple(ext for _, ext in binding.bounds[pipeline.output.name]),
+    out = backend.empty(tuple(ext for _, ext in binding.bounds[pipeline.output.name]),
                         pipeline.output.dtype.numpy)
     _poison(out)
     return out
@@ -315,12 +296,16 @@ class Measurer:
         hook: optional picklable callable the run worker calls on each trace before running it
             (instrumentation; tests use it to crash or hang the worker on purpose).
         arrays: the inputs to time on (by Input name; default: seeded random inputs).
+        backend: the name of the backend that compiles, loads and times the candidates
+            (``backends.base.get_backend``; default: the LLVM CPU backend).
     """
 
     def __init__(self, output: Any, sizes: dict[str, int], shapes: dict[str, tuple[int, ...]],
                  repeats: int = 5, min_seconds: float = 0.05, timeout: float = 60.0,
                  hook: Callable | None = None, jobs: int | None = None,
-                 arrays: dict[str, np.ndarray] | None = None) -> None:
+                 arrays: dict[str, np.ndarray] | None = None,
+                 backend: str = DEFAULT_BACKEND) -> None:
+        self.backend = get_backend(backend)  # an unknown name fails here, not in a worker
         self.output = output
         self.arrays = None if arrays is None else {k: np.ascontiguousarray(v)
                                                    for k, v in arrays.items()}
@@ -337,7 +322,7 @@ class Measurer:
 
     def _setup(self, role: str) -> tuple:
         arrays = self.arrays if role == "run" else None
-        return (role, self.output, self.shapes, self.sizes, self.hook, arrays)
+        return (role, self.backend, self.output, self.shapes, self.sizes, self.hook, arrays)
 
     def _replace(self, w: _Worker) -> None:
         w.kill()

@@ -2,7 +2,7 @@
 default (docs/architecture.md §4).
 
 A record holds the format version, the workload (name, workload key, sizes, input shapes and
-dtypes), the target (triple, CPU name, LLVM feature string, LLVM / llvmlite / tensorlang
+dtypes), the target (backend, triple, CPU name, LLVM feature string, LLVM / llvmlite / tensorlang
 versions, threads), the schedule trace, the state (``measured``, ``pruned``, ``failed``), every
 measured time in seconds (raw, as timed) and their median, the cost model's prediction
 (seconds; null when the model abstained or was off), the trial number, compile seconds, a
@@ -49,16 +49,12 @@ class RecordWarning(UserWarning):
     """A tuning log line was skipped (torn or corrupt)."""
 
 
-def target_info(num_threads: int | None = None) -> dict[str, Any]:
-    """This machine's target as stored in records and cache keys."""
-    from tensorlang.backends.llvm.runtime import num_threads as threads
-    from tensorlang.backends.llvm.target import host_target
-    from tensorlang.version import __version__
+def target_info(num_threads: int | None = None, backend: str | None = None) -> dict[str, Any]:
+    """This machine's target as stored in records and cache keys (``Backend.target_info`` of
+    ``backend``, default the LLVM CPU backend)."""
+    from tensorlang.backends.base import get_backend
 
-    t = host_target()
-    return {"triple": t.triple, "cpu": t.cpu, "features": t.features, "llvm": t.llvm_version,
-            "llvmlite": t.llvmlite_version, "tensorlang": __version__,
-            "threads": int(num_threads if num_threads is not None else threads())}
+    return get_backend(backend).target_info(num_threads)
 
 
 def workload_info(output: Any, sizes: dict[str, int], name: str | None = None

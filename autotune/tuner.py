@@ -39,6 +39,7 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
+from tensorlang.backends.base import DEFAULT_BACKEND
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.errors import ScheduleError
@@ -150,7 +151,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
              log: str | os.PathLike | None = None, workload_name: str | None = None,
              storage: str | None = None, study_name: str | None = None,
              transfer: list[Any] | None = None, cache: Any = True,
-             heuristic: str = "seed") -> TuningResult:
+             heuristic: str = "seed", backend: str | None = None) -> TuningResult:
     """Search schedules of ``output`` for the given sizes and return the fastest verified one.
 
     Args:
@@ -189,6 +190,9 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         cache: where the best kernel (trace, seconds, object code) is stored for
             ``tl.compile(F, schedule="auto")``: True = the default ``KernelCache``
             (``TENSORLANG_CACHE``), a ``KernelCache``, or False/None for none.
+        backend: the name of the backend that compiles, loads and times candidates
+            (``tensorlang.backends.get_backend``; default: the LLVM CPU backend). Its
+            ``target_info`` is the target in the records and the cache key.
 
     Returns:
         A ``TuningResult``; ``best_trace`` is None when no candidate succeeded. Ctrl-C stops the
@@ -215,7 +219,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         raise ValueError(f"sampler must be one of ['mtpe', 'random', 'tpe'], got {sampler!r}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     workload = workload_info(output, sizes, workload_name)
-    target = target_info()
+    backend = backend or DEFAULT_BACKEND
+    target = target_info(backend=backend)
     name = study_name or study_base(workload)
     earlier: list[TuningRecord] = []
     if storage is not None and log is not None and os.path.exists(log):
@@ -268,7 +273,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     interrupted = False
     measured = resumed
     with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
-                  timeout=timeout_floor, hook=measure_hook, jobs=jobs, arrays=arrays) as m:
+                  timeout=timeout_floor, hook=measure_hook, jobs=jobs, arrays=arrays,
+                  backend=backend) as m:
 
         def run_batch(batch: list[Cand]) -> int:
             """Compile the batch in the pool, then time its candidates one by one; returns how

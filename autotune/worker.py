@@ -3,7 +3,7 @@
 Started as a fresh interpreter (not ``multiprocessing``), so it never re-imports the user's main
 script: ``tl.autotune`` works from a plain script, a notebook or the REPL. Protocol: 8-byte
 little-endian length + pickle, both ways; the first message is the setup
-``(role, output, shapes, sizes, hook, arrays or None)``; a ``"compile"`` worker then answers each
+``(role, backend, output, shapes, sizes, hook, arrays or None)`` (the ``Backend`` object); a ``"compile"`` worker then answers each
 schedule trace with a ``MeasureResult`` holding object code; a ``"run"`` worker answers each
 ``("run", trace, object_code, signature, repeats, min_seconds, verify, budget)`` with a timed
 ``MeasureResult`` and each ``("compare", [(label, object_code, signature), ...], rounds, runs)``

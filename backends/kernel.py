@@ -8,7 +8,6 @@ distinct shape, so a repeated call costs a dict lookup plus one native call.
 from __future__ import annotations
 
 import ctypes
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -18,6 +17,7 @@ from tensorlang.arguments import collect_arrays
 from tensorlang.errors import ShapeError
 from tensorlang.pipeline import Pipeline
 
+from .base import Signature
 from .llvm.jit import CompiledModule
 
 
@@ -28,32 +28,6 @@ def _address(a: np.ndarray) -> int:
         return ctypes.addressof(ctypes.c_char.from_buffer(a))
     except (TypeError, ValueError, BufferError):
         return a.ctypes.data
-
-
-@dataclass(frozen=True)
-class Signature:
-    """How to call a compiled entry point: its symbol name, the number of input buffers (then one
-    output buffer), the size parameters in order, and the parallel settings baked into the code.
-    Stored next to cached object code so a cache hit needs no lowering to call the kernel."""
-
-    name: str
-    n_inputs: int
-    sizes: tuple[str, ...]
-    parallel: bool
-    num_threads: int
-
-    @classmethod
-    def of(cls, lowered: LoweredFunc, parallel: bool, num_threads: int) -> Signature:
-        return cls(lowered.name, len(lowered.inputs), tuple(lowered.sizes), parallel,
-                   num_threads)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Signature:
-        return cls(str(d["name"]), int(d["n_inputs"]), tuple(map(str, d["sizes"])),
-                   bool(d["parallel"]), int(d["num_threads"]))
 
 
 class Kernel:

@@ -26,9 +26,10 @@ from .version import __version__  # noqa: F401  (tensorlang.__version__)
 
 def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: A001
             opt_level: int = 3, check: bool = True, emit_object: bool = False,
-            shapes: dict[str, int] | None = None, arrays: dict | None = None) -> Any:
+            shapes: dict[str, int] | None = None, arrays: dict | None = None,
+            backend: str | None = None) -> Any:
     """Compile the algorithm computing ``output`` to a native kernel (a ``tl.Kernel``) for the
-    host CPU, through LLVM.
+    host CPU, through LLVM (or through another registered ``backend``).
 
     The default schedule computes every Func at root, loops in definition order (pure Vars
     outermost in left-side order, reduction Vars innermost); LLVM's O3 pipeline then vectorizes
@@ -46,6 +47,8 @@ def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: 
             an illegal schedule then silently computes wrong results (the autotuner never uses
             it); it only skips a few milliseconds.
         emit_object: keep the relocatable object code as ``kernel.object_code`` (for caches).
+        backend: the name of a registered backend (``tensorlang.backends.get_backend``;
+            default ``"llvm-cpu"``, the LLVM CPU backend).
 
     Returns:
         A ``Kernel``; ``kernel(A=a, B=b)`` returns a new ndarray.
@@ -55,18 +58,19 @@ def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: 
             ``tl.Schedule`` nor ``"auto"``.
         IllegalScheduleError: the schedule would change the result (stage, primitive, loop,
             dependence and a witness pair of iterations in the message).
-        CompileError: code generation failed (a tensorlang bug).
+        CompileError: code generation failed (a tensorlang bug), or no backend has the name
+            ``backend``.
     """
     # the entry point is the one module that may reach every layer: "auto" is the autotuner's
     # (its cache and rule-based schedule), an explicit schedule goes straight to the backend
     if isinstance(schedule, str) and schedule == "auto":
         from tensorlang.autotuner.auto import compile_auto
 
-        return compile_auto(output, shapes, arrays)
+        return compile_auto(output, shapes, arrays, backend=backend)
     from tensorlang.backends.compile import compile as backend_compile
 
-    return backend_compile(output, schedule, target=target, opt_level=opt_level, check=check,
-                           emit_object=emit_object)
+    return backend_compile(output, schedule, backend=backend, target=target,
+                           opt_level=opt_level, check=check, emit_object=emit_object)
 
 
 def __getattr__(name: str) -> Any:

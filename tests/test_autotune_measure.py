@@ -13,6 +13,7 @@ from tuning_helpers import crash_on_parallel, hang_on_unroll
 import tensorlang as tl
 from tensorlang.autotuner.measure import Measurer
 from tensorlang.autotuner.space import SearchSpace, factor_choices
+from tensorlang.backends.base import get_backend
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -208,9 +209,9 @@ def test_the_shared_output_array_starts_poisoned():
     out, _ = matmul()
     pipeline = tl.Pipeline(out)
     arrays = {"A": np.ones((5, 3), np.float32), "B": np.ones((3, 7), np.float32)}
-    buf = _output_array(pipeline, arrays, {})
+    buf = _output_array(get_backend(), pipeline, arrays, {})
     assert buf.shape == (5, 7) and buf.dtype == np.float32 and np.isnan(buf).all()
-    assert _output_array(pipeline, {"A": np.ones((5, 3), np.float32)}, {}) is None
+    assert _output_array(get_backend(), pipeline, {"A": np.ones((5, 3), np.float32)}, {}) is None
 
 
 @pytest.mark.parametrize("shape,dtype,align", [((1024, 1024), np.float32, 2 << 20),
@@ -218,14 +219,14 @@ def test_the_shared_output_array_starts_poisoned():
                                                 ((7, 3), np.int32, 64), ((0, 5), np.float32, 64),
                                                 ((), np.bool_, 64)])
 def test_worker_arrays_start_on_a_huge_page_or_cache_line(shape, dtype, align):
-    from tensorlang.autotuner.measure import aligned_copy, aligned_empty
-
-    a = aligned_empty(shape, dtype)
+    from tensorlang.autotuner.measure import aligned_copy
+    backend = get_backend()
+    a = backend.empty(shape, dtype)
     assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
     if a.size:
         assert a.ctypes.data % align == 0
     src = np.arange(int(np.prod(shape))).reshape(shape).astype(dtype)
-    b = aligned_copy(src.T.copy().T if src.ndim == 2 else src)
+    b = aligned_copy(backend, src.T.copy().T if src.ndim == 2 else src)
     assert np.array_equal(b, src) and b.flags.c_contiguous
 
 

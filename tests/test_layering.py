@@ -157,3 +157,27 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "tensorlang = tensorlang.autotuner.cli:main" in \
         zipfile.ZipFile(wheel).read(entry).decode()
+
+
+#: the autotuner modules that model the CPU the LLVM backend targets (its rule-based schedule,
+#: search space, cost-model features); every other tuner module is backend-neutral
+CPU_MODELS = {"tensorlang.autotuner.cpu_model", "tensorlang.autotuner.heuristic",
+              "tensorlang.autotuner.space", "tensorlang.autotuner.features"}
+#: what a backend-neutral module may import of the backends layer
+BACKEND_INTERFACE = {"tensorlang.backends", "tensorlang.backends.base",
+                     "tensorlang.backends.compile"}
+
+
+def test_the_tuner_reaches_backends_only_through_the_interface():
+    # a new backend (registered with register_backend) must be usable by the tuner, the
+    # measurement workers, the cache and the CLI without editing them
+    bad = []
+    for module, path in _modules():
+        if not module.startswith("tensorlang.autotuner") or module in CPU_MODELS:
+            continue
+        for target, line in _imports(module, path):
+            if _layer(target) == LAYERS.index("tensorlang.backends") and \
+                    target not in BACKEND_INTERFACE:
+                bad.append(f"{os.path.relpath(path, ROOT)}:{line}: {module} imports {target} "
+                           f"(use tensorlang.backends.base.get_backend)")
+    assert not bad, "\n".join(bad)
