@@ -36,6 +36,11 @@ class ForKind(enum.Enum):
     UNROLLED = "unrolled"
 
 
+#: The largest extent an unrolled loop may have (lowering refuses more; code generation
+#: replicates the body this many times at most).
+MAX_UNROLL = 256
+
+
 @dataclass(frozen=True, eq=False)
 class Buffer:
     """A buffer: ``dtype`` elements, row-major over ``extents``, indexed from ``mins``.

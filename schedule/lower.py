@@ -28,9 +28,9 @@ from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
 from .hoist import hoist_invariants
-from .ir import For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
+from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
 from .promote import promote_accumulators
-from .realize import MAX_UNROLL, realize
+from .realize import realize
 from .schedule import Schedule
 from .simplify import simplify
 

@@ -52,10 +52,6 @@ from .placement import live_funcs, plan_placements
 from .trace import TailStrategy
 from .view import AlgorithmView
 
-#: The largest extent an unrolled loop may have.
-MAX_UNROLL = 256
-
-
 def identity(op: str, dtype: DType) -> Const:
     """The identity of reducer ``op`` in ``dtype`` (max: -inf or the type's minimum, ...)."""
     if op == "sum":

@@ -21,7 +21,8 @@ from tensorlang.version import __version__
 
 from ..base import Backend, Signature
 from ..kernel import Kernel
-from .codegen import HUGE_ALLOC_MIN, HUGE_PAGE_BYTES, generate
+from .codegen import generate
+from .memory import HUGE_ALLOC_MIN, HUGE_PAGE_BYTES
 from .jit import compile_ir, load_object
 from .runtime import load_libgomp, num_threads
 from .target import Target, host_target

@@ -1,0 +1,251 @@
+"""Scalar and vector expressions -> LLVM values: constants, arithmetic with NumPy's semantics (floor
+division and modulo, NaN-propagating max/min, saturating casts), comparisons, intrinsic calls.
+Part of ``CodeGen`` (``codegen.py``).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tensorlang.schedule.ir import Load
+from tensorlang.dtypes import DType
+from tensorlang.errors import CompileError
+from tensorlang.expr import BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var, walk
+
+from .types import FLOAT_FLAGS, I1, I32, I64, value_type
+
+
+
+
+class ExpressionGen:
+    """The expressions part of ``CodeGen``; a mixin (it uses ``CodeGen``'s state)."""
+
+    @staticmethod
+    def const(t: ir.Type, value: object) -> ir.Constant:
+        """A constant of type ``t``, splatted when ``t`` is a vector type."""
+        if isinstance(t, ir.VectorType):
+            return ir.Constant(t, [value] * t.count)
+        return ir.Constant(t, value)
+
+    def splat(self, v: ir.Value, lanes: int) -> ir.Value:
+        b = self.builder
+        vt = ir.VectorType(v.type, lanes)
+        undef = ir.Constant(vt, ir.Undefined)
+        one = b.insert_element(undef, v, ir.Constant(I32, 0))
+        return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def unify(self, *vals: ir.Value) -> list[ir.Value]:
+        """Broadcast scalars to the vector width of any vector operand."""
+        lanes = next((v.type.count for v in vals if isinstance(v.type, ir.VectorType)), None)
+        if lanes is None:
+            return list(vals)
+        return [v if isinstance(v.type, ir.VectorType) else self.splat(v, lanes) for v in vals]
+
+    def call_intrinsic(self, base: str, *args: ir.Value, extra: tuple = (),
+                       builder: ir.IRBuilder | None = None) -> ir.Value:
+        """Call ``llvm.<base>.<type of args[0]>`` (with ``builder``, default the current one)."""
+        t = args[0].type
+        fn = self.intrinsic(f"llvm.{base}.{self._suffix(t)}", t,
+                            [a.type for a in args] + [e.type for e in extra])
+        return (builder or self.builder).call(fn, [*args, *extra])
+
+    def fop(self, op: str, a: ir.Value, b: ir.Value, flags: tuple = FLOAT_FLAGS) -> ir.Value:
+        inst = getattr(self.builder, op)(a, b)
+        inst.flags.extend(flags)
+        return inst
+
+    def expr(self, e: Expr) -> ir.Value:
+        """Emit ``e``. Expressions of sizes only (strides, extents, bounds) are emitted once per
+        function, in its entry block, which dominates every use."""
+        if isinstance(e, (BinOp, Cast)) and self._size_only(e):
+            cache = self._entry_values.setdefault(id(self.fn), {})
+            v = cache.get(e.key)
+            if v is None:
+                saved, self.builder = self.builder, self.allocas
+                try:
+                    v = self._expr(e)
+                finally:
+                    self.builder = saved
+                cache[e.key] = v
+            return v
+        if self._cse is not None and isinstance(e, BinOp) and e.dtype.is_int:
+            names = self._var_names_memo.get(e.key)
+            if names is None:
+                names = tuple(sorted({n.name for n in walk(e) if isinstance(n, Var)}))
+                self._var_names_memo[e.key] = names
+            key = (e.key, self.lane0, self.vec, tuple(id(self.vars.get(n)) for n in names))
+            v = self._cse.get(key)
+            if v is None:
+                v = self._cse[key] = self._expr(e)
+            return v
+        return self._expr(e)
+
+    def _size_only(self, e: Expr) -> bool:
+        k = e.key
+        r = self._size_only_memo.get(k)
+        if r is None:
+            r = not any(isinstance(n, (Var, Load)) for n in walk(e))
+            self._size_only_memo[k] = r
+        return r
+
+    def _expr(self, e: Expr) -> ir.Value:
+        b = self.builder
+        if isinstance(e, Const):
+            t = value_type(e.dtype)
+            return ir.Constant(t, int(e.value) if not e.dtype.is_float else float(e.value))
+        if isinstance(e, Var):
+            v = self.vars[e.name]
+            if self.vec is not None and e.name == self.vec[0] and not self.lane0:
+                lanes = self.vec[1]
+                return b.add(self.splat(v, lanes),
+                             ir.Constant(ir.VectorType(I64, lanes), list(range(lanes))))
+            return v
+        if isinstance(e, Size):
+            return self.sizes[e.name]
+        if isinstance(e, Load):
+            return self.load(e)
+        if isinstance(e, BinOp):
+            x, y = self.unify(self.expr(e.a), self.expr(e.b))
+            return self.binop(e.op, x, y, e.dtype)
+        if isinstance(e, Cmp):
+            x, y = self.unify(self.expr(e.a), self.expr(e.b))
+            return self.compare(e.op, x, y, e.a.dtype)
+        if isinstance(e, Not):
+            a = self.expr(e.a)
+            return b.xor(a, self.const(a.type, 1))
+        if isinstance(e, Call):
+            return self.call(e.name, self.expr(e.args[0]), e.dtype)
+        if isinstance(e, Select):
+            c, t, f = self.unify(self.expr(e.cond), self.expr(e.t), self.expr(e.f))
+            return b.select(c, t, f)
+        if isinstance(e, Cast):
+            return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
+        raise CompileError(f"codegen: unsupported expression {type(e).__name__}: {e}")
+
+    def binop(self, op: str, x: ir.Value, y: ir.Value, d: DType,
+              flags: tuple = FLOAT_FLAGS) -> ir.Value:
+        b = self.builder
+        if d.is_float:
+            if op in ("add", "sub", "mul", "div"):
+                return self.fop({"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}[op],
+                                x, y, flags)
+            if op in ("max", "min"):
+                return self.call_intrinsic("maximum" if op == "max" else "minimum", x, y)
+            if op in ("floordiv", "mod"):
+                return self.float_divmod(x, y, op)
+        elif d.is_bool:
+            if op in ("and", "max"):
+                return b.and_(x, y) if op == "and" else b.or_(x, y)
+            if op in ("or", "min"):
+                return b.or_(x, y) if op == "or" else b.and_(x, y)
+        else:
+            if op == "add":
+                return b.add(x, y)
+            if op == "sub":
+                return b.sub(x, y)
+            if op == "mul":
+                return b.mul(x, y)
+            if op in ("max", "min"):
+                return self.call_intrinsic("smax" if op == "max" else "smin", x, y)
+            if op in ("floordiv", "mod"):
+                return self.int_divmod(x, y, op)
+        raise CompileError(f"codegen: unsupported operator {op} on {d}")
+
+    def int_divmod(self, x: ir.Value, y: ir.Value, op: str) -> ir.Value:
+        """Floor division / modulo; 0 for y == 0; y == -1 handled without the x86 overflow trap."""
+        b = self.builder
+        t = x.type
+        zero, one, mone = self.const(t, 0), self.const(t, 1), self.const(t, -1)
+        if isinstance(y, ir.Constant) and isinstance(y.type, ir.IntType) and \
+                y.constant not in (0, -1):
+            safe = y
+            special = None
+        else:
+            special = b.or_(b.icmp_signed("==", y, zero), b.icmp_signed("==", y, mone))
+            safe = b.select(special, one, y)
+        q = b.sdiv(x, safe)
+        r = b.srem(x, safe)
+        fix = b.and_(b.icmp_signed("!=", r, zero), b.icmp_signed("<", b.xor(r, safe), zero))
+        if op == "floordiv":
+            res = b.select(fix, b.sub(q, one), q)
+            if special is not None:
+                alt = b.select(b.icmp_signed("==", y, zero), zero, b.sub(zero, x))
+                res = b.select(special, alt, res)
+        else:
+            res = b.select(fix, b.add(r, safe), r)
+            if special is not None:
+                res = b.select(special, zero, res)
+        return res
+
+    def float_divmod(self, x: ir.Value, y: ir.Value, op: str) -> ir.Value:
+        """NumPy's ``npy_divmod``: floor division and modulo that agree with Python's."""
+        b = self.builder
+        t = x.type
+        zero, one, half = self.const(t, 0.0), self.const(t, 1.0), self.const(t, 0.5)
+        mod = b.frem(x, y)
+        div = b.fdiv(b.fsub(x, mod), y)
+        mod_nz = b.fcmp_unordered("!=", mod, zero)
+        sign_differs = b.icmp_unsigned("!=", b.fcmp_ordered("<", y, zero),
+                                       b.fcmp_ordered("<", mod, zero))
+        adjust = b.and_(b.fcmp_ordered("!=", mod, zero), sign_differs)
+        mod2 = b.select(adjust, b.fadd(mod, y), mod)
+        div2 = b.select(adjust, b.fsub(div, one), div)
+        mod3 = b.select(mod_nz, mod2, self.call_intrinsic("copysign", zero, y))
+        floor = self.call_intrinsic("floor", div2)
+        floor2 = b.select(b.fcmp_ordered(">", b.fsub(div2, floor), half), b.fadd(floor, one),
+                          floor)
+        fdiv = b.select(b.fcmp_unordered("!=", div2, zero), floor2,
+                        self.call_intrinsic("copysign", zero, b.fdiv(x, y)))
+        y_zero = b.fcmp_ordered("==", y, zero)
+        if op == "floordiv":
+            return b.select(y_zero, b.fdiv(x, y), fdiv)
+        return b.select(y_zero, mod, mod3)
+
+    def compare(self, op: str, x: ir.Value, y: ir.Value, d: DType) -> ir.Value:
+        sym = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[op]
+        if d.is_float:
+            if op == "ne":
+                return self.builder.fcmp_unordered(sym, x, y)
+            return self.builder.fcmp_ordered(sym, x, y)
+        if d.is_bool:
+            return self.builder.icmp_unsigned(sym, x, y)
+        return self.builder.icmp_signed(sym, x, y)
+
+    def call(self, name: str, x: ir.Value, d: DType) -> ir.Value:
+        if name == "exp" and d is DType.float32:
+            return self.exp_f32(x)
+        if name == "log" and d is DType.float32:
+            return self.log_f32(x)
+        if name in ("exp", "log", "sqrt"):
+            return self.call_intrinsic(name, x)
+        if name == "abs":
+            if d.is_float:
+                return self.call_intrinsic("fabs", x)
+            return self.call_intrinsic("abs", x, extra=(ir.Constant(I1, 0),))
+        if name == "neg":
+            return self.builder.fneg(x) if d.is_float else self.builder.neg(x)
+        raise CompileError(f"codegen: unsupported function {name}")
+
+    def cast(self, x: ir.Value, src: DType, dst: DType) -> ir.Value:
+        b = self.builder
+        t = value_type(dst)
+        if isinstance(x.type, ir.VectorType):
+            t = ir.VectorType(t, x.type.count)
+        if src is dst:
+            return x
+        if dst.is_bool:
+            if src.is_float:
+                return b.fcmp_unordered("!=", x, self.const(x.type, 0.0))
+            return b.icmp_signed("!=", x, self.const(x.type, 0))
+        if src.is_bool:
+            return b.uitofp(x, t) if dst.is_float else b.zext(x, t)
+        if src.is_float and dst.is_float:
+            return b.fpext(x, t) if dst.itemsize > src.itemsize else b.fptrunc(x, t)
+        if src.is_int and dst.is_int:
+            return b.sext(x, t) if dst.itemsize > src.itemsize else b.trunc(x, t)
+        if src.is_int and dst.is_float:
+            return b.sitofp(x, t)
+        fn = self.intrinsic(f"llvm.fptosi.sat.{self._suffix(t)}.{self._suffix(x.type)}", t,
+                            [x.type])
+        return b.call(fn, [x])
+

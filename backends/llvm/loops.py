@@ -1,0 +1,211 @@
+"""Statements and serial, vectorized and unrolled loops, with the loop metadata LLVM's vectorizer
+reads. Part of ``CodeGen`` (``codegen.py``).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tensorlang.schedule.ir import (
+    MAX_UNROLL,
+    Allocate,
+    Block,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    Load,
+    ProducerConsumer,
+    Stmt,
+    Store,
+)
+from tensorlang.errors import CompileError
+from tensorlang.expr import Expr, Var, walk
+
+from .types import I1, I32, I64
+
+
+class LoopGen:
+    """The loops part of ``CodeGen``; a mixin (it uses ``CodeGen``'s state)."""
+
+    def stmt(self, s: Stmt) -> None:
+        b = self.builder
+        if isinstance(s, Block):
+            for c in s.stmts:
+                self.stmt(c)
+        elif isinstance(s, ProducerConsumer):
+            self.stmt(s.body)
+        elif isinstance(s, For):
+            self.loop(s)
+        elif isinstance(s, Store):
+            self.store(s)
+        elif isinstance(s, LetStmt):
+            self.vars[s.var] = self.expr(s.value)
+            self.stmt(s.body)
+            del self.vars[s.var]
+        elif isinstance(s, IfThenElse):
+            cond = self.expr(s.cond)
+            if s.otherwise is None:
+                with b.if_then(cond):
+                    self.stmt(s.then)
+            else:
+                with b.if_else(cond) as (then, otherwise):
+                    with then:
+                        self.stmt(s.then)
+                    with otherwise:
+                        self.stmt(s.otherwise)
+        elif isinstance(s, Allocate):
+            self.allocate(s)
+        else:
+            raise CompileError(f"codegen: unsupported statement {type(s).__name__}")
+
+    def vector_loop(self, s: For, lanes: int) -> None:
+        """Emit the body with the loop variable as a vector of lanes, in chunks no wider than a
+        native register (e.g. 32 float32 lanes = 2 x 16 on AVX-512; 56 = 16 + 16 + 16 + 8):
+        equal-width loads and stores of each accumulator let LLVM keep it in a register across
+        outer loops, and a tile as wide as the image row wastes no lanes."""
+        itemsize = max((self.buffer(n).dtype.itemsize for n in _buffers_in(s.body)
+                        if n in self.f.buffers or self.scoped.get(n)), default=4)
+        native = max(1, self.target.vector_bits // (8 * itemsize))
+        outer_vec, outer_base = self.vec, getattr(self, "_vbase", None)
+        base = self.expr(s.min)
+        saved = self.vars.get(s.var)
+        start = 0
+        while start < lanes:
+            # whole native vectors, then a tail of descending powers of two (56 float32 lanes on
+            # AVX-512: 16 + 16 + 16 + 8), so no chunk is an odd-width vector LLVM must widen
+            width = min(native, 1 << ((lanes - start).bit_length() - 1))
+            self._vbase = base if start == 0 else self.builder.add(base, ir.Constant(I64, start))
+            self.vars[s.var] = self._vbase
+            if width == 1:
+                self.vec = None
+                self.stmt(s.body)
+            else:
+                self.vec = (s.var, width)
+                self.stmt(s.body)
+            start += width
+        self.vec, self._vbase = outer_vec, outer_base
+        if saved is None:
+            del self.vars[s.var]
+        else:
+            self.vars[s.var] = saved
+
+    def _vectorizable(self, s: For, lanes: int) -> bool:
+        def mentions(e: Expr) -> bool:
+            return any(isinstance(n, Var) and n.name == s.var for n in walk(e))
+
+        def ok(st: Stmt) -> bool:
+            if isinstance(st, Block):
+                return all(ok(c) for c in st.stmts)
+            if isinstance(st, ProducerConsumer):
+                return ok(st.body)
+            if isinstance(st, Store):
+                return any(mentions(i) for i in st.indices)
+            if isinstance(st, For):
+                return (st.kind in (ForKind.SERIAL, ForKind.UNROLLED) and not mentions(st.min)
+                        and not mentions(st.extent) and ok(st.body))
+            if isinstance(st, IfThenElse):
+                return (not mentions(st.cond) and ok(st.then)
+                        and (st.otherwise is None or ok(st.otherwise)))
+            return False
+
+        return self.vec is None and 1 < lanes <= 64 and ok(s.body)
+
+    def loop(self, s: For) -> None:
+        if s.kind is ForKind.UNROLLED:
+            return self.unrolled(s)
+        if s.kind is ForKind.PARALLEL and not self.in_parallel:
+            return self.parallel(s)
+        if s.kind is ForKind.VECTORIZED:
+            from tensorlang.affine import const_value
+
+            lanes = const_value(s.extent)
+            if lanes is not None and self._vectorizable(s, lanes):
+                return self.vector_loop(s, lanes)
+        b = self.builder
+        lo = self.expr(s.min)
+        end = b.add(lo, self.expr(s.extent))
+        pre = b.block
+        header = self.fn.append_basic_block(f"{s.var}.header")
+        body = self.fn.append_basic_block(f"{s.var}.body")
+        exit_ = self.fn.append_basic_block(f"{s.var}.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64, name=s.var)
+        iv.add_incoming(lo, pre)
+        b.cbranch(b.icmp_signed("<", iv, end), body, exit_)
+        b.position_at_end(body)
+        outer = self.vars.get(s.var)
+        self.vars[s.var] = iv
+        self.stmt(s.body)
+        nxt = b.add(iv, ir.Constant(I64, 1), flags=["nsw"])
+        iv.add_incoming(nxt, b.block)
+        br = b.branch(header)
+        if s.kind is ForKind.VECTORIZED:
+            self.loop_metadata(br, s.width)
+        elif s.kind is ForKind.SERIAL and s.width == 1:
+            self.loop_metadata(br, 1, vectorize=False)
+        b.position_at_end(exit_)
+        if outer is None:
+            del self.vars[s.var]
+        else:
+            self.vars[s.var] = outer
+
+    def unrolled(self, s: For) -> None:
+        from tensorlang.affine import const_value
+
+        n = const_value(s.extent)
+        if n is None or n > MAX_UNROLL:
+            raise CompileError(
+                f"cannot unroll loop {s.var}: its extent {s.extent} is not a constant of at most "
+                f"{MAX_UNROLL}; split it by a constant factor and unroll the inner loop")
+        lo = self.expr(s.min)
+        outer = self.vars.get(s.var)
+        for k in range(n):
+            self.vars[s.var] = self.builder.add(lo, ir.Constant(I64, k))
+            self.stmt(s.body)
+        if outer is None:
+            del self.vars[s.var]
+        else:
+            self.vars[s.var] = outer
+
+    def loop_metadata(self, br: ir.Instruction, width: int, vectorize: bool = True) -> None:
+        """Ask LLVM's loop vectorizer for ``width`` lanes, or (``vectorize=False``) to leave the
+        loop scalar (``llvm.loop`` metadata; the self-reference is patched into the text by
+        :func:`generate`)."""
+        m = self.module
+        self._loop_md += 1
+        props = [m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
+                                 ir.Constant(I1, int(vectorize))])]
+        if width > 1:
+            props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.width"),
+                                         ir.Constant(I32, width)]))
+        node = m.add_metadata([ir.MetaDataString(m, f"TL_LOOP_{self._loop_md}"), *props])
+        br.set_metadata("llvm.loop", node)
+
+
+def _buffers_in(s: Stmt) -> set[str]:
+    out: set[str] = set()
+
+    def exprs(e: Expr) -> None:
+        for n in walk(e):
+            if isinstance(n, Load):
+                out.add(n.buffer)
+
+    def go(st: Stmt) -> None:
+        if isinstance(st, Store):
+            out.add(st.buffer)
+            exprs(st.value)
+        elif isinstance(st, Block):
+            for c in st.stmts:
+                go(c)
+        elif isinstance(st, (For, ProducerConsumer, LetStmt, Allocate)):
+            go(st.body)
+        elif isinstance(st, IfThenElse):
+            go(st.then)
+            if st.otherwise is not None:
+                go(st.otherwise)
+
+    go(s)
+    return out
+

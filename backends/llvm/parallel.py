@@ -1,0 +1,123 @@
+"""Parallel loops on the OpenMP runtime: the loop is outlined into a function over a chunk, and a
+trampoline run by ``GOMP_parallel`` on every pool thread claims chunks dynamically
+(``CHUNKS_PER_THREAD`` per thread). Part of ``CodeGen`` (``codegen.py``).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tensorlang.schedule.ir import For, ForKind
+from tensorlang.dtypes import int64 as I64_DT
+
+from .types import I8, I32, I64
+
+
+#: a parallel loop is cut into about this many chunks per thread, claimed dynamically
+CHUNKS_PER_THREAD = 4
+
+
+class ParallelGen:
+    """The parallel part of ``CodeGen``; a mixin (it uses ``CodeGen``'s state)."""
+
+    def parallel(self, s: For) -> None:
+        """Outline the loop into ``impl(noalias buffers..., ints..., lo, hi)`` called on each
+        thread's chunk by a trampoline that ``GOMP_parallel`` runs on every pool thread."""
+        self.uses_parallel = True
+        self._outlined += 1
+        m, b = self.module, self.builder
+        ptr_names = list(self.ptrs)
+        int_names = [("size", k) for k in self.sizes] + [("var", k) for k in self.vars]
+        ptr_types = [self.ptrs[k].type for k in ptr_names]
+        impl_ty = ir.FunctionType(I32, ptr_types + [I64] * (len(int_names) + 2))
+        impl = ir.Function(m, impl_ty, name=f"{self.fn.name}.par{self._outlined}")
+        impl.linkage = "internal"
+        for a, k in zip(impl.args, ptr_names):
+            a.name = k
+            a.add_attribute("noalias")
+        # -- caller: closure = [ptrs..., ints..., min, extent, status, next] as i64 ---------------
+        nslots = len(ptr_names) + len(int_names) + 4
+        closure = self.allocas.alloca(ir.ArrayType(I64, nslots), name=f"closure{self._outlined}")
+        slots = [b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)]) for k in range(nslots)]
+        vals = [b.ptrtoint(self.ptrs[k], I64) for k in ptr_names]
+        vals += [self.sizes[k] if kind == "size" else self.vars[k] for kind, k in int_names]
+        lo0 = self.expr(s.min)
+        vals += [lo0, self.expr(s.extent), ir.Constant(I64, 0), lo0]
+        for slot, v in zip(slots, vals):
+            b.store(v, slot)
+        tramp = self._trampoline(impl, ptr_types, len(int_names), nslots)
+        gomp = self.intrinsic("GOMP_parallel", ir.VoidType(),
+                              [tramp.type, I8.as_pointer(), I32, I32])
+        b.call(gomp, [tramp, b.bitcast(closure, I8.as_pointer()),
+                      ir.Constant(I32, self.num_threads), ir.Constant(I32, 0)])
+        status = b.load(slots[-2])
+        with b.if_then(b.icmp_signed("!=", status, ir.Constant(I64, 0)), likely=False):
+            self.free_all()
+            b.ret(b.trunc(status, I32))
+        # -- impl: the loop over [lo, hi) with the outer state rebuilt from arguments ------------
+        saved = (self.fn, self.builder, self.allocas, self.ptrs, self.sizes, self.vars,
+                 self.live_allocs)
+        self.fn = impl
+        self.allocas, self.builder = self._blocks(impl)
+        self.ptrs = dict(zip(ptr_names, impl.args))
+        ints = impl.args[len(ptr_names):]
+        self.sizes = {k: a for (kind, k), a in zip(int_names, ints) if kind == "size"}
+        self.vars = {k: a for (kind, k), a in zip(int_names, ints) if kind == "var"}
+        self.live_allocs = []
+        self.in_parallel = True
+        lo, hi = ints[-2], ints[-1]
+        from tensorlang.expr import BinOp, Var
+
+        chunk = For(s.var, Var("__lo"), BinOp("sub", Var("__hi"), Var("__lo"), I64_DT),
+                    ForKind.SERIAL, s.body)
+        self.vars["__lo"], self.vars["__hi"] = lo, hi
+        self.loop(chunk)
+        self.builder.ret(ir.Constant(I32, 0))
+        self._close()
+        self.in_parallel = False
+        (self.fn, self.builder, self.allocas, self.ptrs, self.sizes, self.vars,
+         self.live_allocs) = saved
+
+    def _trampoline(self, impl: ir.Function, ptr_types: list, n_ints: int,
+                    nslots: int) -> ir.Function:
+        """The function every pool thread runs: it claims chunks of the loop from a shared
+        counter (``atomicrmw add`` on the closure's ``next`` slot) until none are left, and runs
+        ``impl`` on each. Dynamic claiming, as Halide's thread pool does, instead of one fixed
+        share per thread: a thread the OS deschedules (another process on its core) delays only
+        the chunk it holds, and the others take the rest; ``CHUNKS_PER_THREAD`` chunks per
+        thread keep the claims' cost (one atomic add each) negligible."""
+        m = self.module
+        tramp = ir.Function(m, ir.FunctionType(ir.VoidType(), [I8.as_pointer()]),
+                            name=f"{impl.name}.tramp")
+        tramp.linkage = "internal"
+        entry = tramp.append_basic_block("entry")
+        head = tramp.append_basic_block("claim")
+        body = tramp.append_basic_block("run")
+        done = tramp.append_basic_block("done")
+        b = ir.IRBuilder(entry)
+        arr = b.bitcast(tramp.args[0], ir.ArrayType(I64, nslots).as_pointer())
+        slot = [b.gep(arr, [ir.Constant(I32, 0), ir.Constant(I32, k)]) for k in range(nslots)]
+        args = [b.inttoptr(b.load(slot[k]), t) for k, t in enumerate(ptr_types)]
+        args += [b.load(slot[len(ptr_types) + k]) for k in range(n_ints)]
+        base = len(ptr_types) + n_ints
+        mn, ext = b.load(slot[base]), b.load(slot[base + 1])
+        status, nxt = slot[base + 2], slot[base + 3]
+        nt = b.sext(b.call(self.intrinsic("omp_get_num_threads", I32, []), []), I64)
+        pieces = b.mul(nt, ir.Constant(I64, CHUNKS_PER_THREAD))
+        grain = b.sdiv(b.sub(b.add(ext, pieces), ir.Constant(I64, 1)), pieces)
+        grain = self.call_intrinsic("smax", grain, ir.Constant(I64, 1), builder=b)
+        end = b.add(mn, ext)
+        b.branch(head)
+        b.position_at_end(head)
+        lo = b.atomic_rmw("add", nxt, grain, "monotonic")
+        b.cbranch(b.icmp_signed("<", lo, end), body, done)
+        b.position_at_end(body)
+        hi = self.call_intrinsic("smin", b.add(lo, grain), end, builder=b)
+        rc = b.call(impl, args + [lo, hi])
+        with b.if_then(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), likely=False):
+            b.store_atomic(b.sext(rc, I64), status, "monotonic", 8)
+        b.branch(head)
+        b.position_at_end(done)
+        b.ret_void()
+        return tramp
+

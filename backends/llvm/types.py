@@ -1,0 +1,27 @@
+"""LLVM types of tensorlang dtypes, in registers and in memory."""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tensorlang.dtypes import DType
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+F32, F64 = ir.FloatType(), ir.DoubleType()
+
+
+def value_type(d: DType) -> ir.Type:
+    """The LLVM type of a value of dtype ``d`` in registers (bool is i1)."""
+    return {DType.bool_: I1, DType.int32: I32, DType.int64: I64, DType.float32: F32,
+            DType.float64: F64}[d]
+
+
+def memory_type(d: DType) -> ir.Type:
+    """The LLVM type of an element of dtype ``d`` in memory (bool is one byte, as NumPy)."""
+    return I8 if d is DType.bool_ else value_type(d)
+
+
+#: fast-math flags of float arithmetic (FMA contraction) and of reduction updates (also
+#: reassociation: the reduction policy of docs/architecture.md §5)
+FLOAT_FLAGS = ("contract",)
+REDUCE_FLAGS = ("reassoc", "contract")
