@@ -1,0 +1,181 @@
+"""The search strategy: which candidates a round measures.
+
+Optuna's sampler proposes points of the search space (``space.py``); each becomes a schedule,
+is proven legal (an illegal one is *pruned*: told to Optuna, recorded, never compiled) and
+lowered for its features (``features.py``). With the cost model (``cost_model.py``) a round
+proposes ``pool`` candidates — once the model is trained a quarter of them *mutants*: one of the
+five fastest measured schedules with one or two decisions redrawn (Ansor's evolutionary search,
+Zheng et al. OSDI 2020 §5.1), enqueued into the study so TPE sees them as its own trials — drops
+schedules already measured or pruned (or twice in one pool), ranks the rest by predicted time
+and picks the best ``measure_per_round - 2``, the best-ranked of the sampler's own proposals
+(mutants alone would only refine the incumbent) and one random exploratory candidate; the others
+are told to Optuna as failed, so they do not bias TPE. Without the model every legal proposal is
+measured (plain Optuna, for ablations).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import numpy as np
+import optuna
+
+from tensorlang.errors import ScheduleError
+from tensorlang.func import Func
+from tensorlang.schedule.lower import lower
+from tensorlang.schedule.schedule import Schedule
+
+from .cost_model import CostModel
+from .features import features
+from .results import TrialRecord
+
+#: a candidate: (Optuna trial, schedule, feature vector, predicted seconds or None)
+Candidate = tuple
+
+
+def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
+    """Optuna's sampler for ``kind``: ``"tpe"`` (independent TPE, Bergstra et al. 2011; 10
+    random startup trials), ``"mtpe"`` (multivariate TPE over groups of parameters that occur
+    together: it models interactions such as a vector tile's width with its rows, Falkner et al.
+    2018; experimental in Optuna) or ``"random"``."""
+    if kind == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "mtpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10,
+                                              multivariate=True, group=True)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=10)
+
+
+class SearchStrategy:
+    """Proposes the candidates of each round (see the module docstring).
+
+    Args:
+        study: the Optuna study (its sampler set). space: the search space (``sample(trial)
+            -> Schedule``; optionally ``point(schedule)``). model: the cost model, or None.
+        output, sizes: what is tuned. rng: the strategy's random stream (mutants, picks).
+        history: the run's trial records so far (mutants are drawn from its measured ones).
+        on_pruned: called with the record of each pruned proposal.
+        pool, measure_per_round: proposals ranked and candidates measured per round.
+    """
+
+    def __init__(self, study: optuna.Study, space: Any, model: CostModel | None, output: Func,
+                 sizes: dict[str, int], rng: np.random.Generator, history: list[TrialRecord],
+                 on_pruned: Callable[[TrialRecord], None], pool: int = 24,
+                 measure_per_round: int = 4) -> None:
+        self.study, self.space, self.model = study, space, model
+        self.output, self.sizes, self.rng, self.history = output, sizes, rng, history
+        self.on_pruned = on_pruned
+        self.pool, self.measure_per_round = pool, measure_per_round
+        #: traces measured or pruned so far (model-guided search only re-proposes new ones)
+        self.seen: set[str] = set()
+        self._pool_traces: set[str] = set()
+        #: trial number -> (params, distributions), for mutation
+        self.params_of: dict[int, tuple[dict, dict]] = {}
+        #: proposals dropped as already seen (the space is exhausted when they pile up)
+        self.duplicates = 0
+
+    # -- the rule-based schedule as a point of the space -----------------------------------------
+    def add_seed(self, s: Schedule, seconds: float) -> None:
+        """Tell the study a measured schedule (the rule-based one) as a completed trial TPE
+        models and a parent of mutants (trial -1), when the space can express it."""
+        self.seen.add(s.to_json())
+        point = self.space.point(s) if hasattr(self.space, "point") else None
+        if point is None:
+            return
+        dists = {k: optuna.distributions.CategoricalDistribution(c)
+                 for k, c in point[1].items()}
+        self.study.add_trial(optuna.trial.create_trial(params=point[0], distributions=dists,
+                                                       value=seconds))
+        self.params_of[-1] = (point[0], dists)
+        # the same schedule as the space writes it (tails of splits that leave none may
+        # differ): measured already
+        self.seen.add(self.space.sample(optuna.trial.FixedTrial(point[0])).to_json())
+
+    # -- proposals --------------------------------------------------------------------------------
+    def propose(self, trial: Any = None) -> Candidate | None:
+        """Ask Optuna for a schedule (or take ``trial``, an enqueued mutant); prove it legal and
+        lower it (its features come from the loop nest). An illegal or unrealizable one is
+        pruned: None. With the cost model, a schedule already measured or pruned, or already in
+        this round's pool, is told to Optuna as failed and dropped (None): measuring it again
+        would teach nothing."""
+        study = self.study
+        trial = trial if trial is not None else study.ask()
+        s = self.space.sample(trial)
+        self.params_of[trial.number] = (dict(trial.params), dict(trial.distributions))
+        if self.model is not None:
+            trace = s.to_json()
+            if trace in self.seen or trace in self._pool_traces:
+                self.duplicates += 1
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                return None
+            self._pool_traces.add(trace)
+        report = s.check()
+        if not report.ok:
+            self._prune(trial, s, report.problems[0].message())
+            return None
+        try:
+            return trial, s, features(lower(self.output, s), self.sizes)
+        except ScheduleError as exc:  # a placement lowering cannot realize
+            self._prune(trial, s, str(exc))
+            return None
+
+    def _prune(self, trial: Any, s: Schedule, why: str) -> None:
+        self.seen.add(s.to_json())
+        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        self.on_pruned(TrialRecord(trial.number, s.to_json(), "pruned", error=why))
+
+    def mutants(self, n: int) -> list[Any]:
+        """``n`` Optuna trials, each one of the five fastest measured schedules with one or two
+        decisions redrawn (the cost model then ranks them with the sampler's proposals, so good
+        schedules are refined locally)."""
+        rng = self.rng
+        top = sorted((r for r in self.history
+                      if r.state == "measured" and r.number in self.params_of),
+                     key=lambda r: r.seconds)[:5]
+        out = []
+        for _ in range(n if top else 0):
+            params, dists = self.params_of[top[int(rng.integers(len(top)))].number]
+            child = dict(params)
+            names = sorted(child)
+            for k in rng.permutation(len(names))[: 1 + int(rng.integers(2))]:
+                choices = dists[names[k]].choices
+                child[names[k]] = choices[int(rng.integers(len(choices)))]
+            self.study.enqueue_trial(child)
+            out.append(self.study.ask())
+        return out
+
+    def next_round(self) -> list[Candidate]:
+        """The candidates to measure next, each with its predicted seconds (None without a
+        prediction); may be empty (every proposal pruned or a duplicate)."""
+        if self.model is None:
+            cand = self.propose()
+            return [] if cand is None else [(*cand, None)]
+        model, rng, pool = self.model, self.rng, self.pool
+        self._pool_traces.clear()
+        n_mut = pool // 4 if model.trained else 0
+        proposals = [self.propose() for _ in range(pool - n_mut)]
+        mutated: set[int] = set()
+        for t in self.mutants(n_mut):
+            mutated.add(t.number)
+            proposals.append(self.propose(t))
+        cands = [c for c in proposals if c is not None]
+        if not cands:
+            return []
+        pred = model.predict(np.stack([c[2] for c in cands]))
+        order = list(rng.permutation(len(cands))) if pred is None else list(np.argsort(pred))
+        # the model's favourites, the sampler's best-ranked own proposal (mutants alone would
+        # only refine the incumbent), one random pick (exploration)
+        per_round = self.measure_per_round
+        take = order[: max(1, per_round - 2)]
+        own = [i for i in order if i not in take and cands[i][0].number not in mutated]
+        if own and per_round >= 3:
+            take.append(own[0])
+        rest = [i for i in order if i not in take]
+        if rest and per_round >= 2:
+            take.append(rest[int(rng.integers(len(rest)))])
+        for idx in set(range(len(cands))) - set(take):
+            self.study.tell(cands[idx][0], state=optuna.trial.TrialState.FAIL)
+        return [(*cands[i], None if pred is None else float(2.0 ** pred[i])) for i in take]
