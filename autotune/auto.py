@@ -3,7 +3,7 @@ tuning record of the nearest shape, else a heuristic schedule — and the kernel
 (``kernel.schedule_source``: ``"cache"``, ``"nearest"``, ``"heuristic"``).
 
 - exact hit (same workload key, shapes, dtypes, target, tensorlang version): the stored object
-  code is loaded (~1 ms, no LLVM); an entry imported from a log without object code is compiled
+  code is loaded (no LLVM); an entry imported from a log without object code is compiled
   once and its object code stored;
 - no exact hit: the fastest entry of the same workload at the nearest sizes, re-proven legal by
   ``tl.compile``'s check, with a ``TuningWarning`` naming both shapes; the kernel is cached for

@@ -65,6 +65,8 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
 
+from .workloads import BoundExtents
+
 if TYPE_CHECKING:
     from tensorlang.backends.llvm.target import Target
 
@@ -137,9 +139,7 @@ def heuristic_schedule(output: Func, sizes: dict[str, int],
 
 def _build(output: Func, sizes: dict[str, int], target: Target | None,
            lower_each: bool) -> Schedule:
-    from .space import SearchSpace
-
-    space = SearchSpace(output, sizes, target)
+    extents = BoundExtents(output, sizes)
     p = Pipeline(output)
     s = Schedule(output)
     for f in reversed(p.funcs):
@@ -154,7 +154,7 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
                     and not reader.definition.rvars:  # type: ignore[union-attr]
                 t = _try(s, lambda t, f=f: t[f].compute_inline())
                 if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES \
-                        and _inline_pays(p, s, f, space):
+                        and _inline_pays(p, s, f, extents):
                     s = t
                     continue
             row = _row_loop(s, output, f, readers)
@@ -166,32 +166,32 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
         for variant in ("packed", "full", "guard", "simple", "parallel"):
             if variant == "packed":
                 t = None if nested else _try(s, lambda t, f=f: _packed_tile(
-                    t, f, space, lanes(f, target), target))
+                    t, f, extents, lanes(f, target), target))
             else:
                 t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(
-                    t, f, v, space, lanes(f, target), n, accumulators(target)))
+                    t, f, v, extents, lanes(f, target), n, accumulators(target)))
             if t is None:
                 continue
             if not lower_each or _lowers(output, t):
                 s = t
                 break
         for u in f.updates:
-            s = _schedule_update(s, output, f, u.number, space, lanes(f, target), nested,
+            s = _schedule_update(s, output, f, u.number, extents, lanes(f, target), nested,
                                  lower_each)
     return s
 
 
-def _schedule_update(s: Schedule, output: Func, f: Func, number: int, space: object,
+def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,
                      lanes: int, nested: bool, lower_each: bool) -> Schedule:
-    t = _try(s, lambda t: _scan_stage(t, f, number, space, lanes, nested))
+    t = _try(s, lambda t: _scan_stage(t, f, number, extents, lanes, nested))
     if t is not None and (not lower_each or _lowers(output, t)):
         return t
-    pars = [] if nested else update_parallel_loops(s, f, number, space)
+    pars = [] if nested else update_parallel_loops(s, f, number, extents)
     for vector in (True, False):
         for par in [*pars, None]:
             if not vector and par is None:
                 return s
-            t = _try(s, lambda t, v=vector, p=par: _update_stage(t, f, number, v, p, space,
+            t = _try(s, lambda t, v=vector, p=par: _update_stage(t, f, number, v, p, extents,
                                                                  lanes))
             if t is not None and (not lower_each or _lowers(output, t)):
                 return t
@@ -222,7 +222,7 @@ def inlined_nodes(p: Pipeline, s: Schedule) -> int:
                default=0)
 
 
-def inline_recompute(p: Pipeline, s: Schedule, f: Func, space: object) -> float:
+def inline_recompute(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> float:
     """How many times each point of ``f`` would be computed if ``f`` were inlined: its reads
     along the chain of inlined readers up to the Func that hosts the expression, times that
     Func's points (pure and reduction), over ``f``'s points; ``inf`` without a single reader."""
@@ -231,7 +231,7 @@ def inline_recompute(p: Pipeline, s: Schedule, f: Func, space: object) -> float:
     from tensorlang.expr import Access, walk
 
     def points(g: Func) -> int:
-        ranges = space.binding.ranges[g.name]  # type: ignore[attr-defined]
+        ranges = extents.binding.ranges[g.name]
         return math.prod(max(1, ext) for _, ext in ranges.values())
 
     names = {g.name for g in p.funcs}
@@ -250,10 +250,10 @@ def inline_recompute(p: Pipeline, s: Schedule, f: Func, space: object) -> float:
     return float("inf")
 
 
-def _inline_pays(p: Pipeline, s: Schedule, f: Func, space: object) -> bool:
+def _inline_pays(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> bool:
     from tensorlang.expr import walk
 
-    times = inline_recompute(p, s, f, space)
+    times = inline_recompute(p, s, f, extents)
     nodes = sum(1 for _ in walk(f.definition.value))  # type: ignore[union-attr]
     return times <= MAX_INLINE_RECOMPUTE or (times <= MAX_CHEAP_RECOMPUTE
                                              and nodes <= CHEAP_INLINE_NODES)
@@ -484,7 +484,7 @@ def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None
                                             vectors=max(1, width // tile.lanes)))
 
 
-def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
+def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
                  target: Target | None) -> None:
     """The BLIS loop nest for a GEMM-like reduction (Goto and van de Geijn, TOMS 2008; blocking
     from ``cpu_model.gemm_blocking``): row blocks of about ``mc`` rows in parallel; in each, for
@@ -510,7 +510,7 @@ def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
         raise ScheduleError(f"{f.name} is not a GEMM-like reduction")
     operand, k = operands[0].name, operands[0].rvar
     args = [v.name for v in d.args]
-    ext = {a: space.extent(f.name, a) for a in [*args, k]}  # type: ignore[attr-defined]
+    ext = {a: extents.extent(f.name, a) for a in [*args, k]}
     x = args[-1]
     i = row_var(f, args)
     cpu = cpu_model(target)
@@ -548,7 +548,7 @@ def _packed_tile(s: Schedule, f: Func, space: object, lanes: int,
     st.parallel(ioo.name if par == "blocks" else par)
 
 
-def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
+def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int,
            nested: bool = False, accumulators: int = ACCUMULATORS) -> None:
     d = f.definition
     assert d is not None
@@ -556,10 +556,10 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
     args = [v.name for v in d.args]
     if not args:
         return
-    ext = {a: space.extent(f.name, a) for a in args}  # type: ignore[attr-defined]
+    ext = {a: extents.extent(f.name, a) for a in args}
     work = 1
     for n in [*args, *(r.name for r in d.rvars)]:
-        work *= max(1, space.extent(f.name, n))  # type: ignore[attr-defined]
+        work *= max(1, extents.extent(f.name, n))
     # a stage with less work than one parallel region is worth runs serially: thread wake-ups
     # would cost more than they save (PolyBench durbin at its SMALL size: 0.78x its default)
     nested = nested or work < MIN_PARALLEL_POINTS
@@ -609,13 +609,13 @@ def _stage(s: Schedule, f: Func, variant: str, space: object, lanes: int,
         st.parallel(args[0])
 
 
-def update_parallel_loops(s: Schedule, f: Func, number: int, space: object) -> list[str]:
+def update_parallel_loops(s: Schedule, f: Func, number: int, extents: BoundExtents) -> list[str]:
     """Loops of update ``number`` of ``f`` (outermost first) that could run in parallel with
     enough work: at least two iterations and ``MIN_PARALLEL_POINTS`` points in one iteration
     of the loops outside them (one parallel region)."""
     name = f"{f.name}.update({number})"
     loops = [ref.name for ref in s[f].update(number).loops]
-    ext = {n: space.extent(name, n) for n in loops}  # type: ignore[attr-defined]
+    ext = {n: extents.extent(name, n) for n in loops}
     out, points = [], 1
     for n in loops:
         points *= ext[n]
@@ -627,21 +627,21 @@ def update_parallel_loops(s: Schedule, f: Func, number: int, space: object) -> l
 
 
 def _update_stage(s: Schedule, f: Func, number: int, vector: bool, parallel: str | None,
-                  space: object, lanes: int) -> None:
+                  extents: BoundExtents, lanes: int) -> None:
     """Update ``number`` of ``f`` with its innermost loop vectorized (``vector``) and loop
     ``parallel`` in parallel; the legality check refuses what the update's dependences forbid."""
     st = s[f].update(number)
     name = f"{f.name}.update({number})"
     inner = st.loops[-1].name
     if vector:
-        if space.extent(name, inner) < UPDATE_MIN_VECTORS * lanes:  # type: ignore[attr-defined]
+        if extents.extent(name, inner) < UPDATE_MIN_VECTORS * lanes:
             raise ScheduleError(f"{name}: innermost loop too short to vectorize")
         st.vectorize(inner, lanes, tail="GuardWithIf")
     if parallel is not None:
         st.parallel(f"{parallel}.o" if parallel == inner and vector else parallel)
 
 
-def _scan_stage(s: Schedule, f: Func, number: int, space: object, lanes: int,
+def _scan_stage(s: Schedule, f: Func, number: int, extents: BoundExtents, lanes: int,
                 nested: bool) -> None:
     """A scan along a non-contiguous dimension (``Z[r, j] = Z[r, j] + b * Z[r - 1, j]``, the
     pure Var ``j`` contiguous): ``j`` in chunks of ``SCAN_CHUNK_VECTORS`` vectors, the chunks in
@@ -655,7 +655,7 @@ def _scan_stage(s: Schedule, f: Func, number: int, space: object, lanes: int,
     if last not in u.pure or loops[-1] == last:
         raise ScheduleError(f"{name}: no contiguous pure Var outside the reduction loops")
     chunk = SCAN_CHUNK_VECTORS * lanes
-    if space.extent(name, last) < 2 * chunk:  # type: ignore[attr-defined]
+    if extents.extent(name, last) < 2 * chunk:
         raise ScheduleError(f"{name}: {last} too short to split into chunks")
     po, pi = st.split(last, chunk, tail="GuardWithIf")
     st.reorder(po.name, *[n for n in loops if n != last], pi.name)

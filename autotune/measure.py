@@ -4,7 +4,7 @@ runaway kernel becomes a failed measurement (time ``inf``, error kept) instead o
 Processes are fresh interpreters (``python -m tensorlang.autotuner.worker``: no fork after
 OpenMP threads exist, no re-import of the user's script). *Compile workers* (``jobs`` of them)
 turn schedule traces into relocatable object code — the legality check included — in parallel;
-then the one *run worker* loads each object (~1 ms, no LLVM) and times it on the user's arrays
+then the one *run worker* loads each object (no LLVM) and times it on the user's arrays
 or on seeded random inputs, one candidate at a time so measurements never share the CPU with
 compilation: a warm-up run, then
 repeats until ``min_seconds`` of timed work (at least ``repeats`` runs); the median is the
@@ -39,7 +39,7 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.reference import reference
 from tensorlang.schedule.schedule import Schedule
 
-from .worker import recv, send
+from .protocol import recv, send
 
 
 @dataclass
@@ -204,9 +204,9 @@ def _compare(msg: tuple, backend: Any, output: Any, arrays: dict, extra: dict,
 def _output_array(backend: Any, pipeline: Any, arrays: dict[str, np.ndarray],
                   extra: dict[str, int]) -> np.ndarray | None:
     """The output array every run of this worker writes into, its pages touched now: a fresh
-    64 MB output costs up to ~70 ms of first-touch page faults (measured), which made the
-    warm-up of a 4 ms blur candidate look 10x slower than the best -- a "hopeless" single
-    time -- at random. None if the shapes do not bind (the candidate's run reports why)."""
+    output's first-touch page faults can cost more than a fast candidate's whole run, which
+    made warm-ups look "hopeless" at random (``docs/performance.md``, "Measurements behind
+    code choices"). None if the shapes do not bind (the candidate's run reports why)."""
     try:
         binding = pipeline.bind({k: v.shape for k, v in arrays.items()}, extra)
     except Exception:  # noqa: BLE001 - the kernel call raises the user-facing error

@@ -51,8 +51,9 @@ Func computed at root or at a consumer loop):
 Not decisions: ``cache_write`` — the lowering's ``promote_accumulators`` already keeps every
 register tile (unrolled and vectorized loops inside a reduction) in a local buffer where that is
 legal, which is what TVM's ``cache_write(C, "local")`` is for; ``cache_read`` other than the
-``packed`` order's — on conv2d's best hand schedule, copying ``Wt`` per channel tile or per row made
-it slower (1.56 -> 1.77 / 1.86 ms) and copying ``pad`` per row gained 4%.
+``packed`` order's — on conv2d's best hand schedule, copying ``Wt`` per channel tile or per row
+made it slower and copying ``pad`` per row gained little (``docs/performance.md``,
+"Measurements behind code choices").
 
 ``SearchSpace.point`` finds the decisions that reproduce a given schedule (the tuner places the
 rule-based schedule of ``heuristic.py`` in the space with it, which is a point of it for every
@@ -75,7 +76,7 @@ from tensorlang.pipeline import Pipeline
 
 from .heuristic import (accumulator_rows, accumulators, lanes, pack, packed_operand,
                         packed_operands, row_block, row_var)
-from .workloads import input_shapes
+from .workloads import BoundExtents
 
 if TYPE_CHECKING:
     from tensorlang.backends.llvm.target import Target
@@ -129,13 +130,11 @@ class SearchSpace:
         self.target = target or host_target()  # its lanes and register budget size the tiles
         self.output = output
         self.pipeline = Pipeline(output)
-        shapes = input_shapes(output, sizes)
-        self.binding = self.pipeline.bind(shapes, {k: v for k, v in sizes.items()
-                                                   if k in self.pipeline.sizes})
-        self.shapes = shapes
+        self.extents = BoundExtents(output, sizes)
+        self.binding, self.shapes = self.extents.binding, self.extents.shapes
 
     def extent(self, func: str, var: str) -> int:
-        return self.binding.ranges[func][var][1]
+        return self.extents.extent(func, var)
 
     def sample(self, trial: Trial) -> Schedule:
         """Draw one schedule (decisions named as in the module docstring)."""
@@ -399,8 +398,7 @@ def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> di
     loop's extent has no tail at these sizes, so its tail strategy is left out (the space does
     not ask it there): two schedules with the same signature compute the same points in the same
     order, and their loop nests differ at most in a tail's index arithmetic (the kernel is
-    compiled for any size; at 4096 softmax's ``e`` with ``ShiftInwards`` ran 6% faster than
-    with ``GuardWithIf``)."""
+    compiled for any size, and at sizes the factor does not divide the tail strategy matters)."""
     from tensorlang.schedule.loops import Fuse, Split
 
     out = {}

@@ -3,12 +3,13 @@ interleaved A/B rounds that compare several kernels under the same conditions.
 
 Why interleave: on a machine other processes use, a kernel's time depends on when it ran -- a
 parallel kernel whose pool thread is descheduled mid-chunk waits a whole scheduler quantum, and
-a VM can run 2x slower for minutes. Two kernels timed one after the other can swap ranks; the
-same two timed in alternating blocks see the same conditions, so their *ratio* holds even when
-their times do not. The tuner confirms every new best this way against the current best and the
-rule-based schedule before it accepts it (``tuner.py``), and ``tensorlang bench`` / the tuning
-summary time tensorlang and NumPy this way. See also: Chen and Revels, "Robust benchmarking
-in noisy environments" (arXiv:1608.04295, 2016), Triton's ``do_bench``.
+a VM can run much slower for minutes (``docs/measurement.md``). Two kernels timed one after the
+other can swap ranks; the same two timed in alternating blocks see the same conditions, so their
+*ratio* holds even when their times do not. The tuner confirms every new best this way against
+the current best and the rule-based schedule before it accepts it (``tuner.py``), and
+``tensorlang bench`` / the tuning summary time tensorlang and NumPy this way. See also: Chen and
+Revels, "Robust benchmarking in noisy environments" (arXiv:1608.04295, 2016), Triton's
+``do_bench``.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 #: seconds to pause after a contender that leaves spinning threads behind (NumPy's OpenBLAS
-#: pool busy-waits after each call; a parallel kernel timed right after it runs up to 3x slower
-#: for its first ~0.1 s, measured on the development machine), before the next block starts
+#: pool busy-waits after each call and slows a parallel kernel timed right after it;
+#: ``docs/performance.md``, "Measurements behind code choices"), before the next block starts
 SETTLE_SECONDS = 0.2
 
 

@@ -71,6 +71,29 @@ def input_shapes(output: Func, sizes: dict[str, int]) -> dict[str, tuple[int, ..
     return out
 
 
+class BoundExtents:
+    """Every Func's loop extents when ``output`` runs at ``sizes``: its pipeline bound to the
+    input shapes those sizes give (``Pipeline.bind``).
+
+    Attributes:
+        shapes: input shapes by Input name. binding: the ``Binding`` (``ranges[func][var]`` is
+            ``(min, extent)``).
+
+    Raises:
+        ShapeError: the sizes do not fit the algorithm.
+    """
+
+    def __init__(self, output: Func, sizes: dict[str, int]) -> None:
+        pipeline = Pipeline(output)
+        self.shapes = input_shapes(output, sizes)
+        self.binding = pipeline.bind(self.shapes, {k: v for k, v in sizes.items()
+                                                   if k in pipeline.sizes})
+
+    def extent(self, func: str, var: str) -> int:
+        """The extent of loop Var ``var`` of ``func`` (a stage id's Func name)."""
+        return self.binding.ranges[func][var][1]
+
+
 def free_sizes(output: Func, sizes: dict[str, int]) -> dict[str, int]:
     """The sizes a kernel call must be given explicitly (``N=...``): those no input shape fixes."""
     p = Pipeline(output)

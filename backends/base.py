@@ -16,6 +16,7 @@ See also: TVM's ``Target`` + ``tvm.build`` per-target codegen and MetaSchedule's
 from __future__ import annotations
 
 import abc
+import importlib
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, ClassVar
@@ -183,28 +184,39 @@ class Backend(abc.ABC):
 
 BACKENDS: dict[str, Backend] = {}
 DEFAULT_BACKEND = "llvm-cpu"
+#: the backends shipped with tensorlang, by name: ``module:class``, imported on first use (so
+#: this interface does not import any implementation, and ``import tensorlang`` loads none)
+BUILTIN_BACKENDS = {"llvm-cpu": "tensorlang.backends.llvm.backend:LLVMCPUBackend"}
 
 
 def register_backend(backend: Backend) -> Backend:
-    """Make ``backend`` reachable as ``get_backend(backend.name)``; returns it."""
+    """Make ``backend`` reachable as ``get_backend(backend.name)``; returns it.
+
+    Raises:
+        CompileError: ``backend`` is not a ``Backend``.
+    """
+    if not isinstance(backend, Backend):
+        raise CompileError(f"register_backend expects a Backend instance, got "
+                           f"{type(backend).__name__}")
     BACKENDS[backend.name] = backend
     return backend
 
 
 def get_backend(name: str | None = None) -> Backend:
-    """The backend named ``name`` (default: the LLVM CPU backend, registered on first use).
+    """The backend named ``name`` (default: the LLVM CPU backend); a built-in one is imported
+    and registered on first use.
 
     Raises:
-        CompileError: no backend has that name (names the registered ones).
+        CompileError: no backend has that name (names the registered and built-in ones).
     """
-    if DEFAULT_BACKEND not in BACKENDS:
-        from .llvm.backend import LLVMCPUBackend
-
-        register_backend(LLVMCPUBackend())
     key = name or DEFAULT_BACKEND
+    if key not in BACKENDS and key in BUILTIN_BACKENDS:
+        module, _, cls = BUILTIN_BACKENDS[key].partition(":")
+        register_backend(getattr(importlib.import_module(module), cls)())
     try:
         return BACKENDS[key]
     except KeyError:
-        raise CompileError(f"no backend named {key!r}; the registered backends are "
-                           f"{', '.join(sorted(BACKENDS))} (a new one is registered with "
+        known = sorted({*BACKENDS, *BUILTIN_BACKENDS})
+        raise CompileError(f"no backend named {key!r}; the known backends are "
+                           f"{', '.join(known)} (a new one is registered with "
                            f"tensorlang.backends.register_backend)") from None

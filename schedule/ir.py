@@ -24,7 +24,7 @@ class ForKind(enum.Enum):
 
     - ``SERIAL``: iterations in order. Always legal.
     - ``PARALLEL``: iterations spread over the thread pool; legal when the loop carries no
-      dependence. Costs one parallel-region launch (~2 us) per execution of the loop.
+      dependence. Costs one parallel-region launch (microseconds) per execution of the loop.
     - ``VECTORIZED``: iterations become lanes of SIMD instructions; legal when the loop carries no
       dependence. Best on the innermost loop with unit-stride accesses.
     - ``UNROLLED``: the body is replicated; always legal. Needs a constant extent.

@@ -362,11 +362,11 @@ class _Realizer:
         run as one stage instance, whose nest has no tail (so its fast version, with register
         tiles, always runs), then the remainder as another (Halide's loop partitioning, done
         on the stage's region). Without it one guarded tail sent the whole stage to the slow
-        version: GEMM 1021^3 86 ms against 11 ms at 1024^3. Each point of a definition is
-        computed independently of the others (only update definitions read other points of
-        their own Func, and they are not partitioned), so the pieces' order is free. A
-        remainder piece is emitted in its guarded version only; a main piece's extent
-        ``e // f * f`` divides its factor, so it is not partitioned again along that Var."""
+        version (``docs/performance.md``, "Measurements behind code choices"). Each point of a
+        definition is computed independently of the others (only update definitions read other
+        points of their own Func, and they are not partitioned), so the pieces' order is free. A
+        remainder piece is emitted in its guarded version only; a main piece's extent ``e // f * f``
+        divides its factor, so it is not partitioned again along that Var."""
         st = self.states[f.name]
         args = [a.name for a in self.p.definition(f.name).args]
         if remainder or any(key[0] == f.name for key in (*self.computed_at, *self.stored_at)):

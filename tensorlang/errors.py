@@ -1,8 +1,8 @@
 """The user-facing error hierarchy of tensorlang.
 
 Every error a user can cause derives from :class:`TensorlangError`; anything else that escapes is an
-internal error (a bug in tensorlang). Messages name the Func, the index or loop, and the fix, in the
-format of CONVENTIONS.md ("Errors").
+internal error (a bug in tensorlang). Messages name the Func, the index or loop, and the fix; a
+schedule's errors start with "In schedule for F:" (``ScheduleError.in_schedule``).
 """
 
 from __future__ import annotations

@@ -147,11 +147,11 @@ def test_inlining_does_not_recompute_a_blur_per_tap_or_per_channel():
     s = heuristic_schedule(out, sizes)
     kinds = {f: s.states[f].compute.kind for f in ("blur_y", "blur_x", "ratio")}
     assert kinds == {"blur_y": "root", "blur_x": "root", "ratio": "inline"}
-    from tensorlang.autotuner.space import SearchSpace
+    from tensorlang.autotuner.workloads import BoundExtents
 
     p = tl.Pipeline(out)
     base = tl.Schedule(out)
-    assert inline_recompute(p, base, p.func("ratio"), SearchSpace(out, sizes)) == 3
-    assert inline_recompute(p, base, p.func("blur_y"), SearchSpace(out, sizes)) == 7
+    assert inline_recompute(p, base, p.func("ratio"), BoundExtents(out, sizes)) == 3
+    assert inline_recompute(p, base, p.func("blur_y"), BoundExtents(out, sizes)) == 7
     a = {"input": np.random.default_rng(2).random((3, 37, 41), dtype=np.float32) + 0.1}
     np.testing.assert_allclose(tl.compile(out, s)(**a), unsharp_numpy(a), rtol=1e-4, atol=1e-5)

@@ -181,3 +181,70 @@ def test_the_tuner_reaches_backends_only_through_the_interface():
                 bad.append(f"{os.path.relpath(path, ROOT)}:{line}: {module} imports {target} "
                            f"(use tensorlang.backends.base.get_backend)")
     assert not bad, "\n".join(bad)
+
+
+#: import cycles kept on purpose: ``str(expr)`` renders through the printer, and the printer
+#: needs the node classes (Halide's ``IRPrinter`` and ``Expr`` are tied the same way)
+ALLOWED_CYCLES = [{"tensorlang.expr", "tensorlang.printer"}]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (module level or in a function; imports under
+    ``if TYPE_CHECKING:`` do not run and are left out)."""
+    graph = {}
+    for module, path in _modules():
+        tree = ast.parse(open(path, encoding="utf-8").read(), path)
+        typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                       and "TYPE_CHECKING" in ast.unparse(node.test) for n in ast.walk(node)}
+        deps = set()
+        for target, line in _imports(module, path):
+            deps.add((target, line))
+        lines = {n.lineno for n in ast.walk(tree) if id(n) in typing_only
+                 and isinstance(n, (ast.Import, ast.ImportFrom))}
+        graph[module] = {t for t, line in deps if line not in lines}
+    known = set(graph)
+    return {m: {d for d in ds if d in known and d != m} for m, ds in graph.items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = set()
+            while True:
+                w = stack.pop()
+                comp.add(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(comp)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles():
+    # a cycle is what function-local imports were hiding: every module can be imported alone,
+    # in any order, and read bottom-up
+    cycles = [sorted(c) for c in _cycles(_import_graph()) if c not in ALLOWED_CYCLES]
+    assert not cycles, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
+    assert _cycles({"a": {"b"}, "b": set()}) == []

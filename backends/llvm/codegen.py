@@ -6,7 +6,8 @@ reads element ``((i0 - min0) * ext1 + (i1 - min1)) * ext2 + ...``.
 
 Facts the generated code states, because they hold:
 - ``noalias`` on every buffer argument: inputs are only read and the runtime never passes an output
-  that overlaps an input (it computes into a temporary instead). Worth 3-4x on GEMM (notes B3).
+  that overlaps an input (it computes into a temporary instead). Without it LLVM must assume
+  a store may change any input and reloads operands instead of keeping them in registers.
 - ``contract`` on float arithmetic (FMA contraction), ``reassoc`` on reduction updates only
   (the reduction policy of docs/architecture.md §5: reductions are associative).
 - ``nsw``/``inbounds`` on buffer offset arithmetic (offsets are checked in bounds at call time).

@@ -108,7 +108,7 @@ def _load(obj: bytes, entry: str, target: Target) -> tuple[llvm.ExecutionEngine,
 
 def load_object(obj: bytes, entry: str, target: Target, what: str = "kernel") -> CompiledModule:
     """Load object code emitted by ``compile_ir(..., emit_object=True)``: no LLVM optimisation or
-    code generation (~1 ms, notes B4). External symbols (libm, libgomp) resolve now, so load
+    code generation. External symbols (libm, libgomp) resolve now, so load
     libgomp first when the kernel has parallel loops.
 
     Raises:

@@ -181,9 +181,8 @@ class MemoryGen:
         advised onto transparent huge pages (``madvise(MADV_HUGEPAGE)``, as NumPy does for its
         arrays of >= 4 MB). glibc serves sizes above 32 MB with a fresh ``mmap`` on every
         call, so a compute_root buffer pays its first-touch page faults on every call; in 2 MB
-        pages a 64 MB buffer takes 32 faults instead of 16384. Measured (blur 4096², ``bx``
-        at root: 64 MB; both kernels timed alternately in one process): 24.8 ms per call with
-        malloc, 10.2 ms with this."""
+        pages a 64 MB buffer takes 32 faults instead of 16384
+        (``docs/performance.md``, "Measurements behind code choices")."""
         fn = self.module.globals.get("tl.alloc")
         if fn is not None:
             return fn

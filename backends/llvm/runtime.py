@@ -2,7 +2,7 @@
 
 Parallel loops call ``GOMP_parallel(fn, closure, num_threads, 0)`` from the generated code: libgomp
 keeps one pool of threads per process and reuses it, so a parallel region costs microseconds
-(measured ~2 us here, notes B2) and threads are started and joined in native code, never from Python.
+and threads are started and joined in native code, never from Python.
 The thread count comes from ``TENSORLANG_NUM_THREADS`` (default: every CPU), read when a kernel is
 compiled.
 

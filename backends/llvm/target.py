@@ -3,7 +3,7 @@
 A ``Target`` identifies where machine code may run (it is part of every cache key later): the
 process triple, the CPU name (``znver4`` here), the feature string (``+avx512f,...``) and the LLVM
 version. Target machines are created fresh per compiled module: ``create_mcjit_compiler`` takes
-ownership of its target machine, and sharing one crashed (notes B5, pitfall 2).
+ownership of its target machine, and sharing one between engines crashes LLVM.
 """
 
 from __future__ import annotations
