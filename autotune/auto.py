@@ -58,9 +58,9 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
     builder = get_backend(backend)
     target = target_info(backend=builder.name)
     cache = cache if cache is not None else KernelCache()
-    cmd = f"tensorlang tune FILE.py:FUNC --shape {format_shape(work['sizes'])}"
+    cmd = f"tensorlang tune FILE.py:FUNC --shape {format_shape(work.sizes)}"
     try:
-        entry = cache.get(work["key"], work["sizes"], work["shapes"], work["dtypes"], target)
+        entry = cache.get(work, target)
     except Exception as exc:  # noqa: BLE001 - a cache must never break the program
         warnings.warn(f"tensorlang cache unusable ({exc}); compiling without it", TuningWarning,
                       stacklevel=3)
@@ -75,8 +75,8 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
         if s is not None:
             source = "nearest" if entry.source == "nearest" else "cache"
             if source == "nearest":
-                warnings.warn(f"no tuned kernel of {work['name']} for "
-                              f"{format_shape(work['sizes'])} on this machine; using the cached "
+                warnings.warn(f"no tuned kernel of {work.name} for "
+                              f"{format_shape(work.sizes)} on this machine; using the cached "
                               f"kernel compiled from the schedule of the nearest tuned shape. "
                               f"Tune this shape: {cmd}",
                               TuningWarning, stacklevel=3)
@@ -96,7 +96,7 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
     near = None
     if cache is not None:
         try:
-            near = cache.nearest(work["key"], work["sizes"], work["dtypes"], target)
+            near = cache.nearest(work, target)
         except Exception:  # noqa: BLE001
             near = None
     if near is not None:
@@ -104,24 +104,23 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
             s = Schedule.from_json(output, near.trace)
             kern = builder.compile(output, s, emit_object=True)  # proves it legal again
             kern.schedule_source = "nearest"
-            warnings.warn(f"no tuned kernel of {work['name']} for "
-                          f"{format_shape(work['sizes'])} on this machine; using the schedule "
+            warnings.warn(f"no tuned kernel of {work.name} for "
+                          f"{format_shape(work.sizes)} on this machine; using the schedule "
                           f"tuned for {format_shape(near.sizes)} ({near.seconds * 1e3:.3f} ms "
                           f"there). Tune this shape: {cmd}",
                           TuningWarning, stacklevel=3)
             if cache is not None:
-                cache.put(CacheEntry(work["key"], work["name"], work["sizes"], work["shapes"],
-                                     work["dtypes"], target, near.trace, float("inf"),
+                cache.put(CacheEntry(work, target, near.trace, float("inf"),
                                      kern.signature.to_dict(), kern.object_code,
                                      source="nearest"))
             return kern
         except (ScheduleError, CompileError) as exc:
             warnings.warn(f"the schedule tuned for {format_shape(near.sizes)} does not apply to "
-                          f"{format_shape(work['sizes'])} ({exc})", TuningWarning, stacklevel=3)
+                          f"{format_shape(work.sizes)} ({exc})", TuningWarning, stacklevel=3)
     s = heuristic_schedule(output, sizes)
     kern = builder.compile(output, s)
     kern.schedule_source = "heuristic"
-    warnings.warn(f"no tuning record for {work['name']} (workload {work['key'][:12]}) on this "
+    warnings.warn(f"no tuning record for {work.name} (workload {work.key[:12]}) on this "
                   f"machine; using a heuristic schedule. Tune it: {cmd}", TuningWarning,
                   stacklevel=3)
     return kern

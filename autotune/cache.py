@@ -28,8 +28,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from .identity import TargetId, WorkloadId
+
 CACHE_VERSION = 1
-_TARGET_KEYS = ("triple", "cpu", "features", "llvm", "threads", "tensorlang")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kernels (
@@ -65,17 +66,13 @@ def cache_dir() -> str:
 
 @dataclass
 class CacheEntry:
-    """One tuned kernel: what it computes (workload key, name, sizes, input shapes, dtypes),
-    where it runs (target dict, ``records.target_info``), the schedule trace (JSON), its median
+    """One tuned kernel: what it computes (a ``WorkloadId``: workload key, name, sizes, input
+    shapes, dtypes), where it runs (a ``TargetId``), the schedule trace (JSON), its median
     seconds, the object code and call signature (None until compiled) and where it came from
-    (``tune``, ``import``, ``compile``)."""
+    (``tune``, ``import``, ``compile``, ``nearest``)."""
 
-    workload_key: str
-    workload_name: str
-    sizes: dict[str, int]
-    shapes: dict[str, list[int]]
-    dtypes: dict[str, str]
-    target: dict[str, Any]
+    workload: WorkloadId
+    target: TargetId
     trace: str
     seconds: float
     signature: dict[str, Any] | None = None
@@ -85,17 +82,21 @@ class CacheEntry:
 
     @property
     def key(self) -> str:
-        return entry_key(self.workload_key, self.sizes, self.shapes, self.dtypes, self.target)
+        return entry_key(self.workload, self.target)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self.workload.sizes
 
 
-def entry_key(workload_key: str, sizes: dict[str, int], shapes: dict[str, Any],
-              dtypes: dict[str, str], target: dict[str, Any]) -> str:
-    """The cache key (SHA-256 hex) of a workload at concrete shapes on a target."""
-    data = {"cache": CACHE_VERSION, "workload": workload_key,
-            "sizes": {k: int(v) for k, v in sorted(sizes.items())},
-            "shapes": {k: list(v) for k, v in sorted(shapes.items())},
-            "dtypes": dict(sorted(dtypes.items())),
-            "target": {k: target.get(k) for k in _TARGET_KEYS}}
+def entry_key(workload: WorkloadId, target: TargetId) -> str:
+    """The cache key (SHA-256 hex) of a workload at concrete shapes on a target (its
+    ``TargetId.CACHE_FIELDS``)."""
+    data = {"cache": CACHE_VERSION, "workload": workload.key,
+            "sizes": {k: int(v) for k, v in sorted(workload.sizes.items())},
+            "shapes": {k: list(v) for k, v in sorted(workload.shapes.items())},
+            "dtypes": dict(sorted(workload.dtypes.items())),
+            "target": target.cache_fields()}
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -170,9 +171,10 @@ class KernelCache:
         key = row[0]
         try:
             entry = CacheEntry(
-                workload_key=row[1], workload_name=row[2], sizes=json.loads(row[3]),
-                shapes=json.loads(row[4]), dtypes=json.loads(row[5]), target=json.loads(row[6]),
-                trace=row[7], seconds=float(row[8]),
+                workload=WorkloadId.from_dict({
+                    "key": row[1], "name": row[2], "sizes": json.loads(row[3]),
+                    "shapes": json.loads(row[4]), "dtypes": json.loads(row[5])}),
+                target=TargetId.from_dict(json.loads(row[6])), trace=row[7], seconds=float(row[8]),
                 signature=None if row[9] is None else json.loads(row[9]),
                 object_code=None if row[10] is None else bytes(row[10]), source=row[12],
                 created=float(row[13]))
@@ -182,17 +184,16 @@ class KernelCache:
                 raise ValueError("object code checksum mismatch")
             if entry.key != key:
                 raise ValueError("the key does not match the entry (a foreign row)")
-        except (ValueError, TypeError, json.JSONDecodeError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, json.JSONDecodeError) as exc:
             _warn_once(f"{self.path}:{key}", f"tensorlang cache {self.path}: entry {key[:12]} is "
                                               f"corrupt ({exc}); it is removed and will be rebuilt")
             self._connect().execute("DELETE FROM kernels WHERE key = ?", (key,))
             return None
         return entry
 
-    def get(self, workload_key: str, sizes: dict[str, int], shapes: dict[str, Any],
-            dtypes: dict[str, str], target: dict[str, Any]) -> CacheEntry | None:
-        """The entry for exactly this workload, shapes and target, or None."""
-        key = entry_key(workload_key, sizes, shapes, dtypes, target)
+    def get(self, workload: WorkloadId, target: TargetId) -> CacheEntry | None:
+        """The entry for exactly this workload (sizes, shapes, dtypes) and target, or None."""
+        key = entry_key(workload, target)
         row = self._connect().execute(f"SELECT {self._COLUMNS} FROM kernels WHERE key = ?",
                                       (key,)).fetchone()
         return None if row is None else self._entry(row)
@@ -209,13 +210,13 @@ class KernelCache:
             if e is not None:
                 yield e
 
-    def nearest(self, workload_key: str, sizes: dict[str, int], dtypes: dict[str, str],
-                target: dict[str, Any]) -> CacheEntry | None:
-        """The entry of the same workload, dtypes and target whose sizes are nearest (sum of
-        ``|log(a/b)|`` over the sizes), or None."""
-        best, dist = None, float("inf")
-        for e in self.entries(workload_key):
-            if e.dtypes != dtypes or any(e.target.get(k) != target.get(k) for k in _TARGET_KEYS):
+    def nearest(self, workload: WorkloadId, target: TargetId) -> CacheEntry | None:
+        """The entry of the same workload key, dtypes and target whose sizes are nearest (sum
+        of ``|log(a/b)|`` over the sizes), or None."""
+        best, dist, sizes = None, float("inf"), workload.sizes
+        for e in self.entries(workload.key):
+            if e.workload.dtypes != workload.dtypes or \
+                    e.target.cache_fields() != target.cache_fields():
                 continue
             if set(e.sizes) != set(sizes):
                 continue
@@ -228,7 +229,7 @@ class KernelCache:
         """Store ``entry`` unless an entry at least as fast is stored (object code is added to
         an equally fast entry that lacks it). Returns whether the cache changed."""
         db = self._connect()
-        key = entry.key
+        key, w = entry.key, entry.workload.to_dict()
         db.execute("BEGIN IMMEDIATE")
         try:
             row = db.execute("SELECT seconds, object_code IS NOT NULL FROM kernels WHERE key = ?",
@@ -240,9 +241,9 @@ class KernelCache:
             db.execute(
                 f"INSERT OR REPLACE INTO kernels (cache_version, {self._COLUMNS}) VALUES "
                 f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (CACHE_VERSION, key, entry.workload_key, entry.workload_name,
-                 json.dumps(entry.sizes), json.dumps(entry.shapes), json.dumps(entry.dtypes),
-                 json.dumps(entry.target), entry.trace, float(entry.seconds),
+                (CACHE_VERSION, key, w["key"], w["name"], json.dumps(w["sizes"]),
+                 json.dumps(w["shapes"]), json.dumps(w["dtypes"]),
+                 json.dumps(entry.target.to_dict()), entry.trace, float(entry.seconds),
                  None if entry.signature is None else json.dumps(entry.signature),
                  entry.object_code, _checksum(entry.object_code), entry.source, entry.created))
             db.execute("COMMIT")

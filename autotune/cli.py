@@ -147,17 +147,17 @@ def _study(storage: str, base: str, resume: bool) -> str:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from tensorlang.backends.compile import compile as compile_kernel
 
-    from .records import read_records, same_machine, study_base, target_info, workload_info
+    from .records import read_records, target_info, workload_info
     from .tuner import autotune
     from .workloads import format_shape
 
     work, out, sizes = _workload(args)
     info = workload_info(out, sizes, work.name)
-    log = args.log or _default_log(work.name, info["sizes"])
+    log = args.log or _default_log(work.name, info.sizes)
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
     storage = args.storage or "sqlite:///" + os.path.abspath(os.path.splitext(log)[0] +
                                                               ".optuna.db")
-    name = _study(storage, study_base(info), args.resume)
+    name = _study(storage, info.study_base(), args.resume)
     logs_dir = os.path.dirname(os.path.abspath(log))
     transfer = []
     if args.transfer and os.path.isdir(logs_dir):
@@ -165,9 +165,9 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         for f in sorted(os.listdir(logs_dir)):
             path = os.path.join(logs_dir, f)
             if f.endswith(".jsonl") and os.path.abspath(path) != os.path.abspath(log):
-                transfer += [r for r in read_records(path) if r.ok and same_machine(r.target, me)
-                             and r.workload.get("key") != info["key"]]
-    print(f"tuning {work.name} {format_shape(info['sizes'])}: "
+                transfer += [r for r in read_records(path) if r.ok and r.target.same_machine(me)
+                             and r.workload.key != info.key]
+    print(f"tuning {work.name} {format_shape(info.sizes)}: "
           f"{args.trials} measured trials" + (f", at most {args.timeout:.0f} s" if args.timeout
                                               else "") +
           f"\n  log {log}\n  study {name} in {storage}" +
@@ -232,8 +232,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     records = read_records(*args.logs)
     groups: dict[tuple, list] = {}
     for r in records:
-        groups.setdefault((r.workload.get("name"), r.workload.get("key"),
-                           json.dumps(r.workload.get("sizes"))), []).append(r)
+        groups.setdefault((r.workload.name, r.workload.key, json.dumps(r.workload.sizes)),
+                          []).append(r)
     if not groups:
         print("no records")
         return 1
@@ -241,7 +241,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         ok = sorted((r for r in recs if r.ok), key=lambda r: r.seconds)
         accepted = [r for r in recs if r.accepted]
         states = {s: sum(r.state == s for r in recs) for s in ("measured", "failed", "pruned")}
-        print(f"== {wname} {sizes} (workload {str(key)[:12]}, cpu {recs[0].target.get('cpu')}): "
+        print(f"== {wname} {sizes} (workload {str(key)[:12]}, cpu {recs[0].target.cpu}): "
               f"{states['measured']} measured, {states['failed']} failed, "
               f"{states['pruned']} pruned")
         if not ok:
@@ -313,8 +313,8 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                 n += 1
                 sizes = format_shape(e.sizes)
                 obj = f"{len(e.object_code)} B" if e.object_code else "not compiled"
-                print(f"{e.key[:12]}  {e.workload_name:<14} {sizes:<28} {_fmt_s(e.seconds):>12}"
-                      f"  {e.target.get('cpu')}  {obj}  ({e.source})")
+                print(f"{e.key[:12]}  {e.workload.name:<14} {sizes:<28} "
+                      f"{_fmt_s(e.seconds):>12}  {e.target.cpu}  {obj}  ({e.source})")
             print(f"{n} entries in {cache.path}")
         elif args.action == "import":
             return _cache_import(cache, args.logs)
@@ -330,7 +330,7 @@ def _cache_import(cache: Any, logs: list[str]) -> int:
     rule-based schedule (``TuningRecord.beats_rule``) -> cache entries (compiled on first use).
     Records of another CPU are skipped with a count."""
     from .cache import CacheEntry
-    from .records import read_records, same_machine, target_info
+    from .records import read_records, target_info
 
     if not logs:
         print("give one or more logs: tensorlang cache import tuning_logs/*.jsonl",
@@ -343,19 +343,18 @@ def _cache_import(cache: Any, logs: list[str]) -> int:
         for r in read_records(path):
             if not r.beats_rule:
                 continue
-            if not same_machine(r.target, me):
+            if not r.target.same_machine(me):
                 foreign += 1
                 continue
             w = r.workload
-            k = (w["key"], repr(sorted(w["sizes"].items())), repr(sorted(w["shapes"].items())),
-                 repr(sorted(w["dtypes"].items())))
+            k = (w.key, repr(sorted(w.sizes.items())), repr(sorted(w.shapes.items())),
+                 repr(sorted(w.dtypes.items())))
             if k not in best or r.seconds < best[k].seconds:
                 best[k] = r
     added = 0
     for r in best.values():
-        w = r.workload
-        added += cache.put(CacheEntry(w["key"], w["name"], w["sizes"], w["shapes"], w["dtypes"],
-                                      me, r.trace, float(r.seconds), source="import"))
+        added += cache.put(CacheEntry(r.workload, me, r.trace, float(r.seconds),
+                                      source="import"))
     print(f"imported {added} of {len(best)} tuned kernels into {cache.path}"
           + (f"; skipped {foreign} records of another CPU" if foreign else ""))
     return 0
@@ -369,9 +368,8 @@ def _cache_export(cache: Any, output: str | None) -> int:
 
     lines = []
     for e in cache.entries():
-        w = {"name": e.workload_name, "key": e.workload_key, "sizes": e.sizes,
-             "shapes": e.shapes, "dtypes": e.dtypes}
-        lines.append(TuningRecord(w, e.target, json.loads(e.trace), "measured", e.seconds,
+        lines.append(TuningRecord(e.workload, e.target, json.loads(e.trace), "measured",
+                                  e.seconds,
                                   [e.seconds], timestamp=e.created).to_json())
     text = "".join(line + "\n" for line in lines)
     if output:

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from .cache import CacheEntry, KernelCache
-from .records import RecordWriter, TuningRecord, read_records, study_base
+from .identity import TargetId, WorkloadId
+from .records import RecordWriter, TuningRecord, read_records
 from .results import TrialRecord
 
 
@@ -23,27 +24,26 @@ class TuningDatabase:
     """The records of one tuning run of a workload on a target.
 
     Args:
-        workload: ``records.workload_info`` of the output at the tuned sizes.
-        target: ``Backend.target_info`` of the backend that measures.
+        workload: the output at the tuned sizes. target: where the backend that measures runs.
         log: the JSON Lines file to append records to (None: no log).
         storage: the Optuna storage URL (None: an in-memory study, nothing to resume).
-        study_name: the study's name (default ``records.study_base(workload)``).
+        study_name: the study's name (default ``workload.study_base()``).
 
     Attributes:
         earlier: the records of this study, workload and sizes already in ``log`` when the
             study is resumed (``storage`` given), oldest first.
     """
 
-    def __init__(self, workload: dict[str, Any], target: dict[str, Any],
+    def __init__(self, workload: WorkloadId, target: TargetId,
                  log: str | os.PathLike | None, storage: str | None,
                  study_name: str | None) -> None:
         self.workload, self.target, self.storage = workload, target, storage
-        self.study_name = study_name or study_base(workload)
+        self.study_name = study_name or workload.study_base()
         self.earlier: list[TuningRecord] = []
         if storage is not None and log is not None and os.path.exists(log):
             self.earlier = [r for r in read_records(log) if r.study == self.study_name
-                            and r.workload.get("key") == workload["key"]
-                            and r.workload.get("sizes") == workload["sizes"]]
+                            and r.workload.key == workload.key
+                            and r.workload.sizes == workload.sizes]
         self._writer = RecordWriter(log) if log is not None else None
 
     def commit(self, rec: TrialRecord) -> None:
@@ -66,9 +66,7 @@ class TuningDatabase:
         code and signature; None: the trace only). Returns (the entry, whether the cache
         changed)."""
         kc = KernelCache() if cache is True else cache
-        w = self.workload
-        entry = CacheEntry(w["key"], w["name"], w["sizes"], w["shapes"], w["dtypes"],
-                           self.target, trace, float(seconds),
+        entry = CacheEntry(self.workload, self.target, trace, float(seconds),
                            None if measured is None else measured.signature,
                            None if measured is None else measured.object_code)
         try:

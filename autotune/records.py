@@ -33,6 +33,8 @@ from typing import Any, Iterator
 
 from tensorlang.errors import TensorlangError
 
+from .identity import TargetId, WorkloadId
+
 #: ``major.minor``: a reader accepts any minor of its major (newer minors only add fields).
 FORMAT_VERSION = "1.1"
 MAJOR = int(FORMAT_VERSION.split(".")[0])
@@ -49,43 +51,30 @@ class RecordWarning(UserWarning):
     """A tuning log line was skipped (torn or corrupt)."""
 
 
-def target_info(num_threads: int | None = None, backend: str | None = None) -> dict[str, Any]:
+def target_info(num_threads: int | None = None, backend: str | None = None) -> TargetId:
     """This machine's target as stored in records and cache keys (``Backend.target_info`` of
     ``backend``, default the LLVM CPU backend)."""
     from tensorlang.backends.base import get_backend
 
-    return get_backend(backend).target_info(num_threads)
+    return TargetId.from_dict(get_backend(backend).target_info(num_threads))
 
 
-def workload_info(output: Any, sizes: dict[str, int], name: str | None = None
-                  ) -> dict[str, Any]:
-    """The workload as stored in records: name, workload key, sizes, input shapes and dtypes."""
-    from tensorlang.pipeline import Pipeline
+def workload_info(output: Any, sizes: dict[str, int], name: str | None = None) -> WorkloadId:
+    """The workload as stored in records (``WorkloadId.of``).
 
-    from .workloads import input_shapes
-
-    p = Pipeline(output)
-    shapes = input_shapes(output, sizes)
-    return {"name": name or output.name, "key": p.workload_key(),
-            "sizes": {k: int(sizes[k]) for k in p.sizes if k in sizes},
-            "shapes": {k: list(v) for k, v in shapes.items()},
-            "dtypes": {i.name: i.dtype.numpy.name for i in p.inputs}}
-
-
-def study_base(workload: dict[str, Any]) -> str:
-    """``<name>-<key[:12]>-<sizes>``: the default Optuna study name of a ``workload_info``."""
-    from .workloads import sizes_tag
-
-    return f"{workload['name']}-{workload['key'][:12]}-{sizes_tag(workload['sizes'])}"
+    Raises:
+        ShapeError: the sizes do not fit the algorithm.
+    """
+    return WorkloadId.of(output, sizes, name)
 
 
 @dataclass
 class TuningRecord:
     """One line of a tuning log (see the module docstring for the fields and their units)."""
 
-    workload: dict[str, Any]
-    target: dict[str, Any]
-    schedule: dict[str, Any]
+    workload: WorkloadId
+    target: TargetId
+    schedule: Any
     state: str
     seconds: float | None = None
     times: list[float] = field(default_factory=list)
@@ -128,12 +117,14 @@ class TuningRecord:
 
     def to_json(self) -> str:
         d = {k: getattr(self, k) for k in _FIELDS}
+        d["workload"], d["target"] = self.workload.to_dict(), self.target.to_dict()
         d.update(self.extra)
         return json.dumps(d, separators=(",", ":"), allow_nan=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], where: str = "") -> TuningRecord:
-        """Raises: RecordError for an unknown major version; KeyError/TypeError if malformed."""
+        """Raises: RecordError for an unknown major version; KeyError, TypeError or ValueError
+        if malformed."""
         version = str(d.get("version", ""))
         major = version.split(".")[0]
         if not major.isdigit() or int(major) != MAJOR:
@@ -144,7 +135,8 @@ class TuningRecord:
                 f"tensorlang {by}; this tensorlang reads format {MAJOR}.x only. Upgrade "
                 f"tensorlang to read this log (nothing in it was changed)")
         extra = {k: v for k, v in d.items() if k not in _FIELDS}
-        return cls(workload=dict(d["workload"]), target=dict(d["target"]),
+        return cls(workload=WorkloadId.from_dict(d["workload"]),
+                   target=TargetId.from_dict(d["target"]),
                    schedule=d["schedule"], state=str(d["state"]),
                    seconds=None if d.get("seconds") is None else float(d["seconds"]),
                    times=[float(t) for t in d.get("times") or []],
@@ -224,8 +216,3 @@ def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
 def read_records(*paths: str | os.PathLike) -> list[TuningRecord]:
     """All records of the given logs (see ``iter_records``)."""
     return [r for p in paths for r in iter_records(p)]
-
-
-def same_machine(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Whether code tuned for target ``a`` is valid and representative on target ``b``."""
-    return all(a.get(k) == b.get(k) for k in ("triple", "cpu", "features"))

@@ -36,7 +36,7 @@ from .database import TuningDatabase
 from .features import features
 from .heuristic import heuristic_schedule
 from .measure import MeasureResult, Measurer
-from .records import same_machine, target_info, workload_info
+from .records import target_info, workload_info
 from .results import TrialRecord, TuningResult
 from .space import SearchSpace
 from .strategy import Candidate, SearchStrategy, make_sampler
@@ -131,7 +131,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     if model is not None:
         for r in [*db.earlier, *(transfer or [])]:
             feats = r.extra.get("features")
-            if r.ok and feats and same_machine(r.target, db.target):
+            if r.ok and feats and r.target.same_machine(db.target):
                 model.add(np.asarray(feats, dtype=np.float64), float(r.seconds))
         model.fit()
     run = _TuningRun(output, sizes, db, model, progress, heuristic, timeout_floor, trials,

@@ -88,8 +88,8 @@ def test_the_tuner_measures_with_a_registered_backend(reference_backend, tmp_pat
                       repeats=2)
     assert res.best_trace is not None
     records = read_records(log)
-    assert records and all(r.target["backend"] == "numpy-reference" for r in records)
-    assert all(r.target["triple"] == "numpy-reference" for r in records)
+    assert records and all(r.target.backend == "numpy-reference" for r in records)
+    assert all(r.target.triple == "numpy-reference" for r in records)
     assert any(r.state == "measured" for r in records)
     assert all(r.error is None or "numpy-reference" not in r.error for r in records)
 
@@ -103,8 +103,7 @@ def test_the_cache_loads_a_registered_backends_object_code(reference_backend, tm
     assert json.loads(built.object_code.decode()) == json.loads(s.to_json())
     work = workload_info(out, sizes)
     cache = KernelCache(tmp_path / "c")
-    cache.put(CacheEntry(work["key"], work["name"], work["sizes"], work["shapes"],
-                         work["dtypes"], target_info(backend="numpy-reference"), s.to_json(),
+    cache.put(CacheEntry(work, target_info(backend="numpy-reference"), s.to_json(),
                          1e-3, built.signature.to_dict(), built.object_code))
     k = compile_auto(out, sizes, cache=cache, backend="numpy-reference")
     assert isinstance(k, ReferenceKernel) and k.schedule_source == "cache"

@@ -3,6 +3,7 @@ the CLI and cross-process tests are in test_cli.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 import warnings
@@ -47,7 +48,7 @@ def test_records_round_trip_and_keep_unknown_fields(tmp_path):
     assert [r.trial for r in recs] == [0, 1]
     assert recs[0].extra == {"future_field": {"x": 1}}
     assert json.loads(recs[0].to_json())["future_field"] == {"x": 1}
-    assert recs[0].workload["sizes"] == {"M": 8, "K": 8, "N": 8}
+    assert recs[0].workload.sizes == {"M": 8, "K": 8, "N": 8}
 
 
 def test_torn_last_line_is_skipped_with_a_warning_and_the_next_write_starts_fresh(tmp_path):
@@ -81,8 +82,7 @@ def test_a_log_from_a_future_major_version_is_refused_by_name(tmp_path):
 
 def _entry(out, sizes, seconds=1e-3, obj=None, sig=None, trace=None):
     w = workload_info(out, sizes, "matmul")
-    return CacheEntry(w["key"], "matmul", w["sizes"], w["shapes"], w["dtypes"], target_info(),
-                      trace or tl.Schedule(out).to_json(), seconds, sig, obj)
+    return CacheEntry(w, target_info(), trace or tl.Schedule(out).to_json(), seconds, sig, obj)
 
 
 def test_cache_keeps_the_faster_entry_and_is_keyed_by_target(tmp_path):
@@ -93,10 +93,10 @@ def test_cache_keeps_the_faster_entry_and_is_keyed_by_target(tmp_path):
         assert not c.put(_entry(out, sizes, 3e-3))
         assert c.put(_entry(out, sizes, 1e-3))
         w = workload_info(out, sizes)
-        got = c.get(w["key"], w["sizes"], w["shapes"], w["dtypes"], target_info())
+        got = c.get(w, target_info())
         assert got is not None and got.seconds == 1e-3
-        other = dict(target_info(), cpu="skylake")
-        assert c.get(w["key"], w["sizes"], w["shapes"], w["dtypes"], other) is None
+        other = dataclasses.replace(target_info(), cpu="skylake")
+        assert c.get(w, other) is None
         assert len(list(c.entries())) == 1
 
 
@@ -221,3 +221,38 @@ def test_parse_shape_errors_name_the_item():
         parse_shape("M=0")
     with pytest.raises(ValueError, match="'N'"):
         parse_shape("M=3,N")
+
+
+def test_identities_round_trip_and_read_older_and_newer_records():
+    from tensorlang.autotuner.identity import TargetId, WorkloadId
+
+    out = BUILTIN["matmul"].build()
+    w = workload_info(out, {"M": 5, "N": 3, "K": 7}, "matmul")
+    assert w.shapes == {"A": (5, 7), "B": (7, 3)} and w.dtypes == {"A": "float32", "B": "float32"}
+    assert WorkloadId.from_dict(json.loads(json.dumps(w.to_dict()))) == w
+    assert w.study_base().startswith(f"matmul-{w.key[:12]}-")
+    t = target_info()
+    assert t.backend == "llvm-cpu" and TargetId.from_dict(t.to_dict()) == t
+    older = {k: v for k, v in t.to_dict().items() if k != "backend"}  # before the Backend API
+    assert TargetId.from_dict(older).backend == "llvm-cpu"
+    newer = TargetId.from_dict({**t.to_dict(), "gpu_memory": 80})  # a field this version lacks
+    assert newer == t and newer.to_dict()["gpu_memory"] == 80
+    assert dataclasses.replace(t, threads=t.threads + 1).same_machine(t)
+    assert not dataclasses.replace(t, cpu="skylake").same_machine(t)
+    with pytest.raises((KeyError, TypeError, ValueError)):
+        WorkloadId.from_dict({"name": "x"})
+
+
+def test_the_cache_key_is_the_one_earlier_versions_wrote():
+    # caches written before the typed identities must still hit: the key hashes the same data
+    import hashlib
+
+    from tensorlang.autotuner.cache import CACHE_VERSION, entry_key
+
+    out = BUILTIN["matmul"].build()
+    w, t = workload_info(out, {"M": 5, "N": 3, "K": 7}), target_info()
+    old = {"cache": CACHE_VERSION, "workload": w.key, "sizes": {"K": 7, "M": 5, "N": 3},
+           "shapes": {"A": [5, 7], "B": [7, 3]}, "dtypes": {"A": "float32", "B": "float32"},
+           "target": {k: t.to_dict()[k] for k in ("triple", "cpu", "features", "llvm",
+                                                   "threads", "tensorlang")}}
+    assert entry_key(w, t) == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
