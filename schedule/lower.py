@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import OrderedDict
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tensorlang.affine import const_value
 from tensorlang.errors import ScheduleError
@@ -31,8 +31,10 @@ from .hoist import hoist_invariants
 from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
 from .promote import promote_accumulators
 from .realize import realize
-from .schedule import Schedule
 from .simplify import simplify
+
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 
 def check_loops(f: LoweredFunc) -> LoweredFunc:
@@ -48,7 +50,7 @@ def check_loops(f: LoweredFunc) -> LoweredFunc:
                 raise ScheduleError.in_schedule(
                     func, f"cannot unroll loop {s.var}: its extent {s.extent} is not a constant "
                     f"of at most {MAX_UNROLL}; split it by a constant factor and unroll the "
-                    f"inner loop")
+                    f"inner loop", loop=s.var)
         return map_stmt(s, lambda c: go(c, func), lambda e: e)
 
     go(f.body, f.name)

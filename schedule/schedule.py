@@ -26,6 +26,7 @@ from tensorlang.func import Func, Input, parse_stage_id, stage_id
 from tensorlang.pipeline import Pipeline
 
 from .loops import StageState, default_states
+from .lower import lower
 from .primitives import PRIMITIVES, lookup
 from .trace import LoopRef, Step, TailStrategy
 from .view import AlgorithmView
@@ -112,12 +113,24 @@ class Schedule:
         return self.states[step.func]
 
     # -- formats --------------------------------------------------------------------------------
-    def check(self):
-        """Prove this schedule legal with isl (see ``schedule.legality``): a ``LegalityReport``
-        with, for each refuted property, the primitive that introduced it."""
-        from .legality import check_schedule
+    def check(self, realize: bool = True):
+        """Prove this schedule legal with isl (see ``schedule.legality``) and realizable: a
+        ``LegalityReport`` with, for each refuted property, the primitive that introduced it.
+        It is the verdict ``tl.compile`` applies: a legal schedule is also lowered (bounds
+        inference sizes every loop; the loop nest is kept for the compile that follows), and
+        what lowering refuses — an unrolled loop without a constant extent — is a problem of
+        kind ``realize``. ``realize=False`` skips that lowering (for a caller that lowers the
+        schedule itself afterwards, as the rule-based schedule does once for many variants)."""
+        from .legality import Problem, check_schedule
 
         report = check_schedule(self)
+        if report.ok and realize:
+            try:
+                lower(self.output, self)
+            except ScheduleError as exc:
+                stage = exc.stage or self.output.name
+                report.stages[stage] = "refuted"
+                report.problems.append(Problem(stage, "realize", exc.loop, str(exc), {}, {}))
         for prob in report.problems:
             prob.primitive = self._blame(prob)
         blamed = {p.primitive for p in report.problems}
@@ -135,6 +148,11 @@ class Schedule:
 
         if prob.kind == "placement":  # not a property of one stage's loop order
             return None
+        if prob.kind == "realize":  # the last step that made the loop what lowering refuses
+            steps = [st for st in self.steps if st.func == prob.stage
+                     and "realize" in PRIMITIVES[st.op].obligations
+                     and (prob.loop is None or st.get("loop") == prob.loop)]
+            return str(steps[-1]) if steps else None
 
         base, number = parse_stage_id(prob.stage)
         f = self.view.func(base)

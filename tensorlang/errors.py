@@ -17,15 +17,27 @@ class DefinitionError(TensorlangError):
 
 
 class ScheduleError(TensorlangError):
-    """A schedule primitive applied to something it cannot apply to (stale handle, unknown loop)."""
+    """A schedule primitive applied to something it cannot apply to (stale handle, unknown loop),
+    or a schedule that cannot be realized.
+
+    Attributes:
+        stage: the stage id the error is about (``"F"``, ``"F.update(0)"``), when known.
+        loop: the loop it is about, when known.
+    """
+
+    stage: str | None = None
+    loop: str | None = None
 
     @classmethod
-    def in_schedule(cls, func: str, message: str, step: object = None) -> ScheduleError:
+    def in_schedule(cls, func: str, message: str, step: object = None,
+                    loop: str | None = None) -> ScheduleError:
         """The error for stage ``func`` of a schedule, in the one format every schedule error
         uses: ``In schedule for F: <step>: message`` (``step``: the primitive application, a
-        ``Step`` or its text; left out when None). Works for subclasses:
-        ``IllegalScheduleError.in_schedule(...)``."""
-        return cls(schedule_message(func, message, step))
+        ``Step`` or its text; left out when None; ``loop``: the loop it is about). Works for
+        subclasses: ``IllegalScheduleError.in_schedule(...)``."""
+        err = cls(schedule_message(func, message, step))
+        err.stage, err.loop = func, loop
+        return err
 
 
 class IllegalScheduleError(ScheduleError):

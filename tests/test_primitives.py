@@ -137,3 +137,26 @@ def test_one_helper_writes_every_schedule_error_prefix():
                         offenders.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
     assert not offenders, offenders
     assert primitives.lookup("split").name == "split"
+
+
+def test_check_refuses_what_lowering_cannot_realize_and_blames_the_unroll():
+    # tl.check is tl.compile's verdict: an unrolled loop of symbolic extent is refused by both,
+    # with the same message, as a ScheduleError (not illegal: it would not change the result)
+    out, _ = matmul()
+    s = tl.Schedule(out)
+    s[out].split("j", 4)
+    s[out].unroll("i")
+    report = tl.check(out, s)
+    assert not report.ok and report.problems[0].kind == "realize"
+    assert [status for _, status in report.primitives] == ["proven", "refuted"]
+    err = report.error()
+    assert type(err) is tl.ScheduleError
+    assert str(err).startswith("In schedule for C: unroll(C, loop='i'): cannot unroll loop i")
+    with pytest.raises(tl.ScheduleError) as info:
+        tl.compile(out, s)
+    assert str(info.value) == str(err) and type(info.value) is tl.ScheduleError
+    ok = tl.Schedule(out)
+    ok[out].split("i", 4)
+    ok[out].unroll("i.i")  # constant extent 4
+    assert tl.check(out, ok).ok and tl.check(out, ok).primitives[-1][1] == "proven"
+    assert not s.check(realize=False).problems  # the isl proof alone has nothing against it

@@ -3,7 +3,8 @@
 For every stage with dependences between its own iterations (see ``model.py``):
 
 - **order**: every strict dependence (flow, anti, output) of an update definition must go forward in
-  time under the schedule: ``dep ∩ {(a, b) : T(a) >=lex T(b)}`` is empty (notes A2);
+  time under the schedule: ``dep ∩ {(a, b) : T(a) >=lex T(b)}`` is empty (the legality condition
+  of schedule transformations, Feautrier 1992; isl manual "Dependence Analysis");
 - **parallel / vectorized loops**: no dependence, strict or reduction, may be *carried* by the loop:
   no dependent pair agrees on every outer loop and differs on this one.
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from tensorlang.errors import IllegalScheduleError, schedule_message
+from tensorlang.errors import IllegalScheduleError, ScheduleError, schedule_message
 
 from ..ir import ForKind
 from ..loops import Split, StageState
@@ -39,7 +40,8 @@ MODEL_ERRORS = (Unrepresentable, isl.Error)
 class Problem:
     """One refuted property of a stage: ``kind`` is ``order``, ``parallel``/``vectorize``,
     ``recompute`` (a ShiftInwards split that runs points twice), ``unproven`` (not modellable)
-    or ``placement`` (a compute_at / store_at that lowering cannot realize: ``placement.py``)."""
+    ``placement`` (a compute_at / store_at that lowering cannot realize: ``placement.py``) or
+    ``realize`` (a loop nest lowering refuses, ``Schedule.check``)."""
 
     stage: str
     kind: str
@@ -53,7 +55,7 @@ class Problem:
     def message(self) -> str:
         src = ", ".join(f"{k}={v}" for k, v in self.source.items())
         snk = ", ".join(f"{k}={v}" for k, v in self.sink.items())
-        if self.kind in ("recompute", "placement"):  # the text of the error lowering raises
+        if self.kind in ("recompute", "placement", "realize"):  # the text lowering raises
             plain = schedule_message(self.stage, "")
             if self.primitive and self.dependence.startswith(plain):
                 return schedule_message(self.stage, self.dependence[len(plain):], self.primitive)
@@ -91,10 +93,15 @@ class LegalityReport:
     def ok(self) -> bool:
         return not self.problems
 
-    def error(self) -> IllegalScheduleError | None:
+    def error(self) -> ScheduleError | None:
+        """The error ``tl.compile`` raises for this report (None: the schedule is accepted):
+        ``IllegalScheduleError`` when the schedule would change the result, ``ScheduleError``
+        when it cannot be realized (``realize``)."""
         if not self.problems:
             return None
-        return IllegalScheduleError(self.problems[0].message())
+        first = self.problems[0]
+        cls = ScheduleError if first.kind == "realize" else IllegalScheduleError
+        return cls(first.message())
 
     def __str__(self) -> str:
         lines = [f"{step}: {status}" for step, status in self.primitives]

@@ -7,7 +7,8 @@ tile and the region are parametric in the enclosing loops' variables and the siz
 loops' ranges are the context. Reads outside P's domain are excluded: the call-time check refuses
 shapes for which the algorithm would make them. A failure is a tensorlang bug (bounds inference
 under-approximated a region) and is reported with a witness cell.
-See also: isl manual "Subset checks"; notes A4 (footprints for compute_at).
+See also: isl manual "Subset checks"; Halide's bounds inference for compute_at (Ragan-Kelley
+et al., PLDI 2013).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each loop contributes the coordinate it has in the lowered nest, as a quasi-affine function of the
 stage's original Vars: ``split(v, f)`` gives ``v.o = floor((v - lo_v) / f)`` and
-``v.i = (v - lo_v) mod f`` (nested splits compose, notes P7); a fused loop orders exactly like the
+``v.i = (v - lo_v) mod f`` (nested splits compose); a fused loop orders exactly like the
 pair of loops it fused, so it contributes both coordinates. Loops appear in the stage's order,
 outermost first; comparing two instances' vectors lexicographically is comparing when they run.
 See also: isl manual "Schedule trees"/"Lexicographic Optimization"; Tiramisu's layer II maps.

@@ -26,7 +26,8 @@ if TYPE_CHECKING:  # the Schedule is the context a primitive rewrites (no import
     from ..schedule import Schedule
 
 #: Kinds of ``Problem`` (``schedule/legality/check.py``) a primitive can introduce.
-OBLIGATIONS = ("order", "parallel", "vectorize", "recompute", "unproven", "placement")
+OBLIGATIONS = ("order", "parallel", "vectorize", "recompute", "unproven", "placement",
+               "realize")
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,8 @@ class Unroll(_LoopKind):
     """``unroll(loop, factor=None, tail)``: replicate the loop body."""
 
     name, kind = "unroll", ForKind.UNROLLED
-    obligations = _SPLIT
+    # an unrolled loop needs a constant extent, known only after bounds inference ("realize")
+    obligations = _SPLIT | {"realize"}
 
 
 @register
