@@ -22,8 +22,15 @@ from typing import Any
 
 import numpy as np
 
-from tensorlang.errors import ScheduleError
+from tensorlang.backends.base import Signature, get_backend
+from tensorlang.errors import CompileError, ScheduleError
 from tensorlang.func import Func
+from tensorlang.schedule.schedule import Schedule
+
+from .cache import CacheEntry, KernelCache
+from .heuristic import heuristic_schedule
+from .records import target_info, workload_info
+from .workloads import bind_sizes, format_shape
 
 
 class TuningWarning(UserWarning):
@@ -43,16 +50,6 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
     Raises:
         ShapeError: the sizes or arrays do not fit the algorithm.
     """
-    from tensorlang.backends.base import get_backend
-    from tensorlang.backends.base import Signature
-    from tensorlang.schedule.schedule import Schedule
-    from tensorlang.errors import CompileError
-
-    from .cache import CacheEntry, KernelCache
-    from .heuristic import heuristic_schedule
-    from .records import target_info, workload_info
-    from .workloads import bind_sizes, format_shape
-
     sizes = bind_sizes(output, shapes, arrays)
     work = workload_info(output, sizes, workload_name)
     builder = get_backend(backend)

@@ -37,10 +37,7 @@ import functools
 import math
 import os
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tensorlang.backends.llvm.target import Target
+from tensorlang.backends.llvm.target import Target, host_target
 
 #: native vectors per register-tile row (BLIS's x86 kernels and the search space use two)
 TILE_VECTORS = 2
@@ -127,8 +124,6 @@ def cpu_model(target: Target | None = None) -> CpuModel:
     else a generic core of the target's vector width. Cached per target (the rule-based schedule
     asks once per stage).
     """
-    from tensorlang.backends.llvm.target import host_target
-
     host = host_target()
     target = target or host
     bits = target.vector_bits

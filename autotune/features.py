@@ -34,6 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tensorlang.affine import NonAffine, affine_form
+from tensorlang.backends.llvm.target import host_target
+from tensorlang.expr import BinOp, Call, Const, Expr, Size, Var, walk
 from tensorlang.schedule.ir import (
     Allocate,
     For,
@@ -46,8 +49,6 @@ from tensorlang.schedule.ir import (
     Store,
     child_stmts,
 )
-from tensorlang.affine import NonAffine, affine_form
-from tensorlang.expr import BinOp, Call, Expr, Var, walk
 
 FEATURE_NAMES = ("log_iters", "log_flops", "vector_width", "vector_frac", "unroll",
                  "parallel_extent", "parallel_balance", "fp_1", "fp_2", "fp_3", "fp_4",
@@ -87,8 +88,6 @@ def _extent(e: Expr, sizes: dict[str, int], env: dict[str, int] | None = None) -
     def go(n: Expr) -> int:
         if isinstance(n, Var):
             return env.get(n.name, 0)
-        from tensorlang.expr import Const, Size
-
         if isinstance(n, Const):
             return int(n.value)
         if isinstance(n, Size):
@@ -202,8 +201,6 @@ def features(f: LoweredFunc, sizes: dict[str, int], threads: int | None = None) 
 
 
 def _vector_bits() -> int:
-    from tensorlang.backends.llvm.target import host_target
-
     return host_target().vector_bits
 
 

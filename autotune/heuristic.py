@@ -60,11 +60,19 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
-from tensorlang.schedule.schedule import Schedule, Stage
+from tensorlang.backends.llvm.runtime import num_threads
+from tensorlang.backends.llvm.target import host_target
 from tensorlang.errors import ScheduleError
+from tensorlang.expr import Access, Var, walk
 from tensorlang.func import Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.ir import ForKind
+from tensorlang.schedule.lower import lower
+from tensorlang.schedule.schedule import Schedule, Stage
 
+from .cpu_model import accumulator_budget, cpu_model, gemm_blocking, near_divisor
+from .cpu_model import register_tile as model_tile
+from .features import store_counts
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -107,8 +115,6 @@ MIN_PARALLEL_POINTS = 1 << 15
 def lanes(f: Func, target: Target | None = None) -> int:
     """Native SIMD lanes of ``f``'s dtype on ``target`` (default: the host; 16 float32 on
     AVX-512, 8 on AVX2)."""
-    from tensorlang.backends.llvm.target import host_target
-
     return max(1, (target or host_target()).vector_bits // (8 * f.dtype.numpy.itemsize))
 
 
@@ -116,8 +122,6 @@ def accumulators(target: Target | None = None) -> int:
     """Vector registers a register tile may accumulate in on ``target`` (default: the host), from
     the analytical CPU model (``cpu_model.accumulator_budget``): ``ACCUMULATORS`` of AVX-512's
     32, ``ACCUMULATORS_AVX2`` of AVX2's 16."""
-    from .cpu_model import accumulator_budget, cpu_model
-
     return accumulator_budget(cpu_model(target))
 
 
@@ -201,8 +205,6 @@ def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: B
 def inlined_nodes(p: Pipeline, s: Schedule) -> int:
     """The largest expression, in nodes counted as a tree, of any Func that ``s`` does not
     inline, with every inlined Func it reads substituted (computed without building it)."""
-    from tensorlang.expr import Access, walk
-
     memo: dict[str, int] = {}
 
     def size(f: Func) -> int:
@@ -228,8 +230,6 @@ def inline_recompute(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -
     Func's points (pure and reduction), over ``f``'s points; ``inf`` without a single reader."""
     import math
 
-    from tensorlang.expr import Access, walk
-
     def points(g: Func) -> int:
         ranges = extents.binding.ranges[g.name]
         return math.prod(max(1, ext) for _, ext in ranges.values())
@@ -251,8 +251,6 @@ def inline_recompute(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -
 
 
 def _inline_pays(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> bool:
-    from tensorlang.expr import walk
-
     times = inline_recompute(p, s, f, extents)
     nodes = sum(1 for _ in walk(f.definition.value))  # type: ignore[union-attr]
     return times <= MAX_INLINE_RECOMPUTE or (times <= MAX_CHEAP_RECOMPUTE
@@ -265,10 +263,6 @@ def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
     ``before`` (where ``f`` is computed at root) at these sizes: 1.0 when a placement computes
     each point once, the number of host iterations when every iteration needs all of ``f``;
     ``inf`` when ``after`` does not lower."""
-    from tensorlang.schedule.lower import lower
-
-    from .features import store_counts
-
     try:
         now = store_counts(lower(output, after), sizes).get(f.name, 0.0)
     except ScheduleError:
@@ -280,8 +274,6 @@ def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
 def _contiguous_in(f: Func, var: str) -> bool:
     """Some array or Func that ``f`` reads is indexed by ``var`` alone in its last (contiguous)
     dimension."""
-    from tensorlang.expr import Access, Var, walk
-
     d = f.definition
     assert d is not None
     return any(isinstance(a, Access) and a.indices and isinstance(a.indices[-1], Var)
@@ -289,8 +281,6 @@ def _contiguous_in(f: Func, var: str) -> bool:
 
 
 def _lowers(output: Func, s: Schedule) -> bool:
-    from tensorlang.schedule.lower import lower
-
     try:
         lower(output, s)
     except ScheduleError:
@@ -303,9 +293,6 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
     without recomputation:
     the output reads ``f`` at that loop's Var (softmax's ``e[i, j]`` per row ``i``), or every
     reader of ``f`` is itself computed at the output (``mx``, read only by ``e``)."""
-    from tensorlang.schedule.ir import ForKind
-    from tensorlang.expr import Access, Var, walk
-
     st = s.states[output.name]
     if f.updates or not st.loops or st.kinds.get(st.loops[0]) != ForKind.PARALLEL:
         return None  # only the output's parallel outermost loop (else the producer loses its own)
@@ -348,8 +335,6 @@ def row_var(f: Func, args: list[str]) -> str:
     reused by every row and only a scalar is broadcast per row (GEMM ``C[i, j] += A[i, k] *
     B[k, j]``: ``i``, as B's row vector serves every ``i``; conv2d: the output channel ``co``,
     not the image row ``y``: ``pad[n, ci, y + ry, x + rx]`` differs per ``y``)."""
-    from tensorlang.expr import Access, Var, walk
-
     d = f.definition
     assert d is not None
     x = args[-1]
@@ -412,8 +397,6 @@ def packed_operands(f: Func) -> list[Packed]:
     B[k, j]``; ``B[b, k, j]`` of a batched GEMM; ``A[j, k]`` of ``C[i, j] += A[i, k] * A[j, k]``,
     packed transposed). Each read is packed alone (``cache_read(..., index=)``): covariance's
     ``d[k, i] * d[k, j]`` packs the panel ``d[k, j]``, not the union of both tiles."""
-    from tensorlang.expr import Access, Var, walk
-
     d = f.definition
     assert d is not None
     if len(d.rvars) != 1 or len(d.args) < 2:
@@ -465,8 +448,6 @@ def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
     >>> row_block(125, 8, 768, 1), row_block(127, 8, 768, 1)
     (25, 63)
     """
-    from .cpu_model import near_divisor
-
     per_block = max(1, min(mc // rows, tiles // (BLOCKS_PER_THREAD * threads)))
     return near_divisor(tiles, per_block, shrink=4) or per_block
 
@@ -474,9 +455,6 @@ def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
 def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None) -> GemmBlocking:
     """The analytical model's blocking (``cpu_model.gemm_blocking``) of ``f`` on ``target``
     (default: the host) for a register tile of ``rows`` x ``width`` elements."""
-    from .cpu_model import cpu_model, gemm_blocking
-    from .cpu_model import register_tile as model_tile
-
     cpu = cpu_model(target)
     size = f.dtype.numpy.itemsize
     tile = model_tile(cpu, size)
@@ -498,11 +476,6 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
             the sizes have no near divisor for the row tile, ``kc`` or the row block (a
             remainder would run the nest's guarded version), or there is one row block only.
     """
-    from tensorlang.backends.llvm.runtime import num_threads
-
-    from .cpu_model import cpu_model, near_divisor
-    from .cpu_model import register_tile as model_tile
-
     d = f.definition
     assert d is not None
     operands = packed_operands(f)

@@ -40,6 +40,8 @@ from tensorlang.reference import reference
 from tensorlang.schedule.schedule import Schedule
 
 from .protocol import recv, send
+from .timing import interleaved
+from .workloads import free_sizes
 
 
 @dataclass
@@ -106,8 +108,6 @@ def _error(exc: BaseException) -> str:
 def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
     """A worker's loop (see ``autotune/worker.py``): a setup message naming the role, then one
     answer per request until ``None``."""
-    from .workloads import free_sizes
-
     role, backend, output, shapes, sizes, hook, given = receive()
     register_backend(backend)  # the parent's object: a backend the user registered works too
     clock = backend.clock()
@@ -186,8 +186,6 @@ def _compare(msg: tuple, backend: Any, output: Any, arrays: dict, extra: dict,
              out: Any) -> CompareResult:
     """The run worker's side of ``Measurer.compare``: load every kernel, then time them in
     interleaved blocks (``timing.interleaved``) into the worker's one output array."""
-    from .timing import interleaved
-
     _, kernels, rounds, runs = msg
     res = CompareResult()
     try:

@@ -31,6 +31,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
+from tensorlang.backends.base import get_backend
 from tensorlang.errors import TensorlangError
 
 from .identity import TargetId, WorkloadId
@@ -54,8 +55,6 @@ class RecordWarning(UserWarning):
 def target_info(num_threads: int | None = None, backend: str | None = None) -> TargetId:
     """This machine's target as stored in records and cache keys (``Backend.target_info`` of
     ``backend``, default the LLVM CPU backend)."""
-    from tensorlang.backends.base import get_backend
-
     return TargetId.from_dict(get_backend(backend).target_info(num_threads))
 
 

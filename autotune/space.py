@@ -68,14 +68,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tensorlang.schedule.loops import Location
-from tensorlang.schedule.schedule import Schedule
+from tensorlang.backends.llvm.runtime import num_threads
+from tensorlang.backends.llvm.target import host_target
 from tensorlang.errors import ScheduleError
 from tensorlang.func import Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.ir import ForKind
+from tensorlang.schedule.loops import Fuse, Location, Split
+from tensorlang.schedule.schedule import Schedule
+from tensorlang.schedule.trace import TailStrategy
 
-from .heuristic import (accumulator_rows, accumulators, lanes, pack, packed_operand,
-                        packed_operands, row_block, row_var)
+from .heuristic import (
+    accumulator_rows,
+    accumulators,
+    lanes,
+    pack,
+    packed_blocking,
+    packed_operand,
+    packed_operands,
+    row_block,
+    row_var,
+)
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -125,8 +138,6 @@ class SearchSpace:
 
     def __init__(self, output: Func, sizes: dict[str, int],
                  target: Target | None = None) -> None:
-        from tensorlang.backends.llvm.target import host_target
-
         self.target = target or host_target()  # its lanes and register budget size the tiles
         self.output = output
         self.pipeline = Pipeline(output)
@@ -353,10 +364,6 @@ class SearchSpace:
 
     def _row_block(self, f: Func, row: str, rows: int, width: int, answer: Any) -> int:
         """Register tiles per row block for the ``.block`` decision ``answer``."""
-        from tensorlang.backends.llvm.runtime import num_threads
-
-        from .heuristic import packed_blocking
-
         tiles = -(-self.extent(f.name, row) // rows)
         if answer != "model":
             return min(int(answer), tiles)
@@ -366,8 +373,6 @@ class SearchSpace:
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split
         loop's extent for ``v.o.o``), the factor for ``v.i``."""
-        from tensorlang.schedule.loops import Split
-
         for rel in s.states[f.name].relations:
             if isinstance(rel, Split) and rel.outer == loop:
                 return -(-self._outer_extent(s, f, rel.parent) // rel.factor)
@@ -378,8 +383,6 @@ class SearchSpace:
     @staticmethod
     def _loop_extent(s: Schedule, f: Func, loop: str) -> int | None:
         """The constant extent of an inner split loop (``v.i`` of ``split(v, factor)``)."""
-        from tensorlang.schedule.loops import Split
-
         for rel in s.states[f.name].relations:
             if isinstance(rel, Split) and rel.inner == loop:
                 return rel.factor
@@ -399,8 +402,6 @@ def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> di
     not ask it there): two schedules with the same signature compute the same points in the same
     order, and their loop nests differ at most in a tail's index arithmetic (the kernel is
     compiled for any size, and at sizes the factor does not divide the tail strategy matters)."""
-    from tensorlang.schedule.loops import Fuse, Split
-
     out = {}
     for name, st in s.states.items():
         ext: dict[str, int | None] = {v: extent(name, v) for v in (*st.pure, *st.rvars)}
@@ -449,10 +450,6 @@ class _Oracle:
         return answer
 
     def _guess(self, name: str, choices: list) -> list:
-        from tensorlang.schedule.ir import ForKind
-        from tensorlang.schedule.loops import Split
-        from tensorlang.schedule.trace import TailStrategy
-
         func, _, rest = name.partition(".")
         states = self.target.states
         if rest.startswith("update") and rest.endswith(".parallel"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from tensorlang.affine import const_value, sadd, sconst, sfloordiv, smax, smin, smul, ssub
 from tensorlang.errors import ScheduleError
-from tensorlang.expr import Access, BinOp, Cast, Const, Expr, Select, Size, Var, walk
+from tensorlang.expr import Access, BinOp, Cast, Const, Expr, Select, Size, Var, map_children, walk
 
 Interval = tuple[Expr, Expr]
 
@@ -116,8 +116,6 @@ def simplify_in_ranges(e: Expr, ranges: dict[str, Interval]) -> Expr:
     """Drop ``max``/``min`` operands that the ranges of the enclosing loops decide: with ``i`` in
     ``[0, R - 1]``, ``max(i, 0)`` is ``i`` and ``min(i, R - 1)`` is ``i`` (Halide's simplifier
     with loop bounds, in miniature)."""
-    from tensorlang.expr import map_children
-
     def go(n: Expr) -> Expr:
         n = map_children(n, go)
         if isinstance(n, BinOp) and n.op in ("max", "min") and n.dtype.is_int:

@@ -29,6 +29,7 @@ from .ir import (
     ProducerConsumer,
     Stmt,
     Store,
+    map_stmt,
     walk_stmts,
 )
 
@@ -104,8 +105,6 @@ def _rewrite(s: Stmt, table: dict[tuple, Var]) -> Stmt:
 
 
 def _map(s: Stmt, fs, fe) -> Stmt:
-    from .ir import map_stmt
-
     if isinstance(s, Allocate):
         buf = s.buffer
         nb = dataclasses.replace(buf, mins=tuple(fe(m) for m in buf.mins),

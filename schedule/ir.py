@@ -14,6 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Callable
 
+from tensorlang.affine import sadd
 from tensorlang.dtypes import DType
 from tensorlang.expr import Expr
 from tensorlang.printer import expr_str
@@ -251,6 +252,4 @@ def print_stmt(s: Stmt, indent: int = 0) -> str:
 
 
 def _add(a: Expr, b: Expr) -> Expr:
-    from tensorlang.affine import sadd
-
     return sadd(a, b)

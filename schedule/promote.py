@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensorlang.affine import const_value
+from tensorlang.affine import const_value, sconst
 from tensorlang.expr import BinOp, Expr, Var, walk
 
 from .ir import Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt, Store, map_stmt
@@ -191,8 +191,6 @@ def _mixed_radix(ix: Expr, used: set[str], extent_of: dict[str, int]) -> bool:
 
 
 def _c(v: int) -> Expr:
-    from tensorlang.affine import sconst
-
     return sconst(v)
 
 

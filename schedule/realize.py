@@ -46,11 +46,13 @@ from .ir import (
     Stmt,
     Store,
 )
+from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
 from .nest import Leaf, build_stage_nest, emit_nest, extent_divides
 from .placement import live_funcs, plan_placements
 from .trace import TailStrategy
 from .view import AlgorithmView
+
 
 def identity(op: str, dtype: DType) -> Const:
     """The identity of reducer ``op`` in ``dtype`` (max: -inf or the type's minimum, ...)."""
@@ -191,8 +193,6 @@ class _Realizer:
     def _verify(self, g: Func, region, k: int, group: list[Func], regions, nest,
                 outer_ranges, consumer_view) -> None:
         """Prove with isl that ``region`` covers what this loop iteration reads of ``g``."""
-        from .legality.coverage import verify_coverage
-
         view, rng = consumer_view(k)
         readers = [(view, rng)]
         for r in group:

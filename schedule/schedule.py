@@ -25,6 +25,9 @@ from tensorlang.expr import Var
 from tensorlang.func import Func, Input, parse_stage_id, stage_id
 from tensorlang.pipeline import Pipeline
 
+from .legality import Problem, check_schedule
+from .legality.check import MODEL_ERRORS, check_stage
+from .legality.model import model_for
 from .loops import StageState, default_states
 from .lower import lower
 from .primitives import PRIMITIVES, lookup
@@ -121,8 +124,6 @@ class Schedule:
         what lowering refuses — an unrolled loop without a constant extent — is a problem of
         kind ``realize``. ``realize=False`` skips that lowering (for a caller that lowers the
         schedule itself afterwards, as the rule-based schedule does once for many variants)."""
-        from .legality import Problem, check_schedule
-
         report = check_schedule(self)
         if report.ok and realize:
             try:
@@ -143,9 +144,6 @@ class Schedule:
     def _blame(self, prob) -> str | None:
         """The first step after which ``prob``'s stage fails the same way (replaying the trace;
         only steps of that stage whose primitive is obliged to that kind of problem)."""
-        from .legality.check import MODEL_ERRORS, check_stage
-        from .legality.model import model_for
-
         if prob.kind == "placement":  # not a property of one stage's loop order
             return None
         if prob.kind == "realize":  # the last step that made the loop what lowering refuses

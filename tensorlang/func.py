@@ -37,7 +37,7 @@ from .expr import (
     map_children,
     walk,
 )
-from .rdom import RVar
+from .rdom import RVar, as_index
 
 
 def _as_shape(shape: Any, owner: str) -> tuple[Expr, ...]:
@@ -65,8 +65,6 @@ def _as_shape(shape: Any, owner: str) -> tuple[Expr, ...]:
 
 
 def _index_tuple(idx: Any) -> tuple:
-    from .rdom import as_index
-
     items = idx if isinstance(idx, tuple) else (idx,)
     return tuple(as_index(i) for i in items)
 

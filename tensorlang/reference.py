@@ -18,6 +18,7 @@ import numpy as np
 
 from .arguments import collect_arrays
 from .expr import Access, BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var
+from .expr import BinOp as _B
 from .func import Func
 from .pipeline import Binding, Pipeline
 
@@ -89,8 +90,6 @@ def _eval_update(f: Func, u, b: Binding, values: dict[str, np.ndarray]) -> None:
 def _einsum_fast_path(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray | None:
     """``np.einsum`` for a sum of a product of plain-Var reads over whole arrays (matmul, batched
     matmul, contractions): the same value as the broadcast evaluation, computed by BLAS."""
-    from .expr import BinOp as _B
-
     d = f.definition
     assert d is not None
     if d.reduce_op != "sum" or not f.dtype.is_float:  # type: ignore[union-attr]

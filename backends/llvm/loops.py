@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
+from tensorlang.affine import const_value
+from tensorlang.errors import CompileError
+from tensorlang.expr import Expr, Var, walk
 from tensorlang.schedule.ir import (
     MAX_UNROLL,
     Allocate,
@@ -19,8 +22,6 @@ from tensorlang.schedule.ir import (
     Stmt,
     Store,
 )
-from tensorlang.errors import CompileError
-from tensorlang.expr import Expr, Var, walk
 
 from .types import I1, I32, I64
 
@@ -152,8 +153,6 @@ class LoopGen:
             self.vars[s.var] = outer
 
     def unrolled(self, s: For) -> None:
-        from tensorlang.affine import const_value
-
         n = const_value(s.extent)
         if n is None or n > MAX_UNROLL:
             raise CompileError(

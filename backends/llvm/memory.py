@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from tensorlang.schedule.ir import Allocate, Buffer, Load, Store
+from tensorlang.affine import const_value
 from tensorlang.expr import BinOp, Cast, Const, Expr, Var, walk
+from tensorlang.schedule.ir import Allocate, Buffer, Load, Store
 
-from .types import REDUCE_FLAGS, I8, I32, I64, memory_type
+from .types import I8, I32, I64, REDUCE_FLAGS, memory_type
 
 MAX_STACK_BYTES = 64 * 1024
 #: heap buffers of at least this many bytes are asked to live on transparent huge pages (Linux)
@@ -139,7 +140,6 @@ class MemoryGen:
     def _allocate(self, s: Allocate) -> None:
         b = self.builder
         buf = s.buffer
-        from tensorlang.affine import const_value
 
         sizes = [const_value(e) for e in buf.extents]
         if all(c is not None for c in sizes):

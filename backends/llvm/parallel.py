@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from tensorlang.schedule.ir import For, ForKind
 from tensorlang.dtypes import int64 as I64_DT
+from tensorlang.expr import BinOp, Var
+from tensorlang.schedule.ir import For, ForKind
 
 from .types import I8, I32, I64
-
 
 #: a parallel loop is cut into about this many chunks per thread, claimed dynamically
 CHUNKS_PER_THREAD = 4
@@ -66,7 +66,6 @@ class ParallelGen:
         self.live_allocs = []
         self.in_parallel = True
         lo, hi = ints[-2], ints[-1]
-        from tensorlang.expr import BinOp, Var
 
         chunk = For(s.var, Var("__lo"), BinOp("sub", Var("__hi"), Var("__lo"), I64_DT),
                     ForKind.SERIAL, s.body)
