@@ -4,7 +4,8 @@ A ``Func`` is defined once, by ``F[i, j] = expr`` (a *pure definition*). Vars on
 not on the left are *reduction variables*: the right side is reduced over them, with ``sum`` unless an
 explicit reducer (``tl.sum``, ``tl.prod``, ``tl.max``, ``tl.min``) says otherwise (the einsum rule).
 A reducer nested inside a larger expression (``exp(x[i, j] - tl.max(x[i, k]))``) is lifted into an
-anonymous Func over the left-side Vars it uses, as Halide's inline reductions are.
+anonymous Func over the left-side Vars it uses, as Halide's inline reductions are; in an update
+definition also over the RDom variables the update iterates, so it is computed per iteration.
 
 See also: Halide ``Func``/``Var``/``RDom``, "Halide: A Language and Compiler for Optimizing
 Parallelism, Locality, and Recomputation in Image Processing Pipelines" (PLDI 2013); TVM ``te.compute``
@@ -34,7 +35,9 @@ from .expr import (
     check_name,
     const,
     free_vars,
+    children,
     map_children,
+    substitute,
     walk,
 )
 from .rdom import RVar, as_index
@@ -393,7 +396,9 @@ class Func:
                         f"the pure Var of that position or an expression of RDom variables")
                 e = cast(int64, e)
             index.append(e)
-        expr = self._lift_reductions(as_expr(value), pure_used, lhs_text)
+        value = as_expr(value)
+        expr = self._lift_reductions(value, pure_used, lhs_text,
+                                     _iterated_rvars((*index, value)), where)
         for n in walk(expr):
             if isinstance(n, Var) and not isinstance(n, RVar) and n.name not in pure_used:
                 raise DefinitionError(
@@ -415,7 +420,20 @@ class Func:
         self.updates.append(Update(self.name, len(self.updates), tuple(index), expr,
                                    tuple(pure_used), tuple(rvars.values())))
 
-    def _lift_reductions(self, expr: Expr, pure: list[str], lhs_text: str) -> Expr:
+    def _lift_reductions(self, expr: Expr, pure: list[str], lhs_text: str,
+                         iterated: dict[str, RVar] | None = None, where: str = "") -> Expr:
+        """Lift each reducer nested in ``expr`` into its own Func over the left-side Vars it
+        uses. In an update definition, ``iterated`` holds the RVars the update itself runs over
+        (those used outside every nested reducer, with the rest of their RDoms): the reducer is
+        computed per iteration, so they become pure dimensions of the lifted Func, read back at
+        the update's RVars, and only the reducer's other RVars are reduced (Halide's inline
+        reductions).
+
+        Raises:
+            DefinitionError: in an update, a reducer reads the Func being updated (the lifted
+                Func is computed before the update runs, so it would read values the update has
+                not written yet), or reduces only over RVars the update already iterates.
+        """
         counter = itertools.count()  # per definition: names stay deterministic across programs
 
         def go(n: Expr) -> Expr:
@@ -426,9 +444,33 @@ class Func:
             # out_sum0[i, j], not out_sum0[j, i] (a transposed read of it, loops in reverse)
             free = {v.name: v for v in free_vars(n.value)}
             inner_pure = [free[p] for p in pure if p in free]
-            g = Func(f"{self.name}_{n.op}{next(counter)}")
-            g[tuple(inner_pure)] = n
-            return g[tuple(inner_pure)]
+            name = f"{self.name}_{n.op}{next(counter)}"
+            if iterated is None:
+                g = Func(name)
+                g[tuple(inner_pure)] = n
+                return g[tuple(inner_pure)]
+            text = f"tl.{n.op}({n.value})"
+            if any(isinstance(a, Access) and a.producer is self for a in walk(n.value)):
+                raise DefinitionError(
+                    f"{where}: {text} reads {self.name}, the Func this update defines; a nested "
+                    f"reducer is computed as its own Func before the update runs, so it would "
+                    f"not see what earlier iterations of the update wrote. Reduce inside the "
+                    f"update instead: add the reduction's dimension to the update's RDom and "
+                    f"accumulate into {self.name} (updates run over their RDom in order)")
+            per_iteration = [v for v in free.values() if v.name in iterated]
+            reduced = [v for v in free.values() if isinstance(v, RVar) and v.name not in iterated]
+            if per_iteration and not reduced:
+                raise DefinitionError(
+                    f"{where}: {text} reduces over nothing: its RDom variables "
+                    f"({', '.join(v.name for v in per_iteration)}) are iterated by the update "
+                    f"itself (an update runs over the whole RDom of every RDom variable it "
+                    f"uses); write the term without the reducer, or give the nested reduction "
+                    f"an RDom of its own")
+            params = [Var(f"{name}_{k}") for k in range(len(per_iteration))]
+            body = substitute(n, {v.name: p for v, p in zip(per_iteration, params)})
+            g = Func(name)
+            g[(*inner_pure, *params)] = body
+            return g[(*inner_pure, *per_iteration)]
 
         return go(expr)
 
@@ -456,6 +498,25 @@ class Func:
             return f"Func({self.name!r})"
         ups = "".join(f"; {u}" for u in self.updates)
         return f"Func({self.definition}{ups})"
+
+
+def _iterated_rvars(exprs: tuple) -> dict[str, RVar]:
+    """The RVars an update runs over: those in ``exprs`` outside every nested reducer, and the
+    other variables of their RDoms (a definition iterates the whole RDom)."""
+    out: dict[str, RVar] = {}
+
+    def go(n: Expr) -> None:
+        if isinstance(n, Reduce):
+            return
+        if isinstance(n, RVar):
+            for r in n.domain:
+                out.setdefault(r.name, r)
+        for c in children(n):
+            go(c)
+
+    for e in exprs:
+        go(e)
+    return out
 
 
 def _collect_rvars(exprs: tuple, where: str) -> dict[str, Any]:

@@ -223,3 +223,71 @@ def test_partitioned_update_with_a_split_of_a_split(h, rng):
     st.reorder(yo, yio, r.x, yii)
     a = rng.random((h, 6))
     np.testing.assert_allclose(tl.compile(S, s)(a), np.cumsum(a, axis=1), rtol=1e-12)
+
+
+def _row_sum_recurrence():
+    N = tl.Size("N")
+    R = tl.Input("R", (N,), tl.float64)
+    k, i = tl.vars("k i")
+    Y = tl.Func("Y", shape=(N, N))
+    Y[k, i] = tl.where(k == 0, R[i], 0.0)
+    return N, R, k, i, Y
+
+
+def test_a_nested_reducer_reading_the_updated_func_is_refused_with_the_fix():
+    # the program: it compiled to NaN rows and tl.reference raised KeyError
+    N, R, k, i, Y = _row_sum_recurrence()
+    t, s = tl.RDom((1, N), name="t"), tl.RDom((0, N), name="s")
+    with pytest.raises(tl.DefinitionError, match=r"reads Y, the Func this update defines.*"
+                                                 r"add the reduction's dimension"):
+        Y[t, i] = Y[t - 1, i] + tl.sum(Y[t - 1, s])
+    assert not Y.updates  # nothing half-defined is left behind
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8])
+def test_the_suggested_rewrite_computes_the_recurrence(n, rng):
+    # the fix the message names: the reduction's dimension in the update's RDom
+    N, R, k, i, Y = _row_sum_recurrence()
+    r = tl.RDom((0, N), (0, N), (1, N), name="r")  # s innermost, then i, then t
+    Y[r.z, r.y] = tl.where(r.x == 0, Y[r.z - 1, r.y], Y[r.z, r.y]) + Y[r.z - 1, r.x]
+    rv = rng.random(n)
+    want = np.zeros((n, n))
+    want[0] = rv
+    for t in range(1, n):
+        want[t] = want[t - 1] + want[t - 1].sum()
+    np.testing.assert_allclose(tl.reference(Y, R=rv), want, rtol=1e-12)
+    np.testing.assert_allclose(tl.compile(Y)(R=rv), want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (7, 11)])
+def test_a_nested_reducer_in_an_update_is_computed_per_iteration(shape, rng):
+    # F[r] += sum_q A[r, q]: r is iterated by the update, q reduced by the nested sum (it used
+    # to reduce over r as well, giving every row the total)
+    m, n = shape
+    M, N = tl.sizes("M N")
+    A = tl.Input("A", (M, N), tl.float64)
+    i = tl.Var("i")
+    F = tl.Func("F", shape=(M,))
+    F[i] = 1.0
+    r, q = tl.RDom((0, M), name="r"), tl.RDom((0, N), name="q")
+    F[r] = F[r] * 2.0 + tl.sum(A[r, q] * A[r, q])
+    a = rng.random((m, n))
+    want = 2.0 + (a * a).sum(1)
+    np.testing.assert_allclose(tl.reference(F, A=a), want, rtol=1e-12)
+    np.testing.assert_allclose(tl.compile(F)(A=a), want, rtol=1e-12)
+    s = tl.Schedule(F)
+    lifted = tl.Pipeline(F).funcs[0]
+    assert lifted.name == "F_sum0" and len(lifted.definition.args) == 1
+    s[lifted].vectorize(lifted.definition.args[0].name, 4)
+    np.testing.assert_allclose(tl.compile(F, s)(A=a), want, rtol=1e-12)
+
+
+def test_a_nested_reducer_over_only_iterated_rvars_is_refused():
+    M, N = tl.sizes("M N")
+    A = tl.Input("A", (M, N), tl.float64)
+    i = tl.Var("i")
+    F = tl.Func("F", shape=(M,))
+    F[i] = 0.0
+    r = tl.RDom((0, M), (0, N), name="r")
+    with pytest.raises(tl.DefinitionError, match="reduces over nothing"):
+        F[r.x] = F[r.x] + tl.sum(A[r.x, r.y])
