@@ -34,7 +34,10 @@ BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "max", "min", "and"
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne")
 #: Pointwise functions. ``exp``, ``log``, ``sqrt`` compute in floating point (integers are promoted
 #: to float64 as NumPy does); ``abs`` and ``neg`` keep the operand's type (integers wrap, as NumPy).
-FUNCTIONS = ("exp", "log", "sqrt", "abs", "neg")
+FUNCTIONS = ("exp", "log", "sqrt", "abs", "neg", "floor", "ceil", "round", "sin", "cos", "tanh",
+             "erf", "pow")
+#: functions of floats only: an integer or bool argument is promoted to float64 (as NumPy's)
+FLOAT_FUNCTIONS = ("exp", "log", "sqrt", "floor", "ceil", "round", "sin", "cos", "tanh", "erf")
 
 
 def check_name(name: object, what: str) -> str:
@@ -128,6 +131,12 @@ class Expr:
 
     def __abs__(self) -> Expr:
         return call("abs", self)
+
+    def __pow__(self, o: Any) -> Expr:
+        return call("pow", self, o)
+
+    def __rpow__(self, o: Any) -> Expr:
+        return call("pow", o, self)
 
     # -- comparisons and logic ---------------------------------------------------------------
     def __lt__(self, o: Any) -> Expr:
@@ -432,9 +441,22 @@ def compare(op: str, a: Any, b: Any) -> Expr:
 
 
 def call(name: str, *args: Any) -> Expr:
-    """Apply the pointwise function ``name`` (see FUNCTIONS)."""
+    """Apply the pointwise function ``name`` (see FUNCTIONS); ``pow`` takes two arguments,
+    promoted together as NumPy's ``power``.
+
+    Raises:
+        DefinitionError: ``pow`` of integers or bools (cast one operand to a float dtype), or a
+            function of a bool that has no meaning for bools.
+    """
+    if name == "pow":
+        x, y, d = _operands("pow", *args)
+        if not d.is_float:
+            raise DefinitionError(f"** / tl.pow of {d} operands ({x} ** {y}): integer powers "
+                                  f"overflow silently; cast an operand to a float dtype first "
+                                  f"(tl.cast(tl.float64, x))")
+        return Call(name, (x, y), d)
     (x,) = (as_expr(a) for a in args)
-    if name in ("exp", "log", "sqrt"):
+    if name in FLOAT_FUNCTIONS:
         if not x.dtype.is_float:
             x = cast(float64, x)
         return Call(name, (x,), x.dtype)

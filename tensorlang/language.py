@@ -54,6 +54,62 @@ def sqrt(x: Any) -> Expr:
     return call("sqrt", x)
 
 
+def floor(x: Any) -> Expr:
+    """The largest integer not above ``x``, as a float (``np.floor``: integers become float64)."""
+    return call("floor", x)
+
+
+def ceil(x: Any) -> Expr:
+    """The smallest integer not below ``x``, as a float (``np.ceil``)."""
+    return call("ceil", x)
+
+
+def round(x: Any) -> Expr:  # noqa: A001
+    """``x`` rounded to the nearest integer, halves to even, as a float (``np.round``)."""
+    return call("round", x)
+
+
+def sin(x: Any) -> Expr:
+    """Sine of ``x`` in radians (``np.sin``)."""
+    return call("sin", x)
+
+
+def cos(x: Any) -> Expr:
+    """Cosine of ``x`` in radians (``np.cos``)."""
+    return call("cos", x)
+
+
+def tanh(x: Any) -> Expr:
+    """Hyperbolic tangent (``np.tanh``)."""
+    return call("tanh", x)
+
+
+def erf(x: Any) -> Expr:
+    """The error function (``math.erf`` / ``scipy.special.erf``; libm's ``erf`` in kernels)."""
+    return call("erf", x)
+
+
+def pow(a: Any, b: Any) -> Expr:  # noqa: A001
+    """``a ** b`` for floats, with NumPy promotion (``np.power``); also written ``a ** b``.
+
+    Raises:
+        DefinitionError: both operands are integers or bools (cast one to a float dtype).
+    """
+    return call("pow", a, b)
+
+
+def sigmoid(x: Any) -> Expr:
+    """The logistic function ``1 / (1 + exp(-x))`` (integers become float64)."""
+    e = exp(-x) if isinstance(x, Expr) else exp(-_const(x))
+    return 1.0 / (1.0 + e)
+
+
+def clamp(x: Any, lo: Any, hi: Any) -> Expr:
+    """``x`` limited to ``[lo, hi]`` (``np.clip``): ``minimum(maximum(x, lo), hi)``; NaN stays
+    NaN."""
+    return minimum(maximum(x, lo), hi)
+
+
 def abs(x: Any) -> Expr:  # noqa: A001
     """Absolute value, elementwise; keeps the type (abs of the most negative integer wraps)."""
     return call("abs", x)
@@ -92,5 +148,6 @@ __all__ = [
     "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
+    "floor", "ceil", "round", "sin", "cos", "tanh", "erf", "pow", "sigmoid", "clamp",
     "RDom", "RVar", "Update",
 ]

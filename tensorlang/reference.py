@@ -11,6 +11,8 @@ by zero give 0 (NumPy's result); float-to-int casts saturate and map NaN to 0; m
 
 from __future__ import annotations
 
+import math
+
 import itertools
 from typing import Any
 
@@ -29,7 +31,10 @@ _BIN = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_di
         "and": np.logical_and, "or": np.logical_or}
 _CMP = {"lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
         "eq": np.equal, "ne": np.not_equal}
-_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "neg": np.negative}
+_CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "neg": np.negative,
+         "floor": np.floor, "ceil": np.ceil, "round": np.rint, "sin": np.sin, "cos": np.cos,
+         "tanh": np.tanh, "erf": np.vectorize(math.erf, otypes=[np.float64]),
+         "pow": np.power}
 _REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 
 
@@ -202,7 +207,8 @@ def _eval(e: Expr, env: dict[str, np.ndarray], b: Binding,
         if isinstance(n, Not):
             return np.logical_not(go(n.a))
         if isinstance(n, Call):
-            return _CALL[n.name](go(n.args[0])).astype(n.dtype.numpy, copy=False)
+            return np.asarray(_CALL[n.name](*(go(a) for a in n.args))).astype(n.dtype.numpy,
+                                                                           copy=False)
         if isinstance(n, Select):
             return np.where(go(n.cond), go(n.t), go(n.f)).astype(n.dtype.numpy, copy=False)
         if isinstance(n, Cast):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from conftest import check
@@ -182,3 +184,56 @@ def test_float32_exp_log_polynomials_accuracy_and_specials(name, lo, hi, vectori
     assert rel.max() < 3e-7 or np.abs(got[normal] - expected[normal]).max() < 1e-6
     np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
     np.testing.assert_array_equal(got[np.isinf(expected)], expected[np.isinf(expected)])
+
+
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+MATH = {
+    "floor": np.floor, "ceil": np.ceil, "round": np.round, "sin": np.sin, "cos": np.cos,
+    "tanh": np.tanh, "erf": _ERF, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MATH))
+@pytest.mark.parametrize("dtype", [tl.float32, tl.float64, tl.int32])
+@pytest.mark.parametrize("n", [1, 7, 13])
+def test_math_functions_match_numpy(name, dtype, n, rng):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), dtype)
+    i = tl.Var("i")
+    F = tl.Func("F")
+    F[i] = getattr(tl, name)(X[i] * 3 if dtype is not tl.int32 else X[i])
+    raw = (rng.random(n) - 0.5) * 6
+    x = (np.round(raw) if dtype is tl.int32 else raw).astype(dtype.numpy)
+    x[0] = 2.5 if dtype is not tl.int32 else 2  # a half: round goes to even, as NumPy
+    arg = x * 3 if dtype is not tl.int32 else x.astype(np.float64)
+    want = MATH[name](arg)
+    # integers are promoted to float64 (np.floor(int32) is float64); float32 stays float32
+    assert F.dtype.numpy == (np.float64 if dtype is tl.int32 else dtype.numpy)
+    s = tl.Schedule(F)
+    s[F].vectorize("i", 8)
+    tol = 1e-6 if dtype is tl.float32 else 1e-12
+    for sched in (None, s):
+        got = tl.compile(F, sched)(X=x)
+        np.testing.assert_allclose(got, want.astype(F.dtype.numpy), rtol=tol, atol=tol)
+    np.testing.assert_allclose(tl.reference(F, X=x), want.astype(F.dtype.numpy), rtol=tol,
+                               atol=tol)
+
+
+@pytest.mark.parametrize("n", [1, 9])
+def test_pow_and_clamp(n, rng):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float32)
+    Y = tl.Input("Y", (N,), tl.float64)
+    i = tl.Var("i")
+    F = tl.Func("F")
+    F[i] = X[i] ** 2.5 + tl.pow(2.0, X[i]) + tl.clamp(X[i], 0.25, 0.75) + X[i] ** Y[i]
+    x, y = rng.random(n, dtype=np.float32), rng.random(n) * 3
+    want = (x ** np.float32(2.5) + np.float32(2.0) ** x + np.clip(x, 0.25, 0.75)) + x ** y
+    assert F.dtype is tl.float64  # float32 ** float64 promotes, as NumPy
+    s = tl.Schedule(F)
+    s[F].vectorize("i", 4)
+    for sched in (None, s):
+        np.testing.assert_allclose(tl.compile(F, sched)(X=x, Y=y), want, rtol=1e-6)
+    K = tl.Input("K", (N,), tl.int32)
+    with pytest.raises(tl.DefinitionError, match="integer powers"):
+        K[i] ** 2

@@ -114,6 +114,8 @@ class ExpressionGen:
             a = self.expr(e.a)
             return b.xor(a, self.const(a.type, 1))
         if isinstance(e, Call):
+            if len(e.args) == 2:  # pow
+                return self.call_intrinsic(e.name, *self.unify(*(self.expr(a) for a in e.args)))
             return self.call(e.name, self.expr(e.args[0]), e.dtype)
         if isinstance(e, Select):
             c, t, f = self.unify(self.expr(e.cond), self.expr(e.t), self.expr(e.f))
@@ -216,8 +218,12 @@ class ExpressionGen:
             return self.exp_f32(x)
         if name == "log" and d is DType.float32:
             return self.log_f32(x)
-        if name in ("exp", "log", "sqrt"):
+        if name in ("exp", "log", "sqrt", "floor", "ceil", "sin", "cos", "tanh"):
             return self.call_intrinsic(name, x)
+        if name == "round":  # NumPy rounds half to even
+            return self.call_intrinsic("roundeven", x)
+        if name == "erf":  # no LLVM intrinsic: libm's erf / erff, lane by lane
+            return self.libm(name if d is DType.float64 else name + "f", x)
         if name == "abs":
             if d.is_float:
                 return self.call_intrinsic("fabs", x)
@@ -225,6 +231,20 @@ class ExpressionGen:
         if name == "neg":
             return self.builder.fneg(x) if d.is_float else self.builder.neg(x)
         raise CompileError(f"codegen: unsupported function {name}")
+
+    def libm(self, symbol: str, x: ir.Value) -> ir.Value:
+        """``symbol(x)`` from libm (resolved from the process when the kernel is loaded), once
+        per lane of a vector."""
+        b = self.builder
+        scalar = x.type.element if isinstance(x.type, ir.VectorType) else x.type
+        fn = self.intrinsic(symbol, scalar, [scalar])
+        if not isinstance(x.type, ir.VectorType):
+            return b.call(fn, [x])
+        out = ir.Constant(x.type, ir.Undefined)
+        for lane in range(x.type.count):
+            idx = ir.Constant(I32, lane)
+            out = b.insert_element(out, b.call(fn, [b.extract_element(x, idx)]), idx)
+        return out
 
     def cast(self, x: ir.Value, src: DType, dst: DType) -> ir.Value:
         b = self.builder
