@@ -122,7 +122,7 @@ class Backend(abc.ABC):
         """Prove ``schedule`` legal (unless ``check=False``: ``tl.compile`` says why that is
         unsafe), :meth:`lower` it and :meth:`build` the loop nest: a callable ``Kernel``. The
         arguments are ``tl.compile``'s; the legality verdict is the same for every backend
-        (``Schedule.check``), so a backend implements only :meth:`build`.
+        (``Schedule.check``) and is applied here; a backend's own part is :meth:`build`.
 
         Raises:
             DefinitionError: ``output`` is not a Func or ``schedule`` not a ``tl.Schedule``.

@@ -13,6 +13,7 @@ from __future__ import annotations
 from tensorlang.affine import const_value, sadd, sconst, sfloordiv, smax, smin, smul, ssub
 from tensorlang.errors import ScheduleError
 from tensorlang.expr import Access, BinOp, Cast, Const, Expr, Select, Size, Var, map_children, walk
+from tensorlang.func import FOLDING_BOUNDARIES
 
 Interval = tuple[Expr, Expr]
 
@@ -76,7 +77,10 @@ def read_box(producer: str, exprs: list[Expr], ranges: dict[str, Interval], rank
                 if a.boundary is not None:
                     dmin, dext = domain[d]
                     dhi = ssub(sadd(dmin, dext), sconst(1))
-                    lo, hi = smin(smax(lo, dmin), dhi), smin(smax(hi, dmin), dhi)
+                    if a.boundary.kind in FOLDING_BOUNDARIES:  # lands anywhere in the domain
+                        lo, hi = dmin, dhi
+                    else:
+                        lo, hi = smin(smax(lo, dmin), dhi), smin(smax(hi, dmin), dhi)
                 cur = box[d]
                 box[d] = (lo, hi) if cur is None else (smin(cur[0], lo), smax(cur[1], hi))
     return box

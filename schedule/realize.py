@@ -31,7 +31,7 @@ from tensorlang.expr import (
     substitute,
     walk,
 )
-from tensorlang.func import Func
+from tensorlang.func import FOLDING_BOUNDARIES, Func
 from tensorlang.pipeline import Pipeline
 
 from .bounds import Box, box_extents, clip_box, interval, read_box, simplify_in_ranges, union_box
@@ -82,6 +82,32 @@ def _clamp_and_inside(indices, mins, extents):
     return tuple(clamped), inside
 
 
+def fold_index(kind: str, ix: Expr, lo: Expr, ext: Expr) -> Expr:
+    """Index ``ix`` of a read through a folding boundary condition (``FOLDING_BOUNDARIES``),
+    mapped into ``[lo, lo + ext)``: periodic (``repeat_image``) or reflected with period
+    ``2 ext`` (``mirror_image``) or ``2 ext - 2`` (``mirror_interior``). Integer ``mod`` is floor
+    modulo with 0 for a zero divisor, so ``mirror_interior`` of extent 1 reads its one element."""
+    t = BinOp("sub", ix, lo, int64)
+    if kind == "repeat_image":
+        return BinOp("add", lo, BinOp("mod", t, ext, int64), int64)
+    two = BinOp("mul", Const(2, int64), ext, int64)
+    period = two if kind == "mirror_image" else BinOp("sub", two, Const(2, int64), int64)
+    t = BinOp("mod", t, period, int64)
+    back = BinOp("sub", BinOp("sub", period, Const(1 if kind == "mirror_image" else 0, int64),
+                              int64), t, int64)
+    return BinOp("add", lo, Select(Cmp("ge", t, ext), back, t, int64), int64)
+
+
+def _boundary_indices(a: Access, mins, extents) -> tuple[tuple[Expr, ...], Expr | None]:
+    """The indices a boundary read loads at (inside the domain), and the condition under which
+    the raw indices are inside (None: the load is the value everywhere)."""
+    if a.boundary.kind in FOLDING_BOUNDARIES:  # type: ignore[union-attr]
+        return tuple(fold_index(a.boundary.kind, ix, lo, ext)  # type: ignore[union-attr]
+                     for ix, lo, ext in zip(a.indices, mins, extents)), None
+    clamped, inside = _clamp_and_inside(a.indices, mins, extents)
+    return clamped, (inside if a.boundary.kind == "constant_exterior" else None)  # type: ignore
+
+
 def lower_reads(e: Expr, domains: dict[str, Buffer]) -> Expr:
     """Replace every Access by a Load, applying boundary conditions as clamps and selects
     (clamped to the producer's whole domain, ``domains``)."""
@@ -93,9 +119,9 @@ def lower_reads(e: Expr, domains: dict[str, Buffer]) -> Expr:
         if n.boundary is None:
             return Load(n.name, n.indices, n.dtype)
         dom = domains[n.name]
-        clamped, inside = _clamp_and_inside(n.indices, dom.mins, dom.extents)
-        load = Load(n.name, clamped, n.dtype)
-        if n.boundary.kind == "clamp_edge" or inside is None:
+        indices, inside = _boundary_indices(n, dom.mins, dom.extents)
+        load = Load(n.name, indices, n.dtype)
+        if inside is None:
             return load
         assert n.boundary.value is not None
         return Select(inside, load, n.boundary.value, n.dtype)
@@ -119,11 +145,11 @@ def inline_funcs(p: AlgorithmView, inline: set[str]) -> dict[str, Expr]:
             idx = n.indices
             inside = None
             if n.boundary is not None:
-                idx, inside = _clamp_and_inside(idx, [lo for lo, _ in g.bounds],
+                idx, inside = _boundary_indices(n, [lo for lo, _ in g.bounds],
                                                 [e for _, e in g.bounds])
             body = substitute(values[g.name], {a.name: ix for a, ix in zip(gd.args, idx)})
-            if n.boundary is not None and n.boundary.kind == "constant_exterior":
-                assert n.boundary.value is not None and inside is not None
+            if inside is not None:
+                assert n.boundary is not None and n.boundary.value is not None
                 body = Select(inside, body, n.boundary.value, n.dtype)
             return body
 

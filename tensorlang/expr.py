@@ -293,7 +293,8 @@ class Cast(Expr):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Boundary:
-    """How reads outside an array's bounds are answered: ``clamp_edge`` or ``constant_exterior``."""
+    """How reads outside an array's bounds are answered: ``clamp_edge``, ``constant_exterior``,
+    or a fold back into the domain (``repeat_image``, ``mirror_image``, ``mirror_interior``)."""
 
     kind: str
     value: Const | None = None

@@ -405,6 +405,13 @@ class Func:
                     f"{where}: Var {n.name} is free on the right side; an update reduces only "
                     f"over RDom variables (tl.RDom) — use one, or a pure Var of the left side")
         for a in walk(expr):
+            if isinstance(a, Access) and a.producer is self and a.boundary is not None \
+                    and a.boundary.kind in FOLDING_BOUNDARIES:
+                raise DefinitionError(
+                    f"{where}: {self.name} reads itself through {a.boundary.kind}; an update "
+                    f"may read its own Func directly, through clamp_edge or through "
+                    f"constant_exterior only (a folded read's dependence on other iterations "
+                    f"cannot be proven)")
             if isinstance(a, Access) and a.producer is self:
                 for pos, p in enumerate(pure_names):
                     if p in pure_used and not (isinstance(a.indices[pos], Var)
@@ -568,6 +575,34 @@ def clamp_edge(f: Input | Func) -> BoundaryView:
     See also: Halide ``BoundaryConditions::repeat_edge``.
     """
     return BoundaryView(f, Boundary("clamp_edge"))
+
+
+def repeat_edge(f: Input | Func) -> BoundaryView:
+    """Halide's name of :func:`clamp_edge` (NumPy ``mode='edge'``)."""
+    return clamp_edge(f)
+
+
+def repeat_image(f: Input | Func) -> BoundaryView:
+    """A view of ``f`` tiled periodically: ``repeat_image(In)[x] == In[x mod W]`` per dimension
+    (NumPy ``np.pad(mode='wrap')``). See also: Halide ``BoundaryConditions::repeat_image``."""
+    return BoundaryView(f, Boundary("repeat_image"))
+
+
+def mirror_image(f: Input | Func) -> BoundaryView:
+    """A view of ``f`` reflected at its edges, the edge element repeated (``... 1 0 | 0 1 2 ...``;
+    NumPy ``np.pad(mode='symmetric')``). See also: Halide ``BoundaryConditions::mirror_image``."""
+    return BoundaryView(f, Boundary("mirror_image"))
+
+
+def mirror_interior(f: Input | Func) -> BoundaryView:
+    """A view of ``f`` reflected about its edge elements, which are not repeated
+    (``... 2 1 | 0 1 2 ...``; NumPy ``np.pad(mode='reflect')``; an extent of 1 repeats its one
+    element). See also: Halide ``BoundaryConditions::mirror_interior``."""
+    return BoundaryView(f, Boundary("mirror_interior"))
+
+
+#: boundary conditions that fold an index back into the domain (every read lands anywhere in it)
+FOLDING_BOUNDARIES = ("repeat_image", "mirror_image", "mirror_interior")
 
 
 def constant_exterior(f: Input | Func, value: Any = 0) -> BoundaryView:

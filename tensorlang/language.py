@@ -20,7 +20,19 @@ from .errors import (
 )
 from .expr import Expr, Size, Var, binary, call, cast, compare
 from .expr import const as _const
-from .func import BoundaryView, Definition, Func, Input, Update, clamp_edge, constant_exterior
+from .func import (
+    BoundaryView,
+    Definition,
+    Func,
+    Input,
+    Update,
+    clamp_edge,
+    constant_exterior,
+    mirror_image,
+    mirror_interior,
+    repeat_edge,
+    repeat_image,
+)
 from .pipeline import Pipeline, workload_key
 from .rdom import RDom, RVar
 from .reducers import max, min, prod, sum  # noqa: A004
@@ -149,5 +161,6 @@ __all__ = [
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
     "floor", "ceil", "round", "sin", "cos", "tanh", "erf", "pow", "sigmoid", "clamp",
+    "repeat_edge", "repeat_image", "mirror_image", "mirror_interior",
     "RDom", "RVar", "Update",
 ]

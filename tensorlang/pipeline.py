@@ -214,9 +214,11 @@ class Pipeline:
         for n, a in enumerate(reads):
             verb = "write" if write_last and n == len(reads) - 1 else "read"
             if a.boundary is not None:
-                if a.boundary.kind == "clamp_edge" and any(e == 0 for _, e in bounds[a.name]):
-                    raise ShapeError(f"In {where}: clamp_edge({a.name}) of an empty array "
-                                     f"has no edge to clamp to (shape {bounds[a.name]})")
+                if a.boundary.kind != "constant_exterior" and \
+                        any(e == 0 for _, e in bounds[a.name]):
+                    raise ShapeError(f"In {where}: {a.boundary.kind}({a.name}) of an empty "
+                                     f"array has no element to read (shape {bounds[a.name]}); "
+                                     f"only constant_exterior reads outside an empty array")
                 continue
             for dim, ix in enumerate(a.indices):
                 form = affine_form(ix)

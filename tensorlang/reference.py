@@ -21,7 +21,7 @@ import numpy as np
 from .arguments import collect_arrays
 from .expr import Access, BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var
 from .expr import BinOp as _B
-from .func import Func
+from .func import FOLDING_BOUNDARIES, Func
 from .pipeline import Binding, Pipeline
 
 CHUNK_ELEMENTS = 1 << 22
@@ -234,13 +234,28 @@ def cast_array(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return x.astype(dtype)
 
 
+def _fold(kind: str, t: np.ndarray, ext: int) -> np.ndarray:
+    """Offsets ``t`` from a domain's start folded into ``[0, ext)`` as NumPy's ``np.pad`` modes
+    ``wrap`` (repeat_image), ``symmetric`` (mirror_image) and ``reflect`` (mirror_interior)."""
+    if kind == "repeat_image":
+        return np.mod(t, ext)
+    period = 2 * ext if kind == "mirror_image" else 2 * ext - 2
+    if period == 0:  # mirror_interior of one element
+        return np.zeros_like(t)
+    t = np.mod(t, period)
+    return np.where(t >= ext, period - (1 if kind == "mirror_image" else 0) - t, t)
+
+
 def _read(a: Access, idx: list[np.ndarray], b: Binding, values: dict[str, np.ndarray]) -> Any:
     arr = values[a.name]
     bounds = b.bounds[a.name]
     shifted = []
     mask = None
+    folding = a.boundary is not None and a.boundary.kind in FOLDING_BOUNDARIES
     for ix, (lo, ext) in zip(idx, bounds):
-        if a.boundary is not None:
+        if folding:
+            ix = lo + _fold(a.boundary.kind, np.asarray(ix) - lo, ext)  # type: ignore[union-attr]
+        elif a.boundary is not None:
             inside = (ix >= lo) & (ix < lo + ext)
             mask = inside if mask is None else mask & inside
             ix = np.clip(ix, lo, lo + ext - 1)

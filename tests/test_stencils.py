@@ -121,3 +121,68 @@ def test_funcs_read_with_offsets_between_stages(rng):
     x = rng.integers(-9, 9, 12).astype(np.int32)
     d = x[1:] - x[:-1]
     check(B, d[:-2] * d[2:], x)
+
+
+PAD_MODES = {"repeat_image": "wrap", "mirror_image": "symmetric", "mirror_interior": "reflect",
+             "repeat_edge": "edge"}
+
+
+@pytest.mark.parametrize("kind", sorted(PAD_MODES))
+@pytest.mark.parametrize("shape", [(1, 1), (2, 3), (5, 7), (13, 4)])
+def test_folding_boundary_conditions_match_numpy_pad(kind, shape, rng):
+    # taps reach up to 3 outside (more than a small array's extent): every index folds back
+    # the way np.pad's modes do, in the reference, the default kernel and a scheduled one
+    H, W = tl.sizes("H W")
+    In = tl.Input("In", (H, W), tl.float64)
+    y, x = tl.vars("y x")
+    v = getattr(tl, kind)(In)
+    F = tl.Func("F", shape=(H, W))
+    F[y, x] = v[y - 3, x] + 2.0 * v[y, x + 1] + 3.0 * v[y + 2, x - 3] + v[y, x]
+    a = rng.random(shape)
+    p = np.pad(a, 3, mode=PAD_MODES[kind])
+    h, w = shape
+    want = (p[0:h, 3:3 + w] + 2.0 * p[3:3 + h, 4:4 + w] + 3.0 * p[5:5 + h, 0:w]
+            + p[3:3 + h, 3:3 + w])
+    np.testing.assert_allclose(tl.reference(F, In=a), want, rtol=1e-12)
+    s = tl.Schedule(F)
+    s[F].split("y", 2)
+    s[F].vectorize("x", 4)
+    s[F].parallel("y.o")
+    for sched in (None, s):
+        np.testing.assert_allclose(tl.compile(F, sched)(In=a), want, rtol=1e-12)
+
+
+def test_a_folded_producer_computed_at_its_consumer_is_computed_whole(rng):
+    # bounds inference: a folded read may land anywhere in the producer's domain
+    (N,) = tl.sizes("N")
+    In = tl.Input("In", (N,), tl.float64)
+    x = tl.Var("x")
+    G = tl.Func("G", shape=(N,))
+    G[x] = In[x] * 2.0
+    F = tl.Func("F", shape=(N,))
+    F[x] = tl.repeat_image(G)[x - 1] + tl.mirror_interior(G)[x + 2]
+    s = tl.Schedule(F)
+    xo, xi = s[F].split(x, 4)
+    s[G].compute_at(s[F], xo)
+    a = rng.random(11)
+    g = a * 2.0
+    want = np.roll(g, 1) + np.pad(g, 2, mode="reflect")[4:4 + 11]
+    np.testing.assert_allclose(tl.compile(F, s)(In=a), want, rtol=1e-12)
+    np.testing.assert_allclose(tl.reference(F, In=a), want, rtol=1e-12)
+
+
+def test_folding_boundaries_refuse_empty_arrays_and_updates_reading_themselves():
+    M, N = tl.sizes("M N")
+    In = tl.Input("In", (M,), tl.float64)
+    x = tl.Var("x")
+    F = tl.Func("F", shape=(N,))
+    F[x] = tl.mirror_image(In)[x - 1]
+    with pytest.raises(tl.ShapeError, match=r"mirror_image\(In\) of an empty array"):
+        tl.compile(F)(In=np.zeros(0), N=3)
+    with pytest.raises(tl.ShapeError, match=r"mirror_image\(In\) of an empty array"):
+        tl.reference(F, In=np.zeros(0), N=3)
+    G = tl.Func("G", shape=(N,))
+    G[x] = In[x]
+    r = tl.RDom((0, N), name="r")
+    with pytest.raises(tl.DefinitionError, match="reads itself through repeat_image"):
+        G[r] = tl.repeat_image(G)[r - 1] + G[r]
