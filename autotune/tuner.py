@@ -122,24 +122,24 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     backend = backend or DEFAULT_BACKEND
     db = TuningDatabase(workload_info(output, sizes, workload_name),
                         target_info(backend=backend), log, storage, study_name)
-    study = optuna.create_study(direction="minimize", storage=storage,
-                                study_name=db.study_name if storage else None,
-                                load_if_exists=True)
-    offset = len(study.trials)  # a resumed study: fresh random streams, not a replay
-    study.sampler = make_sampler(sampler, seed + offset)
-    model = CostModel(seed=seed) if cost_model == "gbt" else None
-    if model is not None:
-        for r in [*db.earlier, *(transfer or [])]:
-            feats = r.extra.get("features")
-            if r.ok and feats and r.target.same_machine(db.target):
-                model.add(np.asarray(feats, dtype=np.float64), float(r.seconds))
-        model.fit()
-    run = _TuningRun(output, sizes, db, model, progress, heuristic, timeout_floor, trials,
-                     timeout)
-    run.strategy = SearchStrategy(study, space, model, output, sizes,
-                                  np.random.default_rng(seed + offset), run.history, run.emit,
-                                  pool=pool, measure_per_round=measure_per_round)
-    try:
+    try:  # the log is open from here on
+        study = optuna.create_study(direction="minimize", storage=storage,
+                                    study_name=db.study_name if storage else None,
+                                    load_if_exists=True)
+        offset = len(study.trials)  # a resumed study: fresh random streams, not a replay
+        study.sampler = make_sampler(sampler, seed + offset)
+        model = CostModel(seed=seed) if cost_model == "gbt" else None
+        if model is not None:
+            for r in [*db.earlier, *(transfer or [])]:
+                feats = r.extra.get("features")
+                if r.ok and feats and r.target.same_machine(db.target):
+                    model.add(np.asarray(feats, dtype=np.float64), float(r.seconds))
+            model.fit()
+        run = _TuningRun(output, sizes, db, model, progress, heuristic, timeout_floor, trials,
+                         timeout)
+        run.strategy = SearchStrategy(study, space, model, output, sizes,
+                                      np.random.default_rng(seed + offset), run.history,
+                                      run.emit, pool=pool, measure_per_round=measure_per_round)
         with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
                       timeout=timeout_floor, hook=measure_hook, jobs=jobs, arrays=arrays,
                       backend=backend) as m:
