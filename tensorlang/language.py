@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .dtypes import DType, bool_, float32, float64, int32, int64
+import numpy as np
+
+from .dtypes import DType, as_dtype, bool_, float32, float64, int32, int64
 from .einsum import einsum
 from .errors import (
     CompileError,
@@ -18,7 +20,7 @@ from .errors import (
     ShapeError,
     TensorlangError,
 )
-from .expr import Expr, Size, Var, binary, call, cast, compare
+from .expr import Expr, Size, Var, as_expr, binary, call, cast, compare
 from .expr import const as _const
 from .func import (
     BoundaryView,
@@ -122,6 +124,28 @@ def clamp(x: Any, lo: Any, hi: Any) -> Expr:
     return minimum(maximum(x, lo), hi)
 
 
+def saturating_cast(dtype: Any, x: Any) -> Expr:
+    """``x`` converted to ``dtype``, values outside its range clamped to its limits (Halide's
+    ``saturating_cast``): a narrower integer type clamps instead of wrapping (int64 -> int32),
+    float64 -> float32 clamps to the largest finite float32 (infinities too) instead of
+    overflowing to inf; NaN stays NaN, or becomes 0 in an integer type (as ``tl.cast``, which
+    already saturates float -> int). Other conversions are ``tl.cast``.
+
+    Raises:
+        DefinitionError: ``dtype`` is not a tensorlang dtype.
+    """
+    d = as_dtype(dtype)
+    e = as_expr(x)
+    src = e.dtype
+    if d.is_int and src.is_int and np.iinfo(d.numpy).bits < np.iinfo(src.numpy).bits:
+        info = np.iinfo(d.numpy)
+        e = minimum(maximum(e, _const(int(info.min), src)), _const(int(info.max), src))
+    elif d.is_float and src.is_float and d.numpy.itemsize < src.numpy.itemsize:
+        big = float(np.finfo(d.numpy).max)
+        e = minimum(maximum(e, _const(-big, src)), _const(big, src))
+    return cast(d, e)
+
+
 def abs(x: Any) -> Expr:  # noqa: A001
     """Absolute value, elementwise; keeps the type (abs of the most negative integer wraps)."""
     return call("abs", x)
@@ -161,6 +185,6 @@ __all__ = [
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",
     "floor", "ceil", "round", "sin", "cos", "tanh", "erf", "pow", "sigmoid", "clamp",
-    "repeat_edge", "repeat_image", "mirror_image", "mirror_interior",
+    "repeat_edge", "repeat_image", "mirror_image", "mirror_interior", "saturating_cast",
     "RDom", "RVar", "Update",
 ]

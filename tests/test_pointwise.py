@@ -237,3 +237,33 @@ def test_pow_and_clamp(n, rng):
     K = tl.Input("K", (N,), tl.int32)
     with pytest.raises(tl.DefinitionError, match="integer powers"):
         K[i] ** 2
+
+
+@pytest.mark.parametrize("n", [1, 6])
+def test_saturating_cast_clamps_where_cast_would_wrap_or_overflow(n):
+    (N,) = tl.sizes("N")
+    I = tl.Input("I", (N,), tl.int64)  # noqa: E741
+    X = tl.Input("X", (N,), tl.float64)
+    i = tl.Var("i")
+    A, B, C, D = (tl.Func(name) for name in "ABCD")
+    A[i] = tl.saturating_cast(tl.int32, I[i])
+    B[i] = tl.saturating_cast(tl.float32, X[i])
+    C[i] = tl.saturating_cast(tl.int32, X[i])
+    D[i] = tl.saturating_cast(tl.int64, tl.cast(tl.int32, I[i] % 1000))  # widening: a cast
+    ints = np.array([2**40, -2**40, 7, -(2**31) - 1, 2**31, -5][:n], np.int64)
+    floats = np.array([1e300, -np.inf, np.nan, 3.5, -1e10, 2.5e9][:n])
+    f32 = np.finfo(np.float32).max
+    want = {
+        "A": np.clip(ints, -2**31, 2**31 - 1).astype(np.int32),
+        "B": np.where(np.isnan(floats), np.nan, np.clip(floats, -f32, f32)).astype(np.float32),
+        "C": np.clip(np.nan_to_num(np.trunc(floats), nan=0.0, posinf=2**31 - 1,
+                                   neginf=-2**31), -2**31, 2**31 - 1).astype(np.int32),
+        "D": (ints % 1000).astype(np.int64),
+    }
+    for name, f in zip("ABCD", (A, B, C, D)):
+        args = {"I": ints} if name in "AD" else {"X": floats}
+        assert f.dtype.numpy == want[name].dtype
+        np.testing.assert_array_equal(tl.compile(f)(**args), want[name])
+        np.testing.assert_array_equal(tl.reference(f, **args), want[name])
+    with pytest.raises(tl.DefinitionError):
+        tl.saturating_cast("int7", I[i])
