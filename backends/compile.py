@@ -9,7 +9,7 @@ from typing import Any
 
 from tensorlang.func import Func
 
-from .base import Signature, get_backend
+from .base import get_backend
 from .kernel import Kernel
 
 
@@ -24,16 +24,3 @@ def compile(output: Func, schedule: Any = None, *, backend: str | None = None,  
     """
     return get_backend(backend).compile(output, schedule, target=target, opt_level=opt_level,
                                         check=check, emit_object=emit_object)
-
-
-def load_kernel(output: Func, schedule: Any, object_code: bytes, signature: Signature, *,
-                backend: str | None = None, target: Any = None,
-                schedule_source: str = "cache") -> Kernel:
-    """A Kernel from object code made by ``compile(..., emit_object=True)``: no lowering, no code
-    generation (``Backend.load``, which says what the caller vouches for).
-
-    Raises:
-        CompileError: the bytes do not load.
-    """
-    return get_backend(backend).load(output, schedule, object_code, signature, target=target,
-                                     schedule_source=schedule_source)

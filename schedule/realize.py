@@ -101,11 +101,13 @@ def fold_index(kind: str, ix: Expr, lo: Expr, ext: Expr) -> Expr:
 def _boundary_indices(a: Access, mins, extents) -> tuple[tuple[Expr, ...], Expr | None]:
     """The indices a boundary read loads at (inside the domain), and the condition under which
     the raw indices are inside (None: the load is the value everywhere)."""
-    if a.boundary.kind in FOLDING_BOUNDARIES:  # type: ignore[union-attr]
-        return tuple(fold_index(a.boundary.kind, ix, lo, ext)  # type: ignore[union-attr]
+    assert a.boundary is not None
+    kind = a.boundary.kind
+    if kind in FOLDING_BOUNDARIES:
+        return tuple(fold_index(kind, ix, lo, ext)
                      for ix, lo, ext in zip(a.indices, mins, extents)), None
     clamped, inside = _clamp_and_inside(a.indices, mins, extents)
-    return clamped, (inside if a.boundary.kind == "constant_exterior" else None)  # type: ignore
+    return clamped, (inside if kind == "constant_exterior" else None)
 
 
 def lower_reads(e: Expr, domains: dict[str, Buffer]) -> Expr:
