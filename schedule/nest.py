@@ -14,19 +14,23 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from tensorlang.affine import (
+    Affine,
     NonAffine,
     affine_form,
     const_value,
     sadd,
     sceildiv,
     sconst,
+    sfloordiv,
+    smax,
     smin,
     ssub,
 )
-from tensorlang.dtypes import int64
+from tensorlang.dtypes import DType, int64
 from tensorlang.errors import IllegalScheduleError, ScheduleError
 from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, free_vars, substitute, walk
 
+from .bounds import simplify_in_ranges
 from .ir import Block, For, ForKind, IfThenElse, Stmt
 from .loops import Fuse, Split, StageState
 from .trace import TailStrategy
@@ -45,6 +49,7 @@ class Leaf:
     reduction: bool
     guards: list[Expr] = field(default_factory=list)  # if-conditions inside this loop
     full_extent: Expr | None = None  # the extent before tail bounds were tightened
+    full_min: Expr | None = None  # the min before an RDom condition raised it
     scalar: bool = False  # a serial loop LLVM must not vectorize (a short tail)
 
 
@@ -60,6 +65,8 @@ class StageNest:
     #: GuardWithIf splits whose tail bound sits on the inner loop: outer loop variable ->
     #: (iterations with a full inner loop, inner loop variable), for loop partitioning
     partitions: dict[str, tuple[Expr, str]] = field(default_factory=dict)
+    #: RDom conditions no loop bound could carry: an ``if`` around the stage's store
+    core_guards: list[Expr] = field(default_factory=list)
 
     @property
     def values_leaves(self) -> set[str]:
@@ -71,7 +78,8 @@ class StageNest:
         out = {}
         for lf in self.leaves[start:]:
             ext = lf.full_extent if loose and lf.full_extent is not None else lf.extent
-            out[lf.var] = (lf.min, ssub(sadd(lf.min, ext), sconst(1)))
+            lo = lf.full_min if loose and lf.full_min is not None else lf.min
+            out[lf.var] = (lo, ssub(sadd(lo, ext), sconst(1)))
         return out
 
     def position(self, loop: str) -> int:
@@ -87,8 +95,12 @@ def _ceildiv(e: Expr, f: int) -> Expr:
 
 
 def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope: set[str],
-                     shift_ok: bool) -> StageNest:
+                     shift_ok: bool, predicate: tuple[Expr, ...] = ()) -> StageNest:
     """Loops of stage ``st`` over ``region`` (original Var -> ``(min, extent)``).
+
+    ``predicate``: the stage's ``RDom.where`` conditions (boolean expressions of its original
+    Vars); each affine comparison bounds the innermost loop it mentions (of an update, or a
+    reduction loop), the rest guard the store (``StageNest.core_guards``).
 
     ``scope``: IR loop variables of enclosing loops (leaves are renamed ``F.loop`` to avoid them).
     ``shift_ok``: build the fast version: ShiftInwards bases, and no GuardWithIf tails, valid
@@ -176,6 +188,16 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             # outer iterations o < bound // f have a whole inner loop (f * o + f <= bound)
             partitions[rename[rel.outer]] = (
                 BinOp("floordiv", bound, Const(rel.factor, int64), int64), rename[rel.inner])
+    core_guards: list[Expr] = []
+    for cond in predicate:
+        for part in _predicate_bounds(substitute(cond, values)):
+            tightened = None if part is None or isinstance(part, Expr) else \
+                _place_bound(part, leaves, pos, pure_ok=st.update is not None)
+            if tightened is not None:
+                bounded[tightened] = bounded.get(tightened, 0) + 2  # never partitioned
+            else:
+                core_guards.append(substitute(cond, values) if part is None else
+                                   part if isinstance(part, Expr) else _le_zero(part))
     # an inner loop that another guard also bounds (a split of a split's tail) is whole only
     # where both allow: not partitioned
     partitions = {o: pi for o, pi in partitions.items() if bounded.get(pi[1], 0) == 1}
@@ -189,7 +211,69 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             if lf.kind is ForKind.VECTORIZED and const_value(lf.extent) is None:
                 lf.kind = ForKind.SERIAL
                 lf.scalar = True
-    return StageNest(st.func, leaves, values, versions, first_red, partitions)
+    nest = StageNest(st.func, leaves, values, versions, first_red, partitions)
+    nest.core_guards = _dedup(core_guards)
+    return nest
+
+
+def _dedup(conds: list[Expr]) -> list[Expr]:
+    out: list[Expr] = []
+    for c in conds:
+        if not any(c.same_as(o) for o in out):
+            out.append(c)
+    return out
+
+
+def _predicate_bounds(cond: Expr) -> list:
+    """A condition as affine forms ``F`` meaning ``F <= 0`` (two for ``==``); ``[None]`` when it
+    is not an affine comparison (it stays a guard as written)."""
+    if not (isinstance(cond, Cmp) and cond.a.dtype.is_int and cond.b.dtype.is_int
+            and cond.op in ("lt", "le", "gt", "ge", "eq")):
+        return [None]
+    try:
+        a, b = affine_form(cond.a), affine_form(cond.b)
+    except NonAffine:
+        return [None]
+    one = Affine((), (), 1)
+    return {"lt": [a + b.scale(-1) + one], "le": [a + b.scale(-1)],
+            "gt": [b + a.scale(-1) + one], "ge": [b + a.scale(-1)],
+            "eq": [a + b.scale(-1), b + a.scale(-1)]}[cond.op]
+
+
+def _le_zero(form: Affine) -> Expr:
+    return Cmp("le", form.to_expr(), sconst(0))
+
+
+def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int],
+                 pure_ok: bool) -> str | None:
+    """Make ``form <= 0`` a bound of the innermost loop it mentions (returned), when that loop
+    may carry one: not unrolled (its extent stays a constant), and a reduction loop unless
+    ``pure_ok`` (a pure loop of a reduction stage also runs the cells' initialisation)."""
+    mentioned = [v for v in form.vars if v in pos]
+    if not mentioned or any(v not in pos for v in form.vars):
+        return None
+    inner = max(mentioned, key=lambda v: pos[v])
+    lf = leaves[pos[inner]]
+    if lf.kind is ForKind.UNROLLED or not (lf.reduction or pure_ok):
+        return None
+    c = form.coeff(inner)
+    rest = form.drop(inner).to_expr()
+    end = sadd(lf.min, lf.extent)
+    outer = {}  # the enclosing loops' whole ranges decide max/min operands
+    for o in leaves[: pos[inner]]:
+        lo = o.full_min if o.full_min is not None else o.min
+        ext = o.full_extent if o.full_extent is not None else o.extent
+        outer[o.var] = (lo, ssub(sadd(lo, ext), sconst(1)))
+    if c > 0:  # c * v + rest <= 0: v <= floor(-rest / c)
+        hi = sfloordiv(ssub(sconst(0), rest), c)
+        lf.extent = simplify_in_ranges(smin(lf.extent, ssub(sadd(hi, sconst(1)), lf.min)),
+                                       outer)
+    else:  # rest <= -c * v: v >= ceil(rest / -c)
+        if lf.full_min is None:
+            lf.full_min = lf.min  # loose ranges keep the box: [full_min, + full_extent)
+        lf.min = simplify_in_ranges(smax(lf.min, sceildiv(rest, -c)), outer)
+        lf.extent = simplify_in_ranges(ssub(end, lf.min), outer)
+    return lf.var
 
 
 def _width(lf: Leaf) -> int:
@@ -353,6 +437,16 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         body = guarded(lf, go_plain(k + 1, leaves, core))
         return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
 
+    if nest.core_guards:  # RDom conditions no loop bound carries
+        update = IfThenElse(conjunction(nest.core_guards), update)
     if partition and init is None and nest.partitions:
         return go_part(0, update, frozenset())
     return go(0, update, init is None)
+
+
+def conjunction(conds: list[Expr]) -> Expr:
+    """The conjunction of ``conds`` (at least one)."""
+    out = conds[0]
+    for c in conds[1:]:
+        out = BinOp("and", out, c, DType.bool_)
+    return out

@@ -48,7 +48,7 @@ from .ir import (
 )
 from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
-from .nest import Leaf, build_stage_nest, emit_nest, extent_divides
+from .nest import Leaf, build_stage_nest, conjunction, emit_nest, extent_divides
 from .placement import live_funcs, plan_placements
 from .trace import TailStrategy
 from .view import AlgorithmView
@@ -192,7 +192,7 @@ class _Realizer:
         for r in d.rvars:
             reg[r.name] = d.range_of(r.name)
         if guarded_only:  # a partition's remainder: the fast version could never run
-            return self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope,
+            return self._emit(f, build_stage_nest(st, reg, scope, False, d.predicate), reg, scope,
                               scope_ranges)
         # full tiles: a region extent that is a constant except at the domain's edge
         fast_reg = dict(reg)
@@ -203,15 +203,16 @@ class _Realizer:
             if c is not None and const_value(ext) is None:
                 fast_reg[a.name] = (lo, sconst(c))
                 conds.append(Cmp("eq", ext, sconst(c)))
-        nest = build_stage_nest(st, fast_reg, scope, True)
+        nest = build_stage_nest(st, fast_reg, scope, True, d.predicate)
         versions = conds + nest.versions
         if not versions:
             return self._emit(f, nest, reg, scope, scope_ranges)
         # loop versioning, per stage instance: the fast nest (no tails, ShiftInwards bases, full
         # tiles) runs when its conditions hold for this region, else the always-valid guarded one
         fast = self._emit(f, nest, fast_reg, scope, scope_ranges)
-        safe = self._emit(f, build_stage_nest(st, reg, scope, False), reg, scope, scope_ranges)
-        return IfThenElse(_all(versions), fast, safe)
+        safe = self._emit(f, build_stage_nest(st, reg, scope, False, d.predicate), reg, scope,
+                          scope_ranges)
+        return IfThenElse(conjunction(versions), fast, safe)
 
     def _reads(self, reader: Func, producer: Func) -> bool:
         """Whether ``reader``'s (inlined) right side reads ``producer``."""
@@ -258,11 +259,12 @@ class _Realizer:
             return emit_nest(nest, store, None, lambda lf: [], lambda lf, body: body,
                              partition=True)
 
-        nest = build_stage_nest(st, reg, set(), True)
+        nest = build_stage_nest(st, reg, set(), True, u.predicate)
         if not nest.versions:
             return ProducerConsumer(name, emit(nest))
-        safe = build_stage_nest(st, reg, set(), False)
-        return ProducerConsumer(name, IfThenElse(_all(nest.versions), emit(nest), emit(safe)))
+        safe = build_stage_nest(st, reg, set(), False, u.predicate)
+        return ProducerConsumer(name, IfThenElse(conjunction(nest.versions), emit(nest),
+                                                 emit(safe)))
 
     def _emit(self, f: Func, nest, reg, scope: set[str],
               scope_ranges: dict[str, tuple[Expr, Expr]] | None) -> Stmt:
@@ -433,14 +435,6 @@ class _Realizer:
                 self.buffers[f.name] = self.domains[f.name]
                 stmt = Allocate(self.domains[f.name], stmt)
         return stmt
-
-
-def _all(conds: list[Expr]) -> Expr:
-    """The conjunction of ``conds`` (at least one)."""
-    out = conds[0]
-    for c in conds[1:]:
-        out = BinOp("and", out, c, DType.bool_)
-    return out
 
 
 def _alloc_extents(region, full_box: Box) -> tuple[Expr, ...]:

@@ -131,6 +131,9 @@ def sadd(a: Expr, b: Expr) -> Expr:
     fa, fb = _aff(a), _aff(b)
     if fa is not None and fb is not None:
         return (fa + fb).to_expr()
+    (ta, ra), (tb, rb) = _terms(a), _terms(b)
+    if all(ta.get(k, 0) + v == 0 for k, v in tb.items()) and set(ta) <= set(tb):
+        return (ra + rb).to_expr()  # m + (N - m) is N
     return BinOp("add", a, b, int64)
 
 

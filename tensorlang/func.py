@@ -150,6 +150,8 @@ class Definition:
     reduce_op: str | None
     rvars: tuple[Var, ...]
     ranges: tuple[tuple[str, Expr, Expr], ...]
+    #: conditions restricting the reduction to some points of its RDoms (``RDom.where``)
+    predicate: tuple[Expr, ...] = ()
 
     def range_of(self, var: str) -> tuple[Expr, Expr]:
         for name, lo, ext in self.ranges:
@@ -161,7 +163,8 @@ class Definition:
     def key(self) -> tuple:
         return ("Definition", self.func, tuple(a.name for a in self.args), self.value.key,
                 self.reduce_op, tuple(r.name for r in self.rvars),
-                tuple((n, lo.key, ext.key) for n, lo, ext in self.ranges))
+                tuple((n, lo.key, ext.key) for n, lo, ext in self.ranges),
+                tuple(c.key for c in self.predicate))
 
     def lhs_str(self) -> str:
         return f"{self.func}[{', '.join(a.name for a in self.args)}]"
@@ -170,6 +173,8 @@ class Definition:
         v = str(self.value)
         if self.reduce_op:
             v = f"{self.reduce_op}({v})  # over {', '.join(r.name for r in self.rvars)}"
+            if self.predicate:
+                v += f" where {' and '.join(map(str, self.predicate))}"
         return f"{self.lhs_str()} = {v}"
 
 
@@ -203,11 +208,14 @@ class Update:
     value: Expr
     pure: tuple[str, ...]
     rvars: tuple[Any, ...]
+    #: conditions restricting the update to some points of its RDoms (``RDom.where``)
+    predicate: tuple[Expr, ...] = ()
 
     @property
     def key(self) -> tuple:
         return ("Update", self.func, self.number, tuple(i.key for i in self.index),
-                self.value.key, self.pure, tuple(r.key for r in self.rvars))
+                self.value.key, self.pure, tuple(r.key for r in self.rvars),
+                tuple(c.key for c in self.predicate))
 
     @property
     def stage(self) -> str:
@@ -218,7 +226,8 @@ class Update:
         return f"{self.func}[{', '.join(map(str, self.index))}]"
 
     def __str__(self) -> str:
-        return f"{self.lhs_str()} = {self.value}"
+        where = f"  # where {' and '.join(map(str, self.predicate))}" if self.predicate else ""
+        return f"{self.lhs_str()} = {self.value}{where}"
 
 
 class Func:
@@ -348,6 +357,7 @@ class Func:
                                       f"cast it with tl.cast(tl.int32, ...)")
             dtype = int64
         expr = cast(dtype, expr)
+        predicate = _predicate(rvars, seen, f"In definition of {lhs_text}")
         constraints = self._constraints(expr)
         fixed = {r.name: (r.min, ssub(sadd(r.min, r.extent), sconst(1)))
                  for r in rvars if isinstance(r, RVar)}
@@ -357,7 +367,8 @@ class Func:
             (v, lo, _extent(lo, hi)) for v, (lo, hi) in
             ((n, ranges[n]) for n in pure + [r.name for r in rvars]))
         self._dtype = dtype
-        self.definition = Definition(self.name, tuple(lhs), expr, op, tuple(rvars), table)
+        self.definition = Definition(self.name, tuple(lhs), expr, op, tuple(rvars), table,
+                                     predicate)
         self._bounds = tuple((lo, ext) for _, lo, ext in table[: len(pure)])
 
     def _define_update(self, lhs: tuple, value: Any) -> None:
@@ -424,8 +435,9 @@ class Func:
         assert self.dtype is not None
         expr = cast(self.dtype, expr)
         rvars = _collect_rvars((*index, expr), where)
+        predicate = _predicate(list(rvars.values()), set(pure_used), where)
         self.updates.append(Update(self.name, len(self.updates), tuple(index), expr,
-                                   tuple(pure_used), tuple(rvars.values())))
+                                   tuple(pure_used), tuple(rvars.values()), predicate))
 
     def _lift_reductions(self, expr: Expr, pure: list[str], lhs_text: str,
                          iterated: dict[str, RVar] | None = None, where: str = "") -> Expr:
@@ -450,6 +462,9 @@ class Func:
             # in the left side's order: syr2k's sum(A[j, k] * B[i, k] ...) inside out[i, j] is
             # out_sum0[i, j], not out_sum0[j, i] (a transposed read of it, loops in reverse)
             free = {v.name: v for v in free_vars(n.value)}
+            for c in _reducer_predicates(n.value):  # a condition's pure Vars: g's too
+                for v in free_vars(c):
+                    free.setdefault(v.name, v)
             inner_pure = [free[p] for p in pure if p in free]
             name = f"{self.name}_{n.op}{next(counter)}"
             if iterated is None:
@@ -542,6 +557,43 @@ def _collect_rvars(exprs: tuple, where: str) -> dict[str, Any]:
                         f"{where}: two different RDoms both have a variable named {r.name}; "
                         f"give them distinct names, e.g. tl.RDom(..., name='s')")
     return out
+
+
+def _reducer_predicates(e: Expr) -> list[Expr]:
+    """The ``RDom.where`` conditions of the RVars in ``e``."""
+    out: list[Expr] = []
+    for n in walk(e):
+        if isinstance(n, RVar):
+            out += [c for c in n.predicates if all(not c.same_as(o) for o in out)]
+    return out
+
+
+def _predicate(rvars: list, pure: set[str], where: str) -> tuple[Expr, ...]:
+    """The ``RDom.where`` conditions of the RDoms ``rvars`` belong to (each RDom once, in order
+    of first use), which are then marked used. A condition's plain Vars must be pure Vars of
+    the definition (``pure``).
+
+    Raises:
+        DefinitionError: a condition uses a Var that is not on the left side.
+    """
+    out: list[Expr] = []
+    seen: set[tuple] = set()
+    for r in rvars:
+        if not isinstance(r, RVar):
+            continue
+        r.mark_used()
+        for c in r.predicates:
+            if c.key in seen:
+                continue
+            seen.add(c.key)
+            for n in walk(c):
+                if isinstance(n, Var) and not isinstance(n, RVar) and n.name not in pure:
+                    raise DefinitionError(
+                        f"{where}: the RDom condition {c} uses Var {n.name}, which is not on the "
+                        f"left side; a condition may use the RDom's variables, the left side's "
+                        f"pure Vars and sizes")
+            out.append(c)
+    return tuple(out)
 
 
 def _extent(lo: Expr, hi: Expr) -> Expr:

@@ -81,6 +81,7 @@ class Pipeline:
         for f in order:
             exprs = [e for b in f.bounds for e in b]
             exprs += [e for u in f.updates for r in u.rvars for e in (r.min, r.extent)]
+            exprs += [*f.definition.predicate, *(c for u in f.updates for c in u.predicate)]
             for e in exprs:
                 for n in walk(e):
                     if isinstance(n, Size):
@@ -106,15 +107,17 @@ class Pipeline:
             ren.update({v.name: Var(f"r{i}") for i, v in enumerate(d.rvars)})
             shape = None if f.shape is None else tuple(s.key for s in f.shape)
             ranges = tuple((ren[n].name, lo.key, ext.key) for n, lo, ext in d.ranges)  # type: ignore[attr-defined]
+            where = tuple(substitute(c, ren).key for c in d.predicate)
             parts.append(repr(("Func", f.name, f.dtype.value, shape, len(d.args), d.reduce_op,
-                               substitute(d.value, ren).key, ranges)))
+                               substitute(d.value, ren).key, ranges) + ((where,) if where else ())))
             for u in f.updates:
                 uren: dict[str, Expr] = {v.name: Var(f"v{i}") for i, v in enumerate(d.args)}
                 uren.update({r.name: Var(f"u{i}") for i, r in enumerate(u.rvars)})
                 parts.append(repr((
                     "Update", f.name, u.number, tuple(substitute(i, uren).key for i in u.index),
                     substitute(u.value, uren).key,
-                    tuple((r.min.key, r.extent.key) for r in u.rvars))))
+                    tuple((r.min.key, r.extent.key) for r in u.rvars))
+                    + (tuple(substitute(c, uren).key for c in u.predicate),) * bool(u.predicate)))
         return "\n".join(parts)
 
     def workload_key(self) -> str:

@@ -7,6 +7,12 @@ lexicographic order with the *first* dimension innermost, as in Halide; it itera
 RDom even where some of its dimensions are not used (``r.z`` of ``tl.RDom((1, N), (0, T))`` counts
 repetitions: ``F[r.x] = ...`` over that RDom runs ``T`` sweeps), and so does a reduction.
 
+``r.where(cond)`` restricts the RDom to the points where ``cond`` holds (Halide's
+``RDom::where``): a triangle is ``tl.RDom((0, N), (0, N)).where(r.x <= r.y)``. Lowering turns each
+affine comparison into a bound of the innermost loop it mentions (the loops run only the points
+inside) and anything else into an ``if`` around the body; dependence analysis states affine
+conditions to isl exactly (isl manual, "Sets and Relations").
+
 See also: Halide ``RDom``/``RVar``; TVM ``te.reduce_axis``.
 """
 
@@ -18,7 +24,7 @@ from typing import Any
 from .affine import NonAffine, affine_form, sadd, sconst, ssub
 from .dtypes import int64
 from .errors import DefinitionError
-from .expr import Expr, Var, as_expr, walk
+from .expr import Access, BinOp, Expr, Reduce, Var, as_expr, walk
 
 _DIMS = "xyzw"
 
@@ -36,6 +42,18 @@ class RVar(Var):
         """Every variable of this RVar's RDom, first dimension first (just itself when built
         alone). A definition that uses one RVar iterates the whole RDom, as in Halide."""
         return getattr(self, "_domain", (self,))
+
+    @property
+    def predicates(self) -> tuple[Expr, ...]:
+        """The conditions ``where`` put on this RVar's RDom (empty: the whole box)."""
+        rdom = getattr(self, "_rdom", None)
+        return () if rdom is None else tuple(rdom.predicates)
+
+    def mark_used(self) -> None:
+        """Record that a definition iterates this RVar's RDom (``where`` is refused after)."""
+        rdom = getattr(self, "_rdom", None)
+        if rdom is not None:
+            rdom.used = True
 
 
 def _bound(v: Any, what: str) -> Expr:
@@ -79,8 +97,51 @@ class RDom:
             suffix = _DIMS[d] if d < len(_DIMS) else str(d)
             dims.append(RVar(f"{self.name}_{suffix}", lo, ssub(hi, lo), d))
         self.dims: tuple[RVar, ...] = tuple(dims)
-        for r in dims:  # frozen dataclass: set the back-reference after construction
+        self.predicates: list[Expr] = []
+        self.used = False
+        for r in dims:  # frozen dataclass: set the back-references after construction
             object.__setattr__(r, "_domain", self.dims)
+            object.__setattr__(r, "_rdom", self)
+
+    def where(self, condition: Any) -> RDom:
+        """Restrict this RDom to the points where ``condition`` holds; returns the RDom itself
+        (Halide's ``RDom::where``), so conditions chain: ``r.where(r.x <= r.y).where(...)``.
+
+        ``condition`` is a boolean expression of this RDom's variables, sizes, constants and the
+        pure Vars of the definitions that use the RDom; ``&`` of several comparisons is kept as
+        separate conditions. A reduction over an empty restriction gives the reducer's identity;
+        an update runs nothing there.
+
+        Raises:
+            DefinitionError: a condition that is not boolean, reads an array or Func, holds a
+                reducer, uses another RDom's variables, or is added after a definition already
+                uses this RDom (call ``where`` first).
+        """
+        if self.used:
+            raise DefinitionError(
+                f"RDom {self.name}.where(...) after a definition already iterates {self.name}; "
+                f"restrict the RDom before using it (the definitions made so far would not see "
+                f"the condition)")
+        e = as_expr(condition)
+        if not e.dtype.is_bool:
+            raise DefinitionError(f"RDom {self.name}.where({e}): the condition has type "
+                                  f"{e.dtype}; give a comparison such as {self.x.name} <= ...")
+        mine = {r.name for r in self.dims}
+        for n in walk(e):
+            if isinstance(n, Access):
+                raise DefinitionError(
+                    f"RDom {self.name}.where({e}) reads {n.name}; a condition of an RDom may use "
+                    f"its variables, pure Vars and sizes only (select on the value with "
+                    f"tl.where instead)")
+            if isinstance(n, Reduce):
+                raise DefinitionError(f"RDom {self.name}.where({e}) holds a reducer; compute it "
+                                      f"as a Func first")
+            if isinstance(n, RVar) and n.name not in mine:
+                raise DefinitionError(
+                    f"RDom {self.name}.where({e}) uses {n.name}, a variable of another RDom; "
+                    f"a condition may use {', '.join(sorted(mine))}, pure Vars and sizes")
+        self.predicates.extend(_conjuncts(e))
+        return self
 
     def __len__(self) -> int:
         return len(self.dims)
@@ -135,6 +196,13 @@ class RDom:
     def __repr__(self) -> str:
         rs = ", ".join(f"[{d.min}, {sadd(d.min, d.extent)})" for d in self.dims)
         return f"RDom({self.name}: {rs})"
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    """``a & b & c`` as ``[a, b, c]`` (each becomes its own loop bound or guard)."""
+    if isinstance(e, BinOp) and e.op == "and":
+        return _conjuncts(e.a) + _conjuncts(e.b)
+    return [e]
 
 
 def as_index(x: Any) -> Any:

@@ -86,10 +86,27 @@ def _eval_update(f: Func, u, b: Binding, values: dict[str, np.ndarray]) -> None:
         for point in itertools.product(*reversed(spans)):  # last dimension outermost
             for r, val in zip(reversed(rv), point):
                 env[r.name] = np.array(val, dtype=np.int64)
+            inside = _inside(u.predicate, env, b, values, grid)
+            if inside is not None and not inside.any():
+                continue
             value = np.broadcast_to(_eval(u.value, env, b, values), grid)
             idx = tuple(np.broadcast_to(np.asarray(_eval(i, env, b, values)), grid) - m
                         for i, m in zip(u.index, fmin))
-            arr[idx] = value
+            if inside is None:
+                arr[idx] = value
+            else:  # RDom.where: only the points inside are updated
+                arr[tuple(i[inside] for i in idx)] = value[inside]
+
+
+def _inside(predicate: tuple, env: dict[str, np.ndarray], b: Binding,
+            values: dict[str, np.ndarray], grid: tuple[int, ...]) -> np.ndarray | None:
+    """Where every ``RDom.where`` condition holds, broadcast to ``grid`` (None: no condition)."""
+    if not predicate:
+        return None
+    mask = np.ones(grid, dtype=bool)
+    for c in predicate:
+        mask &= np.broadcast_to(np.asarray(_eval(c, env, b, values), dtype=bool), grid)
+    return mask
 
 
 def _einsum_fast_path(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray | None:
@@ -136,7 +153,7 @@ def _einsum_fast_path(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.
 def _eval_func(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray:
     d = f.definition
     assert d is not None and f.dtype is not None
-    fast = _einsum_fast_path(f, b, values)
+    fast = None if d.predicate else _einsum_fast_path(f, b, values)
     if fast is not None:
         return fast
     rng = b.ranges[f.name]
@@ -165,6 +182,9 @@ def _eval_func(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray
             val = np.broadcast_to(_eval(d.value, env, b, values), grid)
             if d.reduce_op is not None:
                 axes = tuple(range(len(pure), len(order)))
+                inside = _inside(d.predicate, env, b, values, grid)
+                if inside is not None:  # RDom.where: points outside add the identity
+                    val = np.where(inside, val, _identity(d.reduce_op, val.dtype, ()))
                 if not all(g > 0 for g in grid):
                     val = _identity(d.reduce_op, f.dtype.numpy, grid[: len(pure)])
                 elif d.reduce_op in ("sum", "prod"):

@@ -169,3 +169,47 @@ def skewed():
     r = tl.RDom((1, H), (0, W - 1))
     F[r.x, r.y] = F[r.x - 1, r.y + 1] * 0.5 + Y[r.x, r.y]
     return F, lambda rng, m, n: {"Y": rng.random((m, n))}
+
+
+def triangular():
+    """Row sums of the lower triangle (an ``RDom.where`` reduction whose bound moves with i),
+    then a pointwise stage: random schedules move, split and unroll the bounded loop."""
+    N, M = tl.sizes("N M")
+    A = tl.Input("A", (N, M), tl.float32)
+    (i,) = tl.vars("i")
+    r = tl.RDom((0, M), name="r")
+    r.where(r.x <= i)
+    C = tl.Func("C")
+    C[i] = tl.sum(A[i, r])
+    out = tl.Func("tri_out")
+    out[i] = C[i] * 2.0
+
+    def arrays(rng, m, n, k_):
+        return {"A": rng.random((m, n), dtype=np.float32)}
+
+    return out, arrays
+
+
+ALL["triangular"] = triangular
+
+
+def trisolv():
+    """PolyBench trisolv as one update over the triangle ``j <= i`` (forward substitution):
+    a recurrence whose legal loop orders isl decides on the exact triangle."""
+    (N,) = tl.sizes("N")
+    L = tl.Input("L", (N, N), tl.float64)
+    b = tl.Input("b", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    X = tl.Func("X")
+    X[i] = b[i]
+    r = tl.RDom((0, N), (0, N), name="r")
+    r.where(r.x <= r.y)
+    X[r.y] = tl.where(r.x < r.y, X[r.y] - L[r.y, r.x] * X[r.x], X[r.y] / L[r.y, r.y])
+
+    def arrays(rng, m, n, k_):
+        return {"L": np.tril(rng.random((m, m))) + m * np.eye(m), "b": rng.random(m)}
+
+    return X, arrays
+
+
+ALL["trisolv"] = trisolv

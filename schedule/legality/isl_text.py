@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorlang.affine import NonAffine, affine_form
-from tensorlang.expr import BinOp, Const, Expr
+from tensorlang.expr import BinOp, Cmp, Const, Expr
 
 
 class Unrepresentable(Exception):
@@ -49,3 +49,14 @@ def _quasi(e: Expr) -> str:
     if isinstance(e, BinOp) and e.op == "mul" and isinstance(e.b, Const):
         return f"{int(e.b.value)}*({_quasi(e.a)})"
     return affine(e)
+
+
+_ISL_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "="}
+
+
+def condition(e: Expr, rename: dict[str, str] | None = None) -> str:
+    """A comparison of affine integer expressions (an ``RDom.where`` condition) as an isl
+    constraint; anything else raises :class:`Unrepresentable`."""
+    if isinstance(e, Cmp) and e.op in _ISL_CMP and e.a.dtype.is_int and e.b.dtype.is_int:
+        return f"({affine(e.a, rename)}) {_ISL_CMP[e.op]} ({affine(e.b, rename)})"
+    raise Unrepresentable(f"{e} is not a comparison of affine expressions")

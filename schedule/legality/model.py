@@ -20,7 +20,7 @@ import islpy as isl
 from tensorlang.expr import Access, walk
 from tensorlang.func import Func
 
-from .isl_text import Unrepresentable, affine, lower_bounds, upper_bounds
+from .isl_text import Unrepresentable, affine, condition, lower_bounds, upper_bounds
 
 
 @dataclass
@@ -60,6 +60,7 @@ def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageMod
         ranges = {n: (lo, ext) for n, lo, ext in definition.ranges}
         write_idx = [a for a in definition.args]
         value = definition.value
+        predicate = definition.predicate
         stage = f.name
     else:
         pure = list(update.pure)
@@ -69,6 +70,7 @@ def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageMod
         ranges.update({r.name: (r.min, r.extent) for r in update.rvars})
         write_idx = list(update.index)
         value = update.value
+        predicate = update.predicate
         stage = f"{f.name}.update({update.number})"
     allv = pure + rv
     ren = {v: _name(v) for v in allv}
@@ -85,6 +87,11 @@ def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageMod
             cons += [f"{ren[v]} <= {b}" for b in upper_bounds(hi)]
         except Unrepresentable:
             pass  # over-approximate: more instances can only add dependences
+    for c in predicate:  # RDom.where: triangles and other polyhedra exactly
+        try:
+            cons.append(condition(c, ren))
+        except Unrepresentable:
+            pass  # (a condition isl cannot state: the whole box, conservatively)
     tup = ", ".join(ren[v] for v in allv)
     domain = isl.Set(f"{sp} -> {{ S[{tup}] : {' and '.join(cons) or 'true'} }}")
 

@@ -1,0 +1,238 @@
+"""Non-rectangular reduction domains: ``RDom.where`` (Halide's semantics) in reductions and
+update definitions, against NumPy on odd sizes, under schedules that move the bounded loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import check
+
+import tensorlang as tl
+
+
+def lower_row_sums():
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    (i,) = tl.vars("i")
+    r = tl.RDom((0, N), name="r")
+    r.where(r.x <= i)
+    C = tl.Func("C")
+    C[i] = tl.sum(A[i, r])
+    return C, i, r
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 13])
+def test_triangular_reduction_default_schedule(n, rng):
+    C, _, _ = lower_row_sums()
+    a = rng.random((n, n))
+    check(C, np.tril(a).sum(axis=1), a, rtol=1e-12)
+    text = tl.compile(C).loop_nest()
+    assert "for r_x in [0, i + 1)" in text  # the loop runs only the triangle
+
+
+def _unroll_inner(s, C, i, r):
+    _, inner = s[C].split(r.x, 4)
+    s[C].unroll(inner)
+
+
+def _parallel_tiles(s, C, i, r):
+    outer, _ = s[C].split(i, 4)
+    s[C].parallel(outer)
+
+
+@pytest.mark.parametrize("schedule", [
+    lambda s, C, i, r: s[C].split(r.x, 3),
+    _unroll_inner,  # a constant extent: the condition becomes an if
+    lambda s, C, i, r: s[C].reorder(r.x, i),  # the bound's loop is now outside: an if
+    _parallel_tiles,
+    lambda s, C, i, r: s[C].reorder(r.x, i).vectorize(i, 4),
+])
+def test_triangular_reduction_schedules(schedule, rng):
+    C, i, r = lower_row_sums()
+    s = tl.Schedule(C)
+    schedule(s, C, i, r)
+    for n in (1, 6, 11):
+        a = rng.random((n, n))
+        np.testing.assert_allclose(tl.compile(C, s)(a), np.tril(a).sum(axis=1), rtol=1e-12)
+
+
+def test_lower_bound_and_equality_conditions(rng):
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.int64)
+    (i,) = tl.vars("i")
+    r = tl.RDom((0, N), name="r")
+    r.where(r.x >= i + 1)  # strictly upper: the loop's minimum moves
+    U = tl.Func("U")
+    U[i] = tl.sum(A[i, r])
+    d = tl.RDom((0, N), name="d")
+    d.where(d.x == i)
+    D = tl.Func("D")
+    D[i] = tl.max(A[i, d])
+    for n in (1, 5, 12):
+        a = rng.integers(-9, 9, (n, n))
+        check(U, np.triu(a, 1).sum(axis=1), a)
+        check(D, np.diagonal(a).copy(), a)
+    assert "for r_x in [i + 1, N)" in tl.compile(U).loop_nest()
+
+
+def test_non_affine_condition_guards_the_store(rng):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.int64)
+    r = tl.RDom((0, N), name="r")
+    r.where(r.x % 3 == 1)
+    S = tl.Func("S")
+    S[()] = tl.sum(X[r])
+    k = tl.compile(S)
+    assert "if " in k.loop_nest()
+    for n in (1, 2, 10):
+        x = rng.integers(-9, 9, n)
+        check(S, np.array(x[1::3].sum()), x)
+
+
+def test_empty_restriction_gives_the_identity(rng):
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float32)
+    (i,) = tl.vars("i")
+    r = tl.RDom((0, N), name="r")
+    r.where(r.x < i)  # row 0 has no point
+    M = tl.Func("M")
+    M[i] = tl.max(A[i, r])
+    a = rng.random((5, 5)).astype(np.float32)
+    expected = np.array([-np.inf] + [a[k, :k].max() for k in range(1, 5)], np.float32)
+    check(M, expected, a)
+
+
+def syrk_lower():
+    """PolyBench syrk: C = alpha A A^T + beta C on the lower triangle (j <= i) only."""
+    N, M = tl.sizes("N M")
+    A = tl.Input("A", (N, M), tl.float64)
+    C0 = tl.Input("C0", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    C = tl.Func("C")
+    C[i, j] = C0[i, j]
+    t = tl.RDom((0, N), (0, N), name="t")
+    t.where(t.x <= t.y)
+    C[t.y, t.x] = C[t.y, t.x] * 1.2
+    u = tl.RDom((0, M), (0, N), (0, N), name="u")
+    u.where(u.y <= u.z)
+    C[u.z, u.y] = C[u.z, u.y] + 1.5 * A[u.z, u.x] * A[u.y, u.x]
+    return C, t, u
+
+
+def syrk_numpy(a, c):
+    out = c.copy()
+    low = np.tril_indices(c.shape[0])
+    out[low] = 1.2 * c[low] + 1.5 * (a @ a.T)[low]
+    return out
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (9, 7)])
+def test_syrk_over_a_triangle(shape, rng):
+    C, _, _ = syrk_lower()
+    n, m = shape
+    a, c = rng.random((n, m)), rng.random((n, n))
+    check(C, syrk_numpy(a, c), A=a, C0=c, rtol=1e-12)
+
+
+def test_syrk_scheduled_update_loops(rng):
+    C, t, u = syrk_lower()
+    s = tl.Schedule(C)
+    s[C].update(0).parallel(t.y).vectorize(t.x, 4)
+    s[C].update(1).reorder(u.y, u.x).parallel(u.z)  # each row of C by one thread
+    k = tl.compile(C, s)
+    for n, m in ((1, 1), (6, 5), (11, 3)):
+        a, c = rng.random((n, m)), rng.random((n, n))
+        np.testing.assert_allclose(k(A=a, C0=c), syrk_numpy(a, c), rtol=1e-12)
+
+
+def test_triangle_makes_a_dependence_disappear(rng):
+    """B[y, x] = B[x, y] over x < y reads only the strict upper triangle, which the update never
+    writes: isl sees the triangle exactly, so the loops carry no dependence."""
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    y, x = tl.vars("y x")
+    B = tl.Func("B")
+    B[y, x] = A[y, x]
+    t = tl.RDom((0, N), (0, N), name="t")
+    t.where(t.x < t.y)
+    B[t.y, t.x] = B[t.x, t.y]
+    s = tl.Schedule(B)
+    s[B].update(0).parallel(t.y)
+    a = rng.random((7, 7))
+    expected = np.triu(a) + np.triu(a, 1).T
+    np.testing.assert_allclose(tl.compile(B, s)(a), expected)
+    check(B, expected, a)
+    # the same update over the whole square does carry one
+    B2 = tl.Func("B2")
+    B2[y, x] = A[y, x]
+    w = tl.RDom((0, N), (0, N), name="w")
+    B2[w.y, w.x] = B2[w.x, w.y]
+    s2 = tl.Schedule(B2)
+    s2[B2].update(0).parallel(w.y)
+    with pytest.raises(tl.IllegalScheduleError, match="carried by w_y"):
+        tl.compile(B2, s2)
+
+
+def test_trisolv_recurrence_over_a_triangle(rng):
+    """PolyBench trisolv (L x = b, forward substitution) as one update over j <= i."""
+    (N,) = tl.sizes("N")
+    L = tl.Input("L", (N, N), tl.float64)
+    b = tl.Input("b", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    X = tl.Func("X")
+    X[i] = b[i]
+    r = tl.RDom((0, N), (0, N), name="r")
+    r.where(r.x <= r.y)
+    X[r.y] = tl.where(r.x < r.y, X[r.y] - L[r.y, r.x] * X[r.x], X[r.y] / L[r.y, r.y])
+    for n in (1, 4, 9):
+        lo = np.tril(rng.random((n, n))) + n * np.eye(n)
+        bb = rng.random(n)
+        check(X, np.linalg.solve(lo, bb), L=lo, b=bb, rtol=1e-10)
+    # column by column is legal too, but only because the domain is a triangle: isl proves it
+    s = tl.Schedule(X)
+    s[X].update(0).reorder(r.x, r.y)
+    lo = np.tril(rng.random((8, 8))) + 8 * np.eye(8)
+    bb = rng.random(8)
+    np.testing.assert_allclose(tl.compile(X, s)(L=lo, b=bb), np.linalg.solve(lo, bb),
+                               rtol=1e-10)
+    s = tl.Schedule(X)
+    s[X].update(0).parallel(r.y)  # rows depend on the rows before them
+    with pytest.raises(tl.IllegalScheduleError, match="carried by r_y"):
+        tl.compile(X, s)
+
+
+def test_where_errors():
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N,), tl.float32)
+    i, j = tl.vars("i j")
+    r = tl.RDom((0, N), name="r")
+    with pytest.raises(tl.DefinitionError, match="has type"):
+        r.where(r.x + 1)
+    with pytest.raises(tl.DefinitionError, match="reads A"):
+        r.where(A[r] > 0)
+    q = tl.RDom((0, N), name="q")
+    with pytest.raises(tl.DefinitionError, match="another RDom"):
+        r.where(q.x < r.x)
+    r.where(r.x < j)
+    F = tl.Func("F")
+    with pytest.raises(tl.DefinitionError, match="uses Var j"):
+        F[i] = tl.sum(A[r] * tl.cast(tl.float32, i))
+    G = tl.Func("G", shape=(N,))
+    G[j] = tl.sum(A[r])
+    with pytest.raises(tl.DefinitionError, match="after a definition already iterates"):
+        r.where(r.x > 0)
+
+
+def test_where_changes_the_workload_key():
+    def algo(restricted: bool):
+        (N,) = tl.sizes("N")
+        A = tl.Input("A", (N,), tl.float32)
+        r = tl.RDom((0, N), name="r")
+        if restricted:
+            r.where(r.x > 2)
+        S = tl.Func("S")
+        S[()] = tl.sum(A[r])
+        return tl.workload_key(S)
+
+    assert algo(True) != algo(False)
+    assert algo(True) == algo(True)
