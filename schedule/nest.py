@@ -173,9 +173,11 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 lf.kind = ForKind.SERIAL
     first_red = next((k for k, lf in enumerate(leaves) if lf.reduction), None)
     pos = {lf.var: k for k, lf in enumerate(leaves)}
-    partitions: dict[str, tuple[Expr, str]] = {}
     leaf_vars = {lf.var for lf in leaves}
     bounded: dict[str, int] = {}  # leaf -> how many guards tightened its extent
+    # inner leaf -> (outer leaf, iterations of it whose inner loop is whole), one per bound that
+    # knows it; a partition needs every bound of the inner loop to know it, for the same outer
+    counts: dict[str, list[tuple[str, Expr]]] = {}
     for expr, bound, rel in guards:
         e = resolve(expr)
         tightened = _place_guard(e, bound, leaves, pos)
@@ -186,21 +188,33 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 and tightened == rename[rel.inner] \
                 and not any(isinstance(n, Var) and n.name in leaf_vars for n in walk(bound)):
             # outer iterations o < bound // f have a whole inner loop (f * o + f <= bound)
-            partitions[rename[rel.outer]] = (
-                BinOp("floordiv", bound, Const(rel.factor, int64), int64), rename[rel.inner])
+            counts.setdefault(tightened, []).append((rename[rel.outer], BinOp(
+                "floordiv", bound, Const(rel.factor, int64), int64)))
+    splits = {rename[r.inner]: (rename[r.outer], r.factor) for r in st.relations
+              if isinstance(r, Split) and r.inner in rename and r.outer in rename}
     core_guards: list[Expr] = []
     for cond in predicate:
         for part in _predicate_bounds(substitute(cond, values)):
-            tightened = None if part is None or isinstance(part, Expr) else \
-                _place_bound(part, leaves, pos, pure_ok=st.update is not None)
-            if tightened is not None:
-                bounded[tightened] = bounded.get(tightened, 0) + 2  # never partitioned
+            placed = None if part is None or isinstance(part, Expr) else \
+                _place_bound(part, leaves, pos, st.update is not None, splits)
+            if placed is not None:
+                tightened, whole = placed
+                bounded[tightened] = bounded.get(tightened, 0) + 1
+                if whole is not None:
+                    counts.setdefault(tightened, []).append(whole)
             else:
                 core_guards.append(substitute(cond, values) if part is None else
                                    part if isinstance(part, Expr) else _le_zero(part))
     # an inner loop that another guard also bounds (a split of a split's tail) is whole only
-    # where both allow: not partitioned
-    partitions = {o: pi for o, pi in partitions.items() if bounded.get(pi[1], 0) == 1}
+    # where all of them allow: partitioned only when each bound gives its count
+    partitions: dict[str, tuple[Expr, str]] = {}
+    for inner, known in counts.items():
+        outers = {o for o, _ in known}
+        if len(known) == bounded.get(inner, 0) and len(outers) == 1:
+            n = known[0][1]
+            for _, other in known[1:]:
+                n = smin(n, other)
+            partitions[known[0][0]] = (n, inner)
     if not shift_ok and guards and not any(rel.tail is TailStrategy.GuardWithIf
                                            for _, _, rel in guards):
         # only ShiftInwards splits make this version run, and only for a region narrower than
@@ -244,11 +258,14 @@ def _le_zero(form: Affine) -> Expr:
     return Cmp("le", form.to_expr(), sconst(0))
 
 
-def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int],
-                 pure_ok: bool) -> str | None:
-    """Make ``form <= 0`` a bound of the innermost loop it mentions (returned), when that loop
-    may carry one: not unrolled (its extent stays a constant), and a reduction loop unless
-    ``pure_ok`` (a pure loop of a reduction stage also runs the cells' initialisation)."""
+def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok: bool,
+                 splits: dict[str, tuple[str, int]]) -> tuple[str, tuple[str, Expr] | None] | None:
+    """Make ``form <= 0`` a bound of the innermost loop it mentions, when that loop may carry
+    one: not unrolled (its extent stays a constant), and a reduction loop unless ``pure_ok`` (a
+    pure loop of a reduction stage also runs the cells' initialisation). Returns that loop and,
+    for an upper bound on the inner loop of a split, ``(outer loop, iterations of it with a
+    whole inner loop)`` for loop partitioning; the outer loop is bounded too (a triangle's
+    tiles past the diagonal are not visited)."""
     mentioned = [v for v in form.vars if v in pos]
     if not mentioned or any(v not in pos for v in form.vars):
         return None
@@ -259,11 +276,7 @@ def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int],
     c = form.coeff(inner)
     rest = form.drop(inner).to_expr()
     end = sadd(lf.min, lf.extent)
-    outer = {}  # the enclosing loops' whole ranges decide max/min operands
-    for o in leaves[: pos[inner]]:
-        lo = o.full_min if o.full_min is not None else o.min
-        ext = o.full_extent if o.full_extent is not None else o.extent
-        outer[o.var] = (lo, ssub(sadd(lo, ext), sconst(1)))
+    outer = _outer_ranges(leaves, pos[inner])
     if c > 0:  # c * v + rest <= 0: v <= floor(-rest / c)
         hi = sfloordiv(ssub(sconst(0), rest), c)
         lf.extent = simplify_in_ranges(smin(lf.extent, ssub(sadd(hi, sconst(1)), lf.min)),
@@ -273,7 +286,51 @@ def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int],
             lf.full_min = lf.min  # loose ranges keep the box: [full_min, + full_extent)
         lf.min = simplify_in_ranges(smax(lf.min, sceildiv(rest, -c)), outer)
         lf.extent = simplify_in_ranges(ssub(end, lf.min), outer)
-    return lf.var
+    whole = None
+    if abs(c) == 1 and lf.var in splits:
+        whole = _bound_split_outer(form, lf, splits[lf.var], leaves, pos, c)
+    return lf.var, whole
+
+
+def _outer_ranges(leaves: list[Leaf], k: int) -> dict[str, tuple[Expr, Expr]]:
+    """The whole ranges (inclusive) of the loops outside position ``k``."""
+    out = {}
+    for o in leaves[:k]:
+        lo = o.full_min if o.full_min is not None else o.min
+        ext = o.full_extent if o.full_extent is not None else o.extent
+        out[o.var] = (lo, ssub(sadd(lo, ext), sconst(1)))
+    return out
+
+
+def _bound_split_outer(form: Affine, inner: Leaf, split: tuple[str, int], leaves: list[Leaf],
+                       pos: dict[str, int], c: int) -> tuple[str, Expr] | None:
+    """The bound ``form <= 0`` on split ``parent == f * outer + inner (+ rest)`` also bounds
+    ``outer``: ``f * outer + rest' <= 0`` needs ``inner >= 0`` (upper bound: returns ``(outer,
+    iterations with a whole inner loop)``), ``f * outer + f - 1 >= rest'`` needs ``inner <=
+    f - 1`` (lower bound: the outer loop's minimum moves)."""
+    ov, f = split
+    if ov not in pos or pos[ov] >= pos[inner.var] or form.coeff(ov) != c * f:
+        return None
+    o = leaves[pos[ov]]
+    rest_form = form.drop(inner.var).drop(ov)
+    if any(pos.get(v, len(leaves)) >= pos[ov] for v in rest_form.vars) \
+            or o.kind is ForKind.UNROLLED:
+        return None
+    rest = rest_form.to_expr()
+    outer = _outer_ranges(leaves, pos[ov])
+    end = sadd(o.min, o.extent)
+    if c > 0:  # f * o + i + rest <= 0 with i >= 0
+        hi = sfloordiv(ssub(sconst(0), rest), f)
+        o.extent = simplify_in_ranges(smin(o.extent, ssub(sadd(hi, sconst(1)), o.min)), outer)
+        # whole where f * o + f - 1 + rest <= 0: o < floor((1 - rest) / f)
+        n = ssub(sfloordiv(ssub(sconst(1), rest), f), o.min)
+        return ov, simplify_in_ranges(smax(n, sconst(0)), outer)
+    # rest <= f * o + i with i <= f - 1
+    if o.full_min is None:
+        o.full_min = o.min
+    o.min = simplify_in_ranges(smax(o.min, sceildiv(ssub(rest, sconst(f - 1)), f)), outer)
+    o.extent = simplify_in_ranges(ssub(end, o.min), outer)
+    return None
 
 
 def _width(lf: Leaf) -> int:

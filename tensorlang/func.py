@@ -480,7 +480,8 @@ class Func:
                     f"update instead: add the reduction's dimension to the update's RDom and "
                     f"accumulate into {self.name} (updates run over their RDom in order)")
             per_iteration = [v for v in free.values() if v.name in iterated]
-            reduced = [v for v in free.values() if isinstance(v, RVar) and v.name not in iterated]
+            # its own RDom's variables, or plain Vars reduced by the einsum rule (tl.sum(A[i, k]))
+            reduced = [v for v in free.values() if v.name not in iterated and v.name not in pure]
             if per_iteration and not reduced:
                 raise DefinitionError(
                     f"{where}: {text} reduces over nothing: its RDom variables "

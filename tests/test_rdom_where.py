@@ -236,3 +236,32 @@ def test_where_changes_the_workload_key():
 
     assert algo(True) != algo(False)
     assert algo(True) == algo(True)
+
+
+@pytest.mark.parametrize("factor", [1, 3, 4])
+def test_split_loops_bounded_from_below_and_above(factor, rng):
+    """An update over the strict upper triangle (its loop's minimum moves) and a lower one (its
+    maximum moves), split and vectorized: the outer loop of the split is bounded too, and the
+    tiles inside the triangle run whole."""
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    y, x = tl.vars("y x")
+    B = tl.Func("B")
+    B[y, x] = A[y, x]
+    up = tl.RDom((0, N), (0, N), name="up")
+    up.where(up.x > up.y)
+    B[up.y, up.x] = B[up.y, up.x] + 10.0
+    lo = tl.RDom((0, N), (0, N), name="lo")
+    lo.where(lo.x <= lo.y)
+    B[lo.y, lo.x] = B[lo.y, lo.x] * 2.0
+    s = tl.Schedule(B)
+    s[B].update(0).vectorize(up.x, factor) if factor > 1 else s[B].update(0).split(up.x, 1)
+    s[B].update(1).vectorize(lo.x, factor) if factor > 1 else s[B].update(1).split(lo.x, 1)
+    k = tl.compile(B, s)
+    for n in (1, 2, 5, 9, 16):
+        a = rng.random((n, n))
+        expected = a + 10.0 * np.triu(np.ones((n, n)), 1)
+        expected[np.tril_indices(n)] *= 2.0
+        np.testing.assert_allclose(k(a), expected, err_msg=f"n={n}")
+    if factor == 4:  # the lower triangle's whole tiles are a loop of their own
+        assert k.loop_nest().count("vectorized for lo_x.i in [0, 4)") >= 1

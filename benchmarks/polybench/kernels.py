@@ -213,14 +213,18 @@ def _correlation_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndar
 
 
 # -- linear-algebra/blas: triangular and symmetric ---------------------------------------------
-# The C loops touch one triangle; until RDoms can be restricted (r.where), the sums run over the
-# square and tl.where masks the other triangle (the NumPy references do the same work).
+# The C loops touch one triangle: RDoms restricted with r.where run exactly those points.
 def _symm() -> list[tl.Func]:
     M, N = tl.sizes("M N")
     C, A, B = tl.Input("C", (M, N), F64), tl.Input("A", (M, M), F64), tl.Input("B", (M, N), F64)
-    i, j, k = tl.vars("i j k")
-    out = tl.Func("symm")  # A holds the lower triangle of a symmetric matrix
-    out[i, j] = BETA * C[i, j] + ALPHA * tl.sum(tl.where(k <= i, A[i, k], A[k, i]) * B[k, j])
+    i, j = tl.vars("i j")
+    lo = tl.RDom((0, M), name="lo")  # A holds the lower triangle of a symmetric matrix:
+    lo.where(lo.x <= i)  # row i of it is A[i, k] for k <= i ...
+    up = tl.RDom((0, M), name="up")
+    up.where(up.x > i)  # ... and A[k, i] for k > i
+    out = tl.Func("symm")
+    out[i, j] = BETA * C[i, j] + ALPHA * (tl.sum(A[i, lo] * B[lo, j])
+                                          + tl.sum(A[up, i] * B[up, j]))
     return [out]
 
 
@@ -233,8 +237,12 @@ def _syrk() -> list[tl.Func]:
     N, M = tl.sizes("N M")
     C, A = tl.Input("C", (N, N), F64), tl.Input("A", (N, M), F64)
     i, j, k = tl.vars("i j k")
-    out = tl.Func("syrk")  # the lower triangle is updated, the upper one kept
-    out[i, j] = tl.where(j <= i, BETA * C[i, j] + ALPHA * tl.sum(A[i, k] * A[j, k]), C[i, j])
+    out = tl.Func("syrk", shape=(N, N))  # the lower triangle is updated, the upper one kept
+    out[i, j] = C[i, j]
+    t = tl.RDom((0, N), (0, N), name="t")  # j, i
+    t.where(t.x <= t.y)
+    # the inline reduction is its own Func over (i, j): a GEMM-like stage, then the triangle
+    out[t.y, t.x] = BETA * out[t.y, t.x] + ALPHA * tl.sum(A[t.y, k] * A[t.x, k])
     return [out]
 
 
@@ -242,9 +250,12 @@ def _syr2k() -> list[tl.Func]:
     N, M = tl.sizes("N M")
     C, A, B = tl.Input("C", (N, N), F64), tl.Input("A", (N, M), F64), tl.Input("B", (N, M), F64)
     i, j, k = tl.vars("i j k")
-    out = tl.Func("syr2k")
-    out[i, j] = tl.where(j <= i, BETA * C[i, j] + tl.sum(A[j, k] * ALPHA * B[i, k]
-                                                         + B[j, k] * ALPHA * A[i, k]), C[i, j])
+    out = tl.Func("syr2k", shape=(N, N))
+    out[i, j] = C[i, j]
+    t = tl.RDom((0, N), (0, N), name="t")
+    t.where(t.x <= t.y)
+    out[t.y, t.x] = BETA * out[t.y, t.x] + tl.sum(A[t.x, k] * ALPHA * B[t.y, k]
+                                                  + B[t.x, k] * ALPHA * A[t.y, k])
     return [out]
 
 
@@ -255,9 +266,11 @@ def _lower(a: np.ndarray, new: np.ndarray) -> np.ndarray:
 def _trmm() -> list[tl.Func]:
     M, N = tl.sizes("M N")
     A, B = tl.Input("A", (M, M), F64), tl.Input("B", (M, N), F64)
-    i, j, k = tl.vars("i j k")
-    out = tl.Func("trmm")  # B := alpha * A^T B, A unit lower triangular
-    out[i, j] = ALPHA * (B[i, j] + tl.sum(tl.where(k > i, A[k, i], 0.0) * B[k, j]))
+    i, j = tl.vars("i j")
+    k = tl.RDom((0, M), name="k")
+    k.where(k.x > i)  # B := alpha * A^T B, A unit lower triangular
+    out = tl.Func("trmm")
+    out[i, j] = ALPHA * (B[i, j] + tl.sum(A[k, i] * B[k, j]))
     return [out]
 
 
@@ -269,9 +282,9 @@ def _trisolv() -> list[tl.Func]:
     x = tl.Func("trisolv", shape=(N,))
     x[i] = b[i]
     r = tl.RDom((0, N), (0, N))  # r.x = j (inner), r.y = i: forward substitution, in order
+    r.where(r.x <= r.y)
     j, row = r.x, r.y
-    x[row] = tl.where(j < row, x[row] - L[row, j] * x[j],
-                      tl.where(j == row, x[row] / L[row, row], x[row]))
+    x[row] = tl.where(j < row, x[row] - L[row, j] * x[j], x[row] / L[row, row])
     return [x]
 
 
@@ -424,17 +437,16 @@ def _floyd_warshall_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.n
 
 
 def _lu_update(name: str, A: tl.Input, N: tl.Size) -> tl.Func:
-    """Doolittle LU in place, the C loops as one update over the cube (k innermost, then j, i)."""
+    """Doolittle LU in place, the C loops as one update (k innermost, then j, i) over the points
+    they run: k < j with a division at k == j left of the diagonal, k < i on and right of it —
+    together ``k < i and k <= j``."""
     i, j = tl.vars("i j")
     lu = tl.Func(name, shape=(N, N))
     lu[i, j] = A[i, j]
     r = tl.RDom((0, N), (0, N), (0, N))
     k, jj, ii = r.x, r.y, r.z
-    sub = lu[ii, jj] - lu[ii, k] * lu[k, jj]
-    lu[ii, jj] = tl.where(jj < ii,
-                          tl.where(k < jj, sub,
-                                   tl.where(k == jj, lu[ii, jj] / lu[jj, jj], lu[ii, jj])),
-                          tl.where(k < ii, sub, lu[ii, jj]))
+    r.where((k < ii) & (k <= jj))
+    lu[ii, jj] = tl.where(k == jj, lu[ii, jj] / lu[jj, jj], lu[ii, jj] - lu[ii, k] * lu[k, jj])
     return lu
 
 
@@ -464,11 +476,11 @@ def _cholesky() -> list[tl.Func]:
     i, j = tl.vars("i j")
     ch = tl.Func("cholesky", shape=(N, N))
     ch[i, j] = A[i, j]  # the strict upper triangle is left as it was
-    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i
+    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i over the C loops' points: k <= j <= i
     k, jj, ii = r.x, r.y, r.z
+    r.where((jj <= ii) & (k <= jj))
     last = tl.where(jj == ii, tl.sqrt(ch[ii, jj]), ch[ii, jj] / ch[jj, jj])
-    ch[ii, jj] = tl.where(jj <= ii, tl.where(k < jj, ch[ii, jj] - ch[ii, k] * ch[jj, k],
-                                             tl.where(k == jj, last, ch[ii, jj])), ch[ii, jj])
+    ch[ii, jj] = tl.where(k < jj, ch[ii, jj] - ch[ii, k] * ch[jj, k], last)
     return [ch]
 
 
@@ -480,11 +492,13 @@ def _ludcmp() -> list[tl.Func]:
     y = tl.Func("y", shape=(N,))  # forward substitution with the unit lower triangle
     y[i] = b[i]
     s = tl.RDom((0, N), (0, N), name="s")  # j, i
-    y[s.y] = tl.where(s.x < s.y, y[s.y] - lu[s.y, s.x] * y[s.x], y[s.y])
+    s.where(s.x < s.y)
+    y[s.y] = y[s.y] - lu[s.y, s.x] * y[s.x]
     x = tl.Func("ludcmp", shape=(N,))  # back substitution, rows from the last
     x[i] = y[i]
     t = tl.RDom((0, N), (0, N), name="t")  # j, N - 1 - i
     row = N - 1 - t.y
+    t.where(t.x >= row)  # j from i (nothing to subtract) to N - 1 (then divide)
     val = tl.where(t.x > row, x[row] - lu[row, t.x] * x[t.x], x[row])
     x[row] = tl.where(t.x == N - 1, val / lu[row, row], val)
     return [x]
@@ -557,13 +571,13 @@ def _nussinov() -> list[tl.Func]:
     r = tl.RDom((0, N), (0, N), (0, N))  # k, j, N - 1 - i (i runs downwards)
     k, jj = r.x, r.y
     ii = N - 1 - r.z
+    r.where((jj > ii) & (k >= ii) & (k < jj))  # k == i: the neighbour terms; then k in (i, j)
     cur = P[ii, jj + 1]
     match = tl.where(seq[ii] + seq[jj] == 3, 1, 0)
     first = tl.maximum(tl.maximum(cur, P[ii, jj]), tl.maximum(
         P[ii + 1, jj + 1], P[ii + 1, jj] + tl.where(ii < jj - 1, match, 0)))
     split = tl.maximum(cur, P[ii, k + 1] + P[k + 1, jj + 1])
-    P[ii, jj + 1] = tl.where(jj > ii, tl.where(k == 0, first,
-                                               tl.where((k > ii) & (k < jj), split, cur)), cur)
+    P[ii, jj + 1] = tl.where(k == ii, first, split)
     out = tl.Func("nussinov", shape=(N, N))
     out[i, j] = P[i, j + 1]
     return [out]

@@ -18,9 +18,9 @@ import re
 import islpy as isl
 
 from tensorlang.errors import CompileError
-from tensorlang.expr import Access, BinOp, Const, Expr, Size, Var, walk
+from tensorlang.expr import Access, Expr, walk
 
-from .isl_text import Unrepresentable
+from .isl_text import Unrepresentable, quasi_affine
 
 Range = tuple[Expr, Expr]  # inclusive
 
@@ -30,30 +30,9 @@ def _name(n: str, size: bool) -> str:
 
 
 def isl_expr(e: Expr) -> str:
-    """``e`` as an isl quasi-affine expression (+, -, * constant, // and % by constants, min,
-    max). Raises Unrepresentable otherwise."""
-    if isinstance(e, Const) and e.dtype.is_int:
-        return str(int(e.value))
-    if isinstance(e, Var):
-        return _name(e.name, False)
-    if isinstance(e, Size):
-        return _name(e.name, True)
-    if isinstance(e, BinOp) and e.dtype.is_int:
-        a, b = e.a, e.b
-        if e.op in ("add", "sub"):
-            return f"({isl_expr(a)} {'+' if e.op == 'add' else '-'} {isl_expr(b)})"
-        if e.op == "mul":
-            if isinstance(b, Const):
-                return f"({int(b.value)} * {isl_expr(a)})"
-            if isinstance(a, Const):
-                return f"({int(a.value)} * {isl_expr(b)})"
-        if e.op in ("max", "min"):
-            return f"{e.op}({isl_expr(a)}, {isl_expr(b)})"
-        if e.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
-            c = int(b.value)
-            return f"floor(({isl_expr(a)})/{c})" if e.op == "floordiv" else \
-                f"(({isl_expr(a)}) mod {c})"
-    raise Unrepresentable(f"{e} is not quasi-affine")
+    """``e`` as an isl quasi-affine expression (see ``isl_text.quasi_affine``), Vars named
+    ``v_...`` and sizes ``s_...``. Raises Unrepresentable otherwise."""
+    return quasi_affine(e, lambda n: _name(n, False), lambda n: _name(n, True))
 
 
 def _params(texts: list[str]) -> str:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from tensorlang.affine import NonAffine, affine_form
-from tensorlang.expr import BinOp, Cmp, Const, Expr
+from typing import Callable
+
+from tensorlang.expr import BinOp, Cast, Cmp, Const, Expr, Size, Var
 
 
 class Unrepresentable(Exception):
@@ -60,3 +62,40 @@ def condition(e: Expr, rename: dict[str, str] | None = None) -> str:
     if isinstance(e, Cmp) and e.op in _ISL_CMP and e.a.dtype.is_int and e.b.dtype.is_int:
         return f"({affine(e.a, rename)}) {_ISL_CMP[e.op]} ({affine(e.b, rename)})"
     raise Unrepresentable(f"{e} is not a comparison of affine expressions")
+
+
+def quasi_affine(e: Expr, var_name: Callable[[str], str] = str,
+                 size_name: Callable[[str], str] = str) -> str:
+    """``e`` as an isl quasi-affine expression: +, -, * by a constant, ``//`` and ``%`` by a
+    positive constant (isl's ``floor`` and ``mod``), ``min`` and ``max`` (isl manual, "Affine
+    Expressions"); Vars and Sizes named through ``var_name`` / ``size_name``.
+
+    Raises:
+        Unrepresentable: anything else (a product of two variables, a read of data).
+    """
+    def go(n: Expr) -> str:
+        if isinstance(n, Const) and n.dtype.is_int:
+            return str(int(n.value))
+        if isinstance(n, Var):
+            return var_name(n.name)
+        if isinstance(n, Size):
+            return size_name(n.name)
+        if isinstance(n, Cast) and n.dtype.is_int and n.value.dtype.is_int:
+            return go(n.value)
+        if isinstance(n, BinOp) and n.dtype.is_int:
+            a, b = n.a, n.b
+            if n.op in ("add", "sub"):
+                return f"({go(a)} {'+' if n.op == 'add' else '-'} {go(b)})"
+            if n.op == "mul":
+                if isinstance(b, Const):
+                    return f"({int(b.value)} * {go(a)})"
+                if isinstance(a, Const):
+                    return f"({int(a.value)} * {go(b)})"
+            if n.op in ("max", "min"):
+                return f"{n.op}({go(a)}, {go(b)})"
+            if n.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
+                c = int(b.value)
+                return f"floor(({go(a)})/{c})" if n.op == "floordiv" else f"(({go(a)}) mod {c})"
+        raise Unrepresentable(f"{n} is not quasi-affine")
+
+    return go(e)

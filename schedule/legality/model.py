@@ -20,7 +20,7 @@ import islpy as isl
 from tensorlang.expr import Access, walk
 from tensorlang.func import Func
 
-from .isl_text import Unrepresentable, affine, condition, lower_bounds, upper_bounds
+from .isl_text import Unrepresentable, condition, lower_bounds, quasi_affine, upper_bounds
 
 
 @dataclass
@@ -96,8 +96,18 @@ def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageMod
     domain = isl.Set(f"{sp} -> {{ S[{tup}] : {' and '.join(cons) or 'true'} }}")
 
     def acc(idx) -> isl.Map:
-        body = ", ".join(affine(i, ren) for i in idx)
-        return isl.Map(f"{sp} -> {{ S[{tup}] -> M[{body}] }}").intersect_domain(domain)
+        # quasi-affine indices (// and % by constants, min, max) exactly; any other (a read of
+        # data: a gather or a scatter) may touch any cell of that dimension
+        outs = [f"m{d}" for d in range(len(idx))]
+        eqs = []
+        for m, i in zip(outs, idx):
+            try:
+                eqs.append(f"{m} = {quasi_affine(i, lambda v: ren.get(v, v))}")
+            except Unrepresentable:
+                pass
+        cond = f" : {' and '.join(eqs)}" if eqs else ""
+        return isl.Map(f"{sp} -> {{ S[{tup}] -> M[{', '.join(outs)}]{cond} }}"
+                       ).intersect_domain(domain)
 
     write = acc(write_idx)
     reads = [acc(a.indices) for a in walk(value) if isinstance(a, Access) and a.name == f.name]
