@@ -73,7 +73,13 @@ def read_box(producer: str, exprs: list[Expr], ranges: dict[str, Interval], rank
             if not isinstance(a, Access) or a.name != producer:
                 continue
             for d, ix in enumerate(a.indices):
-                lo, hi = interval(ix, ranges)
+                dmin, dext = domain[d]
+                try:
+                    lo, hi = interval(ix, ranges)
+                except ScheduleError:
+                    # a gather (an index read from data) or an index interval arithmetic cannot
+                    # bound: anywhere in the domain (every read was proven inside it)
+                    lo, hi = dmin, ssub(sadd(dmin, dext), sconst(1))
                 if a.boundary is not None:
                     dmin, dext = domain[d]
                     dhi = ssub(sadd(dmin, dext), sconst(1))

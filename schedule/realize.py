@@ -254,7 +254,8 @@ class _Realizer:
 
         def emit(nest) -> Stmt:
             value = substitute(self.values[name], nest.values)
-            index = tuple(substitute(i, nest.values) for i in u.index)
+            index = tuple(lower_reads(substitute(i, nest.values), self.domains)
+                          for i in u.index)  # (a scatter's index reads data)
             store = Store(f.name, index, lower_reads(value, self.domains))
             return emit_nest(nest, store, None, lambda lf: [], lambda lf, body: body,
                              partition=True)

@@ -131,16 +131,26 @@ def sadd(a: Expr, b: Expr) -> Expr:
     fa, fb = _aff(a), _aff(b)
     if fa is not None and fb is not None:
         return (fa + fb).to_expr()
+    if _is_zero(fb):
+        return a
+    if _is_zero(fa):
+        return b
     (ta, ra), (tb, rb) = _terms(a), _terms(b)
     if all(ta.get(k, 0) + v == 0 for k, v in tb.items()) and set(ta) <= set(tb):
         return (ra + rb).to_expr()  # m + (N - m) is N
     return BinOp("add", a, b, int64)
 
 
+def _is_zero(f: Affine | None) -> bool:
+    return f is not None and not f.coeffs and not f.params and f.const == 0
+
+
 def ssub(a: Expr, b: Expr) -> Expr:
     fa, fb = _aff(a), _aff(b)
     if fa is not None and fb is not None:
         return (fa + fb.scale(-1)).to_expr()
+    if _is_zero(fb):
+        return a
     (ta, ra), (tb, rb) = _terms(a), _terms(b)
     if ta == tb:  # the same non-affine terms cancel: (min(x, y) + 31) - min(x, y) is 31
         return (ra + rb.scale(-1)).to_expr()

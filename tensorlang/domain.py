@@ -102,7 +102,8 @@ def infer_ranges(
                    f"read an array with {v} alone in an index so that it bounds {v}")
             raise DefinitionError(
                 f"In definition of {func}: cannot infer the range of {kind} {v} in {lhs}: no read "
-                f"of an array or Func bounds it (reads through boundary conditions bound nothing); "
+                f"of an array or Func bounds it (reads through boundary conditions, and indices "
+                f"other than affine ones and their // by a constant, bound nothing); "
                 f"{fix}")
         known.update(found)
         unknown = [v for v in unknown if v not in found]

@@ -18,12 +18,13 @@ import itertools
 from dataclasses import dataclass
 from typing import Any
 
-from .affine import NonAffine, affine_form, sadd, sconst, ssub
+from .affine import NonAffine, affine_form, sadd, sconst, smul, ssub
 from .domain import Constraint, infer_ranges
 from .dtypes import DType, as_dtype, int64
 from .errors import DefinitionError
 from .expr import (
     Access,
+    BinOp,
     Boundary,
     Const,
     Expr,
@@ -89,12 +90,12 @@ def _make_access(producer: Any, name: str, rank: int | None, dtype: DType, idx: 
                                   f"integers")
         if e.dtype is not int64:
             e = cast(int64, e)
-        try:
-            affine_form(e)
-        except NonAffine as exc:
-            raise DefinitionError(
-                f"{name}[...]: index {d} ({e}) is not affine ({exc}); indices must be sums of "
-                f"Vars and sizes times integer constants, e.g. 2 * x + r - 1") from None
+        for n in walk(e):
+            if isinstance(n, Reduce):
+                raise DefinitionError(f"{name}[...]: index {d} ({e}) holds a reducer; compute "
+                                      f"it as a Func and read that")
+        # any integer expression may index: affine ones exactly, others (// and %, clamp,
+        # where, values read from arrays) are proven in bounds when the sizes are known
         indices.append(e)
     return Access(name, tuple(indices), dtype, boundary, producer)
 
@@ -394,19 +395,28 @@ class Func:
                         f"definition (use an RDom to index other points)")
                 pure_used.append(e.name)
             else:
-                try:
-                    affine_form(e)
-                except NonAffine as exc:
-                    raise DefinitionError(
-                        f"{where}: index {pos} ({e}) is not affine: {exc}") from None
-                plain = [n.name for n in walk(e) if isinstance(n, Var) and
-                         not isinstance(n, RVar)]
-                if plain:
-                    raise DefinitionError(
-                        f"{where}: index {pos} ({e}) uses Var {plain[0]}; index an update with "
-                        f"the pure Var of that position or an expression of RDom variables")
+                # an expression of RVars: affine, or any integer expression (a scatter,
+                # H[I[r]] = H[I[r]] + 1, proven in bounds when the sizes are known)
+                for n in walk(e):
+                    if isinstance(n, Reduce) or (isinstance(n, Access) and n.producer is self):
+                        raise DefinitionError(
+                            f"{where}: index {pos} ({e}) "
+                            + ("holds a reducer; compute it as a Func first"
+                               if isinstance(n, Reduce) else
+                               f"reads {self.name} itself; compute the index as another Func"))
                 e = cast(int64, e)
             index.append(e)
+        for pos, e in enumerate(index):
+            if isinstance(e, Var) and not isinstance(e, RVar):
+                continue
+            # a pure Var may appear inside a data-dependent index (H[y, I[y, r]]) when it also
+            # holds its own position: distinct values of it still update distinct cells
+            plain = [n.name for n in walk(e) if isinstance(n, Var) and not isinstance(n, RVar)
+                     and (n.name not in pure_used or not _inside_read(e, n.name))]
+            if plain:
+                raise DefinitionError(
+                    f"{where}: index {pos} ({e}) uses Var {plain[0]}; index an update with "
+                    f"the pure Var of that position or an expression of RDom variables")
         value = as_expr(value)
         expr = self._lift_reductions(value, pure_used, lhs_text,
                                      _iterated_rvars((*index, value)), where)
@@ -508,12 +518,24 @@ class Func:
                     f"cannot be recursive (recurrences are update definitions)")
 
     def _constraints(self, expr: Expr) -> list[Constraint]:
+        """The bounds each read puts on its Vars: an affine index ``lo <= a <= hi``, an index
+        ``a // c`` (``a`` affine, ``c`` > 0) ``c * lo <= a <= c * hi + c - 1``; other indices
+        bound nothing (they are checked when the sizes are known)."""
         out = []
         for a in walk(expr):
             if isinstance(a, Access) and a.boundary is None:
                 for d, (ix, (lo, ext)) in enumerate(zip(a.indices, a.producer.bounds)):
-                    out.append(Constraint(a, d, affine_form(ix), lo,
-                                          ssub(sadd(lo, ext), sconst(1))))
+                    hi = ssub(sadd(lo, ext), sconst(1))
+                    c = 1
+                    if isinstance(ix, BinOp) and ix.op == "floordiv" and \
+                            isinstance(ix.b, Const) and int(ix.b.value) > 0:
+                        c, ix = int(ix.b.value), ix.a
+                    try:
+                        form = affine_form(ix)
+                    except NonAffine:
+                        continue
+                    out.append(Constraint(a, d, form, smul(lo, c),
+                                          sadd(smul(hi, c), sconst(c - 1))))
         return out
 
     def __repr__(self) -> str:
@@ -521,6 +543,16 @@ class Func:
             return f"Func({self.name!r})"
         ups = "".join(f"; {u}" for u in self.updates)
         return f"Func({self.definition}{ups})"
+
+
+def _inside_read(e: Expr, var: str) -> bool:
+    """Whether every occurrence of Var ``var`` in ``e`` is inside an index of a read."""
+    def go(n: Expr, inside: bool) -> bool:
+        if isinstance(n, Var) and n.name == var:
+            return inside
+        return all(go(c, inside or isinstance(n, Access)) for c in children(n))
+
+    return go(e, False)
 
 
 def _iterated_rvars(exprs: tuple) -> dict[str, RVar]:

@@ -11,10 +11,11 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .affine import affine_form, eval_size
+from .affine import NonAffine, affine_form, eval_size
 from .errors import DefinitionError, ShapeError
 from .expr import Access, Expr, Size, Var, substitute, walk
 from .func import Func, Input
+from .intervals import value_range
 
 #: Bumped whenever the canonical text of an algorithm changes meaning (invalidates workload keys).
 KEY_VERSION = 1
@@ -224,14 +225,18 @@ class Pipeline:
                                      f"only constant_exterior reads outside an empty array")
                 continue
             for dim, ix in enumerate(a.indices):
-                form = affine_form(ix)
+                pmin, pext = bounds[a.name][dim]
+                try:
+                    form = affine_form(ix)
+                except NonAffine:  # // and %, clamp, where, a gather: interval arithmetic
+                    _check_index_range(where, verb, a, dim, ix, ranges, sizes, pmin, pext)
+                    continue
                 lo = hi = form.const + sum(c * sizes[p] for p, c in form.params)
                 for v, c in form.coeffs:
                     vlo, vext = ranges[v]
                     vhi = vlo + vext - 1
                     lo += c * (vlo if c > 0 else vhi)
                     hi += c * (vhi if c > 0 else vlo)
-                pmin, pext = bounds[a.name][dim]
                 if lo < pmin or hi > pmin + pext - 1:
                     bad = lo if lo < pmin else hi
                     raise ShapeError(
@@ -239,6 +244,29 @@ class Pipeline:
                         f"{a.name}, outside [{pmin}, {pmin + pext}) for {_sizes_text(sizes)}; "
                         f"wrap {a.name} in tl.clamp_edge / tl.constant_exterior, shrink the "
                         f"domain, or fix the RDom bounds")
+
+
+def _check_index_range(where: str, verb: str, a: Access, dim: int, ix: Expr,
+                       ranges: dict[str, tuple[int, int]], sizes: dict[str, int], pmin: int,
+                       pext: int) -> None:
+    """Prove a non-affine index inside ``[pmin, pmin + pext)`` (``tensorlang.intervals``).
+
+    Raises:
+        ShapeError: it may leave the array, with the range found and the fix.
+    """
+    rng = value_range(ix, {v: (lo, lo + ext - 1) for v, (lo, ext) in ranges.items()}, sizes)
+    if rng is not None and pmin <= rng[0] and rng[1] <= pmin + pext - 1:
+        return
+    data = [n for n in walk(ix) if isinstance(n, Access)]
+    found = ("cannot be bounded" if rng is None else
+             f"may take values in [{rng[0]}, {rng[1]}]")
+    why = (f" (it reads {data[0].name}, whose {data[0].dtype} values are not known before the "
+           f"call)" if data else "")
+    raise ShapeError(
+        f"In {where}: {verb} {a}: index {dim} ({ix}) {found}{why}, but {a.name} has "
+        f"[{pmin}, {pmin + pext}) in dimension {dim} for {_sizes_text(sizes)}; limit it with "
+        f"tl.clamp(index, {pmin}, {pmin + pext - 1}), or read through tl.clamp_edge / "
+        f"tl.constant_exterior")
 
 
 def update_ranges(u: Any, func_ranges: dict[str, tuple[int, int]], f: Func,

@@ -213,3 +213,25 @@ def trisolv():
 
 
 ALL["trisolv"] = trisolv
+
+
+def gather():
+    """A lookup table read at clamped image values (a gather) feeding a 2x nearest-neighbour
+    upsample (``y // 2`` reads): random schedules place the table stage and tile the upsample."""
+    H, W = tl.sizes("H W")
+    I = tl.Input("I", (H, W), tl.int32)
+    T = tl.Input("T", (64,), tl.float32)
+    y, x = tl.vars("y x")
+    L = tl.Func("L")
+    L[y, x] = T[tl.clamp(I[y, x], 0, 63)] + 1.0
+    out = tl.Func("upsampled")
+    out[y, x] = L[y // 2, x // 2] * 0.5
+
+    def arrays(rng, m, n, k_):
+        return {"I": rng.integers(-5, 70, (m, n)).astype(np.int32),
+                "T": rng.random(64, dtype=np.float32)}
+
+    return out, arrays
+
+
+ALL["gather"] = gather
