@@ -20,7 +20,7 @@ from .language import (  # noqa: F401  (the language, re-exported)
     constant_exterior, einsum, exp, float32, float64, int32, int64, log, max, maximum, min,
     minimum, prod, reference, sizes, sqrt, sum, vars, where, workload_key, floor, ceil, round,
     sin, cos, tanh, erf, pow, sigmoid, clamp, repeat_edge, repeat_image, mirror_image,
-    mirror_interior, saturating_cast,
+    mirror_interior, saturating_cast, int8, int16, uint8, uint16, float16, bfloat16,
 )
 from . import language as _language
 from .version import __version__  # noqa: F401  (tensorlang.__version__)

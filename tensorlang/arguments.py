@@ -53,12 +53,17 @@ def collect_arrays(pipeline: Any, args: tuple, kwargs: Mapping[str, Any],
         a = arrays[inp.name]
         if not isinstance(a, np.ndarray):
             raise ShapeError(f"Input {inp.name} must be a numpy.ndarray, got "
-                             f"{type(a).__name__}; wrap it with np.asarray(..., dtype=np."
-                             f"{inp.dtype.value})")
+                             f"{type(a).__name__}; wrap it with np.asarray(..., dtype="
+                             f"{_numpy_name(inp.dtype)})")
         if a.dtype != inp.dtype.numpy:
             raise ShapeError(f"Input {inp.name} expects dtype {inp.dtype.value} but the array "
-                             f"has {a.dtype}; convert it with .astype(np.{inp.dtype.value})")
+                             f"has {a.dtype}; convert it with .astype({_numpy_name(inp.dtype)})")
         if copy_noncontiguous and not a.flags.c_contiguous:
             a = np.ascontiguousarray(a)
         out[inp.name] = a
     return out, sizes
+
+
+def _numpy_name(d) -> str:
+    """How a user spells dtype ``d`` in NumPy code (bfloat16 comes from ml_dtypes)."""
+    return "ml_dtypes.bfloat16" if d.value == "bfloat16" else f"np.{d.value}"

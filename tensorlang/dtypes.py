@@ -1,7 +1,10 @@
 """Scalar element types and NumPy's promotion rules.
 
-tensorlang supports the element types ``bool``, ``int32``, ``int64``, ``float32`` and ``float64``.
-Promotion follows NumPy 2 (NEP 50): two typed operands promote with ``numpy.result_type``; a Python
+tensorlang supports the element types ``bool``; ``int8``, ``int16``, ``int32``, ``int64``;
+``uint8``, ``uint16``; ``float16``, ``bfloat16``, ``float32`` and ``float64``. bfloat16 arrays are
+``ml_dtypes.bfloat16`` arrays (the NumPy extension type JAX uses). Narrow integers wrap around as
+NumPy's do; float16 and bfloat16 arithmetic rounds each operation's float32 result, as NumPy and
+ml_dtypes compute them. Promotion follows NumPy 2 (NEP 50): two typed operands promote with ``numpy.result_type``; a Python
 scalar is "weak" and takes the type of the typed operand when it fits its kind (``x_f32 * 2.5`` stays
 float32, ``x_i32 * 2.5`` becomes float64).
 """
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import enum
 
+import ml_dtypes
 import numpy as np
 
 from .errors import DefinitionError
@@ -19,13 +23,21 @@ class DType(enum.Enum):
     """An element type. ``.numpy`` is the matching ``numpy.dtype``; ``.itemsize`` is in bytes."""
 
     bool_ = "bool"
+    int8 = "int8"
+    int16 = "int16"
     int32 = "int32"
     int64 = "int64"
+    uint8 = "uint8"
+    uint16 = "uint16"
+    float16 = "float16"
+    bfloat16 = "bfloat16"
     float32 = "float32"
     float64 = "float64"
 
     @property
     def numpy(self) -> np.dtype:
+        if self is DType.bfloat16:
+            return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(self.value)
 
     @property
@@ -34,11 +46,23 @@ class DType(enum.Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.float32, DType.float64)
+        return self in (DType.float16, DType.bfloat16, DType.float32, DType.float64)
 
     @property
     def is_int(self) -> bool:
-        return self in (DType.int32, DType.int64)
+        """Signed or unsigned integer (not bool)."""
+        return self in (DType.int8, DType.int16, DType.int32, DType.int64, DType.uint8,
+                        DType.uint16)
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self in (DType.uint8, DType.uint16)
+
+    @property
+    def is_half(self) -> bool:
+        """A 16-bit float (float16, bfloat16): computed in float32, rounded after each
+        operation."""
+        return self in (DType.float16, DType.bfloat16)
 
     @property
     def is_bool(self) -> bool:
@@ -51,6 +75,12 @@ class DType(enum.Enum):
 
 
 bool_ = DType.bool_
+int8 = DType.int8
+int16 = DType.int16
+uint8 = DType.uint8
+uint16 = DType.uint16
+float16 = DType.float16
+bfloat16 = DType.bfloat16
 int32 = DType.int32
 int64 = DType.int64
 float32 = DType.float32
@@ -80,12 +110,22 @@ def _names() -> str:
 
 
 def promote(a: DType, b: DType) -> DType:
-    """The NumPy result type of two typed operands."""
-    return as_dtype(np.result_type(a.numpy, b.numpy))
+    """The NumPy result type of two typed operands. NumPy has none for bfloat16 with int32,
+    int64 or float16: there tensorlang takes JAX's (bfloat16 with an integer stays bfloat16,
+    with float16 both become float32)."""
+    try:
+        return as_dtype(np.result_type(a.numpy, b.numpy))
+    except np.exceptions.DTypePromotionError:
+        other = b if a is DType.bfloat16 else a
+        return DType.bfloat16 if other.is_int or other.is_bool else DType.float32
 
 
 def promote_scalar(a: DType, scalar: bool | int | float) -> DType:
-    """The NumPy 2 result type of a typed operand and a weak Python scalar."""
+    """The NumPy 2 result type of a typed operand and a weak Python scalar (NEP 50: a Python
+    float keeps any float type, float16 and bfloat16 included; a Python int keeps any integer
+    or float type)."""
+    if a.is_half and isinstance(scalar, (bool, int, float)):
+        return a
     return as_dtype(np.result_type(a.numpy, scalar))
 
 

@@ -10,7 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import DType, as_dtype, bool_, float32, float64, int32, int64
+from .dtypes import (
+    DType, as_dtype, bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64,
+    uint8, uint16,
+)
 from .einsum import einsum
 from .errors import (
     CompileError,
@@ -137,9 +140,12 @@ def saturating_cast(dtype: Any, x: Any) -> Expr:
     d = as_dtype(dtype)
     e = as_expr(x)
     src = e.dtype
-    if d.is_int and src.is_int and np.iinfo(d.numpy).bits < np.iinfo(src.numpy).bits:
-        info = np.iinfo(d.numpy)
-        e = minimum(maximum(e, _const(int(info.min), src)), _const(int(info.max), src))
+    if d.is_int and src.is_int:
+        lo, hi = np.iinfo(d.numpy), np.iinfo(src.numpy)
+        if lo.min > hi.min:  # (limits the source type can hold: uint8 -> int8 clamps at 127)
+            e = maximum(e, _const(int(lo.min), src))
+        if lo.max < hi.max:
+            e = minimum(e, _const(int(lo.max), src))
     elif d.is_float and src.is_float and d.numpy.itemsize < src.numpy.itemsize:
         big = float(np.finfo(d.numpy).max)
         e = minimum(maximum(e, _const(-big, src)), _const(big, src))
@@ -179,7 +185,8 @@ def const(value: Any, dtype: Any = None) -> Expr:
 
 
 __all__ = [
-    "DType", "bool_", "float32", "float64", "int32", "int64", "einsum", "CompileError",
+    "DType", "bool_", "float32", "float64", "int32", "int64", "int8", "int16", "uint8",
+    "uint16", "float16", "bfloat16", "einsum", "CompileError",
     "DefinitionError", "IllegalScheduleError", "ScheduleError", "ShapeError", "TensorlangError",
     "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",

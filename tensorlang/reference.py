@@ -187,6 +187,8 @@ def _eval_func(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray
                     val = np.where(inside, val, _identity(d.reduce_op, val.dtype, ()))
                 if not all(g > 0 for g in grid):
                     val = _identity(d.reduce_op, f.dtype.numpy, grid[: len(pure)])
+                elif d.reduce_op in ("sum", "prod") and f.dtype.is_half:
+                    val = _sequential(d.reduce_op, val, len(pure), f.dtype.numpy)
                 elif d.reduce_op in ("sum", "prod"):
                     val = _REDUCE[d.reduce_op](val, axis=axes, dtype=f.dtype.numpy)
                 else:
@@ -198,12 +200,24 @@ def _eval_func(f: Func, b: Binding, values: dict[str, np.ndarray]) -> np.ndarray
     return out
 
 
+def _sequential(op: str, val: np.ndarray, npure: int, dtype: np.dtype) -> np.ndarray:
+    """A float16 / bfloat16 sum or product in the default loop order (the reduction axes in
+    order, the first outermost), rounded after each step as the kernel's accumulator is
+    (``np.sum`` would accumulate in float32 and round once)."""
+    flat = val.reshape(val.shape[:npure] + (-1,))
+    acc = np.full(flat.shape[:npure], 0 if op == "sum" else 1, dtype=dtype)
+    ufunc = np.add if op == "sum" else np.multiply
+    for k in range(flat.shape[-1]):
+        acc = ufunc(acc, flat[..., k]).astype(dtype)
+    return acc
+
+
 def _identity(op: str, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
     if op == "sum":
         v: Any = 0
     elif op == "prod":
         v = 1
-    elif dtype.kind == "f":
+    elif _is_float(dtype):
         v = -np.inf if op == "max" else np.inf
     else:
         info = np.iinfo(dtype)
@@ -243,7 +257,7 @@ def _eval(e: Expr, env: dict[str, np.ndarray], b: Binding,
 def cast_array(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """``x.astype(dtype)`` with tensorlang's rules: float->int truncates toward zero and saturates
     at the integer type's limits, NaN -> 0 (LLVM ``fptosi.sat``); anything->bool is ``!= 0``."""
-    if x.dtype.kind == "f" and dtype.kind in "iu":
+    if _is_float(x.dtype) and dtype.kind in "iu":
         info = np.iinfo(dtype)
         t = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0))
         hi, lo = t >= float(info.max), t <= float(info.min)
@@ -252,6 +266,11 @@ def cast_array(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind == "b":
         return x != 0
     return x.astype(dtype)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    """A NumPy float dtype, or ml_dtypes' bfloat16 (whose kind is not 'f')."""
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def _fold(kind: str, t: np.ndarray, ext: int) -> np.ndarray:

@@ -36,7 +36,7 @@ from .loops import LoopGen
 from .memory import MemoryGen
 from .parallel import ParallelGen
 from .target import Target
-from .types import F32, F64, I1, I8, I32, I64, memory_type
+from .types import F16, F32, F64, I1, I8, I16, I32, I64, memory_type
 from .vector_math import VectorMathGen
 
 
@@ -102,7 +102,8 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
     def _suffix(self, t: ir.Type) -> str:
         if isinstance(t, ir.VectorType):
             return f"v{t.count}{self._suffix(t.element)}"
-        return {F32: "f32", F64: "f64", I32: "i32", I64: "i64", I8: "i8", I1: "i1"}[t]
+        return {F16: "f16", F32: "f32", F64: "f64", I32: "i32", I64: "i64", I16: "i16", I8: "i8",
+                I1: "i1"}[t]
 
 
     def build(self) -> ir.Module:

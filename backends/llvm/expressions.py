@@ -12,7 +12,7 @@ from tensorlang.dtypes import DType
 from tensorlang.errors import CompileError
 from tensorlang.expr import BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Size, Var, walk
 
-from .types import FLOAT_FLAGS, I1, I32, I64, value_type
+from .types import F16, FLOAT_FLAGS, I1, I16, I32, I64, value_type
 
 
 
@@ -115,8 +115,9 @@ class ExpressionGen:
             return b.xor(a, self.const(a.type, 1))
         if isinstance(e, Call):
             if len(e.args) == 2:  # pow
-                return self.call_intrinsic(e.name, *self.unify(*(self.expr(a) for a in e.args)))
-            return self.call(e.name, self.expr(e.args[0]), e.dtype)
+                return self.round_half(self.call_intrinsic(
+                    e.name, *self.unify(*(self.expr(a) for a in e.args))), e.dtype)
+            return self.round_half(self.call(e.name, self.expr(e.args[0]), e.dtype), e.dtype)
         if isinstance(e, Select):
             c, t, f = self.unify(self.expr(e.cond), self.expr(e.t), self.expr(e.f))
             return b.select(c, t, f)
@@ -124,8 +125,70 @@ class ExpressionGen:
             return self.cast(self.expr(e.value), e.value.dtype, e.dtype)
         raise CompileError(f"codegen: unsupported expression {type(e).__name__}: {e}")
 
+    def to_half(self, x: ir.Value) -> ir.Value:
+        """float32 or float64 value(s) -> LLVM half, rounded once (to nearest, ties to even),
+        with the F16C instructions (without them LLVM would call compiler-rt, which a JIT-loaded
+        kernel cannot reach). float64 goes through float32 rounded to odd, which keeps the
+        second rounding exact (Boldo and Melquiond, "Emulation of FMA and correctly rounded sums:
+        proved algorithms using rounding to odd", IEEE TC 2008)."""
+        if "+f16c" not in self.target.features.split(","):
+            raise CompileError(
+                f"float16 needs the F16C instructions, which target {self.target.cpu} lacks; "
+                f"use bfloat16 or float32")
+        b = self.builder
+        vec = x.type.count if isinstance(x.type, ir.VectorType) else None
+        f32 = ir.VectorType(ir.FloatType(), vec) if vec else ir.FloatType()
+        if x.type != f32:  # float64: to float32 rounding to odd
+            i32 = ir.VectorType(I32, vec) if vec else I32
+            t = b.fptrunc(x, f32)
+            back = b.fpext(t, x.type)
+            inexact = b.fcmp_ordered("!=", back, x)  # (false for NaN)
+            away = b.fcmp_ordered(">", self.call_intrinsic("fabs", back),
+                                  self.call_intrinsic("fabs", x))
+            bits = b.bitcast(t, i32)
+            bits = b.select(away, b.sub(bits, self.const(i32, 1)), bits)
+            bits = b.select(inexact, b.or_(bits, self.const(i32, 1)), bits)
+            x = b.bitcast(bits, f32)
+        return b.fptrunc(x, ir.VectorType(F16, vec) if vec else F16)
+
+    def round_half(self, x: ir.Value, d: DType) -> ir.Value:
+        """A float32 value rounded to ``d``'s precision when ``d`` is float16 or bfloat16 (to
+        nearest, ties to even; NaN stays NaN), as NumPy rounds each operation's result."""
+        if d is DType.float16:
+            return self.builder.fpext(self.to_half(x), x.type)
+        if d is DType.bfloat16:
+            return self.bf16_widen(self.bf16_bits(x))
+        return x
+
+    def bf16_bits(self, x: ir.Value) -> ir.Value:
+        """The bfloat16 nearest a float32 value (ties to even), as its 16 bits; NaN stays a
+        quiet NaN."""
+        b = self.builder
+        vec = x.type.count if isinstance(x.type, ir.VectorType) else None
+        i32 = ir.VectorType(I32, vec) if vec else I32
+        bits = b.bitcast(x, i32)
+        lsb = b.and_(b.lshr(bits, self.const(i32, 16)), self.const(i32, 1))
+        rounded = b.add(b.add(bits, self.const(i32, 0x7FFF)), lsb)
+        nan = b.fcmp_unordered("uno", x, x)
+        quiet = b.or_(bits, self.const(i32, 0x00400000))
+        out = b.lshr(b.select(nan, quiet, rounded), self.const(i32, 16))
+        return b.trunc(out, ir.VectorType(I16, vec) if vec else I16)
+
+    def bf16_widen(self, h: ir.Value) -> ir.Value:
+        """bfloat16 bits (i16) as the float32 of the same value."""
+        b = self.builder
+        vec = h.type.count if isinstance(h.type, ir.VectorType) else None
+        i32 = ir.VectorType(I32, vec) if vec else I32
+        f32 = ir.VectorType(ir.FloatType(), vec) if vec else ir.FloatType()
+        return b.bitcast(b.shl(b.zext(h, i32), self.const(i32, 16)), f32)
+
     def binop(self, op: str, x: ir.Value, y: ir.Value, d: DType,
               flags: tuple = FLOAT_FLAGS) -> ir.Value:
+        return self.round_half(self._binop(op, x, y, d, flags), d) if d.is_half else \
+            self._binop(op, x, y, d, flags)
+
+    def _binop(self, op: str, x: ir.Value, y: ir.Value, d: DType,
+               flags: tuple = FLOAT_FLAGS) -> ir.Value:
         b = self.builder
         if d.is_float:
             if op in ("add", "sub", "mul", "div"):
@@ -148,7 +211,10 @@ class ExpressionGen:
             if op == "mul":
                 return b.mul(x, y)
             if op in ("max", "min"):
-                return self.call_intrinsic("smax" if op == "max" else "smin", x, y)
+                u = "u" if d.is_unsigned else "s"
+                return self.call_intrinsic(f"{u}max" if op == "max" else f"{u}min", x, y)
+            if op in ("floordiv", "mod") and d.is_unsigned:
+                return self.uint_divmod(x, y, op)
             if op in ("floordiv", "mod"):
                 return self.int_divmod(x, y, op)
         raise CompileError(f"codegen: unsupported operator {op} on {d}")
@@ -178,6 +244,17 @@ class ExpressionGen:
             if special is not None:
                 res = b.select(special, zero, res)
         return res
+
+    def uint_divmod(self, x: ir.Value, y: ir.Value, op: str) -> ir.Value:
+        """Unsigned division / modulo (floor and truncation agree); 0 for y == 0 (NumPy)."""
+        b = self.builder
+        zero, one = self.const(x.type, 0), self.const(x.type, 1)
+        if isinstance(y, ir.Constant) and isinstance(y.type, ir.IntType) and y.constant != 0:
+            return b.udiv(x, y) if op == "floordiv" else b.urem(x, y)
+        is0 = b.icmp_unsigned("==", y, zero)
+        safe = b.select(is0, one, y)
+        res = b.udiv(x, safe) if op == "floordiv" else b.urem(x, safe)
+        return b.select(is0, zero, res)
 
     def float_divmod(self, x: ir.Value, y: ir.Value, op: str) -> ir.Value:
         """NumPy's ``npy_divmod``: floor division and modulo that agree with Python's."""
@@ -209,7 +286,7 @@ class ExpressionGen:
             if op == "ne":
                 return self.builder.fcmp_unordered(sym, x, y)
             return self.builder.fcmp_ordered(sym, x, y)
-        if d.is_bool:
+        if d.is_bool or d.is_unsigned:
             return self.builder.icmp_unsigned(sym, x, y)
         return self.builder.icmp_signed(sym, x, y)
 
@@ -227,6 +304,8 @@ class ExpressionGen:
         if name == "abs":
             if d.is_float:
                 return self.call_intrinsic("fabs", x)
+            if d.is_unsigned:
+                return x
             return self.call_intrinsic("abs", x, extra=(ir.Constant(I1, 0),))
         if name == "neg":
             return self.builder.fneg(x) if d.is_float else self.builder.neg(x)
@@ -258,14 +337,21 @@ class ExpressionGen:
                 return b.fcmp_unordered("!=", x, self.const(x.type, 0.0))
             return b.icmp_signed("!=", x, self.const(x.type, 0))
         if src.is_bool:
-            return b.uitofp(x, t) if dst.is_float else b.zext(x, t)
-        if src.is_float and dst.is_float:
-            return b.fpext(x, t) if dst.itemsize > src.itemsize else b.fptrunc(x, t)
+            return self.round_half(b.uitofp(x, t), dst) if dst.is_float else b.zext(x, t)
+        if src.is_float and dst.is_float:  # (float16 / bfloat16 are float32 in registers)
+            if dst is DType.float16:  # one rounding, as NumPy (float64 too)
+                return b.fpext(self.to_half(x), t)
+            if x.type != t:
+                x = b.fpext(x, t) if dst is DType.float64 else b.fptrunc(x, t)
+            return self.round_half(x, dst)
         if src.is_int and dst.is_int:
-            return b.sext(x, t) if dst.itemsize > src.itemsize else b.trunc(x, t)
+            if dst.itemsize > src.itemsize:
+                return b.zext(x, t) if src.is_unsigned else b.sext(x, t)
+            return b.trunc(x, t) if dst.itemsize < src.itemsize else x
         if src.is_int and dst.is_float:
-            return b.sitofp(x, t)
-        fn = self.intrinsic(f"llvm.fptosi.sat.{self._suffix(t)}.{self._suffix(x.type)}", t,
+            return self.round_half(b.uitofp(x, t) if src.is_unsigned else b.sitofp(x, t), dst)
+        sat = "fptoui" if dst.is_unsigned else "fptosi"
+        fn = self.intrinsic(f"llvm.{sat}.sat.{self._suffix(t)}.{self._suffix(x.type)}", t,
                             [x.type])
         return b.call(fn, [x])
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from tensorlang.affine import const_value
+from tensorlang.dtypes import DType
 from tensorlang.expr import BinOp, Cast, Const, Expr, Var, walk
 from tensorlang.schedule.ir import Allocate, Buffer, Load, Store
 
-from .types import I8, I32, I64, REDUCE_FLAGS, memory_type
+from .types import F32, I8, I32, I64, REDUCE_FLAGS, memory_type
 
 MAX_STACK_BYTES = 64 * 1024
 #: heap buffers of at least this many bytes are asked to live on transparent huge pages (Linux)
@@ -93,6 +94,11 @@ class MemoryGen:
                 x = b.load(self.address(e.buffer, e.indices), align=e.dtype.itemsize)
                 self._end_lane()
                 v = b.insert_element(v, x, ir.Constant(I32, lane))
+        if e.dtype is DType.float16:
+            return b.fpext(v, ir.VectorType(F32, v.type.count)
+                           if isinstance(v.type, ir.VectorType) else F32)
+        if e.dtype is DType.bfloat16:
+            return self.bf16_widen(v)
         return b.icmp_unsigned("!=", v, self.const(v.type, 0)) if e.dtype.is_bool else v
 
     def store(self, s: Store) -> None:
@@ -116,6 +122,10 @@ class MemoryGen:
         if d.is_bool:
             value = b.zext(value, ir.VectorType(I8, value.type.count)
                            if isinstance(value.type, ir.VectorType) else I8)
+        elif d is DType.float16:
+            value = self.to_half(value)
+        elif d is DType.bfloat16:
+            value = self.bf16_bits(value)
         if pattern == "scalar":
             b.store(value, self.address(s.buffer, s.indices), align=d.itemsize)
         elif pattern == "contiguous":
