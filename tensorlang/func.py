@@ -26,6 +26,7 @@ from .expr import (
     Access,
     BinOp,
     Boundary,
+    Cast,
     Const,
     Expr,
     Reduce,
@@ -50,11 +51,11 @@ def _as_shape(shape: Any, owner: str) -> tuple[Expr, ...]:
     out: list[Expr] = []
     for d, s in enumerate(shape):
         if isinstance(s, Expr) and s.dtype.is_int and not s.dtype.is_bool:
-            try:
-                affine_form(s)
-            except NonAffine:
-                raise DefinitionError(f"shape of {owner}: dimension {d} ({s}) is not an affine "
-                                      f"expression of sizes") from None
+            if not _quasi_affine(s):
+                raise DefinitionError(
+                    f"shape of {owner}: dimension {d} ({s}) is not an affine expression of "
+                    f"sizes, or one with // and % by positive constants, minimum and maximum "
+                    f"(W // 2 + 1)")
             if any(isinstance(n, Var) for n in walk(s)):
                 raise DefinitionError(f"shape of {owner}: dimension {d} ({s}) uses a Var; "
                                       f"shapes are sizes")
@@ -66,6 +67,29 @@ def _as_shape(shape: Any, owner: str) -> tuple[Expr, ...]:
                 f"shape of {owner}: dimension {d} is {s!r}; use a non-negative int, a tl.sizes() "
                 f"symbol or an affine expression of them (H + 2)")
     return tuple(out)
+
+
+def _quasi_affine(e: Expr) -> bool:
+    """Whether ``e`` is built from constants, sizes and Vars with +, -, * by a constant, // and
+    % by a positive constant, minimum and maximum (what isl states exactly, and a pyramid's
+    level sizes need: ``(W + 3) // 4``)."""
+    try:
+        affine_form(e)
+        return True
+    except NonAffine:
+        pass
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+        return _quasi_affine(e.value)
+    if not (isinstance(e, BinOp) and e.dtype.is_int):
+        return False
+    if e.op in ("add", "sub", "max", "min"):
+        return _quasi_affine(e.a) and _quasi_affine(e.b)
+    if e.op == "mul":
+        return (isinstance(e.b, Const) and _quasi_affine(e.a)) or \
+            (isinstance(e.a, Const) and _quasi_affine(e.b))
+    if e.op in ("floordiv", "mod"):
+        return isinstance(e.b, Const) and int(e.b.value) > 0 and _quasi_affine(e.a)
+    return False
 
 
 def _index_tuple(idx: Any) -> tuple:

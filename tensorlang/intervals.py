@@ -13,6 +13,8 @@ See also: Halide ``src/Bounds.cpp`` (interval arithmetic on expressions); Cousot
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .expr import Access, BinOp, Cast, Const, Expr, Select, Size, Var
@@ -45,7 +47,13 @@ def value_range(e: Expr, ranges: dict[str, Interval], sizes: dict[str, int]) -> 
         return dtype_range(e.dtype)
     if isinstance(e, Cast):
         if not e.value.dtype.is_int and not e.value.dtype.is_bool:
-            return dtype_range(e.dtype)  # float -> int saturates at the type's limits
+            # float -> int truncates toward zero and saturates at the type's limits (NaN -> 0)
+            full = dtype_range(e.dtype)
+            f = _float_range(e.value, ranges, sizes)
+            if f is None or full is None:
+                return full
+            lo, hi = max(math.trunc(f[0]), full[0]), min(math.trunc(f[1]), full[1])
+            return min(lo, 0), max(hi, 0)  # (a NaN, which tl.clamp keeps, converts to 0)
         inner = value_range(e.value, ranges, sizes)
         full = dtype_range(e.dtype)
         if inner is None or full is None:
@@ -78,3 +86,48 @@ def value_range(e: Expr, ranges: dict[str, Interval], sizes: dict[str, int]) -> 
                 return 0, c - 1
             return a[0] % c, a[1] % c
     return None
+
+
+def _float_range(e: Expr, ranges: dict[str, Interval], sizes: dict[str, int]
+                 ) -> tuple[float, float] | None:
+    """Finite ``(lo, hi)`` of a float expression, from constants, clamps (``tl.clamp``,
+    ``minimum``/``maximum`` with a bounded side), selects and integer conversions; None when
+    unbounded (what a ``tl.clamp(Y, 0.0, 255.0)`` before a cast to an index bounds)."""
+    inf = float("inf")
+
+    def go(n: Expr) -> tuple[float, float]:
+        if isinstance(n, Const):
+            return float(n.value), float(n.value)
+        if isinstance(n, Cast) and (n.value.dtype.is_int or n.value.dtype.is_bool):
+            r = value_range(n.value, ranges, sizes)
+            return (-inf, inf) if r is None else (float(r[0]), float(r[1]))
+        if isinstance(n, Cast):
+            return go(n.value)
+        if isinstance(n, Select):
+            (a0, a1), (b0, b1) = go(n.t), go(n.f)
+            return min(a0, b0), max(a1, b1)
+        if isinstance(n, BinOp) and n.op in ("max", "min", "add", "sub", "mul", "div"):
+            (a0, a1), (b0, b1) = go(n.a), go(n.b)
+            if n.op == "max":
+                return max(a0, b0), max(a1, b1)
+            if n.op == "min":
+                return min(a0, b0), min(a1, b1)
+            if not all(math.isfinite(v) for v in (a0, a1, b0, b1)):
+                return -inf, inf
+            if n.op == "add":
+                return a0 + b0, a1 + b1
+            if n.op == "sub":
+                return a0 - b1, a1 - b0
+            if n.op == "div" and not b0 <= 0 <= b1:
+                p = [a0 / b0, a0 / b1, a1 / b0, a1 / b1]
+                return min(p), max(p)
+            if n.op == "mul":
+                p = [a0 * b0, a0 * b1, a1 * b0, a1 * b1]
+                return min(p), max(p)
+        return -inf, inf
+
+    lo, hi = go(e)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    # float32 arithmetic rounds: widen by more than its error so the truncation stays sound
+    return lo - abs(lo) * 1e-5 - 1e-5, hi + abs(hi) * 1e-5 + 1e-5
