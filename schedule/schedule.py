@@ -153,9 +153,7 @@ class Schedule:
             return str(steps[-1]) if steps else None
 
         base, number = parse_stage_id(prob.stage)
-        f = self.view.func(base)
         number = -1 if number is None else number
-        model = model_for(self.pipeline.workload_key(), f, number, tuple(self.pipeline.sizes))
         replay = Schedule(self.output)
         for step in self.steps:
             replay.apply(step)
@@ -163,6 +161,9 @@ class Schedule:
             if st is None or step.func != prob.stage or \
                     prob.kind not in PRIMITIVES[step.op].obligations:
                 continue
+            # the stage's definition at this step (rfactor and cache_write rewrite it)
+            model = model_for(self.pipeline.workload_key(), replay.view.func(base), number,
+                              tuple(self.pipeline.sizes), replay.view.definition(base))
             try:
                 found = model is not None and any(p.kind == prob.kind
                                                   for p in check_stage(model, st))
@@ -263,6 +264,34 @@ class Schedule:
         """
         name = f if isinstance(f, str) else f.name
         new = self.apply(Step("cache_write", name, (("loop", _name(loop, name, "cache_write")),)))
+        return Stage(self, new)
+
+
+    def rfactor(self, f: Func | str, loop: LoopLike) -> Stage:
+        """Factor ``f``'s reduction over ``loop`` out into a new stage ``<f>_rf`` (returned) in
+        which ``loop`` is a pure dimension, so it may run in parallel or as vector lanes; ``f``
+        then reduces ``<f>_rf`` over that dimension. For ``C[i] = sum_k A[i, k]`` split by 8::
+
+            ko, ki = s[C].split(k, 8); rf = s.rfactor(C, ki)
+            C_rf[i, ki] = sum_ko A[i, 8 * ko + ki]      (ko < ceil(K / 8), 8 * ko + ki < K)
+            C[i] = sum_r C_rf[i, r]                     (r < 8)
+
+        then ``rf.vectorize(ki)``: eight partial sums per row as vector lanes (TVM's argument
+        order, Halide's meaning). Reassociates the reduction (the reduction policy of
+        ``docs/architecture.md``): float sums change by rounding.
+
+        Args:
+            loop: an RVar of ``f``'s (pure) definition, or the inner or outer loop of its one
+                split; ``f``'s other reduction loops must be unscheduled.
+
+        Raises:
+            ScheduleError: ``loop`` is not a reduction loop of ``f``, ``f`` has update
+                definitions, or its reduction loops were scheduled otherwise.
+        See also: Suriana, Adams and Kamil, "Parallel Associative Reductions in Halide" (CGO
+        2017); TVM ``te.Schedule.rfactor``.
+        """
+        name = f if isinstance(f, str) else f.name
+        new = self.apply(Step("rfactor", name, (("loop", _name(loop, name, "rfactor")),)))
         return Stage(self, new)
 
 

@@ -23,6 +23,12 @@ CASES = {
                     lambda s, rng: {"input": np.concatenate([
                         rng.random((3, s["H"], s["W"]), dtype=np.float32),
                         (rng.random((1, s["H"], s["W"])) > 0.7).astype(np.float32)])}),
+    "local_laplacian": ({"pyramid_levels": 3}, {"H": 23, "W": 37},
+                        lambda s, rng: {"input": rng.integers(0, 65536, (3, s["H"], s["W"]))
+                                        .astype(np.uint16)}),
+    "camera_pipe": ({}, {"H": 41, "W": 57},
+                    lambda s, rng: {"input": rng.integers(0, 1024, (s["H"], s["W"])).astype(
+                        np.uint16), **apps._camera_matrices()}),
     "bilateral_grid": ({"s_sigma": 4}, {"H": 31, "W": 45},
                        lambda s, rng: {"input": rng.random((s["H"], s["W"]), dtype=np.float32)}),
 }

@@ -23,16 +23,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAMILIES = {"loops", "loop kinds", "placement", "staging"}
 
 
+#: primitives that add a stage are methods of the Schedule (TVM's s.cache_read, s.rfactor)
+SCHEDULE_METHODS = ("cache_read", "cache_write", "rfactor")
+
+
 def test_every_primitive_has_its_method_and_module():
     for name, prim in PRIMITIVES.items():
-        owner = Schedule if name in ("cache_read", "cache_write") else Stage
+        owner = Schedule if name in SCHEDULE_METHODS else Stage
         assert callable(getattr(owner, name, None)), f"{name} has no {owner.__name__} method"
         assert prim.family in FAMILIES and prim.obligations <= set(OBLIGATIONS)
         module = inspect.getmodule(type(prim)).__name__.rsplit(".", 1)[1]
         assert module in ("loops", "kinds", "placement", "staging")
     methods = {n for n, v in vars(Stage).items() if callable(v) and not n.startswith("_")}
-    assert methods - {"update"} == {n for n in PRIMITIVES if n not in ("cache_read",
-                                                                       "cache_write")}
+    assert methods - {"update"} == {n for n in PRIMITIVES if n not in SCHEDULE_METHODS}
 
 
 def _replay(trace):

@@ -69,8 +69,8 @@ class Problem:
                     f"an order that runs it forwards")
         else:
             what = "reduction" if self.dependence == "reduction" else self.dependence
-            fix = ("split the loop and parallelize a pure outer loop instead (rfactor is not "
-                   "available yet)" if what == "reduction" else
+            fix = ("make it a pure dimension of a new stage with s.rfactor(f, loop), or "
+                   "parallelize a pure loop instead" if what == "reduction" else
                    f"{self.kind} a loop that carries no dependence (one of the independent pure "
                    f"loops)")
             text = (f"cannot {self.kind} {self.loop}: the {what} dependence between iterations "
@@ -223,7 +223,7 @@ def check_schedule(schedule) -> LegalityReport:
                 report.stages[stage] = "refuted"
                 report.problems.append(recompute)
                 continue
-            model = model_for(key, f, number, sizes)
+            model = model_for(key, f, number, sizes, schedule.view.definition(f.name))
             if model is None:
                 report.stages[stage] = "no dependences between its iterations"
                 continue

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from tensorlang.expr import Access, walk
-from tensorlang.func import Func
+from tensorlang.func import Definition, Func
 
 from .isl_text import Unrepresentable, condition, lower_bounds, quasi_affine, upper_bounds
 
@@ -135,11 +135,15 @@ def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageMod
 
 
 @functools.lru_cache(maxsize=256)
-def _cached(key: str, f: Func, number: int, sizes: tuple[str, ...]) -> StageModel | None:
-    d = f.definition
+def _cached(key: tuple, f: Func, number: int, sizes: tuple[str, ...],
+            d: Definition) -> StageModel | None:
     return stage_model(f, d, None if number < 0 else f.updates[number], sizes)
 
 
-def model_for(workload: str, f: Func, number: int, sizes: tuple[str, ...]) -> StageModel | None:
-    """Cached per algorithm (workload key) and stage: the dependence analysis is done once."""
-    return _cached(f"{workload}:{f.name}:{number}", f, number, sizes)
+def model_for(workload: str, f: Func, number: int, sizes: tuple[str, ...],
+              definition: Definition | None = None) -> StageModel | None:
+    """Cached per algorithm (workload key), stage and definition: the dependence analysis is
+    done once. ``definition``: the pure definition as the schedule sees it (``rfactor`` and
+    ``cache_write`` rewrite it; default the Func's own)."""
+    d = definition if definition is not None else f.definition
+    return _cached((workload, f.name, number, d.key), f, number, sizes, d)

@@ -1,13 +1,17 @@
-"""Staging primitives: cache_read, cache_write — they add a stage (a local copy) to the pipeline.
+"""Staging primitives: cache_read, cache_write, rfactor — they add a stage to the pipeline.
 
 ``cache_read`` copies the tile of a tensor that one iteration of a consumer loop reads into a
 buffer computed at that loop (optionally with another dimension order: BLIS's packing);
 ``cache_write`` moves a Func's definition to a local stage computed at one of its loops and
 leaves the Func a copy of it. The new stage is computed at a loop, so their legality obligation
 is "placement"; ``cache_write`` also rewrites the stage's own loops (its reduction loops move to
-the new stage), so it is obliged to everything a loop rewrite is.
+the new stage), so it is obliged to everything a loop rewrite is. ``rfactor`` splits a reduction
+in two: a new stage ``<f>_rf`` keeps one reduction loop as a pure dimension (free to run in
+parallel or as vector lanes), and ``f`` reduces it.
 
-See also: TVM ``cache_read/cache_write`` (``src/s_tir/schedule/primitive/cache_read_write.cc``);
+See also: TVM ``cache_read/cache_write`` (``src/s_tir/schedule/primitive/cache_read_write.cc``),
+TVM ``rfactor`` and Halide ``Func::rfactor`` (Suriana, Adams and Kamil, "Parallel Associative
+Reductions in Halide", CGO 2017);
 Halide ``Func::in`` + ``reorder_storage``; Van Zee and van de Geijn, "BLIS: A Framework for
 Rapidly Instantiating BLAS Functionality" (TOMS 2015) for packing.
 """
@@ -17,10 +21,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from tensorlang.affine import const_value, sadd, sceildiv, sconst, smul, ssub
 from tensorlang.errors import ScheduleError
-from tensorlang.expr import Access, Var, walk
+from tensorlang.expr import Access, Cmp, Var, substitute, walk
 from tensorlang.func import Definition, Func
+from tensorlang.rdom import RVar
 
+from ..ir import ForKind
 from ..loops import Fuse, Location, Split, StageState
 from ..trace import Step
 from .base import OBLIGATIONS, Param, Primitive, stage_expr
@@ -144,3 +151,113 @@ class CacheWrite(Primitive):
 
     def to_python(self, step: Step, schedule_name: str = "s") -> str:
         return f"{schedule_name}.cache_write({step.func!r}, {step.get('loop')!r})"
+
+
+@register
+class RFactor(Primitive):
+    """``s.rfactor(f, loop)``: ``f``'s reduction over ``loop`` — an RVar, or the outer or inner
+    loop of its one split — becomes ``f_rf``, with ``loop`` a pure dimension (its last) and the
+    rest of the reduction; ``f`` reduces ``f_rf`` over that dimension. Returns ``f_rf``'s name.
+    """
+
+    name, family = "rfactor", "staging"
+    params = (Param("loop", "loop"),)
+    obligations = frozenset(OBLIGATIONS)
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        refuse_func_with_updates(sched, st, step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        what, loop = str(step), step.get("loop")
+        st.resolve(loop, what)
+        f = sched.view.func(st.func)
+        d = sched.view.definition(st.func)
+        if d.reduce_op is None or not st.is_reduction_loop(loop):
+            raise ScheduleError.in_schedule(
+                st.func, f"{loop} is not a reduction loop of {st.func} (rfactor factors a "
+                f"reduction: its reduction loops are "
+                f"{', '.join(n for n in st.loops if st.is_reduction_loop(n)) or 'none'})", step)
+        if d.predicate:
+            raise ScheduleError.in_schedule(
+                st.func, "rfactor of a reduction over a restricted RDom (RDom.where) is not "
+                "supported; restrict the values with tl.where instead", step)
+        rv = next(iter(st.origin[loop]))
+        rels = [r for r in st.relations if set(_rel_names(r)) & {*st.rvars,
+                                                                 *_derived(st, st.rvars)}]
+        if any(isinstance(r, Fuse) for r in rels) or len(rels) > 1 or \
+                (rels and (rels[0].parent != rv or loop not in (rels[0].outer, rels[0].inner))):
+            raise ScheduleError.in_schedule(
+                st.func, f"rfactor needs {loop} to be a reduction variable or a loop of its one "
+                f"split, and the other reduction loops unscheduled (here: "
+                f"{', '.join(str(r) for r in rels)}); call rfactor right after that split", step)
+        kmin, ext = d.range_of(rv)
+        base = sched.view.unique_name(f"{st.func}_rf")
+        kv = Var(f"{base}_{loop.replace('.', '_')}")
+        others = [r for r in d.rvars if r.name != rv]
+        pred: list = []
+        if not rels:  # the whole RVar becomes the pure dimension
+            value = substitute(d.value, {rv: sadd(kmin, kv)})
+            kv_ext, new_rvars, outer_ext = ext, others, ext
+        else:
+            fct = rels[0].factor
+            nout = sceildiv(ext, fct)
+            if loop == rels[0].inner:  # f_rf[..., k.i] reduces k.o
+                other = RVar(f"{base}_{rv}_o", sconst(0), nout, 0)
+                k = sadd(kmin, sadd(smul(other, fct), kv))
+                kv_ext, outer_ext = sconst(fct), sconst(fct)
+            else:  # f_rf[..., k.o] reduces k.i
+                other = RVar(f"{base}_{rv}_i", sconst(0), sconst(fct), 0)
+                k = sadd(kmin, sadd(smul(kv, fct), other))
+                kv_ext, outer_ext = nout, nout
+            c = const_value(ext)
+            if c is None or c % fct:  # the last tile's iterations past the RVar's end
+                pred.append(Cmp("lt", ssub(k, kmin), ext))
+            value = substitute(d.value, {rv: k})
+            new_rvars = [other, *others]
+        args = (*d.args, kv)
+        pure_ranges = tuple(r for r in d.ranges if r[0] in st.pure)
+        rranges = tuple((r.name, *(d.range_of(r.name) if r.name in
+                                   {o.name for o in others} else (r.min, r.extent)))
+                        for r in new_rvars)
+        rf = Func(base, dtype=f.dtype)
+        op = d.reduce_op if new_rvars else None
+        rf.definition = Definition(base, args, value, op, tuple(new_rvars),
+                                   (*pure_ranges, (kv.name, sconst(0), kv_ext), *rranges),
+                                   tuple(pred))
+        rf._bounds = (*f.bounds, (sconst(0), kv_ext))
+        sched.view.add_before(rf, st.func)
+        kr = RVar(f"{base}_r", sconst(0), outer_ext, 0)
+        sched.view.replace_definition(st.func, Definition(
+            st.func, tuple(d.args), rf[(*d.args, kr)], d.reduce_op, (kr,),
+            (*pure_ranges, (kr.name, sconst(0), outer_ext))))
+        gone = [n for n in st.loops if st.is_reduction_loop(n)]
+        for n in gone:
+            st.loops.remove(n)
+            st.kinds.pop(n)
+            st.origin.pop(n)
+            st.consumed[n] = what
+        st.relations = [r for r in st.relations if r not in rels]
+        st.rvars = (kr.name,)
+        st.loops.append(kr.name)
+        st.kinds[kr.name] = ForKind.SERIAL
+        st.origin[kr.name] = frozenset([kr.name])
+        sched.states[base] = StageState.initial(rf)
+        return base
+
+    def to_python(self, step: Step, schedule_name: str = "s") -> str:
+        return f"{schedule_name}.rfactor({step.func!r}, {step.get('loop')!r})"
+
+
+def _derived(st: StageState, names) -> set[str]:
+    """Every loop split or fused from ``names`` (transitively)."""
+    out = set(names)
+    changed = True
+    while changed:
+        changed = False
+        for rel in st.relations:
+            parents = (rel.parent,) if isinstance(rel, Split) else (rel.outer, rel.inner)
+            kids = (rel.outer, rel.inner) if isinstance(rel, Split) else (rel.fused,)
+            if any(p in out for p in parents) and not all(k in out for k in kids):
+                out.update(kids)
+                changed = True
+    return out

@@ -1,0 +1,102 @@
+"""rfactor: a reduction loop becomes a pure dimension of a new stage ``<f>_rf`` (which may then
+run it in parallel or as vector lanes) and ``f`` reduces that stage; against NumPy on odd sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+
+
+def row_sums(op=tl.sum):
+    M, K = tl.sizes("M K")
+    A = tl.Input("A", (M, K), tl.float64)
+    i, k = tl.vars("i k")
+    C = tl.Func("C")
+    C[i] = op(A[i, k])
+    return C, i, k
+
+
+def _whole(s, C, i, k):
+    rf = s.rfactor(C, k)
+    rf.parallel(rf.loops[1])
+
+
+def _inner_vectorized(s, C, i, k):
+    ko, ki = s[C].split(k, 4)
+    rf = s.rfactor(C, ki)
+    row, lane, rest = rf.loops  # the new pure dimension, then what is left to reduce
+    rf.reorder(row, rest, lane).vectorize(lane)
+
+
+def _outer_parallel(s, C, i, k):
+    ko, ki = s[C].split(k, 3)
+    rf = s.rfactor(C, ko)
+    row, part, rest = rf.loops
+    rf.reorder(part, row).parallel(part)
+    s[C].parallel(i)
+
+
+@pytest.mark.parametrize("schedule", [_whole, _inner_vectorized, _outer_parallel])
+@pytest.mark.parametrize("op,np_op", [(tl.sum, np.sum), (tl.max, np.max)])
+def test_rfactor_row_reductions(schedule, op, np_op, rng):
+    C, i, k = row_sums(op)
+    s = tl.Schedule(C)
+    schedule(s, C, i, k)
+    kern = tl.compile(C, s)
+    for m, kk in ((1, 1), (3, 7), (5, 16), (2, 33)):
+        a = rng.random((m, kk))
+        np.testing.assert_allclose(kern(a), np_op(a, axis=1), rtol=1e-12)
+    again = tl.Schedule.from_json(C, s.to_json())
+    assert tl.compile(C, again).loop_nest() == kern.loop_nest()
+    assert "rfactor('C'" in s.to_python()
+
+
+def test_rfactor_of_a_two_dimensional_reduction(rng):
+    M, K, L = tl.sizes("M K L")
+    A = tl.Input("A", (M, K, L), tl.float32)
+    i, k, q = tl.vars("i k q")
+    C = tl.Func("C")
+    C[i] = tl.sum(A[i, k, q])
+    s = tl.Schedule(C)
+    rf = s.rfactor(C, q)  # k is still reduced inside C_rf
+    rf.vectorize(rf.loops[1], 8)
+    a = rng.random((3, 5, 11), dtype=np.float32)
+    np.testing.assert_allclose(tl.compile(C, s)(a), a.sum(axis=(1, 2)), rtol=1e-5)
+
+
+def test_rfactor_legality():
+    C, i, k = row_sums()
+    s = tl.Schedule(C)
+    ko, ki = s[C].split(k, 4)
+    rf = s.rfactor(C, ki)
+    rf.parallel(rf.loops[2])  # C_rf's remaining reduction loop carries its reduction
+    with pytest.raises(tl.IllegalScheduleError, match="reduction"):
+        tl.compile(C, s)
+
+
+def test_rfactor_errors():
+    C, i, k = row_sums()
+    s = tl.Schedule(C)
+    with pytest.raises(tl.ScheduleError, match="not a reduction loop"):
+        s.rfactor(C, i)
+    ko, ki = s[C].split(k, 4)
+    s[C].split(ki, 2)
+    with pytest.raises(tl.ScheduleError, match="right after that split"):
+        s.rfactor(C, ko)
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (j,) = tl.vars("j")
+    F = tl.Func("F", shape=(N,))
+    F[j] = X[j]
+    r = tl.RDom((1, N))
+    F[r] = F[r - 1] + X[r]
+    with pytest.raises(tl.ScheduleError):
+        tl.Schedule(F).rfactor(F, r.x)
+    q = tl.RDom((0, N), name="q")
+    q.where(q.x < j)
+    G = tl.Func("G", shape=(N,))
+    G[j] = tl.sum(X[q])
+    with pytest.raises(tl.ScheduleError, match="RDom.where"):
+        tl.Schedule(G).rfactor(G, q.x)
