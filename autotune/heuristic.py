@@ -41,6 +41,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   tile a single row;
 - the outermost pure loop with at least two iterations runs in parallel, when the stage does at
   least ``MIN_PARALLEL_POINTS`` iterations (a smaller one runs serially);
+- a big reduction with fewer pure points than threads (a total, a few long rows) is split into
+  chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
+  stage run in parallel (``_rfactor_stage``);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized and its outermost loop that
   runs at least ``MIN_PARALLEL_POINTS`` points per parallel region runs in parallel, each only
@@ -110,6 +113,8 @@ SCAN_CHUNK_VECTORS = 4
 #: the fewest loop iterations one parallel region of an update must run (inside a time loop a
 #: region starts on every step: a small one costs more in thread wake-ups than it saves)
 MIN_PARALLEL_POINTS = 1 << 15
+#: chunks of a reduction's outermost loop per thread when rfactor parallelizes it
+RFACTOR_CHUNKS_PER_THREAD = 4
 
 
 def lanes(f: Func, target: Target | None = None) -> int:
@@ -521,12 +526,42 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     st.parallel(ioo.name if par == "blocks" else par)
 
 
+def _rfactor_stage(s: Schedule, f: Func, extents: BoundExtents) -> bool:
+    """A big reduction with fewer pure points than threads (a total, a few long rows) runs
+    serially otherwise: split its outermost reduction loop into ``RFACTOR_CHUNKS_PER_THREAD``
+    chunks per thread and rfactor the chunk loop, which ``<f>_rf`` runs in parallel (each chunk a
+    serial, LLVM-vectorized partial reduction); ``f`` adds the partials up. Returns whether it
+    applied (Suriana, Adams and Kamil, CGO 2017; TVM's rfactor + parallel of a reduction)."""
+    d = f.definition
+    assert d is not None
+    threads = max(1, num_threads())
+    if not d.rvars or d.predicate or f.updates or threads < 2:
+        return False
+    pure = 1
+    for a in d.args:
+        pure *= max(1, extents.extent(f.name, a.name))
+    r = d.rvars[0].name  # the outermost reduction loop
+    ext = extents.extent(f.name, r)
+    work = pure
+    for v in d.rvars:
+        work *= max(1, extents.extent(f.name, v.name))
+    chunks = RFACTOR_CHUNKS_PER_THREAD * threads
+    if pure >= threads or work < MIN_PARALLEL_POINTS * threads or ext < 2 * chunks:
+        return False
+    outer, _ = s[f].split(r, -(-ext // chunks))
+    rf = s.rfactor(f, outer)
+    rf.parallel(rf.loops[len(d.args)])  # its new pure dimension: the chunk
+    return True
+
+
 def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int,
            nested: bool = False, accumulators: int = ACCUMULATORS) -> None:
     d = f.definition
     assert d is not None
     st: Stage = s[f]
     args = [v.name for v in d.args]
+    if not nested and variant in ("full", "guard") and _rfactor_stage(s, f, extents):
+        return
     if not args:
         return
     ext = {a: extents.extent(f.name, a) for a in args}

@@ -11,8 +11,9 @@ tile; other loops inside ``L`` are reduction loops and stay in place)::
           C[i, j] += A[i, k] * B[k, j]         unrolled for i.i: vectorized for j.i: C.acc[..] += ..
                                              unrolled for i.i: vectorized for j.i: C[..] = C.acc[..]
 
-The accumulator has constant shape and is indexed by unrolled constants and whole vectors, so LLVM
-(SROA) keeps it in registers; C is read and written once per tile instead of once per ``k``. This
+The accumulator has constant shape and is indexed by unrolled constants and whole vectors (or is
+one cell of an internal buffer: an rfactor stage's partial sum), so LLVM (SROA) keeps it in
+registers; C is read and written once per tile instead of once per ``k``. This
 is what TVM's ``cache_write(C, "local")`` and Halide's register blocking achieve, done automatically:
 without it LLVM cannot keep the tile in registers when C's row stride is symbolic (the rows might
 overlap). It changes no result: C is touched by nothing else inside ``L``.
@@ -100,7 +101,11 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     # stay where they are
     chain = [f for f in path if f.var in idx_vars]
     others = [f for f in path if f.var not in idx_vars]
-    if not chain or any(f.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) for f in chain):
+    # no chain: one cell of an internal buffer (an rfactor stage's partial sum), which LLVM
+    # cannot keep in a register itself (the buffer may alias the inputs; arguments are noalias)
+    if not chain and buffers[store.buffer].kind != "internal":
+        return None
+    if any(f.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) for f in chain):
         return None
     if any(f.kind in (ForKind.PARALLEL, ForKind.VECTORIZED) for f in others):
         return None

@@ -16,7 +16,16 @@ from .expr import BinOp, Cast, Const, Expr, Size, Var
 
 
 class NonAffine(Exception):
-    """Raised by :func:`affine_form` with the reason an expression is not affine."""
+    """Raised by :func:`affine_form` with the reason an expression is not affine. The message
+    is formatted only when read (callers mostly catch it, and printing a large expression on
+    every probe made building big pipelines quadratic)."""
+
+    def __init__(self, template: str, *exprs: object) -> None:
+        super().__init__(template)
+        self.template, self.exprs = template, exprs
+
+    def __str__(self) -> str:
+        return self.template.format(*self.exprs)
 
 
 @dataclass(frozen=True)
@@ -91,7 +100,7 @@ def affine_form(e: Expr) -> Affine:
     """
     if isinstance(e, Const):
         if not e.dtype.is_int:
-            raise NonAffine(f"{e} is not an integer")
+            raise NonAffine("{} is not an integer", e)
         return Affine((), (), int(e.value))
     if isinstance(e, Var):
         return Affine(((e.name, 1),), (), 0)
@@ -110,9 +119,9 @@ def affine_form(e: Expr) -> Affine:
                 return b.scale(a.const)
             if not b.coeffs and not b.params:
                 return a.scale(b.const)
-            raise NonAffine(f"{e} multiplies two non-constant terms")
-        raise NonAffine(f"'{e.op}' in {e} is not affine")
-    raise NonAffine(f"{e} is not an affine integer expression of Vars and sizes")
+            raise NonAffine("{} multiplies two non-constant terms", e)
+        raise NonAffine("'{}' in {} is not affine", e.op, e)
+    raise NonAffine("{} is not an affine integer expression of Vars and sizes", e)
 
 
 # -- simplifying size arithmetic -------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from algorithms import trisolv
 from conftest import check
 
 import tensorlang as tl
@@ -174,29 +175,22 @@ def test_triangle_makes_a_dependence_disappear(rng):
 
 
 def test_trisolv_recurrence_over_a_triangle(rng):
-    """PolyBench trisolv (L x = b, forward substitution) as one update over j <= i."""
-    (N,) = tl.sizes("N")
-    L = tl.Input("L", (N, N), tl.float64)
-    b = tl.Input("b", (N,), tl.float64)
-    (i,) = tl.vars("i")
-    X = tl.Func("X")
-    X[i] = b[i]
-    r = tl.RDom((0, N), (0, N), name="r")
-    r.where(r.x <= r.y)
-    X[r.y] = tl.where(r.x < r.y, X[r.y] - L[r.y, r.x] * X[r.x], X[r.y] / L[r.y, r.y])
+    """PolyBench trisolv (L x = b, forward substitution) as one update over j <= i
+    (``tests/algorithms.py``)."""
+    X, _ = trisolv()
     for n in (1, 4, 9):
         lo = np.tril(rng.random((n, n))) + n * np.eye(n)
         bb = rng.random(n)
         check(X, np.linalg.solve(lo, bb), L=lo, b=bb, rtol=1e-10)
     # column by column is legal too, but only because the domain is a triangle: isl proves it
     s = tl.Schedule(X)
-    s[X].update(0).reorder(r.x, r.y)
+    s[X].update(0).reorder("r_x", "r_y")
     lo = np.tril(rng.random((8, 8))) + 8 * np.eye(8)
     bb = rng.random(8)
     np.testing.assert_allclose(tl.compile(X, s)(L=lo, b=bb), np.linalg.solve(lo, bb),
                                rtol=1e-10)
     s = tl.Schedule(X)
-    s[X].update(0).parallel(r.y)  # rows depend on the rows before them
+    s[X].update(0).parallel("r_y")  # rows depend on the rows before them
     with pytest.raises(tl.IllegalScheduleError, match="carried by r_y"):
         tl.compile(X, s)
 

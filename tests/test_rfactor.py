@@ -100,3 +100,21 @@ def test_rfactor_errors():
     G[j] = tl.sum(X[q])
     with pytest.raises(tl.ScheduleError, match="RDom.where"):
         tl.Schedule(G).rfactor(G, q.x)
+
+
+def test_rule_based_schedule_rfactors_a_big_total(rng, monkeypatch):
+    from tensorlang.autotuner import heuristic
+
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    r = tl.RDom((0, N))
+    S = tl.Func("S")
+    S[()] = tl.sum(X[r])
+    big = heuristic.heuristic_schedule(S, {"N": 1 << 22})
+    assert "rfactor('S', 'r_x.o')" in big.to_python() and "parallel" in big.to_python()
+    assert "rfactor" not in heuristic.heuristic_schedule(S, {"N": 1000}).to_python()
+    kern = tl.compile(S, big)
+    for n in (1, 17, 100_003):
+        x = rng.random(n)
+        np.testing.assert_allclose(kern(x), x.sum(), rtol=1e-10)

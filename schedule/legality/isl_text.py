@@ -9,7 +9,15 @@ from tensorlang.expr import BinOp, Cast, Cmp, Const, Expr, Size, Var
 
 
 class Unrepresentable(Exception):
-    """An expression isl cannot state exactly (the caller over-approximates or gives up)."""
+    """An expression isl cannot state exactly (the caller over-approximates or gives up); the
+    message is formatted only when read."""
+
+    def __init__(self, template: object, *exprs: object) -> None:
+        super().__init__(template)
+        self.template, self.exprs = template, exprs
+
+    def __str__(self) -> str:
+        return str(self.template).format(*self.exprs) if self.exprs else str(self.template)
 
 
 def affine(e: Expr, rename: dict[str, str] | None = None) -> str:
@@ -17,7 +25,7 @@ def affine(e: Expr, rename: dict[str, str] | None = None) -> str:
     try:
         f = affine_form(e)
     except NonAffine as exc:
-        raise Unrepresentable(str(exc)) from None
+        raise Unrepresentable(exc) from None
     ren = rename or {}
     terms = [f"{c}*{ren.get(v, v)}" for v, c in f.coeffs]
     terms += [f"{c}*{p}" for p, c in f.params]
@@ -61,7 +69,7 @@ def condition(e: Expr, rename: dict[str, str] | None = None) -> str:
     constraint; anything else raises :class:`Unrepresentable`."""
     if isinstance(e, Cmp) and e.op in _ISL_CMP and e.a.dtype.is_int and e.b.dtype.is_int:
         return f"({affine(e.a, rename)}) {_ISL_CMP[e.op]} ({affine(e.b, rename)})"
-    raise Unrepresentable(f"{e} is not a comparison of affine expressions")
+    raise Unrepresentable("{} is not a comparison of affine expressions", e)
 
 
 def quasi_affine(e: Expr, var_name: Callable[[str], str] = str,
@@ -96,6 +104,6 @@ def quasi_affine(e: Expr, var_name: Callable[[str], str] = str,
             if n.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
                 c = int(b.value)
                 return f"floor(({go(a)})/{c})" if n.op == "floordiv" else f"(({go(a)}) mod {c})"
-        raise Unrepresentable(f"{n} is not quasi-affine")
+        raise Unrepresentable("{} is not quasi-affine", n)
 
     return go(e)
