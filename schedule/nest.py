@@ -194,17 +194,19 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
               if isinstance(r, Split) and r.inner in rename and r.outer in rename}
     core_guards: list[Expr] = []
     for cond in predicate:
-        for part in _predicate_bounds(substitute(cond, values)):
-            placed = None if part is None or isinstance(part, Expr) else \
-                _place_bound(part, leaves, pos, st.update is not None, splits)
-            if placed is not None:
-                tightened, whole = placed
-                bounded[tightened] = bounded.get(tightened, 0) + 1
-                if whole is not None:
-                    counts.setdefault(tightened, []).append(whole)
-            else:
-                core_guards.append(substitute(cond, values) if part is None else
-                                   part if isinstance(part, Expr) else _le_zero(part))
+        cond = substitute(cond, values)
+        for part in _predicate_bounds(cond):
+            if part is None:  # not an affine comparison: a guard as written
+                core_guards.append(cond)
+                continue
+            placed = _place_bound(part, leaves, pos, st.update is not None, splits)
+            if placed is None:
+                core_guards.append(_le_zero(part))
+                continue
+            tightened, whole = placed
+            bounded[tightened] = bounded.get(tightened, 0) + 1
+            if whole is not None:
+                counts.setdefault(tightened, []).append(whole)
     # an inner loop that another guard also bounds (a split of a split's tail) is whole only
     # where all of them allow: partitioned only when each bound gives its count
     partitions: dict[str, tuple[Expr, str]] = {}

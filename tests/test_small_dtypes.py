@@ -131,3 +131,17 @@ def test_bfloat16_arrays_are_ml_dtypes_arrays():
     assert tl.bfloat16.numpy == np.dtype(ml_dtypes.bfloat16)
     assert tl.Input("A", (3,), "bfloat16").dtype is tl.bfloat16
     assert tl.Input("B", (3,), np.uint16).dtype is tl.uint16
+
+
+def test_float16_needs_f16c():
+    from algorithms import described_target
+
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N,), tl.float16)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = A[i] * 2.0
+    # the described haswell target here lists no +f16c: LLVM would call compiler-rt's
+    # conversions, which a JIT-loaded kernel cannot reach, so compiling refuses
+    with pytest.raises(tl.CompileError, match="F16C"):
+        tl.compile(F, target=described_target("haswell"))

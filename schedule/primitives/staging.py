@@ -139,11 +139,7 @@ class CacheWrite(Primitive):
         args = tuple(d.args)
         sched.view.replace_definition(st.func, Definition(
             st.func, args, local[args], None, (), pure_ranges))
-        for r in st.rvars:
-            st.loops.remove(r)
-            st.kinds.pop(r)
-            st.origin.pop(r)
-        st.rvars = ()
+        _replace_reduction_loops(st, ())
         new = StageState.initial(local)
         new.compute = Location("at", st.func, loop)
         sched.states[name] = new
@@ -230,22 +226,30 @@ class RFactor(Primitive):
         sched.view.replace_definition(st.func, Definition(
             st.func, tuple(d.args), rf[(*d.args, kr)], d.reduce_op, (kr,),
             (*pure_ranges, (kr.name, sconst(0), outer_ext))))
-        gone = [n for n in st.loops if st.is_reduction_loop(n)]
-        for n in gone:
-            st.loops.remove(n)
-            st.kinds.pop(n)
-            st.origin.pop(n)
-            st.consumed[n] = what
         st.relations = [r for r in st.relations if r not in rels]
-        st.rvars = (kr.name,)
-        st.loops.append(kr.name)
-        st.kinds[kr.name] = ForKind.SERIAL
-        st.origin[kr.name] = frozenset([kr.name])
+        _replace_reduction_loops(st, (kr.name,), consumed_by=what)
         sched.states[base] = StageState.initial(rf)
         return base
 
     def to_python(self, step: Step, schedule_name: str = "s") -> str:
         return f"{schedule_name}.rfactor({step.func!r}, {step.get('loop')!r})"
+
+
+def _replace_reduction_loops(st: StageState, rvars: tuple[str, ...],
+                             consumed_by: str | None = None) -> None:
+    """Remove every reduction loop of ``st`` (another stage now runs them) and append the new
+    reduction variables ``rvars`` as serial loops, innermost."""
+    for n in [n for n in st.loops if st.is_reduction_loop(n)]:
+        st.loops.remove(n)
+        st.kinds.pop(n)
+        st.origin.pop(n)
+        if consumed_by is not None:
+            st.consumed[n] = consumed_by
+    st.rvars = rvars
+    for n in rvars:
+        st.loops.append(n)
+        st.kinds[n] = ForKind.SERIAL
+        st.origin[n] = frozenset([n])
 
 
 def _derived(st: StageState, names) -> set[str]:
