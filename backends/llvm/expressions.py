@@ -27,6 +27,11 @@ class ExpressionGen:
             return ir.Constant(t, [value] * t.count)
         return ir.Constant(t, value)
 
+    @staticmethod
+    def shaped(t: ir.Type, like: ir.Value) -> ir.Type:
+        """Scalar type ``t``, as a vector of ``like``'s lanes when ``like`` is a vector."""
+        return ir.VectorType(t, like.type.count) if isinstance(like.type, ir.VectorType) else t
+
     def splat(self, v: ir.Value, lanes: int) -> ir.Value:
         b = self.builder
         vt = ir.VectorType(v.type, lanes)
@@ -136,10 +141,9 @@ class ExpressionGen:
                 f"float16 needs the F16C instructions, which target {self.target.cpu} lacks; "
                 f"use bfloat16 or float32")
         b = self.builder
-        vec = x.type.count if isinstance(x.type, ir.VectorType) else None
-        f32 = ir.VectorType(ir.FloatType(), vec) if vec else ir.FloatType()
+        f32 = self.shaped(ir.FloatType(), x)
         if x.type != f32:  # float64: to float32 rounding to odd
-            i32 = ir.VectorType(I32, vec) if vec else I32
+            i32 = self.shaped(I32, x)
             t = b.fptrunc(x, f32)
             back = b.fpext(t, x.type)
             inexact = b.fcmp_ordered("!=", back, x)  # (false for NaN)
@@ -149,7 +153,7 @@ class ExpressionGen:
             bits = b.select(away, b.sub(bits, self.const(i32, 1)), bits)
             bits = b.select(inexact, b.or_(bits, self.const(i32, 1)), bits)
             x = b.bitcast(bits, f32)
-        return b.fptrunc(x, ir.VectorType(F16, vec) if vec else F16)
+        return b.fptrunc(x, self.shaped(F16, x))
 
     def round_half(self, x: ir.Value, d: DType) -> ir.Value:
         """A float32 value rounded to ``d``'s precision when ``d`` is float16 or bfloat16 (to
@@ -164,28 +168,25 @@ class ExpressionGen:
         """The bfloat16 nearest a float32 value (ties to even), as its 16 bits; NaN stays a
         quiet NaN."""
         b = self.builder
-        vec = x.type.count if isinstance(x.type, ir.VectorType) else None
-        i32 = ir.VectorType(I32, vec) if vec else I32
+        i32 = self.shaped(I32, x)
         bits = b.bitcast(x, i32)
         lsb = b.and_(b.lshr(bits, self.const(i32, 16)), self.const(i32, 1))
         rounded = b.add(b.add(bits, self.const(i32, 0x7FFF)), lsb)
         nan = b.fcmp_unordered("uno", x, x)
         quiet = b.or_(bits, self.const(i32, 0x00400000))
         out = b.lshr(b.select(nan, quiet, rounded), self.const(i32, 16))
-        return b.trunc(out, ir.VectorType(I16, vec) if vec else I16)
+        return b.trunc(out, self.shaped(I16, x))
 
     def bf16_widen(self, h: ir.Value) -> ir.Value:
         """bfloat16 bits (i16) as the float32 of the same value."""
         b = self.builder
-        vec = h.type.count if isinstance(h.type, ir.VectorType) else None
-        i32 = ir.VectorType(I32, vec) if vec else I32
-        f32 = ir.VectorType(ir.FloatType(), vec) if vec else ir.FloatType()
-        return b.bitcast(b.shl(b.zext(h, i32), self.const(i32, 16)), f32)
+        i32 = self.shaped(I32, h)
+        return b.bitcast(b.shl(b.zext(h, i32), self.const(i32, 16)),
+                         self.shaped(ir.FloatType(), h))
 
     def binop(self, op: str, x: ir.Value, y: ir.Value, d: DType,
               flags: tuple = FLOAT_FLAGS) -> ir.Value:
-        return self.round_half(self._binop(op, x, y, d, flags), d) if d.is_half else \
-            self._binop(op, x, y, d, flags)
+        return self.round_half(self._binop(op, x, y, d, flags), d)
 
     def _binop(self, op: str, x: ir.Value, y: ir.Value, d: DType,
                flags: tuple = FLOAT_FLAGS) -> ir.Value:
@@ -327,9 +328,7 @@ class ExpressionGen:
 
     def cast(self, x: ir.Value, src: DType, dst: DType) -> ir.Value:
         b = self.builder
-        t = value_type(dst)
-        if isinstance(x.type, ir.VectorType):
-            t = ir.VectorType(t, x.type.count)
+        t = self.shaped(value_type(dst), x)
         if src is dst:
             return x
         if dst.is_bool:

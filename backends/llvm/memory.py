@@ -95,8 +95,7 @@ class MemoryGen:
                 self._end_lane()
                 v = b.insert_element(v, x, ir.Constant(I32, lane))
         if e.dtype is DType.float16:
-            return b.fpext(v, ir.VectorType(F32, v.type.count)
-                           if isinstance(v.type, ir.VectorType) else F32)
+            return b.fpext(v, self.shaped(F32, v))
         if e.dtype is DType.bfloat16:
             return self.bf16_widen(v)
         return b.icmp_unsigned("!=", v, self.const(v.type, 0)) if e.dtype.is_bool else v
@@ -120,8 +119,7 @@ class MemoryGen:
             op = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[s.reduce_op]
             value = self.binop(op, old, value, d, flags=REDUCE_FLAGS)
         if d.is_bool:
-            value = b.zext(value, ir.VectorType(I8, value.type.count)
-                           if isinstance(value.type, ir.VectorType) else I8)
+            value = b.zext(value, self.shaped(I8, value))
         elif d is DType.float16:
             value = self.to_half(value)
         elif d is DType.bfloat16:

@@ -178,8 +178,7 @@ class RFactor(Primitive):
                 st.func, "rfactor of a reduction over a restricted RDom (RDom.where) is not "
                 "supported; restrict the values with tl.where instead", step)
         rv = next(iter(st.origin[loop]))
-        rels = [r for r in st.relations if set(_rel_names(r)) & {*st.rvars,
-                                                                 *_derived(st, st.rvars)}]
+        rels = [r for r in st.relations if set(_rel_names(r)) & _derived(st, st.rvars)]
         if any(isinstance(r, Fuse) for r in rels) or len(rels) > 1 or \
                 (rels and (rels[0].parent != rv or loop not in (rels[0].outer, rels[0].inner))):
             raise ScheduleError.in_schedule(
