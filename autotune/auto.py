@@ -18,7 +18,7 @@ an unusable cache file is moved aside.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -37,13 +37,13 @@ class TuningWarning(UserWarning):
     """``schedule="auto"`` found no tuned kernel for these exact shapes (a miss is never silent)."""
 
 
-def compile_auto(output: Func, shapes: dict[str, int] | None = None,
+def compile_auto(output: Func | Sequence[Func], shapes: dict[str, int] | None = None,
                  arrays: dict[str, np.ndarray] | None = None, cache: Any = None,
                  workload_name: str | None = None, backend: str | None = None) -> Any:
     """The kernel ``schedule="auto"`` gives for these sizes (see the module docstring).
 
     Args:
-        output: the output Func. shapes: the sizes by name, or arrays: example inputs by name.
+        output: the output Func (or a list of output Funcs). shapes: the sizes by name, or arrays: example inputs by name.
         cache: a ``KernelCache`` (default: the one at ``TENSORLANG_CACHE``).
         backend: the backend that compiles and loads the kernel (default: the LLVM CPU one).
 
@@ -66,7 +66,7 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
         try:
             s = Schedule.from_json(output, entry.trace)
         except ScheduleError as exc:
-            warnings.warn(f"the cached schedule of {output.name} does not replay on this "
+            warnings.warn(f"the cached schedule of {work.name} does not replay on this "
                           f"definition ({exc}); ignoring it", TuningWarning, stacklevel=3)
             s = None
         if s is not None:
@@ -83,7 +83,7 @@ def compile_auto(output: Func, shapes: dict[str, int] | None = None,
                                        Signature.from_dict(entry.signature),
                                        schedule_source=source)
                 except (CompileError, KeyError, TypeError, ValueError) as exc:
-                    warnings.warn(f"cached object code of {output.name} did not load ({exc}); "
+                    warnings.warn(f"cached object code of {work.name} did not load ({exc}); "
                                   f"recompiling it", TuningWarning, stacklevel=3)
             kern = builder.compile(output, s, emit_object=True)
             kern.schedule_source = source

@@ -59,7 +59,7 @@ check proves and lowering accepts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -130,7 +130,7 @@ def accumulators(target: Target | None = None) -> int:
     return accumulator_budget(cpu_model(target))
 
 
-def heuristic_schedule(output: Func, sizes: dict[str, int],
+def heuristic_schedule(output: Func | Sequence[Func], sizes: dict[str, int],
                        target: Target | None = None) -> Schedule:
     """A legal, tiled / vectorized / parallel schedule of ``output`` for these sizes, for the
     vector width and register count of ``target`` (default: this machine).
@@ -146,13 +146,14 @@ def heuristic_schedule(output: Func, sizes: dict[str, int],
     return s if _lowers(output, s) else _build(output, sizes, target, lower_each=True)
 
 
-def _build(output: Func, sizes: dict[str, int], target: Target | None,
+def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target | None,
            lower_each: bool) -> Schedule:
     extents = BoundExtents(output, sizes)
     p = Pipeline(output)
     s = Schedule(output)
+    host = p.outputs[-1]  # (several outputs: only the last one's row loop hosts producers)
     for f in reversed(p.funcs):
-        if f is not output:
+        if not p.is_output(f):
             d = f.definition
             assert d is not None
             readers = s.view.readers(f.name)
@@ -166,9 +167,9 @@ def _build(output: Func, sizes: dict[str, int], target: Target | None,
                         and _inline_pays(p, s, f, extents):
                     s = t
                     continue
-            row = _row_loop(s, output, f, readers)
+            row = _row_loop(s, host, f, readers)
             if row is not None:
-                t = _try(s, lambda t, f=f, row=row: t[f].compute_at(t[output], row))
+                t = _try(s, lambda t, f=f, row=row: t[f].compute_at(t[host], row))
                 if t is not None and recompute_factor(output, f, s, t, sizes) <= MAX_RECOMPUTE:
                     s = t
         nested = s.states[f.name].compute.kind == "at"

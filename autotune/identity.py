@@ -11,7 +11,7 @@ the backend and the machine its code runs on (``Backend.target_info``). See also
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
@@ -37,14 +37,14 @@ class WorkloadId:
     dtypes: dict[str, str]
 
     @classmethod
-    def of(cls, output: Func, sizes: dict[str, int], name: str | None = None) -> WorkloadId:
+    def of(cls, output: Func | Sequence[Func], sizes: dict[str, int], name: str | None = None) -> WorkloadId:
         """The workload of ``output`` at ``sizes``.
 
         Raises:
             ShapeError: the sizes do not fit the algorithm.
         """
         p = Pipeline(output)
-        return cls(name or output.name, p.workload_key(),
+        return cls(name or "+".join(o.name for o in p.outputs), p.workload_key(),
                    {k: int(sizes[k]) for k in p.sizes if k in sizes},
                    {k: tuple(v) for k, v in input_shapes(output, sizes).items()},
                    {i.name: i.dtype.numpy.name for i in p.inputs})

@@ -161,7 +161,7 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
                 _poison(out)
                 kern(**arrays, **extra, out=out)
                 ref = reference(output, **arrays, **extra)
-                res.verified = bool(np.allclose(out, ref, rtol=1e-3, atol=1e-4, equal_nan=True))
+                res.verified = _allclose(out, ref)
         except Exception as exc:  # noqa: BLE001
             res.times = []
             res.error = _error(exc)
@@ -200,27 +200,37 @@ def _compare(msg: tuple, backend: Any, output: Any, arrays: dict, extra: dict,
 
 
 def _output_array(backend: Any, pipeline: Any, arrays: dict[str, np.ndarray],
-                  extra: dict[str, int]) -> np.ndarray | None:
-    """The output array every run of this worker writes into, its pages touched now: a fresh
-    output's first-touch page faults can cost more than a fast candidate's whole run, which
-    made warm-ups look "hopeless" at random (``docs/performance.md``, "Measurements behind
-    code choices"). None if the shapes do not bind (the candidate's run reports why)."""
+                  extra: dict[str, int]) -> Any:
+    """The output array every run of this worker writes into (a tuple of them for several
+    outputs, the kernel's ``out=``), its pages touched now: a fresh output's first-touch page
+    faults can cost more than a fast candidate's whole run, which made warm-ups look "hopeless"
+    at random (``docs/performance.md``, "Measurements behind code choices"). None if the shapes
+    do not bind (the candidate's run reports why)."""
     try:
         binding = pipeline.bind({k: v.shape for k, v in arrays.items()}, extra)
     except Exception:  # noqa: BLE001 - the kernel call raises the user-facing error
         return None
-    out = backend.empty(tuple(ext for _, ext in binding.bounds[pipeline.output.name]),
-                        pipeline.output.dtype.numpy)
-    _poison(out)
-    return out
+    outs = tuple(backend.empty(tuple(ext for _, ext in binding.bounds[o.name]), o.dtype.numpy)
+                 for o in pipeline.outputs)
+    _poison(outs)
+    return outs[0] if len(outs) == 1 else outs
 
 
-def _poison(out: np.ndarray) -> None:
-    """Fill ``out`` with values no correct kernel leaves (NaN; the lowest integer), so a point
-    a candidate never writes fails verification instead of passing on an earlier
-    candidate's result."""
-    out.fill(np.nan if np.issubdtype(out.dtype, np.inexact)
-             else np.iinfo(out.dtype).min if np.issubdtype(out.dtype, np.integer) else 0)
+def _poison(out: Any) -> None:
+    """Fill ``out`` (an array or a tuple of them) with values no correct kernel leaves (NaN;
+    the lowest integer), so a point a candidate never writes fails verification instead of
+    passing on an earlier candidate's result."""
+    for o in (out if isinstance(out, tuple) else (out,)):
+        o.fill(np.nan if np.issubdtype(o.dtype, np.inexact)
+               else np.iinfo(o.dtype).min if np.issubdtype(o.dtype, np.integer) else 0)
+
+
+def _allclose(got: Any, ref: Any) -> bool:
+    """Whether a kernel's result (an array or a tuple of them) matches the reference's."""
+    if not isinstance(got, tuple):
+        got, ref = (got,), (ref,)
+    return all(np.allclose(g, r, rtol=1e-3, atol=1e-4, equal_nan=True)
+               for g, r in zip(got, ref))
 
 
 STARTUP_SECONDS = 300

@@ -65,7 +65,7 @@ sketch rules (Zheng et al., OSDI 2020), Halide's Adams2019 decision order (consu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tensorlang.backends.llvm.runtime import num_threads
@@ -136,7 +136,7 @@ class SearchSpace:
         ShapeError: the sizes do not fit the algorithm (through ``Pipeline.bind``).
     """
 
-    def __init__(self, output: Func, sizes: dict[str, int],
+    def __init__(self, output: Func | Sequence[Func], sizes: dict[str, int],
                  target: Target | None = None) -> None:
         self.target = target or host_target()  # its lanes and register budget size the tiles
         self.output = output
@@ -151,7 +151,7 @@ class SearchSpace:
         """Draw one schedule (decisions named as in the module docstring)."""
         s = Schedule(self.output)
         for f in reversed(self.pipeline.funcs):
-            if f is not self.output:
+            if not self.pipeline.is_output(f):
                 where = self._place(trial, s, f)
                 if where == "inline":
                     continue
@@ -169,7 +169,7 @@ class SearchSpace:
         if f.definition is not None and f.definition.reduce_op is None and not f.updates:
             options.append("inline")
         host = None
-        out = self.output.name
+        out = self.pipeline.outputs[-1].name  # (several outputs: the last one hosts)
         row = s.states[out].loops[:1]
         # every reader lives in the output's loops (softmax's e, read by the output and computed
         # in its row), or every reader is computed at the output's outermost loop (mx, read only

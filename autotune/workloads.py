@@ -262,11 +262,12 @@ BUILTIN: dict[str, Workload] = {w.name: w for w in [
 
 def get_workload(spec: str) -> Workload:
     """A built-in workload by name, or ``path/to/file.py:function`` (a function of no arguments
-    returning the output Func; its default shape is empty, so every size comes from --shape).
+    returning the output Func, or a list of output Funcs; its default shape is empty, so every
+    size comes from --shape).
 
     Raises:
         DefinitionError: unknown name, missing file or function, or the function does not
-            return a Func.
+            return a Func (or a list of Funcs).
     """
     if spec in BUILTIN:
         return BUILTIN[spec]
@@ -285,12 +286,13 @@ def get_workload(spec: str) -> Workload:
     if not callable(fn):
         raise DefinitionError(f"{path} has no function {fn_name!r}")
 
-    def build() -> Func:
+    def build() -> Any:
         f: Any = fn()
-        if not isinstance(f, Func):
-            raise DefinitionError(f"{spec} must return the output tl.Func, got "
-                                  f"{type(f).__name__}")
-        return f
+        if not isinstance(f, Func) and not (
+                isinstance(f, (list, tuple)) and f and all(isinstance(o, Func) for o in f)):
+            raise DefinitionError(f"{spec} must return the output tl.Func (or a list of output "
+                                  f"Funcs), got {type(f).__name__}")
+        return list(f) if isinstance(f, tuple) else f
     return Workload(fn_name, build, {}, None, lambda s: 0.0, f"user workload {spec}")
 
 

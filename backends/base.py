@@ -19,7 +19,7 @@ import abc
 import importlib
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -37,21 +37,22 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Signature:
-    """How to call a compiled entry point: its symbol name, the number of input buffers (then one
-    output buffer), the size parameters in order, and the parallel settings baked into the code.
-    Stored next to cached object code so a cache hit needs no lowering to call the kernel; a
-    backend without threads stores ``parallel=False, num_threads=1``."""
+    """How to call a compiled entry point: its symbol name, the number of input buffers (then
+    ``n_outputs`` output buffers), the size parameters in order, and the parallel settings baked
+    into the code. Stored next to cached object code so a cache hit needs no lowering to call the
+    kernel; a backend without threads stores ``parallel=False, num_threads=1``."""
 
     name: str
     n_inputs: int
     sizes: tuple[str, ...]
     parallel: bool
     num_threads: int
+    n_outputs: int = 1
 
     @classmethod
     def of(cls, lowered: LoweredFunc, parallel: bool, num_threads: int) -> Signature:
         return cls(lowered.name, len(lowered.inputs), tuple(lowered.sizes), parallel,
-                   num_threads)
+                   num_threads, len(lowered.outputs))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -59,7 +60,7 @@ class Signature:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Signature:
         return cls(str(d["name"]), int(d["n_inputs"]), tuple(map(str, d["sizes"])),
-                   bool(d["parallel"]), int(d["num_threads"]))
+                   bool(d["parallel"]), int(d["num_threads"]), int(d.get("n_outputs", 1)))
 
 
 class Backend(abc.ABC):
@@ -107,17 +108,19 @@ class Backend(abc.ABC):
         (``workers``, default :meth:`workers`)."""
 
     # -- lower -> compile -> load -> run --------------------------------------------------------
-    def lower(self, output: Func, schedule: Schedule | None = None) -> LoweredFunc:
-        """The loop nest of ``output`` under ``schedule`` (None: the default schedule), after
-        the target-independent passes (``tensorlang.schedule.lower``). A backend may add its own
-        passes by overriding this.
+    def lower(self, output: Func | Sequence[Func],
+              schedule: Schedule | None = None) -> LoweredFunc:
+        """The loop nest of ``output`` (a Func or a list of output Funcs) under ``schedule``
+        (None: the default schedule), after the target-independent passes
+        (``tensorlang.schedule.lower``). A backend may add its own passes by overriding this.
 
         Raises:
             ScheduleError: the schedule cannot be realized (see ``lower``).
         """
         return lower(output if schedule is not None else Pipeline(output), schedule)
 
-    def compile(self, output: Func, schedule: Schedule | None = None, *, target: Any = None,
+    def compile(self, output: Func | Sequence[Func], schedule: Schedule | None = None, *,
+                target: Any = None,
                 opt_level: int = 3, check: bool = True, emit_object: bool = False) -> Kernel:
         """Prove ``schedule`` legal (unless ``check=False``: ``tl.compile`` says why that is
         unsafe), :meth:`lower` it and :meth:`build` the loop nest: a callable ``Kernel``. The
@@ -125,7 +128,8 @@ class Backend(abc.ABC):
         (``Schedule.check``) and is applied here; a backend's own part is :meth:`build`.
 
         Raises:
-            DefinitionError: ``output`` is not a Func or ``schedule`` not a ``tl.Schedule``.
+            DefinitionError: ``output`` is not a Func (or a list of Funcs), ``schedule`` not a
+                ``tl.Schedule``, or a schedule of another algorithm.
             IllegalScheduleError, ScheduleError: the schedule is refused.
             CompileError: code generation or machine-code compilation failed.
         """
@@ -133,9 +137,9 @@ class Backend(abc.ABC):
             raise DefinitionError(f"schedule must be a tl.Schedule or \"auto\", got "
                                   f"{type(schedule).__name__} (\"auto\" goes through "
                                   f"tl.compile)")
-        if not isinstance(output, Func):
-            raise DefinitionError(f"tl.compile expects the output Func, got "
-                                  f"{type(output).__name__}")
+        if not isinstance(output, (Func, list, tuple)):
+            raise DefinitionError(f"tl.compile expects the output Func (or a list of output "
+                                  f"Funcs), got {type(output).__name__}")
         if check and schedule is not None:
             err = schedule.check().error()
             if err is not None:
@@ -158,7 +162,7 @@ class Backend(abc.ABC):
         """
 
     @abc.abstractmethod
-    def load(self, output: Func, schedule: Schedule | None, object_code: bytes,
+    def load(self, output: Func | Sequence[Func], schedule: Schedule | None, object_code: bytes,
              signature: Signature, *, target: Any = None,
              schedule_source: str = "cache") -> Kernel:
         """A Kernel from object code :meth:`build` emitted (no lowering, no code generation).

@@ -35,14 +35,17 @@ class Kernel:
 
     Call it with the input arrays positionally (in ``kernel.input_names`` order) or by name, plus
     any size that no input fixes (``N=...``); ``out=`` writes into a given array instead of a new
-    one. Inputs must have exactly the declared dtype (``ShapeError`` otherwise; convert with
-    ``astype``). A non-C-contiguous input is copied to a contiguous temporary first (one extra pass
-    over it). ``out`` must be C-contiguous with the output's shape and dtype; when it overlaps an
-    input the kernel computes into a temporary and copies (the kernel's ``noalias`` facts hold).
+    one (for a pipeline with several outputs, a tuple of arrays, one per output). Inputs must
+    have exactly the declared dtype (``ShapeError`` otherwise; convert with ``astype``). A
+    non-C-contiguous input is copied to a contiguous temporary first (one extra pass over it).
+    ``out`` must be C-contiguous with the output's shape and dtype; when it overlaps an input (or
+    another ``out`` array) the kernel computes into a temporary and copies (the kernel's
+    ``noalias`` facts hold).
 
     Returns (from ``__call__``):
         A C-contiguous ``numpy.ndarray`` of the output's dtype whose shape is the output Func's
-        domain extents (``out`` itself when given).
+        domain extents (``out`` itself when given); for several outputs, a tuple of them in the
+        order the outputs were listed.
 
     Raises:
         ShapeError: wrong arrays (count, name, dtype, rank, inconsistent sizes, reads that would
@@ -63,10 +66,13 @@ class Kernel:
         self.schedule_source = schedule_source
         self._lowered = lowered
         self._compiled = compiled  # keeps the engine (and so the code) alive
-        argtypes = [ctypes.c_void_p] * (signature.n_inputs + 1) + [ctypes.c_int64] * len(
+        n_out = len(pipeline.outputs)
+        argtypes = [ctypes.c_void_p] * (signature.n_inputs + n_out) + [ctypes.c_int64] * len(
             signature.sizes)
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(compiled.address)
-        self._out_dtype = pipeline.output.dtype.numpy
+        self._out_dtypes = tuple(o.dtype.numpy for o in pipeline.outputs)
+        self._out_names = tuple(o.name for o in pipeline.outputs)
+        self._single = n_out == 1
         self._names = tuple(i.name for i in pipeline.inputs)
         self._dtypes = tuple(i.dtype.numpy for i in pipeline.inputs)
         self._cache: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]]] = {}
@@ -94,8 +100,8 @@ class Kernel:
     def input_names(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.pipeline.inputs)
 
-    def __call__(self, *args: np.ndarray, out: np.ndarray | None = None,
-                 **kwargs: Any) -> np.ndarray:
+    def __call__(self, *args: np.ndarray, out: Any = None,
+                 **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         if not kwargs and len(args) == len(self._dtypes) and all(
                 type(a) is np.ndarray and a.dtype == d and a.flags.c_contiguous
                 for a, d in zip(args, self._dtypes)):
@@ -103,47 +109,69 @@ class Kernel:
             sizes: dict[str, int] = {}
         else:
             arrays, sizes = collect_arrays(self.pipeline, args, kwargs)
+        outs = self._outs(out)
         key = (tuple(a.shape for a in arrays.values()), tuple(sizes.items()),
-               None if out is None else out.shape)
+               None if outs is None else tuple(getattr(o, "shape", None) for o in outs))
         plan = self._cache.get(key)
         if plan is None:
-            plan = self._plan(arrays, sizes, out)
+            plan = self._plan(arrays, sizes, outs)
             self._cache[key] = plan
-        out_shape, size_args = plan
-        target = out
-        if out is None:
-            target = np.empty(out_shape, dtype=self._out_dtype)
+        out_shapes, size_args = plan
+        if outs is None:
+            targets = [np.empty(s, dtype=d) for s, d in zip(out_shapes, self._out_dtypes)]
         else:
-            self._check_out(out, out_shape)
-            if any(np.may_share_memory(out, a) for a in arrays.values()):
-                target = np.empty(out_shape, dtype=self._out_dtype)
-        rc = self._fn(*[_address(a) for a in arrays.values()], _address(target), *size_args)
+            targets = []
+            for k, (o, s) in enumerate(zip(outs, out_shapes)):
+                self._check_out(k, o, s)
+                shared = any(np.may_share_memory(o, a) for a in arrays.values()) or any(
+                    np.may_share_memory(o, t) for t in targets)
+                targets.append(np.empty(s, dtype=self._out_dtypes[k]) if shared else o)
+        rc = self._fn(*[_address(a) for a in arrays.values()], *[_address(t) for t in targets],
+                      *size_args)
         if rc != 0:
             raise MemoryError(f"kernel {self.name}: an internal buffer could not be allocated")
-        if out is not None and target is not out:
-            np.copyto(out, target)
-            return out
-        return target
+        if outs is not None:
+            for o, t in zip(outs, targets):
+                if t is not o:
+                    np.copyto(o, t)
+            targets = list(outs)
+        return targets[0] if self._single else tuple(targets)
+
+    def _outs(self, out: Any) -> tuple[Any, ...] | None:
+        """``out=`` as one entry per output (None: none given)."""
+        if out is None:
+            return None
+        if self._single:
+            return (out,)
+        if not isinstance(out, (tuple, list)) or len(out) != len(self._out_names):
+            raise ShapeError(f"out= must be a tuple of {len(self._out_names)} arrays, one per "
+                             f"output ({', '.join(self._out_names)}), got "
+                             f"{type(out).__name__}" + (f" of {len(out)}" if isinstance(
+                                 out, (tuple, list)) else ""))
+        return tuple(out)
 
     def _plan(self, arrays: dict[str, np.ndarray], sizes: dict[str, int],
-              out: np.ndarray | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        b = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes,
-                               None if out is None else out.shape)
-        out_shape = tuple(ext for _, ext in b.bounds[self.pipeline.output.name])
-        return out_shape, tuple(b.sizes[s] for s in self.signature.sizes)
+              outs: tuple[Any, ...] | None) -> tuple[tuple[tuple[int, ...], ...],
+                                                     tuple[int, ...]]:
+        given = None if outs is None else {
+            n: o.shape for n, o in zip(self._out_names, outs) if isinstance(o, np.ndarray)}
+        b = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes, given)
+        out_shapes = tuple(tuple(ext for _, ext in b.bounds[n]) for n in self._out_names)
+        return out_shapes, tuple(b.sizes[s] for s in self.signature.sizes)
 
-    def _check_out(self, out: np.ndarray, shape: tuple[int, ...]) -> None:
-        name = self.pipeline.output.name
+    def _check_out(self, k: int, out: Any, shape: tuple[int, ...]) -> None:
+        name, dtype = self._out_names[k], self._out_dtypes[k]
+        what = "out=" if self._single else f"out[{k}] ({name})"
         if not isinstance(out, np.ndarray):
-            raise ShapeError(f"out= must be a numpy.ndarray, got {type(out).__name__}")
+            raise ShapeError(f"{what} must be a numpy.ndarray, got {type(out).__name__}")
         if out.shape != shape:
-            raise ShapeError(f"out= has shape {out.shape} but {name} has shape {shape} for "
+            raise ShapeError(f"{what} has shape {out.shape} but {name} has shape {shape} for "
                              f"these inputs")
-        if out.dtype != self._out_dtype:
-            raise ShapeError(f"out= has dtype {out.dtype} but {name} is {self._out_dtype}")
+        if out.dtype != dtype:
+            raise ShapeError(f"{what} has dtype {out.dtype} but {name} is {dtype}")
         if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ShapeError(f"out= must be a writeable C-contiguous array (np.empty({shape}, "
-                             f"dtype=np.{self._out_dtype}))")
+            raise ShapeError(f"{what} must be a writeable C-contiguous array (np.empty({shape}, "
+                             f"dtype=np.{dtype}))")
 
     # -- inspection -------------------------------------------------------------------------------
     def loop_nest(self) -> str:

@@ -7,7 +7,7 @@ Run: python benchmarks/polybench.py [--size large|small] [--kernels gemm,atax] [
 For each kernel (``benchmarks/polybench/kernels.py``): every output is checked against the NumPy
 reference, then NumPy, the default schedule (every Func at root, the naive loop nest), the
 rule-based schedule (what ``tl.compile(F, "auto")`` uses without tuning records) and, with
-``--tune``, ``tl.autotune``'s best (that many seconds per output, no cache writes) are timed in
+``--tune``, ``tl.autotune``'s best (that many seconds per kernel, no cache writes) are timed in
 interleaved rounds (``autotune.timing.interleaved``: one warm-up and one timed run per block,
 NumPy's BLAS threads given time to settle). The table gives the median seconds, the spread
 (interquartile range / median) of NumPy and the rule-based schedule, the ratio
@@ -35,20 +35,17 @@ from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
 
 
-def _runner(kern, outs: list, kernels: list, arrays: dict[str, np.ndarray],
+def _runner(kern, outs: list, compiled, arrays: dict[str, np.ndarray],
             sizes: dict[str, int]):
-    """One callable running every output's kernel on ``arrays`` into preallocated outputs."""
-    calls = []
-    for f, k in zip(outs, kernels):
-        args = kern.call_args(f, arrays, sizes)
-        out = k(**args)
-        calls.append((k, args, out))
+    """One callable running the kernel of every output on ``arrays`` into preallocated
+    outputs, and those outputs (one list entry per output)."""
+    args = kern.call_args(kern.handle(outs), arrays, sizes)
+    out = compiled(**args)
 
     def run() -> None:
-        for k, args, out in calls:
-            k(**args, out=out)
+        compiled(**args, out=out)
 
-    return run, [c[2] for c in calls]
+    return run, list(out) if isinstance(out, tuple) else [out]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", choices=("small", "large"), default="large")
     ap.add_argument("--kernels", default="", help="comma-separated names (default: all)")
     ap.add_argument("--tune", type=float, default=0.0,
-                    help="seconds of tl.autotune per output (0: no tuned column)")
+                    help="seconds of tl.autotune per kernel (0: no tuned column)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (timed runs each)")
     ap.add_argument("--no-default", action="store_true",
                     help="skip the default schedule (minutes per kernel at LARGE) and the "
@@ -85,14 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         arrays = kern.inputs(sizes, np.random.default_rng(0))
         ref = kern.numpy(arrays, sizes)
         outs = kern.build()
-        variants = {"default": [tl.compile(o) for o in outs]} if default else {}
-        variants["rule-based"] = [tl.compile(o, heuristic_schedule(o, sizes)) for o in outs]
+        h = kern.handle(outs)  # one kernel computing every live-out array
+        variants = {"default": tl.compile(h)} if default else {}
+        variants["rule-based"] = tl.compile(h, heuristic_schedule(h, sizes))
         if args.tune:
-            variants["tuned"] = [
-                tl.compile(o, tl.autotune(o, sizes, trials=10**6, timeout=args.tune,
-                                          cache=False, arrays={i.name: arrays[i.name] for i in
-                                                               tl.Pipeline(o).inputs}
-                                          ).best_schedule) for o in outs]
+            variants["tuned"] = tl.compile(h, tl.autotune(
+                h, sizes, trials=10**6, timeout=args.tune, cache=False,
+                arrays={i.name: arrays[i.name] for i in tl.Pipeline(h).inputs}).best_schedule)
         calls = {"numpy": lambda a=arrays, f=kern.numpy, s=sizes: f(a, s)}
         for label, ks in variants.items():
             run, results = _runner(kern, outs, ks, arrays, sizes)

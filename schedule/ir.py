@@ -145,12 +145,13 @@ class ProducerConsumer(Stmt):
 
 @dataclass(frozen=True, eq=False)
 class LoweredFunc:
-    """A whole lowered kernel: its argument buffers (inputs in order, then the output), the size
-    parameters it takes (by name, in order), every buffer it touches, and the body."""
+    """A whole lowered kernel: its argument buffers (inputs in order, then the outputs in the
+    pipeline's order), the size parameters it takes (by name, in order), every buffer it touches,
+    and the body."""
 
     name: str
     inputs: tuple[Buffer, ...]
-    output: Buffer
+    outputs: tuple[Buffer, ...]
     sizes: tuple[str, ...]
     buffers: dict[str, Buffer] = field(hash=False)
     body: Stmt

@@ -70,6 +70,9 @@ class StageState:
     compute: Location = ROOT
     store: Location | None = None
     update: int | None = None  # the update definition this stage runs (None: the pure one)
+    #: compute_with: this stage's loops from the outermost to ``fused.loop`` are those of
+    #: ``fused.func``'s stage (Location kind ``"with"``); None: its own loop nest
+    fused: Location | None = None
 
     @staticmethod
     def initial_update(f: Func, number: int) -> StageState:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Sequence
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Callable
 
@@ -65,7 +66,8 @@ PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
 ]
 
 
-def lower(output: Func | Pipeline, schedule: Schedule | None = None) -> LoweredFunc:
+def lower(output: Func | Sequence[Func] | Pipeline,
+          schedule: Schedule | None = None) -> LoweredFunc:
     """Lower the algorithm computing ``output`` under ``schedule`` (default: every Func at root,
     loops in definition order) to loop-nest IR.
 
@@ -78,8 +80,8 @@ def lower(output: Func | Pipeline, schedule: Schedule | None = None) -> LoweredF
     view = None
     if schedule is not None:
         if schedule.pipeline.workload_key() != p.workload_key():
-            raise ScheduleError(f"the schedule was made for {schedule.output.name}'s algorithm, "
-                                f"not this one; build it with tl.Schedule({p.output.name})")
+            raise ScheduleError(f"the schedule was made for {schedule.pipeline.name}'s algorithm, "
+                                f"not this one; build it with tl.Schedule({p.name})")
         p = schedule.pipeline
         states = schedule.states
         view = schedule.view

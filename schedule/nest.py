@@ -443,10 +443,12 @@ def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) 
 
 def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
               before: Callable[[Leaf], list[Stmt]], wrap: Callable[[Leaf, Stmt], Stmt],
-              partition: bool = False) -> Stmt:
+              partition: bool = False,
+              after: Callable[[Leaf], list[Stmt]] | None = None) -> Stmt:
     """The statement running ``update`` over the stage's loops, with ``init`` (for a reduction)
     placed before the outermost reduction loop, ``before(leaf)`` statements (compute_at
-    producers) at the top of each loop body and ``wrap(leaf, body)`` around it (allocations).
+    producers) at the top of each loop body, ``after(leaf)`` statements (compute_with stages)
+    at its end, inside the loop's guards, and ``wrap(leaf, body)`` around it (allocations).
 
     ``partition`` (only for nests without ``init``, ``before`` or ``wrap`` content: an update
     definition): each outer loop of a GuardWithIf split in ``nest.partitions`` runs as two loops,
@@ -485,7 +487,8 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         lf = nest.leaves[k]
         inner = go(k + 1, core, init_done)
         pre = before(lf)
-        body = Block((*pre, inner)) if pre else inner
+        post = after(lf) if after is not None else []
+        body = Block((*pre, inner, *post)) if pre or post else inner
         body = wrap(lf, guarded(lf, body))
         return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
 

@@ -13,7 +13,7 @@ from tensorlang.expr import Access, walk
 from tensorlang.func import Func
 
 from .ir import ForKind
-from .loops import StageState
+from .loops import Split, StageState
 
 
 #: Funcs placed at each (consumer stage, loop)
@@ -72,7 +72,8 @@ def plan_placements(view: Any, states: dict[str, StageState],
     computed_at: Placed = {}
     stored_at: Placed = {}
     for f in live_funcs(view, states):
-        problem = placement_error(f.name, states, readers[f.name])
+        problem = placement_error(f.name, states, readers[f.name]) or fusion_error(
+            view, f.name, states)
         if problem is not None:
             if errors is None:
                 raise problem
@@ -84,6 +85,37 @@ def plan_placements(view: Any, states: dict[str, StageState],
             store = st.store or st.compute
             stored_at.setdefault((store.func, store.loop), []).append(f)
     return computed_at, stored_at
+
+
+def fusion_error(view: Any, name: str, states: dict[str, StageState]) -> ScheduleError | None:
+    """Why Func ``name``'s compute_with (or hosting one) cannot be lowered, or None: the host
+    or the fused stage is no longer at root, the shared loops differ (a split or reorder after
+    compute_with), or a Func is computed at one of the fused stage's shared loops (that loop is
+    the host's)."""
+    st = states[name]
+    if st.fused is None:
+        return None
+    host = states.get(st.fused.func)
+    if host is None:
+        return ScheduleError.in_schedule(name, f"compute_with names {st.fused.func}, not a Func "
+                                         f"of this pipeline")
+    for s_ in (st, host):
+        if s_.compute.kind != "root":
+            return ScheduleError.in_schedule(
+                name, f"{s_.func} is computed {s_.compute}, but compute_with fuses stages "
+                f"computed at root")
+    problem = fused_loops_mismatch(st, host, st.fused.loop)
+    if problem is not None:
+        return ScheduleError.in_schedule(name, f"compute_with({st.fused.func}, "
+                                         f"{st.fused.loop}): {problem}")
+    shared = set(host.loops[:host.loops.index(st.fused.loop) + 1])
+    for other, o in states.items():
+        if o.compute.kind == "at" and o.compute.func == name and o.compute.loop in shared:
+            return ScheduleError.in_schedule(
+                other, f"{other} is computed at {name}.{o.compute.loop}, a loop {name} shares "
+                f"with {st.fused.func} (compute_with); compute it at {st.fused.func}'s loop or "
+                f"at one of {name}'s own inner loops")
+    return None
 
 
 def placement_error(name: str, states: dict[str, StageState],
@@ -130,3 +162,38 @@ def placement_error(name: str, states: dict[str, StageState],
             name, f"stored at {st.store.loop} but computed inside the parallel loop {par[0]} "
             f"of {st.store.func}: threads would share one buffer; store it inside {par[0]}")
     return None
+
+
+def fused_loops_mismatch(st: StageState, host: StageState, loop: str) -> str | None:
+    """Why stage ``st`` cannot share ``host``'s loops down to ``loop`` (None: it can, up to the
+    bounds, which lowering compares): the loops must have the same names, kinds and splits, and
+    be pure (a reduction loop shared would interleave two reductions' iterations)."""
+    if loop not in host.loops:
+        return f"{host.func} has no loop {loop} (its loops: {', '.join(host.loops)})"
+    k = host.loops.index(loop) + 1
+    mine, theirs = st.loops[:k], host.loops[:k]
+    if mine != theirs:
+        return (f"compute_with shares loops by name: {host.func}'s loops down to {loop} are "
+                f"{', '.join(theirs)} but {st.func}'s outermost are {', '.join(mine)}; give "
+                f"both the same loops (the same Vars, split and reordered alike)")
+    for n in theirs:
+        if host.is_reduction_loop(n) or st.is_reduction_loop(n):
+            return f"loop {n} iterates a reduction; compute_with shares pure loops only"
+        if host.kinds[n] is not st.kinds[n]:
+            return (f"loop {n} is {host.kinds[n].value} in {host.func} but {st.kinds[n].value} in "
+                    f"{st.func}; a shared loop has one kind: schedule it alike in both")
+        if _relations_of(st, n) != _relations_of(host, n):
+            return (f"loop {n} is made by different splits/fuses in {host.func} and {st.func}; "
+                    f"a shared loop must come from the same ones")
+    return None
+
+
+def _relations_of(st: StageState, loop: str) -> list:
+    """The splits and fuses that made ``loop`` (those whose results it descends from)."""
+    out, names = [], {loop}
+    for rel in reversed(st.relations):
+        made = {rel.outer, rel.inner} if isinstance(rel, Split) else {rel.fused}
+        if made & names:
+            out.append(rel)
+            names |= {rel.parent} if isinstance(rel, Split) else {rel.outer, rel.inner}
+    return out

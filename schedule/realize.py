@@ -7,6 +7,9 @@
 - ``compute_at(C, L)`` Funcs are produced at the top of loop ``L`` of C's nest over the region one
   iteration of ``L`` reads (bounds inference, ``schedule/bounds.py``) and allocated there, or at
   their ``store_at`` loop, sized for what one iteration of that loop reads;
+- ``compute_with(H, L)`` Funcs run their own inner loops at the end of each iteration of loop
+  ``L`` of H's nest, whose outer loops they share (root stages are ordered so that every
+  producer of the fused pair runs before it);
 - each stage's own loops come from ``schedule/nest.py``.
 
 Reads through boundary conditions become clamped loads (``clamp_edge``) or a select between a clamped
@@ -14,6 +17,8 @@ load and the constant (``constant_exterior``), so a load never leaves its buffer
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -31,7 +36,8 @@ from tensorlang.expr import (
     substitute,
     walk,
 )
-from tensorlang.func import FOLDING_BOUNDARIES, Func
+from tensorlang.errors import ScheduleError
+from tensorlang.func import FOLDING_BOUNDARIES, Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
 
 from .bounds import Box, box_extents, clip_box, interval, read_box, simplify_in_ranges, union_box
@@ -49,7 +55,7 @@ from .ir import (
 from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
 from .nest import Leaf, build_stage_nest, conjunction, emit_nest, extent_divides
-from .placement import live_funcs, plan_placements
+from .placement import live_funcs, live_readers, plan_placements
 from .trace import TailStrategy
 from .view import AlgorithmView
 
@@ -175,11 +181,18 @@ class _Realizer:
             self.domains[inp.name] = _domain_buffer(inp.name, inp.dtype, inp.bounds, "input")
         for f in p.funcs:
             assert f.dtype is not None
-            kind = "output" if f is p.output else "internal"
+            kind = "output" if p.pipeline.is_output(f) else "internal"
             self.domains[f.name] = _domain_buffer(f.name, f.dtype, f.bounds, kind)
         self.buffers: dict[str, Buffer] = {i.name: self.domains[i.name] for i in p.inputs}
-        self.buffers[p.output.name] = self.domains[p.output.name]
+        for o in p.pipeline.outputs:
+            self.buffers[o.name] = self.domains[o.name]
         self.computed_at, self.stored_at = plan_placements(p, states)
+        #: compute_with: host stage -> the stages sharing its loops (in pipeline order)
+        self.guests: dict[str, list[Func]] = {}
+        for f in self.live:
+            fused = states[f.name].fused
+            if fused is not None:
+                self.guests.setdefault(fused.func, []).append(f)
 
     def produce(self, f: Func, region: tuple[tuple[Expr, Expr], ...], scope: set[str],
                 scope_ranges: dict[str, tuple[Expr, Expr]] | None = None,
@@ -268,7 +281,9 @@ class _Realizer:
                                                  emit(safe)))
 
     def _emit(self, f: Func, nest, reg, scope: set[str],
-              scope_ranges: dict[str, tuple[Expr, Expr]] | None) -> Stmt:
+              scope_ranges: dict[str, tuple[Expr, Expr]] | None, shared: int = 0) -> Stmt:
+        """The stage's statement over ``nest``; ``shared``: emit only its loops from that
+        position inward (a compute_with stage: the outer ones are its host's)."""
         d = self.p.definition(f.name)
         assert f.dtype is not None
         value = substitute(self.values[f.name], nest.values)
@@ -384,7 +399,41 @@ class _Realizer:
                 body = Allocate(buf, body)
             return body
 
-        return ProducerConsumer(f.name, emit_nest(nest, update, init, before, wrap))
+        def after(lf: Leaf) -> list[Stmt]:
+            return [self._guest(g, nest, lf) for g in self.guests.get(f.name, ())
+                    if self.states[g.name].fused.loop == lf.name]  # type: ignore[union-attr]
+
+        if shared:
+            inner = dataclasses.replace(
+                nest, leaves=nest.leaves[shared:], partitions={},
+                first_reduction=None if nest.first_reduction is None
+                else nest.first_reduction - shared)
+            return ProducerConsumer(f.name, emit_nest(inner, update, init, before, wrap))
+        return ProducerConsumer(f.name, emit_nest(nest, update, init, before, wrap,
+                                                  after=after))
+
+    def _guest(self, g: Func, host_nest, lf: Leaf) -> Stmt:
+        """Stage ``g`` (computed with the host of ``host_nest``) inside the host's loop ``lf``:
+        its nest over its whole domain, the loops down to ``lf`` being the host's, which must
+        match them (bounds, guards) for these sizes' expressions.
+
+        Raises:
+            ScheduleError: a shared loop's bounds differ between the two stages."""
+        d = self.p.definition(g.name)
+        reg = {a.name: b for a, b in zip(d.args, g.bounds)}
+        nest = build_stage_nest(self.states[g.name], reg, set(), False, d.predicate)
+        k = host_nest.position(lf.name) + 1
+        for mine, theirs in zip(nest.leaves[:k], host_nest.leaves[:k]):
+            same = (mine.min.key == theirs.min.key and mine.extent.key == theirs.extent.key
+                    and [c.key for c in mine.guards] == [c.key for c in theirs.guards])
+            if not same:
+                raise ScheduleError.in_schedule(
+                    g.name, f"compute_with({host_nest.func}, {lf.name}): the shared loop "
+                    f"{mine.name} runs over [{mine.min}, {mine.min} + {mine.extent}) in {g.name} "
+                    f"but [{theirs.min}, {theirs.min} + {theirs.extent}) in {host_nest.func} "
+                    f"(with its tail guards); fused loops need the same bounds (the two Funcs' "
+                    f"domains must agree along them)")
+        return self._emit(g, nest, reg, set(), None, shared=k)
 
     def produce_partitioned(self, f: Func, region: tuple[tuple[Expr, Expr], ...],
                             depth: int = 2, remainder: bool = False) -> Stmt:
@@ -426,16 +475,59 @@ class _Realizer:
     def run(self) -> Stmt:
         stages: list[Stmt] = []
         roots = [f for f in self.live if self.states[f.name].compute.kind == "root"]
-        for f in roots:
-            stages.append(self.produce_partitioned(f, tuple(f.bounds)))
-            for u in f.updates:
-                stages.append(self.produce_update(f, u))
+        for f in self._root_order(roots):
+            if f.name in self.guests:  # its nest holds the guests': one version, unpartitioned
+                stages.append(self.produce(f, tuple(f.bounds), set(), guarded_only=True))
+            else:
+                stages.append(self.produce_partitioned(f, tuple(f.bounds)))
+            for g in [f, *self.guests.get(f.name, ())]:
+                for u in g.updates:
+                    stages.append(self.produce_update(g, u))
         stmt: Stmt = Block(tuple(stages)) if len(stages) > 1 else stages[0]
         for f in reversed(roots):
-            if f is not self.p.output:
+            if not self.p.pipeline.is_output(f):
                 self.buffers[f.name] = self.domains[f.name]
                 stmt = Allocate(self.domains[f.name], stmt)
         return stmt
+
+
+    def _root_order(self, roots: list[Func]) -> list[Func]:
+        """The root stages in pipeline order, a compute_with host moved after every producer of
+        its guests (which no longer run on their own); the stable topological order of the
+        root stages with each fused group as one node (the group reads no stage that reads it:
+        compute_with fuses independent stages)."""
+        if not self.guests:
+            return roots
+        node = {f.name: f.name for f in roots}
+        for host, guests in self.guests.items():
+            for g in guests:
+                node[g.name] = host
+        readers = live_readers(self.p, self.states)
+
+        def root_of(stage: str) -> str:
+            name = parse_stage_id(stage)[0]
+            while self.states[name].compute.kind == "at":
+                name = self.states[name].compute.func  # type: ignore[assignment]
+                name = parse_stage_id(name)[0]
+            return node.get(name, name)
+
+        after: dict[str, set[str]] = {n: set() for n in node.values()}
+        for f in self.live:
+            for r in readers.get(f.name, ()):
+                a, b = root_of(f.name), root_of(r)
+                if a != b:
+                    after[b].add(a)
+        order: list[Func] = []
+        done: set[str] = set()
+        pending = [f for f in roots if node[f.name] == f.name]
+        while pending:
+            f = next((f for f in pending if after[f.name] <= done), None)
+            if f is None:  # (compute_with refuses dependent stages; kept as a safe stop)
+                raise ScheduleError("internal: compute_with stages depend on each other")
+            pending.remove(f)
+            order.append(f)
+            done.add(f.name)
+        return order
 
 
 def _alloc_extents(region, full_box: Box) -> tuple[Expr, ...]:
@@ -472,5 +564,6 @@ def realize(p: Pipeline | AlgorithmView,
         states = default_states(p.funcs)
     r = _Realizer(p, states)
     body = r.run()
-    return LoweredFunc(p.output.name, tuple(r.buffers[i.name] for i in p.inputs),
-                       r.buffers[p.output.name], p.sizes, r.buffers, body)
+    return LoweredFunc(p.pipeline.outputs[-1].name, tuple(r.buffers[i.name] for i in p.inputs),
+                       tuple(r.buffers[o.name] for o in p.pipeline.outputs), p.sizes, r.buffers,
+                       body)

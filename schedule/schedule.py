@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import operator
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 from tensorlang.errors import ScheduleError, TensorlangError
 from tensorlang.expr import Var
@@ -53,13 +53,14 @@ def _int(value: Any) -> Any:
 
 
 class Schedule:
-    """A schedule for the pipeline computing ``output``; ``s[F]`` gives F's :class:`Stage`.
+    """A schedule for the pipeline computing ``output`` (a Func, or a list of output Funcs);
+    ``s[F]`` gives F's :class:`Stage`.
 
     Raises:
-        DefinitionError: ``output`` is not a defined Func.
+        DefinitionError: ``output`` is not a defined Func (or list of them).
     """
 
-    def __init__(self, output: Func) -> None:
+    def __init__(self, output: Func | Sequence[Func]) -> None:
         self.pipeline = Pipeline(output)
         self.view = AlgorithmView(self.pipeline)
         self.output = output
@@ -79,7 +80,7 @@ class Schedule:
     def __getitem__(self, f: Func | str) -> Stage:
         name = f.name if isinstance(f, Func) else f
         if name not in self.states:
-            raise ScheduleError(f"{name} is not a Func of the pipeline of {self.output.name} "
+            raise ScheduleError(f"{name} is not a Func of the pipeline of {self.pipeline.name} "
                                 f"(its Funcs: {', '.join(self.states)})")
         return Stage(self, name)
 
@@ -129,7 +130,7 @@ class Schedule:
             try:
                 lower(self.output, self)
             except ScheduleError as exc:
-                stage = exc.stage or self.output.name
+                stage = exc.stage or self.pipeline.outputs[-1].name
                 report.stages[stage] = "refuted"
                 report.problems.append(Problem(stage, "realize", exc.loop, str(exc), {}, {}))
         for prob in report.problems:
@@ -174,12 +175,15 @@ class Schedule:
         return None
 
     def to_json(self) -> str:
-        """The trace as JSON: ``{"version": 1, "output": name, "steps": [...]}``."""
-        return json.dumps({"version": FORMAT_VERSION, "output": self.output.name,
+        """The trace as JSON: ``{"version": 1, "output": name, "steps": [...]}`` (``output``:
+        the output's name, or a list of names for several outputs; informative only)."""
+        outs = [o.name for o in self.pipeline.outputs]
+        return json.dumps({"version": FORMAT_VERSION,
+                           "output": outs[0] if len(outs) == 1 else outs,
                            "steps": [s.to_dict() for s in self.steps]})
 
     @staticmethod
-    def from_json(output: Func, text: str | dict | list) -> Schedule:
+    def from_json(output: Func | Sequence[Func], text: str | dict | list) -> Schedule:
         """Replay a trace (as written by :meth:`to_json`, or its list of steps) on ``output``.
 
         Raises:
@@ -472,6 +476,22 @@ class Stage:
         if not isinstance(consumer, Stage):
             raise ScheduleError("store_at expects a stage: s[consumer]")
         self._do("store_at", consumer=consumer.func, loop=_name(loop, consumer.func, "store_at"))
+        return self
+
+    def compute_with(self, host: Stage, loop: LoopLike) -> Stage:
+        """Run this stage inside ``host``'s loop nest: the loops from the outermost down to
+        ``host``'s ``loop`` are shared (each iteration runs the host's body, then this stage's
+        inner loops), so two Funcs over the same domain are computed in one pass (two outputs
+        reading the same input window touch it once). Both must be pure definitions at root
+        that do not read each other, and the shared loops must be alike in both (names, splits,
+        kinds; bounds, checked when lowering).
+
+        Raises:
+            ScheduleError: any of those conditions fails (the message names which).
+        See also: Halide ``compute_with``."""
+        if not isinstance(host, Stage):
+            raise ScheduleError("compute_with expects a stage: s[host]")
+        self._do("compute_with", host=host.func, loop=_name(loop, host.func, "compute_with"))
         return self
 
     def __repr__(self) -> str:

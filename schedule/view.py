@@ -16,7 +16,6 @@ class AlgorithmView:
 
     def __init__(self, p: Pipeline) -> None:
         self.pipeline = p
-        self.output = p.output
         self.inputs = p.inputs
         self.sizes = p.sizes
         self.funcs: list[Func] = list(p.funcs)
@@ -26,8 +25,7 @@ class AlgorithmView:
     def copy(self) -> AlgorithmView:
         """An independent view (a schedule's copy may add stages without changing this one)."""
         v = AlgorithmView.__new__(AlgorithmView)
-        v.pipeline, v.output, v.inputs, v.sizes = self.pipeline, self.output, self.inputs, \
-            self.sizes
+        v.pipeline, v.inputs, v.sizes = self.pipeline, self.inputs, self.sizes
         v.funcs, v.defs, v._reads = list(self.funcs), dict(self.defs), dict(self._reads)
         return v
 

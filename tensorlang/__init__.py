@@ -26,7 +26,7 @@ from . import language as _language
 from .version import __version__  # noqa: F401  (tensorlang.__version__)
 
 
-def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: A001
+def compile(output: Func | list[Func], schedule: Any = None, *, target: Any = None,  # noqa: A001
             opt_level: int = 3, check: bool = True, emit_object: bool = False,
             shapes: dict[str, int] | None = None, arrays: dict | None = None,
             backend: str | None = None) -> Any:
@@ -38,10 +38,11 @@ def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: 
     what it can for the host CPU (AVX-512 where present).
 
     Args:
-        output: the output Func. schedule: a ``tl.Schedule`` of it (None: the default), or
-            ``"auto"``: the tuned kernel for ``shapes`` (sizes by name) or example ``arrays``
-            from the tuned-kernel cache, else the nearest tuned shape's schedule, else the
-            rule-based one (``kernel.schedule_source`` says which; a miss warns with
+        output: the output Func, or a list of output Funcs (Halide's Pipeline with several
+            outputs: the kernel returns a tuple of arrays, in this order).
+        schedule: a ``tl.Schedule`` of it (None: the default), or ``"auto"``: the tuned kernel
+            for ``shapes`` (sizes by name) or example ``arrays`` from the tuned-kernel cache,
+            else the nearest tuned shape's schedule, else the rule-based one (``kernel.schedule_source`` says which; a miss warns with
             ``TuningWarning``). The kernel runs every shape; it is *tuned* for these.
         target: the CPU to compile for (a ``Target``; default: this machine). opt_level: LLVM
             speed level 0-3.
@@ -53,11 +54,12 @@ def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: 
             default ``"llvm-cpu"``, the LLVM CPU backend).
 
     Returns:
-        A ``Kernel``; ``kernel(A=a, B=b)`` returns a new ndarray.
+        A ``Kernel``; ``kernel(A=a, B=b)`` returns a new ndarray (a tuple of them for a list
+        of outputs).
 
     Raises:
-        DefinitionError: ``output`` is not a defined Func, or ``schedule`` is neither a
-            ``tl.Schedule`` nor ``"auto"``.
+        DefinitionError: ``output`` is not a defined Func (or list of them), or ``schedule``
+            is neither a ``tl.Schedule`` nor ``"auto"``.
         IllegalScheduleError: the schedule would change the result (stage, primitive, loop,
             dependence and a witness pair of iterations in the message).
         CompileError: code generation failed (a tensorlang bug), or no backend has the name
@@ -75,15 +77,20 @@ def compile(output: Func, schedule: Any = None, *, target: Any = None,  # noqa: 
                            opt_level=opt_level, check=check, emit_object=emit_object)
 
 
+def _outputs(handle: Any) -> tuple[int, ...]:
+    """The identity of an algorithm handle (a Func or a list of Funcs), for comparing two."""
+    return tuple(map(id, handle)) if isinstance(handle, (list, tuple)) else (id(handle),)
+
+
 def __getattr__(name: str) -> Any:
     # the entry point re-exports the other layers lazily (the language imports nothing of them)
     if name == "check":
-        def check(output: Func, schedule: Any) -> Any:
+        def check(output: Func | list[Func], schedule: Any) -> Any:
             """Prove ``schedule`` legal for ``output`` without compiling: a LegalityReport
             (``.ok``, ``.stages`` proven/refuted, ``.problems`` with witnesses)."""
-            if schedule.output is not output:
-                raise ScheduleError(f"the schedule was made for {schedule.output.name}, "
-                                    f"not {output.name}")
+            if _outputs(schedule.output) != _outputs(output):
+                raise ScheduleError(f"the schedule was made for {schedule.pipeline.name}, "
+                                    f"not {_language.Pipeline(output).name}")
             return schedule.check()
 
         return check

@@ -26,7 +26,7 @@ def collect_arrays(pipeline: Any, args: tuple, kwargs: Mapping[str, Any],
     """
     inputs = pipeline.inputs
     if len(args) > len(inputs):
-        raise ShapeError(f"{len(args)} positional arrays given but {pipeline.output.name} has "
+        raise ShapeError(f"{len(args)} positional arrays given but {pipeline.name} has "
                          f"{len(inputs)} inputs ({', '.join(i.name for i in inputs)})")
     arrays: dict[str, Any] = {}
     for inp, a in zip(inputs, args):
@@ -43,7 +43,7 @@ def collect_arrays(pipeline: Any, args: tuple, kwargs: Mapping[str, Any],
                 raise ShapeError(f"size {k} must be an int, got {v!r}")
             sizes[k] = int(v)
         else:
-            raise ShapeError(f"unknown argument {k!r}; {pipeline.output.name} takes inputs "
+            raise ShapeError(f"unknown argument {k!r}; {pipeline.name} takes inputs "
                              f"{', '.join(sorted(names)) or '(none)'}")
     out: dict[str, np.ndarray] = {}
     for inp in inputs:

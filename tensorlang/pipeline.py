@@ -1,4 +1,4 @@
-"""A pipeline: the output Func with every Func and Input it depends on, in producer-first order.
+"""A pipeline: its output Funcs with every Func and Input they depend on, in producer-first order.
 
 Also the two things every consumer of an algorithm needs: its *workload key* (a content hash stable
 across processes) and *binding* (concrete sizes from arrays, and the call-time check that every read
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from .affine import NonAffine, affine_form, eval_size
 from .errors import DefinitionError, ShapeError
@@ -30,24 +30,60 @@ class Binding:
     ranges: dict[str, dict[str, tuple[int, int]]]  # Func -> Var -> (min, extent)
 
 
-class Pipeline:
-    """The algorithm rooted at ``output``.
-
-    Attributes:
-        output: the output Func; funcs: every Func, producers before consumers (output last);
-        inputs: every Input, in order of first read (the positional order of a kernel's arguments);
-        sizes: every size symbol, in order of first appearance in input shapes, then Func shapes.
+def as_outputs(outputs: Any) -> tuple[Func, ...]:
+    """The output Funcs of an algorithm handle: one ``Func``, or a list/tuple of distinct Funcs
+    (a pipeline with several outputs, Halide's ``Pipeline({f, g})``).
 
     Raises:
-        DefinitionError: ``output`` has no definition, or two distinct objects share a name.
+        DefinitionError: not a Func or a non-empty sequence of distinct Funcs.
+    """
+    if isinstance(outputs, Func):
+        return (outputs,)
+    if isinstance(outputs, (list, tuple)) and outputs:
+        for o in outputs:
+            if not isinstance(o, Func):
+                raise DefinitionError(f"every output must be a tl.Func, not "
+                                      f"{type(o).__name__}")
+        if len({id(o) for o in outputs}) != len(outputs):
+            names = [o.name for o in outputs]
+            dup = next(n for n in names if names.count(n) > 1)
+            raise DefinitionError(f"output {dup} is listed twice; list each output Func once")
+        return tuple(outputs)
+    raise DefinitionError(f"the output must be a tl.Func or a non-empty list of Funcs, not "
+                          f"{type(outputs).__name__}"
+                          + (" (empty)" if isinstance(outputs, (list, tuple)) else ""))
+
+
+def outputs_name(outputs: Any) -> str:
+    """How messages name an algorithm handle: ``F``, or ``[F, G]`` for several outputs."""
+    outs = as_outputs(outputs)
+    return outs[0].name if len(outs) == 1 else "[" + ", ".join(o.name for o in outs) + "]"
+
+
+class Pipeline:
+    """The algorithm computing ``outputs`` (one Func, or a list of Funcs).
+
+    Attributes:
+        outputs: the output Funcs, in the order given (a kernel returns them in this order);
+        funcs: every Func, producers before consumers (each output after what it reads);
+        inputs: every Input, in order of first read (the positional order of a kernel's arguments);
+        sizes: every size symbol, in order of first appearance in input shapes, then Func shapes;
+        name: how messages name the algorithm (``F``, or ``[F, G]``).
+
+    An output may also be read by another Func of the pipeline (it is then computed over its
+    whole domain before its readers, as every output is).
+
+    Raises:
+        DefinitionError: an output has no definition, or two distinct objects share a name.
     """
 
-    def __init__(self, output: Func) -> None:
-        if not isinstance(output, Func):
-            raise DefinitionError(f"the output must be a tl.Func, not {type(output).__name__}")
-        if output.definition is None:
-            raise DefinitionError(f"Func {output.name} has no definition")
-        self.output = output
+    def __init__(self, outputs: Func | Sequence[Func]) -> None:
+        outs = as_outputs(outputs)
+        for o in outs:
+            if o.definition is None:
+                raise DefinitionError(f"Func {o.name} has no definition")
+        self.outputs: tuple[Func, ...] = outs
+        self.name = outputs_name(outs)
         order: list[Func] = []
         inputs: list[Input] = []
         seen: set[int] = set()
@@ -64,14 +100,15 @@ class Pipeline:
                     inputs.append(p)
             order.append(f)
 
-        visit(output)
+        for o in outs:
+            visit(o)
         names: dict[str, Any] = {}
         for obj in [*inputs, *order]:
             other = names.setdefault(obj.name, obj)
             if other is not obj:
                 raise DefinitionError(
                     f"two different {type(other).__name__}/{type(obj).__name__} objects are both "
-                    f"named {obj.name!r} in the pipeline of {output.name}; names must be unique")
+                    f"named {obj.name!r} in the pipeline of {self.name}; names must be unique")
         self.funcs: tuple[Func, ...] = tuple(order)
         self.inputs: tuple[Input, ...] = tuple(inputs)
         sizes: dict[str, None] = {}
@@ -88,6 +125,22 @@ class Pipeline:
                     if isinstance(n, Size):
                         sizes.setdefault(n.name)
         self.sizes: tuple[str, ...] = tuple(sizes)
+
+    @property
+    def output(self) -> Func:
+        """The output Func of a one-output pipeline.
+
+        Raises:
+            DefinitionError: the pipeline has several outputs (use ``outputs``)."""
+        if len(self.outputs) != 1:
+            raise DefinitionError(f"the pipeline of {self.name} has {len(self.outputs)} outputs; "
+                                  f"this operation takes one output Func")
+        return self.outputs[0]
+
+    def is_output(self, f: Func | str) -> bool:
+        """Whether ``f`` (a Func or its name) is one of the outputs."""
+        name = f if isinstance(f, str) else f.name
+        return any(o.name == name for o in self.outputs)
 
     def func(self, name: str) -> Func:
         for f in self.funcs:
@@ -119,6 +172,8 @@ class Pipeline:
                     substitute(u.value, uren).key,
                     tuple((r.min.key, r.extent.key) for r in u.rvars))
                     + (tuple(substitute(c, uren).key for c in u.predicate),) * bool(u.predicate)))
+        if len(self.outputs) > 1:  # (one output: the last Func; the text of v1 keys unchanged)
+            parts.append(repr(("Outputs", tuple(o.name for o in self.outputs))))
         return "\n".join(parts)
 
     def workload_key(self) -> str:
@@ -132,13 +187,13 @@ class Pipeline:
 
     # -- binding -------------------------------------------------------------------------------
     def bind(self, shapes: Mapping[str, tuple[int, ...]], given: Mapping[str, int] | None = None,
-             out_shape: tuple[int, ...] | None = None) -> Binding:
+             out_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Binding:
         """Bind sizes from the input ``shapes`` (by Input name) and check every read.
 
         Args:
             shapes: the shape of each input array. given: sizes passed explicitly (``N=...``).
-            out_shape: shape of a caller-provided output array, used to bind sizes that no
-                input fixes (only when the output Func was declared with ``shape=``).
+            out_shapes: shapes of caller-provided output arrays (by output name), used to bind
+                sizes that no input fixes (only for an output declared with ``shape=``).
 
         Raises:
             ShapeError: a rank or a fixed dimension differs, two inputs disagree on a size, a size
@@ -166,15 +221,18 @@ class Pipeline:
                 elif eval_size(sym, {}) != n:
                     raise ShapeError(f"Input {inp.name} dimension {d} must be {sym} but the array "
                                      f"has {n} (shape {tuple(shape)})")
-        if out_shape is not None and self.output.shape is not None:
-            for d, sym in enumerate(self.output.shape):
+        for o in self.outputs:
+            out_shape = (out_shapes or {}).get(o.name)
+            if out_shape is None or o.shape is None:
+                continue
+            for d, sym in enumerate(o.shape):
                 if isinstance(sym, Size) and sym.name not in sizes and d < len(out_shape):
                     sizes[sym.name] = int(out_shape[d])
         missing = [s for s in self.sizes if s not in sizes]
         if missing:
             raise ShapeError(
                 f"size {missing[0]} is not fixed by any input array; pass it as {missing[0]}=... "
-                f"(or pass out=, when {self.output.name} was declared with that shape)")
+                f"(or pass out=, when {self.name} was declared with that shape)")
         bounds: dict[str, tuple[tuple[int, int], ...]] = {}
         ranges: dict[str, dict[str, tuple[int, int]]] = {}
         for inp in self.inputs:
@@ -283,8 +341,9 @@ def _sizes_text(sizes: Mapping[str, int]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "these sizes"
 
 
-def workload_key(output: Func) -> str:
-    """The workload key of the algorithm computing ``output``: a SHA-256 hex digest of its
-    canonical text (Inputs, dtypes, definitions; Vars renamed by position). Same algorithm text,
-    same key in every process; any change to the algorithm, a different key."""
+def workload_key(output: Func | Sequence[Func]) -> str:
+    """The workload key of the algorithm computing ``output`` (a Func, or a list of output
+    Funcs): a SHA-256 hex digest of its canonical text (Inputs, dtypes, definitions, the outputs;
+    Vars renamed by position). Same algorithm text, same key in every process; any change to the
+    algorithm, a different key."""
     return Pipeline(output).workload_key()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 import itertools
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -38,17 +38,19 @@ _CALL = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "neg": np
 _REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min}
 
 
-def reference(output: Func, *args: np.ndarray, **kwargs: Any) -> np.ndarray:
+def reference(output: Func | Sequence[Func], *args: np.ndarray,
+              **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
     """Evaluate the algorithm computing ``output`` with NumPy.
 
     Args:
-        output: the output Func.
+        output: the output Func, or a list of output Funcs (then a tuple of arrays is returned,
+            in that order).
         *args: input arrays in Input order (``Pipeline(output).inputs``), or
         **kwargs: input arrays by Input name, and sizes no input fixes (``N=10``).
 
     Returns:
         A new C-contiguous array of ``output``'s dtype whose shape is its domain's extents; element
-        ``[0, ...]`` holds the domain's minimum point.
+        ``[0, ...]`` holds the domain's minimum point; for a list of outputs, a tuple of them.
 
     Raises:
         ShapeError: the arrays do not fit the algorithm (see ``Pipeline.bind``).
@@ -61,7 +63,9 @@ def reference(output: Func, *args: np.ndarray, **kwargs: Any) -> np.ndarray:
         values[f.name] = _eval_func(f, b, values)
         for u in f.updates:
             _eval_update(f, u, b, values)
-    return values[output.name]
+    if isinstance(output, Func):
+        return values[output.name]
+    return tuple(values[o.name] for o in p.outputs)
 
 
 def _eval_update(f: Func, u, b: Binding, values: dict[str, np.ndarray]) -> None:

@@ -9,7 +9,7 @@ backend") shows what a second one writes.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class LLVMCPUBackend(Backend):
                       lowered=lowered, schedule=schedule,
                       schedule_source="default" if schedule is None else "user")
 
-    def load(self, output: Func, schedule: Schedule | None, object_code: bytes,
+    def load(self, output: Func | Sequence[Func], schedule: Schedule | None, object_code: bytes,
              signature: Signature, *, target: Target | None = None,
              schedule_source: str = "cache") -> Kernel:
         if signature.parallel:

@@ -48,7 +48,7 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
         self.target = target
         self.module = ir.Module(name=f.name)
         self.module.triple = target.triple
-        args = [*f.inputs, f.output]
+        args = [*f.inputs, *f.outputs]
         arg_types = [memory_type(b.dtype).as_pointer() for b in args] + [I64] * len(f.sizes)
         fnty = ir.FunctionType(I32, arg_types)
         self.fn = ir.Function(self.module, fnty, name=f.name)

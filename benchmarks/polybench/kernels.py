@@ -1,7 +1,7 @@
 """PolyBench/C 4.2 kernels in tensorlang, each with a NumPy reference written from the C source.
 
 Every kernel is a ``Kernel``: its outputs (one Func each; a C kernel with several live-out arrays
-has several), its sizes (PolyBench's SMALL and LARGE datasets), its inputs, and a NumPy function
+has several, compiled as one pipeline with several outputs: ``Kernel.handle``), its sizes (PolyBench's SMALL and LARGE datasets), its inputs, and a NumPy function
 computing the same live-out arrays. Data are float64 (PolyBench's default ``DATA_TYPE``);
 ``alpha``/``beta`` are the constants of PolyBench's ``init_array``. Where the C code fills one
 triangle of a symmetric result and mirrors it (covariance, correlation), the algorithm computes
@@ -44,9 +44,16 @@ class Kernel:
     flops: Callable[[dict[str, int]], float]
     dataset: str = "LARGE"
 
-    def call_args(self, out: tl.Func, arrays: dict[str, np.ndarray],
+    @staticmethod
+    def handle(outs: list[tl.Func]) -> tl.Func | list[tl.Func]:
+        """What ``tl.compile`` takes for these outputs: the Func, or the list of them (one
+        kernel computing every live-out array, returning a tuple)."""
+        return outs[0] if len(outs) == 1 else outs
+
+    def call_args(self, out: tl.Func | list[tl.Func], arrays: dict[str, np.ndarray],
                   sizes: dict[str, int]) -> dict[str, object]:
-        """Keyword arguments of ``out``'s kernel: its Input arrays and the sizes they do not fix."""
+        """Keyword arguments of the kernel of ``out`` (a Func or a list of output Funcs): its
+        Input arrays and the sizes they do not fix."""
         pipeline = tl.Pipeline(out)
         fixed = {s.name for i in pipeline.inputs for s in i.shape if isinstance(s, tl.Size)}
         args: dict[str, object] = {i.name: arrays[i.name] for i in pipeline.inputs}
@@ -694,9 +701,10 @@ def _fdtd_2d() -> list[tl.Func]:
     hz_new = tl.where((ii < NX - 1) & (jj < NY - 1), g[2, I, J] - 0.7 * (
         g[1, I, J + 1] - g[1, I, J] + g[0, I + 1, J] - g[0, I, J]), g[2, I, J])
     g[f, I, J] = tl.where(f == 0, ey_new, tl.where(f == 1, ex_new, hz_new))
-    out = tl.Func("fdtd_2d", shape=(3, NX, NY))  # the three live-out arrays stacked: ey, ex, hz
-    out[c, i, j] = g[c, i + 1, j + 1]
-    return [out]
+    outs = [tl.Func(f"fdtd_2d_{n}", shape=(NX, NY)) for n in ("ey", "ex", "hz")]
+    for k, o in enumerate(outs):  # the three live-out arrays
+        o[i, j] = g[k, i + 1, j + 1]
+    return outs
 
 
 def _fdtd_2d_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
@@ -707,7 +715,7 @@ def _fdtd_2d_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]
         ex[:, 1:] = ex[:, 1:] - 0.5 * (hz[:, 1:] - hz[:, :-1])
         hz[:-1, :-1] = hz[:-1, :-1] - 0.7 * (ex[:-1, 1:] - ex[:-1, :-1] + ey[1:, :-1]
                                              - ey[:-1, :-1])
-    return [np.stack([ey, ex, hz])]
+    return [ey, ex, hz]
 
 
 KERNELS: dict[str, Kernel] = {k.name: k for k in [

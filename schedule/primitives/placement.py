@@ -1,16 +1,16 @@
-"""Placement primitives: compute_root, compute_inline, compute_at, store_at — where a Func is
-computed and stored, not how its loops run.
+"""Placement primitives: compute_root, compute_inline, compute_at, store_at, compute_with — where
+a Func is computed and stored, not how its loops run.
 
 Their argument checks run here (the consumer reads the Func, the loop is the consumer's); whether
 the placements of a whole schedule can be realized (every reader inside the compute loop,
 storage outside it, no buffer shared by a parallel loop) is one function,
-``schedule/placement.py``'s ``plan_placements``, which both ``tl.check`` and lowering call: their
-legality obligation is "placement".
+``schedule/placement.py``'s ``plan_placements`` (with ``fusion_error`` for compute_with), which
+both ``tl.check`` and lowering call: their legality obligation is "placement".
 
 A Func with update definitions is computed at root: its updates run in order over its whole
 domain, and recomputing it in pieces would cut the recurrences they carry.
 
-See also: Halide ``Func::compute_root/compute_inline/compute_at/store_at``; TVM
+See also: Halide ``Func::compute_root/compute_inline/compute_at/store_at/compute_with``; TVM
 ``compute_at/compute_inline`` (``src/s_tir/schedule/primitive/compute_at.cc``).
 """
 
@@ -23,6 +23,7 @@ from tensorlang.func import parse_stage_id
 
 from ..legality.check import recurrence_witness
 from ..loops import INLINE, ROOT, Location, StageState
+from ..placement import fused_loops_mismatch
 from ..trace import Step
 from .base import Param, Primitive
 from .registry import register
@@ -67,6 +68,20 @@ def refuse_update_host(sched, host: str, step: Step) -> None:
             "root", step)
 
 
+def refuse_fused(sched, st: StageState, step: Step) -> None:
+    """A stage in a compute_with fusion (fused or hosting) stays at root.
+
+    Raises:
+        ScheduleError: ``st`` is computed with another stage, or another is computed with it.
+    """
+    guests = [n for n, o in sched.states.items() if o.fused is not None and o.fused.func == st.func]
+    if st.fused is not None or guests:
+        other = st.fused.func if st.fused is not None else guests[0]
+        raise ScheduleError.in_schedule(
+            st.func, f"{st.func} shares its loops with {other} (compute_with); a fused stage "
+            f"is computed at root", step)
+
+
 def transitive_readers(sched, func: str) -> set[str]:
     """Every Func that reads ``func``, directly or through other Funcs."""
     out: set[str] = set()
@@ -103,9 +118,10 @@ class ComputeInline(Primitive):
 
     def check(self, sched, st: StageState, step: Step) -> None:
         refuse_func_with_updates(sched, st, step)
-        if sched.view.func(st.func) is sched.output:
+        refuse_fused(sched, st, step)
+        if sched.pipeline.is_output(st.func):
             raise ScheduleError.in_schedule(
-                st.func, f"{st.func} is the output; it cannot be inlined", step)
+                st.func, f"{st.func} is an output; it cannot be inlined", step)
         if st.rvars:
             raise ScheduleError.in_schedule(
                 st.func, f"{st.func} is a reduction; only pointwise Funcs can be inlined "
@@ -123,14 +139,15 @@ class _At(Primitive):
 
     def check(self, sched, st: StageState, step: Step) -> None:
         refuse_func_with_updates(sched, st, step)
+        refuse_fused(sched, st, step)
         consumer, loop = step.get("consumer"), step.get("loop")
         refuse_update_host(sched, consumer, step)
         if consumer not in sched.states:
             raise ScheduleError.in_schedule(
                 st.func, f"{consumer} is not a Func of this pipeline", step)
-        if sched.view.func(st.func) is sched.output:
+        if sched.pipeline.is_output(st.func):
             raise ScheduleError.in_schedule(
-                st.func, f"{st.func} is the output; it is always computed at root", step)
+                st.func, f"{st.func} is an output; it is always computed at root", step)
         sched.states[consumer].resolve(loop, str(step))
         if consumer not in transitive_readers(sched, st.func):
             raise ScheduleError.in_schedule(
@@ -161,3 +178,65 @@ class StoreAt(_At):
     def rewrite(self, sched, st: StageState, step: Step) -> Any:
         st.store = Location("at", step.get("consumer"), step.get("loop"))
         return None
+
+
+@register
+class ComputeWith(Primitive):
+    """``compute_with(host, loop)``: run this stage in ``host``'s loop nest, sharing its loops
+    from the outermost to ``loop`` (after the host's body in each iteration of ``loop``), its
+    own loops inside. Both stages are pure definitions computed at root, neither reads the other
+    (directly or through other Funcs), and the shared loops must be the same in both: the same
+    names (so the same Vars), splits, kinds and bounds (checked when lowering: the bounds depend
+    on the sizes). See also: Halide ``Func::compute_with`` (its ``LoopAlignStrategy`` is not
+    supported: the bounds must match)."""
+
+    name, family = "compute_with", "placement"
+    params = (Param("host", "func"), Param("loop", "loop"))
+    obligations = frozenset({"placement"})
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        host, loop = step.get("host"), step.get("loop")
+        if host not in sched.states:
+            raise ScheduleError.in_schedule(st.func, f"{host} is not a Func of this pipeline",
+                                            step)
+        hst = sched.states[host]
+        if host == st.func:
+            raise ScheduleError.in_schedule(st.func, "a stage cannot be computed with itself",
+                                            step)
+        for s_ in (st, hst):
+            if s_.update is not None:
+                raise ScheduleError.in_schedule(
+                    st.func, f"{s_.func} is an update stage; compute_with fuses pure "
+                    f"definitions only", step)
+            if s_.compute.kind != "root":
+                raise ScheduleError.in_schedule(
+                    st.func, f"{s_.func} is computed {s_.compute}; compute_with fuses stages "
+                    f"computed at root", step)
+        if st.fused is not None:
+            raise ScheduleError.in_schedule(
+                st.func, f"{st.func} is already computed with {st.fused.func}", step)
+        if hst.fused is not None:
+            raise ScheduleError.in_schedule(
+                st.func, f"{host} is itself computed with {hst.fused.func}; fuse {st.func} "
+                f"with {hst.fused.func} instead", step)
+        if any(o.fused is not None and o.fused.func == st.func for o in sched.states.values()):
+            raise ScheduleError.in_schedule(
+                st.func, f"other stages are computed with {st.func}; it cannot be fused into "
+                f"another stage too", step)
+        hst.resolve(loop, str(step))
+        for a, b in ((st.func, host), (host, st.func)):
+            if b in transitive_readers(sched, a):
+                raise ScheduleError.in_schedule(
+                    st.func, f"{b} reads {a} (directly or through other Funcs): fusing their "
+                    f"loops would read values not computed yet; compute_with fuses independent "
+                    f"stages only", step)
+        problem = fused_loops_mismatch(st, hst, loop)
+        if problem is not None:
+            raise ScheduleError.in_schedule(st.func, problem, step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        st.fused = Location("with", step.get("host"), step.get("loop"))
+        return None
+
+    def python_args(self, step: Step, schedule_name: str) -> list[str]:
+        return [f'{schedule_name}["{step.get("host")}"]', repr(step.get("loop"))]

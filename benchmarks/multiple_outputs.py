@@ -1,0 +1,126 @@
+"""Pipelines with several outputs: one kernel computing two outputs against two kernels, and
+``compute_with`` (the two stages sharing their outer loops) against separate loop nests, with
+NumPy measured in the same run.
+
+Run: python benchmarks/multiple_outputs.py [--size 4096] [--rounds 7]
+
+Two programs: a Sobel pair (``gx``, ``gy`` of one float32 image, clamped edges) and PolyBench's
+bicg (``s = A^T r``, ``q = A p``, float64, LARGE: N=2100, M=1900). Contenders: NumPy; the
+rule-based schedule of each output compiled as its own kernel (two calls); the rule-based
+schedule of the two-output pipeline (one call); and for the Sobel pair, that schedule with
+``gx`` computed with ``gy`` per row strip (``compute_with``: each strip of the image is read
+by both stencils while it is in cache). Every result is checked against NumPy first; times are
+interleaved (``autotune.timing.interleaved``), medians with the interquartile range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import tensorlang as tl  # noqa: E402
+from common import cpu_name  # noqa: E402
+from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
+from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
+from polybench.kernels import KERNELS  # noqa: E402
+
+
+def sobel():
+    H, W = tl.sizes("H W")
+    img = tl.Input("img", (H, W), tl.float32)
+    y, x = tl.vars("y x")
+    b = tl.clamp_edge(img)
+    gx, gy = tl.Func("gx", shape=(H, W)), tl.Func("gy", shape=(H, W))
+    gx[y, x] = b[y - 1, x + 1] + 2 * b[y, x + 1] + b[y + 1, x + 1] \
+        - b[y - 1, x - 1] - 2 * b[y, x - 1] - b[y + 1, x - 1]
+    gy[y, x] = b[y + 1, x - 1] + 2 * b[y + 1, x] + b[y + 1, x + 1] \
+        - b[y - 1, x - 1] - 2 * b[y - 1, x] - b[y - 1, x + 1]
+    return gx, gy
+
+
+def sobel_numpy(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    p = np.pad(a, 1, mode="edge")
+    h, w = a.shape
+
+    def c(dy: int, dx: int) -> np.ndarray:
+        return p[1 + dy:1 + dy + h, 1 + dx:1 + dx + w]
+
+    gx = c(-1, 1) + 2 * c(0, 1) + c(1, 1) - c(-1, -1) - 2 * c(0, -1) - c(1, -1)
+    gy = c(1, -1) + 2 * c(1, 0) + c(1, 1) - c(-1, -1) - 2 * c(-1, 0) - c(-1, 1)
+    return gx, gy
+
+
+def fused_rows(gx, gy, sizes: dict[str, int], strip: int = 8) -> tl.Schedule:
+    """Both stencils over strips of ``strip`` rows, in parallel, vectorized along x; gx computed
+    with gy per row of a strip."""
+    s = tl.Schedule([gx, gy])
+    lanes = 8
+    for f in (gx, gy):
+        yo, yi = s[f].split("y", strip)
+        s[f].parallel(yo).vectorize("x", lanes)
+    s[gx].compute_with(s[gy], "y.i")
+    return s
+
+
+def _contenders(outs, sizes, arrays, numpy_fn, extra=None):
+    singles = [tl.compile(o, heuristic_schedule(o, sizes)) for o in outs]
+    pair = tl.compile(list(outs), heuristic_schedule(list(outs), sizes))
+    calls = {"numpy": lambda: numpy_fn(arrays)}
+    kernels = {"two kernels": None, "one kernel": pair}
+    kernels.update(extra or {})
+    want = numpy_fn(arrays)
+    outs_single = [k(**arrays) for k in singles]
+    for got, w in zip(outs_single, want):
+        assert np.allclose(got, w, rtol=1e-4, atol=1e-4), "two kernels differ from NumPy"
+    calls["two kernels"] = lambda: [k(**arrays, out=o) for k, o in zip(singles, outs_single)]
+    for label, k in kernels.items():
+        if k is None:
+            continue
+        res = k(**arrays)
+        for got, w in zip(res, want):
+            assert np.allclose(got, w, rtol=1e-4, atol=1e-4), f"{label} differs from NumPy"
+        calls[label] = lambda k=k, res=res: k(**arrays, out=res)
+    return calls
+
+
+def _report(name: str, times: dict[str, list[float]]) -> None:
+    stats = {k: Stats.of(v) for k, v in times.items()}
+    base = stats["numpy"].median
+    for label, st in stats.items():
+        print(f"  {name:<8} {label:<22} {st.median * 1e3:9.3f} ms  IQR {st.iqr / st.median:5.1%}"
+              f"  NumPy/this {base / st.median:5.2f}x  (n={st.n})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", type=int, default=4096, help="Sobel image side")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args(argv)
+    warnings.simplefilter("ignore")
+    print(f"several outputs on {cpu_name()} ({os.cpu_count()} CPUs); {args.rounds} interleaved "
+          f"rounds of 3 runs, medians")
+    gx, gy = sobel()
+    n = args.size
+    sizes = {"H": n, "W": n}
+    img = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    fused = tl.compile([gx, gy], fused_rows(gx, gy, sizes))
+    calls = _contenders((gx, gy), sizes, {"img": img}, lambda a: sobel_numpy(a["img"]),
+                        {"compute_with rows": fused})
+    _report(f"sobel {n}", interleaved(calls, rounds=args.rounds, runs=3, settle=("numpy",)))
+    kern = KERNELS["bicg"]
+    sizes = kern.large
+    arrays = kern.inputs(sizes, np.random.default_rng(0))
+    outs = kern.build()
+    calls = _contenders(outs, sizes, arrays, lambda a: kern.numpy(a, sizes))
+    _report("bicg", interleaved(calls, rounds=args.rounds, runs=3, settle=("numpy",)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
