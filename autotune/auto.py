@@ -43,7 +43,8 @@ def compile_auto(output: Func | Sequence[Func], shapes: dict[str, int] | None = 
     """The kernel ``schedule="auto"`` gives for these sizes (see the module docstring).
 
     Args:
-        output: the output Func (or a list of output Funcs). shapes: the sizes by name, or arrays: example inputs by name.
+        output: the output Func (or a list of output Funcs). shapes: the sizes by name, or
+            arrays: example inputs by name.
         cache: a ``KernelCache`` (default: the one at ``TENSORLANG_CACHE``).
         backend: the backend that compiles and loads the kernel (default: the LLVM CPU one).
 

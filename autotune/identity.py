@@ -37,7 +37,8 @@ class WorkloadId:
     dtypes: dict[str, str]
 
     @classmethod
-    def of(cls, output: Func | Sequence[Func], sizes: dict[str, int], name: str | None = None) -> WorkloadId:
+    def of(cls, output: Func | Sequence[Func], sizes: dict[str, int],
+           name: str | None = None) -> WorkloadId:
         """The workload of ``output`` at ``sizes``.
 
         Raises:

@@ -1,7 +1,8 @@
 """PolyBench/C 4.2 kernels in tensorlang, each with a NumPy reference written from the C source.
 
 Every kernel is a ``Kernel``: its outputs (one Func each; a C kernel with several live-out arrays
-has several, compiled as one pipeline with several outputs: ``Kernel.handle``), its sizes (PolyBench's SMALL and LARGE datasets), its inputs, and a NumPy function
+has several, compiled as one pipeline with several outputs: ``Kernel.handle``), its sizes
+(PolyBench's SMALL and LARGE datasets), its inputs, and a NumPy function
 computing the same live-out arrays. Data are float64 (PolyBench's default ``DATA_TYPE``);
 ``alpha``/``beta`` are the constants of PolyBench's ``init_array``. Where the C code fills one
 triangle of a symmetric result and mirrors it (covariance, correlation), the algorithm computes
