@@ -44,6 +44,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a big reduction with fewer pure points than threads (a total, a few long rows) is split into
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);
+- root stages that read a common array and run the same outermost parallel loop share it
+  (``compute_with``, ``_fuse_siblings``): a row of the shared array is read by each while in
+  cache (two row reductions of one matrix);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized and its outermost loop that
   runs at least ``MIN_PARALLEL_POINTS`` points per parallel region runs in parallel, each only
@@ -61,7 +64,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.backends.llvm.target import host_target
@@ -188,6 +191,34 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
         for u in f.updates:
             s = _schedule_update(s, output, f, u.number, extents, lanes(f, target), nested,
                                  lower_each)
+    return _fuse_siblings(s, p, output)
+
+
+def _fuse_siblings(s: Schedule, p: Pipeline, output: Any) -> Schedule:
+    """Root reductions that read a common array at the same indices (a row sum and a row max
+    of one matrix) and whose outermost loop is the same parallel loop are computed with the
+    first of them at that loop (``compute_with``): each row of the shared array is read by all of
+    them while it is in cache, instead of once per stage from memory. Kept where the fusion is
+    proven and lowers (the stages' bounds along the loop must agree). Pointwise stages are left
+    apart: fusing a Sobel pair or PolyBench fdtd-2d's output copies measured no gain (their
+    stores dominate) or a loss (``docs/language.md``)."""
+    roots = [f for f in p.funcs if s.states[f.name].compute.kind == "root" and not f.updates
+             and s.states[f.name].loops and s.view.definition(f.name).rvars]
+    hosts: list[Func] = []
+    for f in roots:
+        st = s.states[f.name]
+        if st.kinds[st.loops[0]] is not ForKind.PARALLEL or st.is_reduction_loop(st.loops[0]):
+            continue
+        reads = _accesses(s, f.name)
+        for h in hosts:
+            if st.loops[0] != s.states[h.name].loops[0] or not reads & _accesses(s, h.name):
+                continue
+            t = _try(s, lambda t, f=f, h=h: t[f].compute_with(t[h], st.loops[0]))
+            if t is not None and _lowers(output, t):
+                s = t
+                break
+        else:
+            hosts.append(f)
     return s
 
 
@@ -323,6 +354,12 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
         if len(rows) > 1:
             return None  # a stencil along the loop's Var: each iteration needs several rows
     return loop
+
+
+def _accesses(s: Schedule, name: str) -> set[tuple[str, tuple]]:
+    """The reads of Func ``name``'s definition: (array, index expressions) of each."""
+    return {(a.name, tuple(i.key for i in a.indices))
+            for a in walk(s.view.definition(name).value) if isinstance(a, Access)}
 
 
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:

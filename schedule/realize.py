@@ -206,7 +206,7 @@ class _Realizer:
             reg[r.name] = d.range_of(r.name)
         if guarded_only:  # a partition's remainder: the fast version could never run
             return self._emit(f, build_stage_nest(st, reg, scope, False, d.predicate), reg, scope,
-                              scope_ranges)
+                              scope_ranges, fast=False)
         # full tiles: a region extent that is a constant except at the domain's edge
         fast_reg = dict(reg)
         conds: list[Expr] = []
@@ -218,13 +218,15 @@ class _Realizer:
                 conds.append(Cmp("eq", ext, sconst(c)))
         nest = build_stage_nest(st, fast_reg, scope, True, d.predicate)
         versions = conds + nest.versions
+        for g in self.guests.get(f.name, ()):  # the fused nest is fast where each stage's is
+            versions += self._guest_nest(g, reg, True)[1].versions
         if not versions:
-            return self._emit(f, nest, reg, scope, scope_ranges)
+            return self._emit(f, nest, reg, scope, scope_ranges, fast=True)
         # loop versioning, per stage instance: the fast nest (no tails, ShiftInwards bases, full
         # tiles) runs when its conditions hold for this region, else the always-valid guarded one
-        fast = self._emit(f, nest, fast_reg, scope, scope_ranges)
+        fast = self._emit(f, nest, fast_reg, scope, scope_ranges, fast=True)
         safe = self._emit(f, build_stage_nest(st, reg, scope, False, d.predicate), reg, scope,
-                          scope_ranges)
+                          scope_ranges, fast=False)
         return IfThenElse(conjunction(versions), fast, safe)
 
     def _reads(self, reader: Func, producer: Func) -> bool:
@@ -281,9 +283,11 @@ class _Realizer:
                                                  emit(safe)))
 
     def _emit(self, f: Func, nest, reg, scope: set[str],
-              scope_ranges: dict[str, tuple[Expr, Expr]] | None, shared: int = 0) -> Stmt:
-        """The stage's statement over ``nest``; ``shared``: emit only its loops from that
-        position inward (a compute_with stage: the outer ones are its host's)."""
+              scope_ranges: dict[str, tuple[Expr, Expr]] | None, shared: int = 0,
+              fast: bool = False) -> Stmt:
+        """The stage's statement over ``nest`` (``fast``: its fast version, so the stages
+        computed with it take theirs); ``shared``: emit only its loops from that position inward
+        (a compute_with stage: the outer ones are its host's)."""
         d = self.p.definition(f.name)
         assert f.dtype is not None
         value = substitute(self.values[f.name], nest.values)
@@ -400,7 +404,7 @@ class _Realizer:
             return body
 
         def after(lf: Leaf) -> list[Stmt]:
-            return [self._guest(g, nest, lf) for g in self.guests.get(f.name, ())
+            return [self._guest(g, nest, lf, reg, fast) for g in self.guests.get(f.name, ())
                     if self.states[g.name].fused.loop == lf.name]  # type: ignore[union-attr]
 
         if shared:
@@ -412,16 +416,31 @@ class _Realizer:
         return ProducerConsumer(f.name, emit_nest(nest, update, init, before, wrap,
                                                   after=after))
 
-    def _guest(self, g: Func, host_nest, lf: Leaf) -> Stmt:
+    def _guest_nest(self, g: Func, host_reg: dict[str, tuple[Expr, Expr]], fast: bool):
+        """Region and nest of stage ``g``, computed with a host over ``host_reg``: its domain,
+        narrowed to the host's region along each Var of the same name and the same bounds (the
+        piece of a partitioned host); ``fast``: the fast version (``build_stage_nest``)."""
+        d = self.p.definition(g.name)
+        host_bounds = dict(zip([a.name for a in self.p.definition(
+            self.states[g.name].fused.func).args],  # type: ignore[union-attr]
+            self.p.func(self.states[g.name].fused.func).bounds))  # type: ignore[union-attr]
+        reg = {}
+        for a, (lo, ext) in zip(d.args, g.bounds):
+            hb = host_bounds.get(a.name)
+            same = hb is not None and hb[0].key == lo.key and hb[1].key == ext.key
+            reg[a.name] = host_reg[a.name] if same else (lo, ext)
+        for r in d.rvars:
+            reg[r.name] = d.range_of(r.name)
+        return reg, build_stage_nest(self.states[g.name], reg, set(), fast, d.predicate)
+
+    def _guest(self, g: Func, host_nest, lf: Leaf, host_reg, fast: bool) -> Stmt:
         """Stage ``g`` (computed with the host of ``host_nest``) inside the host's loop ``lf``:
-        its nest over its whole domain, the loops down to ``lf`` being the host's, which must
-        match them (bounds, guards) for these sizes' expressions.
+        its nest in the host's version (fast or guarded), the loops down to ``lf`` being the
+        host's, which must match them (bounds, guards) for these sizes' expressions.
 
         Raises:
             ScheduleError: a shared loop's bounds differ between the two stages."""
-        d = self.p.definition(g.name)
-        reg = {a.name: b for a, b in zip(d.args, g.bounds)}
-        nest = build_stage_nest(self.states[g.name], reg, set(), False, d.predicate)
+        reg, nest = self._guest_nest(g, host_reg, fast)
         k = host_nest.position(lf.name) + 1
         for mine, theirs in zip(nest.leaves[:k], host_nest.leaves[:k]):
             same = (mine.min.key == theirs.min.key and mine.extent.key == theirs.extent.key
@@ -433,7 +452,7 @@ class _Realizer:
                     f"but [{theirs.min}, {theirs.min} + {theirs.extent}) in {host_nest.func} "
                     f"(with its tail guards); fused loops need the same bounds (the two Funcs' "
                     f"domains must agree along them)")
-        return self._emit(g, nest, reg, set(), None, shared=k)
+        return self._emit(g, nest, reg, set(), None, shared=k, fast=fast)
 
     def produce_partitioned(self, f: Func, region: tuple[tuple[Expr, Expr], ...],
                             depth: int = 2, remainder: bool = False) -> Stmt:
@@ -451,9 +470,16 @@ class _Realizer:
         args = [a.name for a in self.p.definition(f.name).args]
         if remainder or any(key[0] == f.name for key in (*self.computed_at, *self.stored_at)):
             depth = 0  # (producers inside its loops: their regions would lose constant extents)
+        # a compute_with host is partitioned only along Vars its guests share, with the same
+        # bounds (each piece then computes the same piece of every guest)
+        shared_vars = set(args)
+        for g in self.guests.get(f.name, ()):
+            gb = {a.name: b for a, b in zip(self.p.definition(g.name).args, g.bounds)}
+            shared_vars &= {a for a, (lo, ext) in zip(args, f.bounds)
+                            if a in gb and gb[a][0].key == lo.key and gb[a][1].key == ext.key}
         for rel in st.relations if depth > 0 else ():
             if not (isinstance(rel, Split) and rel.tail is TailStrategy.GuardWithIf
-                    and rel.parent in args):
+                    and rel.parent in shared_vars):
                 continue
             k = args.index(rel.parent)
             lo, ext = region[k]
@@ -476,10 +502,7 @@ class _Realizer:
         stages: list[Stmt] = []
         roots = [f for f in self.live if self.states[f.name].compute.kind == "root"]
         for f in self._root_order(roots):
-            if f.name in self.guests:  # its nest holds the guests': one version, unpartitioned
-                stages.append(self.produce(f, tuple(f.bounds), set(), guarded_only=True))
-            else:
-                stages.append(self.produce_partitioned(f, tuple(f.bounds)))
+            stages.append(self.produce_partitioned(f, tuple(f.bounds)))
             for g in [f, *self.guests.get(f.name, ())]:
                 for u in g.updates:
                     stages.append(self.produce_update(g, u))
