@@ -564,31 +564,49 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     st.parallel(ioo.name if par == "blocks" else par)
 
 
-def _rfactor_stage(s: Schedule, f: Func, extents: BoundExtents) -> bool:
-    """A big reduction with fewer pure points than threads (a total, a few long rows) runs
-    serially otherwise: split its outermost reduction loop into ``RFACTOR_CHUNKS_PER_THREAD``
-    chunks per thread and rfactor the chunk loop, which ``<f>_rf`` runs in parallel (each chunk a
-    serial, LLVM-vectorized partial reduction); ``f`` adds the partials up. Returns whether it
-    applied (Suriana, Adams and Kamil, CGO 2017; TVM's rfactor + parallel of a reduction)."""
+def rfactor_possible(f: Func, extents: BoundExtents) -> bool:
+    """Whether ``rfactor_chunks`` applies to ``f``: a pure definition's reduction without an
+    ``RDom.where``, on a machine with threads, whose outermost reduction loop has at least two
+    chunks per ``RFACTOR_CHUNKS_PER_THREAD`` x threads."""
     d = f.definition
     assert d is not None
     threads = max(1, num_threads())
     if not d.rvars or d.predicate or f.updates or threads < 2:
         return False
+    return extents.extent(f.name, d.rvars[0].name) >= 2 * RFACTOR_CHUNKS_PER_THREAD * threads
+
+
+def rfactor_chunks(s: Schedule, f: Func, extents: BoundExtents) -> None:
+    """Split ``f``'s outermost reduction loop into ``RFACTOR_CHUNKS_PER_THREAD`` chunks per
+    thread and rfactor the chunk loop, which ``<f>_rf`` runs in parallel (each chunk a serial,
+    LLVM-vectorized partial reduction); ``f`` adds the partials up (Suriana, Adams and Kamil,
+    CGO 2017; TVM's rfactor + parallel of a reduction). Needs ``rfactor_possible``."""
+    d = f.definition
+    assert d is not None
+    ext = extents.extent(f.name, d.rvars[0].name)
+    chunks = RFACTOR_CHUNKS_PER_THREAD * max(1, num_threads())
+    outer, _ = s[f].split(d.rvars[0].name, -(-ext // chunks))
+    rf = s.rfactor(f, outer)
+    rf.parallel(rf.loops[len(d.args)])  # its new pure dimension: the chunk
+
+
+def _rfactor_stage(s: Schedule, f: Func, extents: BoundExtents) -> bool:
+    """A big reduction with fewer pure points than threads (a total, a few long rows) runs
+    serially otherwise: ``rfactor_chunks``. Returns whether it applied."""
+    d = f.definition
+    assert d is not None
+    if not rfactor_possible(f, extents):
+        return False
+    threads = max(1, num_threads())
     pure = 1
     for a in d.args:
         pure *= max(1, extents.extent(f.name, a.name))
-    r = d.rvars[0].name  # the outermost reduction loop
-    ext = extents.extent(f.name, r)
     work = pure
     for v in d.rvars:
         work *= max(1, extents.extent(f.name, v.name))
-    chunks = RFACTOR_CHUNKS_PER_THREAD * threads
-    if pure >= threads or work < MIN_PARALLEL_POINTS * threads or ext < 2 * chunks:
+    if pure >= threads or work < MIN_PARALLEL_POINTS * threads:
         return False
-    outer, _ = s[f].split(r, -(-ext // chunks))
-    rf = s.rfactor(f, outer)
-    rf.parallel(rf.loops[len(d.args)])  # its new pure dimension: the chunk
+    rfactor_chunks(s, f, extents)
     return True
 
 

@@ -40,6 +40,10 @@ Func computed at root or at a consumer loop):
   emits as native vectors and a narrower tail (16 + 16 + 16 + 8): no lane is wasted.
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
 - ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
+- ``<F>.rfactor``, first, for a root reduction whose outermost reduction loop is long enough
+  (``heuristic.rfactor_possible``): chunks of that loop made a parallel pure dimension of
+  ``<F>_rf`` (``heuristic.rfactor_chunks``, the rule-based schedule's form), instead of the
+  decisions above; or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
   (computed at the k-th loop, outermost first, of its single consumer — or of the output when
   every reader is the output or computed inside it, as softmax's ``exp``, or when every reader is
@@ -79,6 +83,8 @@ from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
 from .heuristic import (
+    rfactor_chunks,
+    rfactor_possible,
     accumulator_rows,
     accumulators,
     lanes,
@@ -204,6 +210,10 @@ class SearchSpace:
     def _loops(self, trial: Trial, s: Schedule, f: Func) -> None:
         d = f.definition
         assert d is not None
+        if s.states[f.name].compute.kind == "root" and rfactor_possible(f, self.extents) \
+                and trial.suggest_categorical(f"{f.name}.rfactor", [False, True]):
+            rfactor_chunks(s, f, self.extents)
+            return
         stage = s[f]
         args = [v.name for v in d.args]
         rvars = [r.name for r in d.rvars]
@@ -461,6 +471,9 @@ class _Oracle:
         st = states[func]
         splits = {r.parent: r for r in st.relations if isinstance(r, Split)}
         kinds = st.kinds
+        if rest == "rfactor":
+            done = f"{func}_rf" in states
+            return [done, not done]
         if rest in ("where", "where_root_or_inline"):
             loc = st.compute
             if loc.kind != "at":

@@ -118,3 +118,30 @@ def test_rule_based_schedule_rfactors_a_big_total(rng, monkeypatch):
     for n in (1, 17, 100_003):
         x = rng.random(n)
         np.testing.assert_allclose(kern(x), x.sum(), rtol=1e-10)
+
+
+def test_the_search_space_draws_rfactor_and_places_the_rule_based_one(rng, monkeypatch):
+    import optuna
+
+    from tensorlang.autotuner import heuristic, space as space_mod
+
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    r = tl.RDom((0, N))
+    S = tl.Func("S")
+    S[()] = tl.sum(X[r])
+    sizes = {"N": 1 << 22}
+    sp = space_mod.SearchSpace(S, sizes)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    drawn = []
+    for on in (False, True):
+        study.enqueue_trial({"S.rfactor": on})
+        drawn.append(sp.sample(study.ask()).to_python())
+    assert "rfactor" not in drawn[0] and "rfactor('S', 'r_x.o')" in drawn[1]
+    hs = heuristic.heuristic_schedule(S, sizes)
+    point = sp.point(hs)
+    assert point is not None and point[0]["S.rfactor"] is True
+    again = sp.sample(optuna.trial.FixedTrial(point[0]))
+    x = rng.random(100_003)
+    np.testing.assert_allclose(tl.compile(S, again)(x), x.sum(), rtol=1e-10)
