@@ -109,6 +109,29 @@ class Kernel:
             sizes: dict[str, int] = {}
         else:
             arrays, sizes = collect_arrays(self.pipeline, args, kwargs)
+        if self._single:  # the common case, kept to the few operations it needs
+            key = (tuple(a.shape for a in arrays.values()), tuple(sizes.items()),
+                   None if out is None else (getattr(out, "shape", None),))
+            plan = self._cache.get(key)
+            if plan is None:
+                plan = self._plan(arrays, sizes, None if out is None else (out,))
+                self._cache[key] = plan
+            (shape,), size_args = plan
+            target = out
+            if out is None:
+                target = np.empty(shape, dtype=self._out_dtypes[0])
+            else:
+                self._check_out(0, out, shape)
+                if any(np.may_share_memory(out, a) for a in arrays.values()):
+                    target = np.empty(shape, dtype=self._out_dtypes[0])
+            rc = self._fn(*[_address(a) for a in arrays.values()], _address(target), *size_args)
+            if rc != 0:
+                raise MemoryError(f"kernel {self.name}: an internal buffer could not be "
+                                  f"allocated")
+            if out is not None and target is not out:
+                np.copyto(out, target)
+                return out
+            return target
         outs = self._outs(out)
         key = (tuple(a.shape for a in arrays.values()), tuple(sizes.items()),
                None if outs is None else tuple(getattr(o, "shape", None) for o in outs))
