@@ -44,9 +44,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a big reduction with fewer pure points than threads (a total, a few long rows) is split into
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);
-- root stages that read a common array and run the same outermost parallel loop share it
-  (``compute_with``, ``_fuse_siblings``): a row of the shared array is read by each while in
-  cache (two row reductions of one matrix);
+- root reductions that read one array at the same indices and run the same outermost parallel
+  loop share it (``compute_with``, ``_fuse_siblings``): a row of the shared array is read by each
+  while in cache (a row sum and a row max of one matrix);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized and its outermost loop that
   runs at least ``MIN_PARALLEL_POINTS`` points per parallel region runs in parallel, each only

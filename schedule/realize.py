@@ -421,17 +421,19 @@ class _Realizer:
         narrowed to the host's region along each Var of the same name and the same bounds (the
         piece of a partitioned host); ``fast``: the fast version (``build_stage_nest``)."""
         d = self.p.definition(g.name)
-        host_bounds = dict(zip([a.name for a in self.p.definition(
-            self.states[g.name].fused.func).args],  # type: ignore[union-attr]
-            self.p.func(self.states[g.name].fused.func).bounds))  # type: ignore[union-attr]
-        reg = {}
-        for a, (lo, ext) in zip(d.args, g.bounds):
-            hb = host_bounds.get(a.name)
-            same = hb is not None and hb[0].key == lo.key and hb[1].key == ext.key
-            reg[a.name] = host_reg[a.name] if same else (lo, ext)
+        host = self.p.func(self.states[g.name].fused.func)  # type: ignore[union-attr]
+        same = self._same_bound_vars(host, g)
+        reg = {a.name: host_reg[a.name] if a.name in same else b
+               for a, b in zip(d.args, g.bounds)}
         for r in d.rvars:
             reg[r.name] = d.range_of(r.name)
         return reg, build_stage_nest(self.states[g.name], reg, set(), fast, d.predicate)
+
+    def _same_bound_vars(self, f: Func, g: Func) -> set[str]:
+        """The pure Vars ``f`` and ``g`` both have, with the same domain bounds."""
+        gb = {a.name: b for a, b in zip(self.p.definition(g.name).args, g.bounds)}
+        return {a.name for a, (lo, ext) in zip(self.p.definition(f.name).args, f.bounds)
+                if a.name in gb and gb[a.name][0].key == lo.key and gb[a.name][1].key == ext.key}
 
     def _guest(self, g: Func, host_nest, lf: Leaf, host_reg, fast: bool) -> Stmt:
         """Stage ``g`` (computed with the host of ``host_nest``) inside the host's loop ``lf``:
@@ -474,9 +476,7 @@ class _Realizer:
         # bounds (each piece then computes the same piece of every guest)
         shared_vars = set(args)
         for g in self.guests.get(f.name, ()):
-            gb = {a.name: b for a, b in zip(self.p.definition(g.name).args, g.bounds)}
-            shared_vars &= {a for a, (lo, ext) in zip(args, f.bounds)
-                            if a in gb and gb[a][0].key == lo.key and gb[a][1].key == ext.key}
+            shared_vars &= self._same_bound_vars(f, g)
         for rel in st.relations if depth > 0 else ():
             if not (isinstance(rel, Split) and rel.tail is TailStrategy.GuardWithIf
                     and rel.parent in shared_vars):
@@ -512,7 +512,6 @@ class _Realizer:
                 self.buffers[f.name] = self.domains[f.name]
                 stmt = Allocate(self.domains[f.name], stmt)
         return stmt
-
 
     def _root_order(self, roots: list[Func]) -> list[Func]:
         """The root stages in pipeline order, a compute_with host moved after every producer of
