@@ -62,6 +62,7 @@ check proves and lowering accepts.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -224,6 +225,10 @@ def _fuse_siblings(s: Schedule, p: Pipeline, output: Any) -> Schedule:
 
 def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,
                      lanes: int, nested: bool, lower_each: bool) -> Schedule:
+    if not nested:
+        t = _try(s, lambda t: _rfactor_update_stage(t, f, number, extents))
+        if t is not None and (not lower_each or _lowers(output, t)):
+            return t
     t = _try(s, lambda t: _scan_stage(t, f, number, extents, lanes, nested))
     if t is not None and (not lower_each or _lowers(output, t)):
         return t
@@ -265,7 +270,6 @@ def inline_recompute(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -
     """How many times each point of ``f`` would be computed if ``f`` were inlined: its reads
     along the chain of inlined readers up to the Func that hosts the expression, times that
     Func's points (pure and reduction), over ``f``'s points; ``inf`` without a single reader."""
-    import math
 
     def points(g: Func) -> int:
         ranges = extents.binding.ranges[g.name]
@@ -588,6 +592,43 @@ def rfactor_chunks(s: Schedule, f: Func, extents: BoundExtents) -> None:
     outer, _ = s[f].split(d.rvars[0].name, -(-ext // chunks))
     rf = s.rfactor(f, outer)
     rf.parallel(rf.loops[len(d.args)])  # its new pure dimension: the chunk
+
+
+def _rfactor_update_stage(s: Schedule, f: Func, number: int, extents: BoundExtents) -> None:
+    """An update with fewer pure points than threads and a big RDom (a histogram of a whole
+    image: no pure loop at all) runs serially otherwise: ``rfactor_update_chunks``.
+
+    Raises:
+        ScheduleError: the rule does not apply, or rfactor refuses the update (not of the form
+            ``F[idx] = F[idx] op value``)."""
+    name = f"{f.name}.update({number})"
+    st = s.states[name]
+    threads = max(1, num_threads())
+    pure = math.prod(max(1, extents.extent(name, p)) for p in st.pure)
+    work = pure * math.prod(max(1, extents.extent(name, r)) for r in st.rvars)
+    outer = next((n for n in st.loops if st.is_reduction_loop(n)), None)
+    chunks = RFACTOR_CHUNKS_PER_THREAD * threads
+    if threads < 2 or outer is None or pure >= threads or \
+            work < MIN_PARALLEL_POINTS * threads or extents.extent(name, outer) < 2 * chunks:
+        raise ScheduleError(f"{name}: no rfactor (enough pure points, or too little work)")
+    rfactor_update_chunks(s, f, number, extents)
+
+
+def rfactor_update_chunks(s: Schedule, f: Func, number: int, extents: BoundExtents) -> None:
+    """Split update ``number`` of ``f``'s outermost RDom loop into ``RFACTOR_CHUNKS_PER_THREAD``
+    chunks per thread and rfactor the chunk loop: ``<f>_rf``'s update runs one part of ``f``
+    per chunk, in parallel (a histogram per block of rows), and ``f``'s update adds them up.
+
+    Raises:
+        ScheduleError: rfactor refuses the update (``Schedule.rfactor``)."""
+    name = f"{f.name}.update({number})"
+    st = s.states[name]
+    outer = next(n for n in st.loops if st.is_reduction_loop(n))
+    ext = extents.extent(name, outer)
+    chunks = RFACTOR_CHUNKS_PER_THREAD * max(1, num_threads())
+    o, _ = s[f].update(number).split(outer, -(-ext // chunks))
+    rf = s.rfactor(s[f].update(number), o)
+    rf.parallel(rf.loops[0])  # its new pure dimension: the chunk
 
 
 def _rfactor_stage(s: Schedule, f: Func, extents: BoundExtents) -> bool:

@@ -49,8 +49,11 @@ Func computed at root or at a consumer loop):
   every reader is the output or computed inside it, as softmax's ``exp``, or when every reader is
   computed at the output's outermost loop, as ``max`` read by ``exp`` in the output's row;
   clamped to that Func's loops).
-- Update definitions keep their order; ``<F>.update<i>.parallel`` runs their outermost pure loop in
-  parallel when they have one.
+- Update definitions keep their order; ``<F>.update<i>.rfactor``, for a reassociable update
+  (``F[idx] = F[idx] op value``: a histogram) whose outermost RDom loop is long enough: chunks
+  of that loop become parts of ``<F>_rf`` updated in parallel (``heuristic.rfactor_update_chunks``,
+  the rule-based schedule's form), or not; ``<F>.update<i>.parallel`` runs their outermost pure
+  loop in parallel when they have one.
 
 Not decisions: ``cache_write`` — the lowering's ``promote_accumulators`` already keeps every
 register tile (unrolled and vectorized loops inside a reduction) in a local buffer where that is
@@ -79,12 +82,15 @@ from tensorlang.func import Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.loops import Fuse, Location, Split
+from tensorlang.schedule.primitives.staging import associative_update
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
 from .heuristic import (
+    RFACTOR_CHUNKS_PER_THREAD,
     rfactor_chunks,
     rfactor_possible,
+    rfactor_update_chunks,
     accumulator_rows,
     accumulators,
     lanes,
@@ -163,11 +169,25 @@ class SearchSpace:
                     continue
             self._loops(trial, s, f)
             for u in f.updates:
+                if self._update_rfactor_possible(s, f, u) and trial.suggest_categorical(
+                        f"{f.name}.update{u.number}.rfactor", [False, True]):
+                    rfactor_update_chunks(s, f, u.number, self.extents)
                 st = s[f].update(u.number)
                 if u.pure and trial.suggest_categorical(f"{f.name}.update{u.number}.parallel",
                                                         [False, True]):
                     st.parallel(u.pure[0])
         return s
+
+    def _update_rfactor_possible(self, s: Schedule, f: Func, u: Any) -> bool:
+        """Whether ``rfactor_update_chunks`` applies to update ``u`` of ``f``: a reassociable
+        update (``F[idx] = F[idx] op value``) without ``RDom.where``, on a machine with threads,
+        whose outermost RDom loop has at least two chunks per thread's share."""
+        if u.predicate or num_threads() < 2 or associative_update(f, u) is None:
+            return False
+        st = s.states[f"{f.name}.update({u.number})"]
+        outer = next((n for n in st.loops if st.is_reduction_loop(n)), None)
+        return outer is not None and self.extent(f"{f.name}.update({u.number})", outer) >= \
+            2 * RFACTOR_CHUNKS_PER_THREAD * num_threads()
 
     def _place(self, trial: Trial, s: Schedule, f: Func) -> str:
         readers = s.view.readers(f.name)
@@ -462,6 +482,9 @@ class _Oracle:
     def _guess(self, name: str, choices: list) -> list:
         func, _, rest = name.partition(".")
         states = self.target.states
+        if rest.startswith("update") and rest.endswith(".rfactor"):
+            done = any(n.startswith(f"{func}_rf") and n.endswith(".update(0)") for n in states)
+            return [done, not done]
         if rest.startswith("update") and rest.endswith(".parallel"):
             up = states.get(f"{func}.update({rest[6:-9]})")
             par = up is not None and ForKind.PARALLEL in up.kinds.values()

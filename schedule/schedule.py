@@ -271,7 +271,7 @@ class Schedule:
         return Stage(self, new)
 
 
-    def rfactor(self, f: Func | str, loop: LoopLike) -> Stage:
+    def rfactor(self, f: Func | str | Stage, loop: LoopLike) -> Stage:
         """Factor ``f``'s reduction over ``loop`` out into a new stage ``<f>_rf`` (returned) in
         which ``loop`` is a pure dimension, so it may run in parallel or as vector lanes; ``f``
         then reduces ``<f>_rf`` over that dimension. For ``C[i] = sum_k A[i, k]`` split by 8::
@@ -284,17 +284,31 @@ class Schedule:
         order, Halide's meaning). Reassociates the reduction (the reduction policy of
         ``docs/architecture.md``): float sums change by rounding.
 
+        An update definition ``F[idx] = F[idx] op value`` (op one of + * max min, ``value`` not
+        reading F; ``idx`` may be data-dependent: a histogram) is factored the same way when
+        ``f`` is its stage (``s[F].update(0)``): ``F_rf`` gets ``loop`` as its first dimension
+        (each part a contiguous copy of F), then F's domain, starts at op's identity and runs
+        the update over the rest of the RDom into its own part; F's update becomes
+        ``F[v] = F[v] op F_rf[r, v]``. The stage
+        returned is then ``F_rf``'s update, where the work is (Halide's
+        ``f.update(0).rfactor``)::
+
+            ro, ri = s[H].update(0).split(r.y, 64); rf = s.rfactor(s[H].update(0), ro)
+            rf.parallel(rf.loops[0])       # one partial histogram per chunk of 64 rows
+
         Args:
-            loop: an RVar of ``f``'s (pure) definition, or the inner or outer loop of its one
-                split; ``f``'s other reduction loops must be unscheduled.
+            f: the Func (its pure definition), or the Stage of one of its update definitions.
+            loop: an RVar of that definition, or the inner or outer loop of its one split; its
+                other reduction loops must be unscheduled.
 
         Raises:
-            ScheduleError: ``loop`` is not a reduction loop of ``f``, ``f`` has update
-                definitions, or its reduction loops were scheduled otherwise.
+            ScheduleError: ``loop`` is not a reduction loop of ``f``, ``f`` (a pure definition)
+                has update definitions, an update is not of the form above or has an
+                ``RDom.where``, or its reduction loops were scheduled otherwise.
         See also: Suriana, Adams and Kamil, "Parallel Associative Reductions in Halide" (CGO
         2017); TVM ``te.Schedule.rfactor``.
         """
-        name = f if isinstance(f, str) else f.name
+        name = f if isinstance(f, str) else f.func if isinstance(f, Stage) else f.name
         new = self.apply(Step("rfactor", name, (("loop", _name(loop, name, "rfactor")),)))
         return Stage(self, new)
 

@@ -3,11 +3,12 @@ and ``cache_write`` add, with the affected reads redirected. The user's Funcs ar
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from tensorlang.errors import ScheduleError
 from tensorlang.expr import Access, Expr, map_children, walk
-from tensorlang.func import Definition, Func, Input
+from tensorlang.func import Definition, Func, Input, Update
 from tensorlang.pipeline import Pipeline
 
 
@@ -98,4 +99,15 @@ class AlgorithmView:
 
     def replace_definition(self, name: str, d: Definition) -> None:
         self.defs[name] = d
+        self._reads.clear()
+
+    def replace_update(self, name: str, update: Update) -> None:
+        """Make ``update`` the view's update definition number ``update.number`` of Func
+        ``name``: the view then holds a copy of the Func with that update (the user's Func and
+        other views keep theirs)."""
+        k = self.funcs.index(self.func(name))
+        f = copy.copy(self.funcs[k])
+        f.updates = list(f.updates)
+        f.updates[update.number] = update
+        self.funcs[k] = f
         self._reads.clear()

@@ -145,3 +145,126 @@ def test_the_search_space_draws_rfactor_and_places_the_rule_based_one(rng, monke
     again = sp.sample(optuna.trial.FixedTrial(point[0]))
     x = rng.random(100_003)
     np.testing.assert_allclose(tl.compile(S, again)(x), x.sum(), rtol=1e-10)
+
+
+def histogram(dtype=tl.uint8):
+    H, W = tl.sizes("H W")
+    image = tl.Input("image", (H, W), dtype)
+    (b,) = tl.vars("b")
+    hist = tl.Func("hist", shape=(256,), dtype=tl.int32)
+    hist[b] = 0
+    r = tl.RDom((0, W), (0, H))
+    v = tl.cast(tl.int32, image[r.y, r.x])
+    hist[v] = hist[v] + 1
+    return hist, r
+
+
+@pytest.mark.parametrize("factor", [1, 3, 8])
+@pytest.mark.parametrize("h,w", [(1, 1), (13, 7), (37, 29)])
+def test_rfactor_of_a_histogram_scatter_runs_its_parts_in_parallel(factor, h, w, rng):
+    hist, r = histogram()
+    s = tl.Schedule(hist)
+    ro, ri = s[hist].update(0).split(r.y, factor)
+    rf = s.rfactor(s[hist].update(0), ro)
+    assert str(rf.func) == "hist_rf.update(0)"
+    rf.parallel(rf.loops[0])  # one partial histogram per chunk of rows
+    assert s.check().ok
+    kern = tl.compile(hist, s)
+    img = rng.integers(0, 256, (h, w), dtype=np.uint8)
+    np.testing.assert_array_equal(kern(img), np.bincount(img.ravel(), minlength=256))
+    # the trace replays (the step names the update stage)
+    again = tl.Schedule.from_json(hist, s.to_json())
+    np.testing.assert_array_equal(tl.compile(hist, again)(img), kern(img))
+
+
+def test_rfactor_of_an_update_keeps_its_scatter_dependence_inside_a_part():
+    hist, r = histogram()
+    s = tl.Schedule(hist)
+    rf = s.rfactor(s[hist].update(0), r.y)  # a part per row
+    rf.parallel(rf.loops[0])
+    assert s.check().ok
+    t = tl.Schedule(hist)
+    rf = t.rfactor(t[hist].update(0), r.y)
+    rf.parallel("r_x")  # two pixels of one row may hit the same bin
+    report = t.check()
+    assert not report.ok and report.problems[0].stage == "hist_rf.update(0)"
+
+
+def test_rfactor_of_a_max_update_and_of_a_per_row_histogram(rng):
+    N, M = tl.sizes("N M")
+    X = tl.Input("X", (N, M), tl.float64)
+    (i,) = tl.vars("i")
+    F = tl.Func("F", shape=(N,), dtype=tl.float64)
+    F[i] = -1.0
+    r = tl.RDom((0, M))
+    F[i] = tl.maximum(F[i], X[i, r])
+    s = tl.Schedule(F)
+    ro, ri = s[F].update(0).split(r.x, 4)
+    rf = s.rfactor(s[F].update(0), ri)  # four partial maxima per row
+    rf.parallel(i)
+    s[F].update(0).parallel(i)
+    assert s.check().ok
+    x = rng.standard_normal((9, 23))
+    np.testing.assert_array_equal(tl.compile(F, s)(x), np.maximum(x.max(axis=1), -1.0))
+    # a histogram per row (a pure Var in the scatter's index)
+    H, W = tl.sizes("H W")
+    img = tl.Input("img", (H, W), tl.uint8)
+    y, b = tl.vars("y b")
+    rows = tl.Func("rows", shape=(H, 256), dtype=tl.int32)
+    rows[y, b] = 0
+    rx = tl.RDom((0, W))
+    v = tl.cast(tl.int32, img[y, rx])
+    rows[y, v] = rows[y, v] + 1
+    s = tl.Schedule(rows)
+    xo, xi = s[rows].update(0).split(rx.x, 5)
+    s.rfactor(s[rows].update(0), xo).parallel(y)
+    assert s.check().ok
+    a = rng.integers(0, 256, (6, 17), dtype=np.uint8)
+    want = np.stack([np.bincount(row, minlength=256) for row in a])
+    np.testing.assert_array_equal(tl.compile(rows, s)(a), want)
+
+
+@pytest.mark.parametrize("rhs,why", [
+    ("twice", "op value"), ("reads_other_cell", "op value"), ("where", "RDom.where")])
+def test_rfactor_refuses_an_update_it_cannot_reassociate(rhs, why):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    F = tl.Func("F", shape=(8,), dtype=tl.float64)
+    F[i] = 0.0
+    d = tl.RDom((0, N))
+    r = d.x
+    if rhs == "twice":
+        F[r % 8] = F[r % 8] * 2.0 + X[r]  # not F op value
+    elif rhs == "reads_other_cell":
+        F[r % 8] = F[r % 8] + F[(r + 1) % 8]
+    else:
+        d.where(r < 5)
+        F[r % 8] = F[r % 8] + X[r]
+    s = tl.Schedule(F)
+    with pytest.raises(tl.ScheduleError, match=why):
+        s.rfactor(s[F].update(0), r)
+
+
+def test_rule_based_schedule_and_search_space_rfactor_a_big_histogram(rng, monkeypatch):
+    import optuna
+
+    from tensorlang.autotuner import heuristic, space as space_mod
+
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    monkeypatch.setattr(space_mod, "num_threads", lambda: 2)
+    hist, r = histogram()
+    big = {"H": 2048, "W": 2048}
+    hs = heuristic.heuristic_schedule(hist, big)
+    text = hs.to_python()
+    assert "rfactor('hist.update(0)', 'r_y.o')" in text and \
+        's["hist_rf"].update(0).parallel' in text
+    assert "rfactor" not in heuristic.heuristic_schedule(hist, {"H": 16, "W": 16}).to_python()
+    img = rng.integers(0, 256, (203, 97), dtype=np.uint8)  # the kernel runs every shape
+    np.testing.assert_array_equal(tl.compile(hist, hs)(img),
+                                  np.bincount(img.ravel(), minlength=256))
+    sp = space_mod.SearchSpace(hist, big)
+    point = sp.point(hs)
+    assert point is not None and point[0]["hist.update0.rfactor"] is True
+    again = sp.sample(optuna.trial.FixedTrial(point[0]))
+    assert sp.signature(again) == sp.signature(hs)

@@ -144,6 +144,8 @@ def model_for(workload: str, f: Func, number: int, sizes: tuple[str, ...],
               definition: Definition | None = None) -> StageModel | None:
     """Cached per algorithm (workload key), stage and definition: the dependence analysis is
     done once. ``definition``: the pure definition as the schedule sees it (``rfactor`` and
-    ``cache_write`` rewrite it; default the Func's own)."""
+    ``cache_write`` rewrite it; default the Func's own); ``f``'s updates likewise (the view's
+    Func, whose update ``rfactor`` may have rewritten)."""
     d = definition if definition is not None else f.definition
-    return _cached((workload, f.name, number, d.key), f, number, sizes, d)
+    u = None if number < 0 else f.updates[number].key  # (rfactor rewrites an update too)
+    return _cached((workload, f.name, number, d.key, u), f, number, sizes, d)

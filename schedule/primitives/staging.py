@@ -23,12 +23,13 @@ from typing import Any
 
 from tensorlang.affine import const_value, sadd, sceildiv, sconst, smul, ssub
 from tensorlang.errors import ScheduleError
-from tensorlang.expr import Access, Cmp, Var, substitute, walk
-from tensorlang.func import Definition, Func
+from tensorlang.expr import Access, BinOp, Cmp, Expr, Var, substitute, walk
+from tensorlang.func import Definition, Func, Update, parse_stage_id
 from tensorlang.rdom import RVar
 
 from ..ir import ForKind
 from ..loops import Fuse, Location, Split, StageState
+from ..realize import identity
 from ..trace import Step
 from .base import OBLIGATIONS, Param, Primitive, stage_expr
 from .placement import refuse_func_with_updates, refuse_update_host
@@ -161,11 +162,14 @@ class RFactor(Primitive):
     obligations = frozenset(OBLIGATIONS)
 
     def check(self, sched, st: StageState, step: Step) -> None:
-        refuse_func_with_updates(sched, st, step)
+        if st.update is None:
+            refuse_func_with_updates(sched, st, step)
 
     def rewrite(self, sched, st: StageState, step: Step) -> Any:
         what, loop = str(step), step.get("loop")
         st.resolve(loop, what)
+        if st.update is not None:
+            return _rfactor_update(sched, st, step)
         f = sched.view.func(st.func)
         d = sched.view.definition(st.func)
         if d.reduce_op is None or not st.is_reduction_loop(loop):
@@ -177,38 +181,14 @@ class RFactor(Primitive):
             raise ScheduleError.in_schedule(
                 st.func, "rfactor of a reduction over a restricted RDom (RDom.where) is not "
                 "supported; restrict the values with tl.where instead", step)
-        rv = next(iter(st.origin[loop]))
-        rels = [r for r in st.relations if set(_rel_names(r)) & _derived(st, st.rvars)]
-        if any(isinstance(r, Fuse) for r in rels) or len(rels) > 1 or \
-                (rels and (rels[0].parent != rv or loop not in (rels[0].outer, rels[0].inner))):
-            raise ScheduleError.in_schedule(
-                st.func, f"rfactor needs {loop} to be a reduction variable or a loop of its one "
-                f"split, and the other reduction loops unscheduled (here: "
-                f"{', '.join(str(r) for r in rels)}); call rfactor right after that split", step)
+        rv, rels = _factored_rvar(st, loop, step)
         kmin, ext = d.range_of(rv)
         base = sched.view.unique_name(f"{st.func}_rf")
         kv = Var(f"{base}_{loop.replace('.', '_')}")
         others = [r for r in d.rvars if r.name != rv]
-        pred: list = []
-        if not rels:  # the whole RVar becomes the pure dimension
-            value = substitute(d.value, {rv: sadd(kmin, kv)})
-            kv_ext, new_rvars, outer_ext = ext, others, ext
-        else:
-            fct = rels[0].factor
-            nout = sceildiv(ext, fct)
-            if loop == rels[0].inner:  # f_rf[..., k.i] reduces k.o
-                other = RVar(f"{base}_{rv}_o", sconst(0), nout, 0)
-                k = sadd(kmin, sadd(smul(other, fct), kv))
-                kv_ext, outer_ext = sconst(fct), sconst(fct)
-            else:  # f_rf[..., k.o] reduces k.i
-                other = RVar(f"{base}_{rv}_i", sconst(0), sconst(fct), 0)
-                k = sadd(kmin, sadd(smul(kv, fct), other))
-                kv_ext, outer_ext = nout, nout
-            c = const_value(ext)
-            if c is None or c % fct:  # the last tile's iterations past the RVar's end
-                pred.append(Cmp("lt", ssub(k, kmin), ext))
-            value = substitute(d.value, {rv: k})
-            new_rvars = [other, *others]
+        k, kv_ext, new_rvars, pred = _factor(rv, kmin, ext, rels, loop, kv, base, others)
+        value = substitute(d.value, {rv: k})
+        outer_ext = kv_ext
         args = (*d.args, kv)
         pure_ranges = tuple(r for r in d.ranges if r[0] in st.pure)
         rranges = tuple((r.name, *(d.range_of(r.name) if r.name in
@@ -232,6 +212,136 @@ class RFactor(Primitive):
 
     def to_python(self, step: Step, schedule_name: str = "s") -> str:
         return f"{schedule_name}.rfactor({step.func!r}, {step.get('loop')!r})"
+
+
+def _factored_rvar(st: StageState, loop: str, step: Step) -> tuple[str, list]:
+    """The RVar ``loop`` comes from, and the one split of it (or none).
+
+    Raises:
+        ScheduleError: ``loop`` is not an RVar or a loop of its one split, or other reduction
+            loops were scheduled."""
+    rv = next(iter(st.origin[loop]))
+    rels = [r for r in st.relations if set(_rel_names(r)) & _derived(st, st.rvars)]
+    if any(isinstance(r, Fuse) for r in rels) or len(rels) > 1 or \
+            (rels and (rels[0].parent != rv or loop not in (rels[0].outer, rels[0].inner))):
+        raise ScheduleError.in_schedule(
+            st.func, f"rfactor needs {loop} to be a reduction variable or a loop of its one "
+            f"split, and the other reduction loops unscheduled (here: "
+            f"{', '.join(str(r) for r in rels)}); call rfactor right after that split", step)
+    return rv, rels
+
+
+def _factor(rv: str, kmin, ext, rels: list, loop: str, kv: Var, base: str, others: list):
+    """How RVar ``rv`` over ``[kmin, kmin + ext)`` is computed once ``loop`` (the RVar itself,
+    or the inner or outer loop of its split ``rels[0]``) becomes the pure Var ``kv`` of
+    ``base``: (``rv``'s expression, ``kv``'s extent, the RVars left to reduce, conditions for a
+    last partial tile)."""
+    if not rels:  # the whole RVar becomes the pure dimension
+        return sadd(kmin, kv), ext, list(others), []
+    fct = rels[0].factor
+    nout = sceildiv(ext, fct)
+    if loop == rels[0].inner:  # f_rf[..., k.i] reduces k.o
+        other = RVar(f"{base}_{rv}_o", sconst(0), nout, 0)
+        k = sadd(kmin, sadd(smul(other, fct), kv))
+        kv_ext = sconst(fct)
+    else:  # f_rf[..., k.o] reduces k.i
+        other = RVar(f"{base}_{rv}_i", sconst(0), sconst(fct), 0)
+        k = sadd(kmin, sadd(smul(kv, fct), other))
+        kv_ext = nout
+    c = const_value(ext)
+    pred = [Cmp("lt", ssub(k, kmin), ext)] if c is None or c % fct else []
+    return k, kv_ext, [other, *others], pred
+
+
+#: the update forms rfactor factors: ``F[idx] = F[idx] op value`` (either operand order)
+_ASSOCIATIVE = {"add": "sum", "mul": "prod", "max": "max", "min": "min"}
+
+
+def _rfactor_update(sched, st: StageState, step: Step) -> str:
+    """rfactor of an update definition ``F[idx] = F[idx] op value`` (op associative and
+    commutative: + * max min; ``value`` not reading F; ``idx`` may be data-dependent, a
+    histogram's scatter): ``F_rf`` has the factored loop as its first dimension, then F's
+    domain, starts at op's identity, and runs the update over the rest of the RDom into its own
+    part (``F_rf[k, idx] = F_rf[k, idx] op value``, a dependence through F_rf only within one
+    ``k``); F's update becomes ``F[v] = F[v] op F_rf[r, v]`` over the new dimension. Returns the
+    name of F_rf's update stage (where the work is). Halide: ``f.update(n).rfactor(r, u)``."""
+    what, loop = str(step), step.get("loop")
+    base_name, number = parse_stage_id(st.func)
+    assert number is not None
+    f = sched.view.func(base_name)
+    u = f.updates[number]
+    if not st.is_reduction_loop(loop):
+        raise ScheduleError.in_schedule(
+            st.func, f"{loop} is not a reduction loop of {st.func} (its RDom loops are "
+            f"{', '.join(n for n in st.loops if st.is_reduction_loop(n)) or 'none'})", step)
+    if u.predicate:
+        raise ScheduleError.in_schedule(
+            st.func, "rfactor of an update over a restricted RDom (RDom.where) is not "
+            "supported; restrict the values with tl.where instead", step)
+    form = associative_update(f, u)
+    if form is None:
+        raise ScheduleError.in_schedule(
+            st.func, f"rfactor needs the update to be {f.name}[idx] = {f.name}[idx] op value "
+            f"with op one of + * max min and value not reading {f.name}; {u} is not", step)
+    op, value = form
+    rv, rels = _factored_rvar(st, loop, step)
+    r_obj = next(r for r in u.rvars if r.name == rv)
+    base = sched.view.unique_name(f"{f.name}_rf")
+    kv = Var(f"{base}_{loop.replace('.', '_')}")
+    others = [r for r in u.rvars if r.name != rv]
+    k, kv_ext, new_rvars, pred = _factor(rv, r_obj.min, r_obj.extent, rels, loop, kv, base,
+                                         others)
+    d = f.definition
+    assert d is not None and f.dtype is not None
+    reduce_op = _ASSOCIATIVE[op]
+    init = identity(reduce_op, f.dtype)
+    pure_ranges = tuple(r for r in d.ranges if r[0] in {a.name for a in d.args})
+    rf = Func(base, dtype=f.dtype)
+    # the new dimension outermost: each part is a contiguous copy of F (threads updating
+    # their own parts never share a cache line, as they would with it innermost)
+    args = (kv, *d.args)
+    rf.definition = Definition(base, args, init, None, (),
+                               ((kv.name, sconst(0), kv_ext), *pure_ranges))
+    rf._bounds = ((sconst(0), kv_ext), *f.bounds)
+    index = (kv, *(substitute(i, {rv: k}) for i in u.index))
+    acc = Access(base, index, f.dtype, None, rf)
+    rf.updates = [Update(base, 0, index, BinOp(op, acc, substitute(value, {rv: k}), f.dtype),
+                         (kv.name, *u.pure), tuple(new_rvars), tuple(pred))]
+    sched.view.add_before(rf, base_name)
+    kr = RVar(f"{base}_r", sconst(0), kv_ext, 0)
+    whole = tuple(d.args)
+    sched.view.replace_update(base_name, Update(
+        base_name, number, whole,
+        BinOp(op, Access(base_name, whole, f.dtype, None, f),
+              Access(base, (kr, *whole), f.dtype, None, rf), f.dtype),
+        tuple(a.name for a in whole), (kr,)))
+    # F's update: every pure Var (outermost, in order), then the new reduction loop
+    st.relations = [r for r in st.relations if r not in rels]
+    _replace_reduction_loops(st, (kr.name,), consumed_by=what)
+    missing = [a.name for a in whole if a.name not in st.loops]
+    st.loops[:0] = missing
+    for n in missing:
+        st.kinds[n] = ForKind.SERIAL
+        st.origin[n] = frozenset([n])
+    st.pure = tuple(a.name for a in whole)
+    sched.states[base] = StageState.initial(rf)
+    sched.states[f"{base}.update(0)"] = StageState.initial_update(rf, 0)
+    return f"{base}.update(0)"
+
+
+def associative_update(f: Func, u: Update) -> tuple[str, Expr] | None:
+    """``(op, value)`` when update ``u`` is ``f[idx] = f[idx] op value`` (or ``value op
+    f[idx]``) with ``value`` not reading ``f``; else None. A cast of the whole right side (the
+    update's dtype conversion) is looked through only when it changes nothing."""
+    e = u.value
+    if not isinstance(e, BinOp) or e.op not in _ASSOCIATIVE:
+        return None
+    for own, other in ((e.a, e.b), (e.b, e.a)):
+        if isinstance(own, Access) and own.name == f.name and own.boundary is None and \
+                tuple(i.key for i in own.indices) == tuple(i.key for i in u.index) and \
+                not any(isinstance(n, Access) and n.name == f.name for n in walk(other)):
+            return e.op, other
+    return None
 
 
 def _replace_reduction_loops(st: StageState, rvars: tuple[str, ...],
