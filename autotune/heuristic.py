@@ -45,7 +45,7 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);
 - root reductions that read one array at the same indices and run the same outermost parallel
-  loop share it (``compute_with``, ``_fuse_siblings``): a row of the shared array is read by each
+  loop share it (``compute_with``, ``fuse_siblings``): a row of the shared array is read by each
   while in cache (a row sum and a row max of one matrix);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized and its outermost loop that
@@ -65,7 +65,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.backends.llvm.target import host_target
@@ -192,15 +192,18 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
         for u in f.updates:
             s = _schedule_update(s, output, f, u.number, extents, lanes(f, target), nested,
                                  lower_each)
-    return _fuse_siblings(s, p, output)
+    return fuse_siblings(s, p, lambda f, h, t: _lowers(output, t))
 
 
-def _fuse_siblings(s: Schedule, p: Pipeline, output: Any) -> Schedule:
+def fuse_siblings(s: Schedule, p: Pipeline,
+                  accept: Callable[[Func, Func, Schedule], bool]) -> Schedule:
     """Root reductions that read a common array at the same indices (a row sum and a row max
     of one matrix) and whose outermost loop is the same parallel loop are computed with the
     first of them at that loop (``compute_with``): each row of the shared array is read by all of
     them while it is in cache, instead of once per stage from memory. Kept where the fusion is
-    proven and lowers (the stages' bounds along the loop must agree). Pointwise stages are left
+    proven and ``accept(f, host, fused schedule)`` says so (the rule-based schedule: where it
+    lowers, as the stages' bounds along the loop must agree; the search space: its decision
+    ``<f>.with_<host>``). Pointwise stages are left
     apart: fusing a Sobel pair or PolyBench fdtd-2d's output copies measured no gain (their
     stores dominate) or a loss (``docs/language.md``)."""
     roots = [f for f in p.funcs if s.states[f.name].compute.kind == "root" and not f.updates
@@ -215,7 +218,7 @@ def _fuse_siblings(s: Schedule, p: Pipeline, output: Any) -> Schedule:
             if st.loops[0] != s.states[h.name].loops[0] or not reads & _accesses(s, h.name):
                 continue
             t = _try(s, lambda t, f=f, h=h: t[f].compute_with(t[h], st.loops[0]))
-            if t is not None and _lowers(output, t):
+            if t is not None and accept(f, h, t):
                 s = t
                 break
         else:

@@ -54,6 +54,9 @@ Func computed at root or at a consumer loop):
   of that loop become parts of ``<F>_rf`` updated in parallel (``heuristic.rfactor_update_chunks``,
   the rule-based schedule's form), or not; ``<F>.update<i>.parallel`` runs their outermost pure
   loop in parallel when they have one.
+- ``<F>.with_<H>``, last, for root reductions that the rule-based schedule would fuse
+  (``heuristic.fuse_siblings``: one array read at the same indices, the same outermost parallel
+  loop): whether F is computed with H at that loop (``compute_with``), or not.
 
 Not decisions: ``cache_write`` — the lowering's ``promote_accumulators`` already keeps every
 register tile (unrolled and vectorized loops inside a reduction) in a local buffer where that is
@@ -88,6 +91,7 @@ from tensorlang.schedule.trace import TailStrategy
 
 from .heuristic import (
     RFACTOR_CHUNKS_PER_THREAD,
+    fuse_siblings,
     rfactor_chunks,
     rfactor_possible,
     rfactor_update_chunks,
@@ -176,7 +180,8 @@ class SearchSpace:
                 if u.pure and trial.suggest_categorical(f"{f.name}.update{u.number}.parallel",
                                                         [False, True]):
                     st.parallel(u.pure[0])
-        return s
+        return fuse_siblings(s, self.pipeline, lambda f, h, t: trial.suggest_categorical(
+            f"{f.name}.with_{h.name}", [False, True]))
 
     def _update_rfactor_possible(self, s: Schedule, f: Func, u: Any) -> bool:
         """Whether ``rfactor_update_chunks`` applies to update ``u`` of ``f``: a reassociable
@@ -426,7 +431,7 @@ class _NoAnswer(Exception):
 
 def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> dict[str, tuple]:
     """What a schedule does to each stage — its loops in order, their kinds, its splits and
-    fuses, where it is computed and stored — independent of the steps that did it.
+    fuses, where it is computed and stored, the stage it shares loops with — independent of the steps that did it.
     ``extent(func, var)`` gives a Var's extent (None: unknown). A split whose factor divides its
     loop's extent has no tail at these sizes, so its tail strategy is left out (the space does
     not ask it there): two schedules with the same signature compute the same points in the same
@@ -448,7 +453,7 @@ def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> di
                 ext[r.fused] = None if a is None or b is None else a * b
                 rels.append(r)
         out[name] = (tuple(st.loops), tuple(sorted((k, v.value) for k, v in st.kinds.items())),
-                     tuple(rels), st.compute, st.store)
+                     tuple(rels), st.compute, st.store, st.fused)
     return out
 
 
@@ -482,6 +487,10 @@ class _Oracle:
     def _guess(self, name: str, choices: list) -> list:
         func, _, rest = name.partition(".")
         states = self.target.states
+        if rest.startswith("with_"):
+            fused = states[func].fused if func in states else None
+            done = fused is not None and fused.func == rest[5:]
+            return [done, not done]
         if rest.startswith("update") and rest.endswith(".rfactor"):
             done = any(n.startswith(f"{func}_rf") and n.endswith(".update(0)") for n in states)
             return [done, not done]

@@ -266,3 +266,29 @@ def test_the_rule_based_schedule_fuses_reductions_of_the_same_rows(rng):
     gx, gy, x, y = gradients()
     assert not any(st.op == "compute_with"
                    for st in heuristic_schedule([gx, gy], {"H": 512, "W": 512}).steps)
+
+
+def test_the_search_space_draws_the_rule_based_fusion(rng):
+    import optuna
+
+    from tensorlang.autotuner.heuristic import heuristic_schedule
+    from tensorlang.autotuner.space import SearchSpace
+
+    R, C = tl.sizes("R C")
+    A = tl.Input("A", (R, C), tl.float32)
+    i, j = tl.vars("i j")
+    total, peak = tl.Func("total"), tl.Func("peak")
+    total[i] = tl.sum(A[i, j])
+    peak[i] = tl.max(A[i, j])
+    sizes = {"R": 4099, "C": 1031}
+    hs = heuristic_schedule([total, peak], sizes)
+    sp = SearchSpace([total, peak], sizes)
+    point = sp.point(hs)
+    assert point is not None and point[0]["peak.with_total"] is True
+    again = sp.sample(optuna.trial.FixedTrial(point[0]))
+    assert sp.signature(again) == sp.signature(hs)
+    a = rng.standard_normal((7, 5)).astype(np.float32)
+    got = tl.compile([total, peak], again)(A=a)
+    np.testing.assert_array_equal(got[1], a.max(axis=1))
+    unfused = sp.sample(optuna.trial.FixedTrial({**point[0], "peak.with_total": False}))
+    assert sp.signature(unfused) != sp.signature(hs)
