@@ -80,21 +80,30 @@ def compile_auto(output: Func | Sequence[Func], shapes: dict[str, int] | None = 
                               TuningWarning, stacklevel=3)
             if entry.object_code is not None and entry.signature is not None:
                 try:
-                    return builder.load(output, s, entry.object_code,
-                                       Signature.from_dict(entry.signature),
+                    sig = Signature.from_dict(entry.signature)
+                    problem = sig.mismatch(s.pipeline)
+                    if problem is not None:
+                        raise CompileError(f"its call signature does not fit: {problem}")
+                    return builder.load(output, s, entry.object_code, sig,
                                        schedule_source=source)
                 except (CompileError, KeyError, TypeError, ValueError) as exc:
                     warnings.warn(f"cached object code of {work.name} did not load ({exc}); "
                                   f"recompiling it", TuningWarning, stacklevel=3)
-            kern = builder.compile(output, s, emit_object=True)
-            kern.schedule_source = source
-            if cache is not None and kern.object_code is not None:
-                cache.add_object_code(entry, kern.object_code, kern.signature.to_dict())
-            return kern
+            try:
+                kern = builder.compile(output, s, emit_object=True)
+            except ScheduleError as exc:  # (IllegalScheduleError too) a trace never to trust
+                warnings.warn(f"the cached schedule of {work.name} is refused ({exc}); "
+                              f"ignoring it", TuningWarning, stacklevel=3)
+                kern = None
+            if kern is not None:
+                kern.schedule_source = source
+                if cache is not None and kern.object_code is not None:
+                    cache.add_object_code(entry, kern.object_code, kern.signature.to_dict())
+                return kern
     near = None
     if cache is not None:
         try:
-            near = cache.nearest(work, target)
+            near = cache.nearest(work, target, skip=() if entry is None else (entry.key,))
         except Exception:  # noqa: BLE001
             near = None
     if near is not None:

@@ -5,7 +5,11 @@ tunes nor compiles (docs/architecture.md §4).
 Location: ``$TENSORLANG_CACHE/kernels.sqlite`` (default ``~/.cache/tensorlang/``). The key is the
 SHA-256 of (cache format version, workload key, sizes, input shapes and dtypes, target: triple,
 CPU name, LLVM feature string, LLVM version, threads, and the tensorlang version) — a kernel is
-never reused on another CPU, LLVM or tensorlang. Object code is stored with its SHA-256.
+never reused on another CPU, LLVM or tensorlang. Each row is stored with the SHA-256 of all of it
+(``entry_checksum``: what it computes, the trace, the seconds, the call signature and the object
+code), so a change to any byte — a signature that would call the code with the wrong arguments
+as much as damaged code — makes the row corrupt, never run. Rows of another ``CACHE_VERSION``
+are left alone (unreachable by key, skipped by listings).
 
 Safety: SQLite in WAL mode, every write one ``BEGIN IMMEDIATE`` transaction that keeps the faster
 of the stored and the new schedule, so two tuners sharing a cache lose nothing. A row whose
@@ -25,12 +29,14 @@ import os
 import sqlite3
 import time
 import warnings
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from .identity import TargetId, WorkloadId
 
-CACHE_VERSION = 1
+#: 2: the checksum covers the whole row (1: the object code only)
+CACHE_VERSION = 2
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS kernels (
@@ -100,8 +106,15 @@ def entry_key(workload: WorkloadId, target: TargetId) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def _checksum(obj: bytes | None) -> str | None:
-    return None if obj is None else hashlib.sha256(obj).hexdigest()
+def entry_checksum(entry: CacheEntry) -> str:
+    """SHA-256 (hex) of every stored field of ``entry`` (the object code by its own SHA-256)."""
+    data = {"key": entry.key, "workload": entry.workload.to_dict(),
+            "target": entry.target.to_dict(), "trace": entry.trace,
+            "seconds": repr(float(entry.seconds)), "signature": entry.signature,
+            "object_code": None if entry.object_code is None
+            else hashlib.sha256(entry.object_code).hexdigest(),
+            "source": entry.source, "created": repr(float(entry.created))}
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 _REPORTED: set[str] = set()
@@ -165,6 +178,8 @@ class KernelCache:
     # -- rows ------------------------------------------------------------------------------------
     _COLUMNS = ("key, workload_key, workload_name, sizes, shapes, dtypes, target, trace, seconds, "
                 "signature, object_code, checksum, source, created")
+    #: the rows this version reads (older formats are skipped, not reported corrupt)
+    _CURRENT = f"cache_version = {CACHE_VERSION}"
 
     def _entry(self, row: tuple) -> CacheEntry | None:
         """A row as an entry; a bad row is reported once, deleted, and None returned."""
@@ -179,9 +194,10 @@ class KernelCache:
                 object_code=None if row[10] is None else bytes(row[10]), source=row[12],
                 created=float(row[13]))
             json.loads(entry.trace)
-            if _checksum(entry.object_code) != row[11] or (entry.object_code is None) != (
-                    entry.signature is None):
-                raise ValueError("object code checksum mismatch")
+            if entry_checksum(entry) != row[11]:
+                raise ValueError("checksum mismatch: a stored field changed")
+            if (entry.object_code is None) != (entry.signature is None):
+                raise ValueError("object code without a call signature, or the reverse")
             if entry.key != key:
                 raise ValueError("the key does not match the entry (a foreign row)")
         except (ValueError, TypeError, KeyError, AttributeError, json.JSONDecodeError) as exc:
@@ -194,28 +210,31 @@ class KernelCache:
     def get(self, workload: WorkloadId, target: TargetId) -> CacheEntry | None:
         """The entry for exactly this workload (sizes, shapes, dtypes) and target, or None."""
         key = entry_key(workload, target)
-        row = self._connect().execute(f"SELECT {self._COLUMNS} FROM kernels WHERE key = ?",
-                                      (key,)).fetchone()
+        row = self._connect().execute(f"SELECT {self._COLUMNS} FROM kernels WHERE key = ? AND "
+                                      f"{self._CURRENT}", (key,)).fetchone()
         return None if row is None else self._entry(row)
 
     def entries(self, workload_key: str | None = None) -> Iterator[CacheEntry]:
         """Every valid entry (of one workload key, when given)."""
         db = self._connect()
-        rows = db.execute(f"SELECT {self._COLUMNS} FROM kernels ORDER BY workload_name, created"
-                          ).fetchall() if workload_key is None else db.execute(
-            f"SELECT {self._COLUMNS} FROM kernels WHERE workload_key = ? ORDER BY created",
-            (workload_key,)).fetchall()
+        rows = db.execute(f"SELECT {self._COLUMNS} FROM kernels WHERE {self._CURRENT} "
+                          f"ORDER BY workload_name, created").fetchall() \
+            if workload_key is None else db.execute(
+                f"SELECT {self._COLUMNS} FROM kernels WHERE workload_key = ? AND "
+                f"{self._CURRENT} ORDER BY created", (workload_key,)).fetchall()
         for row in rows:
             e = self._entry(row)
             if e is not None:
                 yield e
 
-    def nearest(self, workload: WorkloadId, target: TargetId) -> CacheEntry | None:
+    def nearest(self, workload: WorkloadId, target: TargetId,
+                skip: tuple[str, ...] = ()) -> CacheEntry | None:
         """The entry of the same workload key, dtypes and target whose sizes are nearest (sum
-        of ``|log(a/b)|`` over the sizes), or None."""
+        of ``|log(a/b)|`` over the sizes), or None; entries whose key is in ``skip`` are not
+        considered (one the caller already refused)."""
         best, dist, sizes = None, float("inf"), workload.sizes
         for e in self.entries(workload.key):
-            if e.workload.dtypes != workload.dtypes or \
+            if e.key in skip or e.workload.dtypes != workload.dtypes or \
                     e.target.cache_fields() != target.cache_fields():
                 continue
             if set(e.sizes) != set(sizes):
@@ -245,7 +264,7 @@ class KernelCache:
                  json.dumps(w["shapes"]), json.dumps(w["dtypes"]),
                  json.dumps(entry.target.to_dict()), entry.trace, float(entry.seconds),
                  None if entry.signature is None else json.dumps(entry.signature),
-                 entry.object_code, _checksum(entry.object_code), entry.source, entry.created))
+                 entry.object_code, entry_checksum(entry), entry.source, entry.created))
             db.execute("COMMIT")
             return True
         except BaseException:
@@ -254,12 +273,15 @@ class KernelCache:
 
     def add_object_code(self, entry: CacheEntry, object_code: bytes,
                         signature: dict[str, Any]) -> None:
-        """Attach compiled object code to a stored entry that has none (or a bad one)."""
+        """Attach compiled object code to a stored entry that has none (or a bad one): the
+        entry's row, if it still holds ``entry``'s trace, with the code, the signature and the
+        checksum of the whole row."""
         db = self._connect()
+        new = dataclasses.replace(entry, object_code=object_code, signature=signature)
         db.execute("UPDATE kernels SET object_code = ?, checksum = ?, signature = ? "
-                   "WHERE key = ? AND trace = ?",
-                   (object_code, _checksum(object_code), json.dumps(signature), entry.key,
-                    entry.trace))
+                   "WHERE key = ? AND trace = ? AND seconds = ? AND created = ?",
+                   (object_code, entry_checksum(new), json.dumps(signature), entry.key,
+                    entry.trace, float(entry.seconds), float(entry.created)))
 
     def clear(self) -> int:
         """Delete every entry; returns how many there were."""

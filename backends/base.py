@@ -57,6 +57,17 @@ class Signature:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def mismatch(self, pipeline: Pipeline) -> str | None:
+        """Why code with this signature cannot be the kernel of ``pipeline`` (None: it can):
+        its buffer counts and size parameters must be the pipeline's, in order (a kernel called
+        with the wrong arguments reads and writes the wrong memory)."""
+        want = (len(pipeline.inputs), len(pipeline.outputs), tuple(pipeline.sizes))
+        got = (self.n_inputs, self.n_outputs, tuple(self.sizes))
+        if got == want:
+            return None
+        return (f"it takes {got[0]} inputs, {got[1]} outputs and sizes ({', '.join(got[2])}); "
+                f"the algorithm has {want[0]}, {want[1]} and ({', '.join(want[2])})")
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Signature:
         return cls(str(d["name"]), int(d["n_inputs"]), tuple(map(str, d["sizes"])),

@@ -106,6 +106,8 @@ def test_out_argument(mm, rng):
         kern(a, b, out=np.empty((4, 5), np.float64))
     with pytest.raises(tl.ShapeError, match="C-contiguous"):
         kern(a, b, out=np.empty((5, 4), np.float32).T)
+    with pytest.raises(tl.ShapeError, match="out= must be a numpy.ndarray, got list"):
+        kern(a, b, out=[[0.0] * 5] * 4)  # (was an AttributeError)
 
 
 def test_out_overlapping_an_input_is_still_correct(rng):

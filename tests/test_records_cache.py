@@ -256,3 +256,79 @@ def test_the_cache_key_is_the_one_earlier_versions_wrote():
            "target": {k: t.to_dict()[k] for k in ("triple", "cpu", "features", "llvm",
                                                    "threads", "tensorlang")}}
     assert entry_key(w, t) == hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()
+
+
+def _cached_matmul(tmp_path, sizes, sig_change=None):
+    out = BUILTIN["matmul"].build()
+    s = tl.Schedule(out)
+    s[out].parallel("i")  # a parallel kernel: its signature says so
+    k = tl.compile(out, s, emit_object=True)
+    sig = k.signature.to_dict()
+    assert sig["parallel"]
+    if sig_change is not None:
+        sig_change(sig)
+    cache = KernelCache(tmp_path / "k.sqlite")
+    cache.put(_entry(out, sizes, 1e-3, k.object_code, sig, s.to_json()))
+    return out, cache
+
+
+def _check_matmul(kern, out, sizes):
+    a = random_inputs(Pipeline(out), input_shapes(out, sizes))
+    np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("column,new", [
+    ("signature", lambda s: s.replace('"N"]', '"M"]')),           # sizes M, K, N -> M, K, M
+    ("signature", lambda s: s.replace('"parallel": true', '"parallel": false')),
+    ("signature", lambda s: s.replace(', "N"]', "]")),             # a size dropped
+    ("signature", lambda s: s.replace('"n_inputs": 2', '"n_inputs": 3')),
+    ("trace", lambda s: s.replace('"i"', '"j"')),
+    ("seconds", lambda s: -1.0),
+])
+def test_any_changed_byte_of_a_cache_row_makes_it_corrupt_never_run(tmp_path, column, new):
+    sizes = {"M": 16, "N": 16, "K": 16}
+    out, cache = _cached_matmul(tmp_path, sizes)
+    db = sqlite3.connect(cache.path)
+    (old,) = db.execute(f"SELECT {column} FROM kernels").fetchone()
+    changed = new(old)
+    assert changed != old
+    db.execute(f"UPDATE kernels SET {column} = ?", (changed,))
+    db.commit()
+    db.close()
+    with pytest.warns(CacheWarning, match="checksum mismatch"):
+        kern = compile_auto(out, sizes, cache=cache)
+    assert kern.schedule_source == "heuristic"
+    _check_matmul(kern, out, sizes)
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda s: s.update(n_inputs=3), "call signature does not fit"),
+    (lambda s: s.update(sizes=["M", "K"]), "call signature does not fit"),
+    (lambda s: s.update(parallel=False), "parallel=False but the object code calls libgomp"),
+])
+def test_a_signature_that_does_not_fit_the_algorithm_or_the_code_is_never_called(
+        tmp_path, change, why):
+    # a well-formed row (its checksum matches) whose signature is wrong: written by a buggy
+    # tensorlang, or by hand; the code is recompiled instead of being called with it
+    sizes = {"M": 16, "N": 16, "K": 16}
+    out, cache = _cached_matmul(tmp_path, sizes, change)
+    with pytest.warns(TuningWarning, match=why):
+        kern = compile_auto(out, sizes, cache=cache)
+    assert kern.schedule_source == "cache"
+    _check_matmul(kern, out, sizes)
+    again = compile_auto(out, sizes, cache=cache)  # the row now holds the recompiled code
+    _check_matmul(again, out, sizes)
+
+
+def test_a_cached_illegal_trace_without_object_code_is_refused_not_raised(tmp_path):
+    out = BUILTIN["matmul"].build()
+    sizes = {"M": 16, "N": 16, "K": 16}
+    s = tl.Schedule(out)
+    s[out].parallel("k")  # recorded, but refused by the legality check: a parallel reduction
+    bad = s.to_json()
+    cache = KernelCache(tmp_path / "k.sqlite")
+    cache.put(_entry(out, sizes, 1e-3, trace=bad))
+    with pytest.warns(TuningWarning, match="is refused"):
+        kern = compile_auto(out, sizes, cache=cache)
+    assert kern.schedule_source == "heuristic"
+    _check_matmul(kern, out, sizes)

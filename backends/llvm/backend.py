@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tensorlang.errors import CompileError
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.ir import LoweredFunc
 from tensorlang.schedule.schedule import Schedule
@@ -68,6 +69,11 @@ class LLVMCPUBackend(Backend):
     def load(self, output: Func | Sequence[Func], schedule: Schedule | None, object_code: bytes,
              signature: Signature, *, target: Target | None = None,
              schedule_source: str = "cache") -> Kernel:
+        if signature.parallel != (b"GOMP_parallel" in object_code):
+            raise CompileError(f"kernel {signature.name}: the signature says parallel="
+                               f"{signature.parallel} but the object code "
+                               f"{'calls' if not signature.parallel else 'does not call'} "
+                               f"libgomp; refusing to run it")
         if signature.parallel:
             load_libgomp()
         compiled = load_object(object_code, signature.name, target or host_target(),
