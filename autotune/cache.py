@@ -247,6 +247,8 @@ class KernelCache:
     def put(self, entry: CacheEntry) -> bool:
         """Store ``entry`` unless an entry at least as fast is stored (object code is added to
         an equally fast entry that lacks it). Returns whether the cache changed."""
+        if not entry.seconds > 0:  # (inf: a nearest-shape entry, never preferred)
+            raise ValueError(f"a cache entry's seconds must be positive, got {entry.seconds}")
         db = self._connect()
         key, w = entry.key, entry.workload.to_dict()
         db.execute("BEGIN IMMEDIATE")

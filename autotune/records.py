@@ -17,14 +17,16 @@ Writing: each record is one ``write`` of one whole line to a file opened with ``
 interleave inside a line. Reading is tolerant: a torn (unterminated, unparsable) last line is
 skipped with a warning; a corrupt line elsewhere is skipped with a warning naming its line;
 fields this version does not know are kept (``TuningRecord.extra``) and written back unchanged;
-a record of an unknown *major* version is refused with a message naming the version and the
-tensorlang that wrote it. See also: TVM's ``tvm.autotvm.record`` / MetaSchedule JSON database
+records of an unknown *major* version are skipped with one warning per log naming the version
+and the tensorlang that wrote them (a newer log in the log folder never stops tuning); a record
+whose seconds are not a positive number is a corrupt line. See also: TVM's ``tvm.autotvm.record`` / MetaSchedule JSON database
 (whose format changes stranded users' logs — hence the explicit version).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 import warnings
@@ -134,11 +136,16 @@ class TuningRecord:
                 f"tensorlang {by}; this tensorlang reads format {MAJOR}.x only. Upgrade "
                 f"tensorlang to read this log (nothing in it was changed)")
         extra = {k: v for k, v in d.items() if k not in _FIELDS}
+        seconds = None if d.get("seconds") is None else float(d["seconds"])
+        times = [float(t) for t in d.get("times") or []]
+        if seconds is not None and not 0 < seconds < math.inf:
+            raise ValueError(f"seconds must be a positive number of seconds, got {seconds}")
+        if any(not 0 <= t < math.inf for t in times):
+            raise ValueError("times must be non-negative numbers of seconds")
         return cls(workload=WorkloadId.from_dict(d["workload"]),
                    target=TargetId.from_dict(d["target"]),
                    schedule=d["schedule"], state=str(d["state"]),
-                   seconds=None if d.get("seconds") is None else float(d["seconds"]),
-                   times=[float(t) for t in d.get("times") or []],
+                   seconds=seconds, times=times,
                    predicted=None if d.get("predicted") is None else float(d["predicted"]),
                    trial=int(d.get("trial", 0)),
                    compile_seconds=float(d.get("compile_seconds") or 0.0),
@@ -187,15 +194,18 @@ class RecordWriter:
 
 def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
     """The records of a log, in file order (see the module docstring for what is skipped).
+    Records of an unknown major format version are skipped with one ``RecordWarning`` per log
+    naming the version that wrote them (nothing in the log is changed; other logs, and tuning,
+    go on).
 
     Raises:
-        RecordError: a record of an unknown major version (names the version that wrote it).
         OSError: the file cannot be read.
     """
     path = os.fspath(path)
     with open(path, "rb") as f:
         lines = f.read().split(b"\n")
     last = len(lines) - 1  # after the final newline: b"" for a complete log
+    future: list[str] = []
     for n, raw in enumerate(lines):
         if not raw.strip():
             continue
@@ -204,12 +214,19 @@ def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
             yield TuningRecord.from_dict(d, where=f"{path}:{n + 1}: ")
-        except RecordError:
-            raise
+        except RecordError as exc:
+            if not future:
+                first = str(exc)
+            future.append(str(n + 1))
+            continue
         except (ValueError, KeyError, TypeError) as exc:
             what = "a torn last line (an interrupted write)" if n == last \
                 else f"a corrupt line ({type(exc).__name__}: {exc})"
             warnings.warn(f"{path}:{n + 1}: skipped {what}", RecordWarning, stacklevel=2)
+    if future:
+        warnings.warn(f"{path}: skipped {len(future)} record(s) of a newer format (line "
+                      f"{', '.join(future[:5])}{', ...' if len(future) > 5 else ''}): {first}",
+                      RecordWarning, stacklevel=2)
 
 
 def read_records(*paths: str | os.PathLike) -> list[TuningRecord]:

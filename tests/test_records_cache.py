@@ -67,17 +67,37 @@ def test_torn_last_line_is_skipped_with_a_warning_and_the_next_write_starts_fres
         assert [r.trial for r in read_records(log)] == [0, 1, 3]
 
 
-def test_a_log_from_a_future_major_version_is_refused_by_name(tmp_path):
+def test_records_of_a_future_major_version_are_skipped_with_one_warning(tmp_path):
+    # one such log in the log folder must not stop show, cache import or tuning (they read
+    # every log): its newer records are skipped, with one warning naming what wrote them
     log = tmp_path / "future.jsonl"
     d = json.loads(_record(0).to_json())
     d["version"] = "2.3"
     d["target"]["tensorlang"] = "7.1.0"
-    log.write_text(json.dumps(d) + "\n")
-    with pytest.raises(RecordError, match=r"version 2\.3 was written by tensorlang 7\.1\.0"):
-        read_records(log)
+    ok = _record(1).to_json()
+    log.write_text(json.dumps(d) + "\n" + ok + "\n" + json.dumps(d) + "\n")
+    with pytest.warns(RecordWarning) as got:
+        recs = read_records(log)
+    assert [r.trial for r in recs] == [1]
+    msgs = [str(w.message) for w in got]
+    assert len(msgs) == 1 and "skipped 2 record(s) of a newer format (line 1, 3)" in msgs[0]
+    assert "version 2.3 was written by tensorlang 7.1.0" in msgs[0]
     d["version"] = "1.9"  # a newer minor only adds fields: accepted
     log.write_text(json.dumps(d) + "\n")
     assert len(read_records(log)) == 1
+
+
+@pytest.mark.parametrize("seconds", [-1.0, 0.0])
+def test_a_record_with_impossible_seconds_is_skipped_and_never_cached(tmp_path, seconds):
+    log = tmp_path / "bad.jsonl"
+    d = json.loads(_record(0, confirm={"won": True, "beats_rule": True}).to_json())
+    d["seconds"] = seconds
+    log.write_text(json.dumps(d) + "\n")
+    with pytest.warns(RecordWarning, match="seconds must be a positive number"):
+        assert read_records(log) == []
+    out = BUILTIN["matmul"].build()
+    with pytest.raises(ValueError, match="seconds must be positive"):
+        KernelCache(tmp_path / "k.sqlite").put(_entry(out, {"M": 8, "N": 8, "K": 8}, seconds))
 
 
 def _entry(out, sizes, seconds=1e-3, obj=None, sig=None, trace=None):
