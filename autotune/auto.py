@@ -37,6 +37,10 @@ class TuningWarning(UserWarning):
     """``schedule="auto"`` found no tuned kernel for these exact shapes (a miss is never silent)."""
 
 
+#: cache problems already reported by ``compile_auto`` (each is reported once per process)
+_UNUSABLE: set[str] = set()
+
+
 def compile_auto(output: Func | Sequence[Func], shapes: dict[str, int] | None = None,
                  arrays: dict[str, np.ndarray] | None = None, cache: Any = None,
                  workload_name: str | None = None, backend: str | None = None) -> Any:
@@ -55,13 +59,15 @@ def compile_auto(output: Func | Sequence[Func], shapes: dict[str, int] | None = 
     work = workload_info(output, sizes, workload_name)
     builder = get_backend(backend)
     target = target_info(backend=builder.name)
-    cache = cache if cache is not None else KernelCache()
     cmd = f"tensorlang tune FILE.py:FUNC --shape {format_shape(work.sizes)}"
     try:
+        cache = cache if cache is not None else KernelCache()
         entry = cache.get(work, target)
     except Exception as exc:  # noqa: BLE001 - a cache must never break the program
-        warnings.warn(f"tensorlang cache unusable ({exc}); compiling without it", TuningWarning,
-                      stacklevel=3)
+        if str(exc) not in _UNUSABLE:  # once per problem, not once per kernel
+            _UNUSABLE.add(str(exc))
+            warnings.warn(f"tensorlang cache unusable ({exc}); compiling without it",
+                          TuningWarning, stacklevel=3)
         entry, cache = None, None
     if entry is not None:
         try:

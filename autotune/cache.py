@@ -61,7 +61,13 @@ CREATE INDEX IF NOT EXISTS kernels_workload ON kernels (workload_key);
 
 
 class CacheWarning(UserWarning):
-    """A cache entry or file was bad and is being rebuilt (reported once per entry)."""
+    """A cache entry or file was bad and is being rebuilt (reported once per entry), or the cache
+    can only be read."""
+
+
+class CacheUnavailable(OSError):
+    """The cache location cannot hold a cache (a file where the directory should be, no
+    permission to create it); the message names the path and the fix."""
 
 
 def cache_dir() -> str:
@@ -129,15 +135,28 @@ def _warn_once(what: str, message: str) -> None:
 class KernelCache:
     """The tuned-kernel cache at ``path`` (default ``cache_dir()/kernels.sqlite``).
 
+    A cache in a directory this process cannot write (or a database file it cannot write) is
+    opened read-only: lookups work, writes are skipped with one ``CacheWarning``
+    (``read_only``).
+
     Raises:
-        OSError: the cache directory cannot be created.
+        CacheUnavailable: the cache directory cannot be created (a file is in the way, or no
+            permission).
     """
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:
         self.path = os.fspath(path) if path is not None else os.path.join(cache_dir(),
                                                                           "kernels.sqlite")
-        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError as exc:
+            raise CacheUnavailable(
+                f"tensorlang cache directory {folder} cannot be created ({exc.strerror or exc}); "
+                f"set TENSORLANG_CACHE to a directory this user may write") from None
         self._db: sqlite3.Connection | None = None
+        #: the cache can only be read (its file or directory is not writable)
+        self.read_only = False
 
     # -- connection ------------------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -152,8 +171,12 @@ class KernelCache:
                 db.execute("SELECT count(*) FROM kernels").fetchone()
                 self._db = db
                 return db
+            except sqlite3.OperationalError as exc:
+                if "locked" in str(exc):
+                    raise
+                return self._connect_read_only(exc)
             except sqlite3.DatabaseError as exc:
-                if attempt or isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+                if attempt:
                     raise
                 aside = f"{self.path}.corrupt-{int(time.time())}"
                 _warn_once(self.path, f"tensorlang cache {self.path} is not a readable SQLite "
@@ -163,6 +186,33 @@ class KernelCache:
                     if os.path.exists(self.path + suffix):
                         os.replace(self.path + suffix, aside + suffix)
         raise AssertionError("unreachable")
+
+    def _connect_read_only(self, exc: sqlite3.OperationalError) -> sqlite3.Connection:
+        """The database opened read-only (its directory or file is not writable: SQLite could
+        not create its journal), or ``CacheUnavailable`` when there is none to read."""
+        if not os.path.isfile(self.path):
+            raise CacheUnavailable(f"tensorlang cache {self.path} cannot be created ({exc}); set "
+                                   f"TENSORLANG_CACHE to a directory this user may write")
+        try:
+            db = sqlite3.connect(f"file:{os.path.abspath(self.path)}?immutable=1", uri=True,
+                                 isolation_level=None)
+            db.execute("SELECT count(*) FROM kernels").fetchone()
+        except sqlite3.DatabaseError as exc2:
+            raise CacheUnavailable(f"tensorlang cache {self.path} cannot be read ({exc2})") \
+                from None
+        _warn_once(self.path + ":ro", f"tensorlang cache {self.path} is not writable ({exc}); "
+                                      f"reading it, storing nothing")
+        self.read_only = True
+        self._db = db
+        return db
+
+    def _refuse_write(self) -> bool:
+        """Whether a write is skipped (a read-only cache; warned once)."""
+        self._connect()
+        if self.read_only:
+            _warn_once(self.path + ":write", f"tensorlang cache {self.path} is read-only; "
+                                             f"a tuned kernel was not stored")
+        return self.read_only
 
     def close(self) -> None:
         if self._db is not None:
@@ -203,7 +253,8 @@ class KernelCache:
         except (ValueError, TypeError, KeyError, AttributeError, json.JSONDecodeError) as exc:
             _warn_once(f"{self.path}:{key}", f"tensorlang cache {self.path}: entry {key[:12]} is "
                                               f"corrupt ({exc}); it is removed and will be rebuilt")
-            self._connect().execute("DELETE FROM kernels WHERE key = ?", (key,))
+            if not self.read_only:
+                self._connect().execute("DELETE FROM kernels WHERE key = ?", (key,))
             return None
         return entry
 
@@ -249,6 +300,8 @@ class KernelCache:
         an equally fast entry that lacks it). Returns whether the cache changed."""
         if not entry.seconds > 0:  # (inf: a nearest-shape entry, never preferred)
             raise ValueError(f"a cache entry's seconds must be positive, got {entry.seconds}")
+        if self._refuse_write():
+            return False
         db = self._connect()
         key, w = entry.key, entry.workload.to_dict()
         db.execute("BEGIN IMMEDIATE")
@@ -278,6 +331,8 @@ class KernelCache:
         """Attach compiled object code to a stored entry that has none (or a bad one): the
         entry's row, if it still holds ``entry``'s trace, with the code, the signature and the
         checksum of the whole row."""
+        if self._refuse_write():
+            return
         db = self._connect()
         new = dataclasses.replace(entry, object_code=object_code, signature=signature)
         db.execute("UPDATE kernels SET object_code = ?, checksum = ?, signature = ? "
@@ -286,8 +341,13 @@ class KernelCache:
                     entry.trace, float(entry.seconds), float(entry.created)))
 
     def clear(self) -> int:
-        """Delete every entry; returns how many there were."""
+        """Delete every entry; returns how many there were.
+
+        Raises:
+            CacheUnavailable: the cache is read-only."""
         db = self._connect()
+        if self.read_only:
+            raise CacheUnavailable(f"tensorlang cache {self.path} is read-only; nothing removed")
         n = db.execute("SELECT count(*) FROM kernels").fetchone()[0]
         db.execute("DELETE FROM kernels")
         return int(n)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from typing import Any
 
 import numpy as np
 
-from .cache import CacheEntry, KernelCache
+from .cache import CacheEntry, CacheUnavailable, CacheWarning, KernelCache
 from .identity import TargetId, WorkloadId
 from .records import RecordWriter, TuningRecord, read_records
 from .results import TrialRecord
@@ -65,10 +66,14 @@ class TuningDatabase:
         ``KernelCache``) or a ``KernelCache``; ``measured`` is its ``MeasureResult`` (object
         code and signature; None: the trace only). Returns (the entry, whether the cache
         changed)."""
-        kc = KernelCache() if cache is True else cache
         entry = CacheEntry(self.workload, self.target, trace, float(seconds),
                            None if measured is None else measured.signature,
                            None if measured is None else measured.object_code)
+        try:
+            kc = KernelCache() if cache is True else cache
+        except CacheUnavailable as exc:  # the tuning result stands; only storing it failed
+            warnings.warn(f"{exc}; the best kernel was not stored", CacheWarning, stacklevel=3)
+            return entry, False
         try:
             return entry, kc.put(entry)
         finally:

@@ -352,3 +352,45 @@ def test_a_cached_illegal_trace_without_object_code_is_refused_not_raised(tmp_pa
         kern = compile_auto(out, sizes, cache=cache)
     assert kern.schedule_source == "heuristic"
     _check_matmul(kern, out, sizes)
+
+
+def test_a_cache_location_that_is_a_file_warns_once_and_the_program_runs(tmp_path, monkeypatch):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the cache directory should be")
+    monkeypatch.setenv("TENSORLANG_CACHE", str(blocker / "sub"))
+    out = BUILTIN["matmul"].build()
+    sizes = {"M": 8, "N": 8, "K": 8}
+    with pytest.warns(TuningWarning) as got:
+        kern = tl.compile(out, "auto", shapes=sizes)
+        kern2 = tl.compile(out, "auto", shapes=sizes)
+    unusable = [w for w in got if "cache unusable" in str(w.message)]
+    assert len(unusable) == 1 and "set TENSORLANG_CACHE to a directory" in str(
+        unusable[0].message)
+    _check_matmul(kern, out, sizes)
+    _check_matmul(kern2, out, sizes)
+
+
+def test_a_valid_cache_that_cannot_be_written_is_read_not_moved(tmp_path, monkeypatch):
+    # a read-only directory (SQLite cannot create its journal there): simulated by the error
+    # SQLite gives, as the tests run as root, who may write anywhere
+    import tensorlang.autotuner.cache as cache_mod
+
+    sizes = {"M": 16, "N": 16, "K": 16}
+    out, cache = _cached_matmul(tmp_path, sizes)
+    cache.close()
+    real = sqlite3.connect
+
+    def connect(path, *a, **kw):
+        if not kw.get("uri"):
+            raise sqlite3.OperationalError("attempt to write a readonly database")
+        return real(path, *a, **kw)
+
+    monkeypatch.setattr(cache_mod.sqlite3, "connect", connect)
+    ro = KernelCache(tmp_path / "k.sqlite")
+    with pytest.warns(CacheWarning, match="not writable"):
+        kern = compile_auto(out, sizes, cache=ro)
+    assert kern.schedule_source == "cache" and ro.read_only
+    _check_matmul(kern, out, sizes)
+    assert sorted(p.name for p in tmp_path.iterdir() if "corrupt" in p.name) == []
+    with pytest.warns(CacheWarning, match="read-only; a tuned kernel was not stored"):
+        assert not ro.put(_entry(out, {"M": 8, "N": 8, "K": 8}, 1e-3))
