@@ -98,6 +98,8 @@ def test_update_stage_schedules(golden, rng):
      r"cannot vectorize r_x\.i: the flow dependence"),
     (lambda s, S, y, r: s[S].update(0).split(r.x, 4, tail="ShiftInwards"),
      tl.IllegalScheduleError, "running an update twice"),
+    (lambda s, S, y, r: s[S].update(0).split("nope", 4, tail="ShiftInwards"),
+     tl.ScheduleError, "got unknown loop 'nope'"),  # (was a witness made up for 'nope')
     (lambda s, S, y, r: (s[S].update(0).split(r.x, 4), s[S].update(0).reorder(
         f"{r.x.name}.i", f"{r.x.name}.o")), tl.IllegalScheduleError,
      r"reorder\(S.update\(0\), loops=\('r_x.i', 'r_x.o'\)\): the flow dependence from "

@@ -156,11 +156,14 @@ def refuse_shift_on_update(st: StageState, step: Step, loop: str, factor: int) -
     """A ShiftInwards split of an update stage runs the update twice on some points.
 
     Raises:
+        ScheduleError: ``loop`` is not a loop of the stage (checked first: no witness is made up
+            for a loop that does not exist).
         IllegalScheduleError: with the witness pair, when ``step`` splits an update stage with
             ``ShiftInwards``.
     """
     if st.update is None or tail_of(step) is not TailStrategy.ShiftInwards:
         return
+    st.resolve(loop, str(step))
     raise IllegalScheduleError.in_schedule(
         st.func, f"ShiftInwards recomputes some points, and running an update twice on a point "
         f"changes its result (witness: with {loop} of extent {factor + 1}, iterations "
