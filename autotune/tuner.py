@@ -28,6 +28,7 @@ import numpy as np
 import optuna
 
 from tensorlang.backends.base import DEFAULT_BACKEND
+from tensorlang.errors import TuningError
 from tensorlang.func import Func
 from tensorlang.schedule.lower import lower
 
@@ -41,7 +42,7 @@ from .results import TrialRecord, TuningResult
 from .space import SearchSpace
 from .strategy import Candidate, SearchStrategy, make_sampler
 from .timing import block_runs
-from .workloads import bind_sizes
+from .workloads import bind_sizes, format_shape, memory_available, memory_needed
 
 __all__ = ["autotune", "make_sampler", "TrialRecord", "TuningResult"]
 
@@ -108,9 +109,20 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         search cleanly (``interrupted=True``); every record written so far is complete.
 
     Raises:
-        ShapeError: the sizes or arrays do not fit the algorithm.
+        ShapeError: the sizes or arrays do not fit the algorithm (a wrong dtype, a missing or
+            unknown array) — before any candidate runs.
+        TuningError: the inputs and outputs at these sizes alone need more memory than the
+            machine has available; or no candidate (the rule-based schedule included) could be
+            measured (the message gives the most common failure).
     """
     sizes = bind_sizes(output, shapes, arrays)
+    need, have = memory_needed(output, sizes), memory_available()
+    if have is not None and need > have:
+        raise TuningError(
+            f"tuning {format_shape(sizes)} needs at least {need / 2**30:.1f} GiB for the input "
+            f"and output arrays alone, but {have / 2**30:.1f} GiB of memory is available; tune a "
+            f"smaller shape (the kernel runs every shape; compile(..., 'auto') takes the nearest "
+            f"tuned one)")
     space = space if space is not None else SearchSpace(output, sizes)
     if cost_model not in ("gbt", "none"):
         raise ValueError(f"cost_model must be 'gbt' or 'none', got {cost_model!r}")
@@ -148,6 +160,10 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     finally:
         db.close()
     best = run.best
+    if best.trace is None and not run.interrupted and run.history:
+        raise TuningError(f"no candidate schedule of {format_shape(sizes)} could be measured "
+                          f"({len(run.history)} tried); the most common failure: "
+                          f"{_common_error(run.history)}")
     result = TuningResult(output, best.trace, best.seconds, run.history, run.interrupted,
                           run.resumed, heuristic_seconds=best.baseline,
                           confirmed=best.beats_rule)
@@ -155,6 +171,15 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         result.cache_entry, result.cache_updated = db.save_best(cache, best.trace,
                                                                 best.seconds, best.result)
     return result
+
+
+def _common_error(history: list) -> str:
+    """The most frequent first line of the proposals' errors (what made tuning fail)."""
+    lines = [str(r.error).strip().splitlines()[0] for r in history if r.error]
+    if not lines:
+        return "none reported"
+    top = max(set(lines), key=lines.count)
+    return f"{top} ({lines.count(top)} of {len(history)})"
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 import tensorlang.language as tl
+from tensorlang.arguments import collect_arrays
 from tensorlang.errors import DefinitionError, ShapeError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
@@ -126,8 +127,42 @@ def bind_sizes(output: Func, shapes: dict[str, int] | None, arrays: dict[str, np
         return {k: int(v) for k, v in shapes.items()}
     if arrays is None:
         raise ShapeError("tl.autotune needs shapes={size: value} or example arrays")
-    b = p.bind({k: np.asarray(v).shape for k, v in arrays.items()})
+    given, extra = collect_arrays(p, (), arrays, copy_noncontiguous=False)  # names and dtypes
+    b = p.bind({k: v.shape for k, v in given.items()}, extra)
     return dict(b.sizes)
+
+
+def memory_needed(output: Any, sizes: dict[str, int]) -> int:
+    """Bytes a measuring worker holds at least: every input and output array at these sizes
+    (intermediate buffers come on top, as the schedule places them).
+
+    Raises:
+        ShapeError: the sizes do not fit the algorithm."""
+    p = Pipeline(output)
+    b = p.bind(input_shapes(output, sizes), {k: v for k, v in sizes.items() if k in p.sizes})
+    total = 0
+    for obj in (*p.inputs, *p.outputs):
+        n = 1
+        for _, ext in b.bounds[obj.name]:
+            n *= max(0, ext)
+        total += n * obj.dtype.numpy.itemsize
+    return total
+
+
+def memory_available() -> int | None:
+    """Bytes of memory available to a new process (Linux ``MemAvailable``; else the free
+    physical pages), or None when unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 # -- the algorithms ------------------------------------------------------------------------------

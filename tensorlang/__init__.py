@@ -15,7 +15,7 @@ from typing import Any
 
 from .language import (  # noqa: F401  (the language, re-exported)
     BoundaryView, CompileError, Definition, DefinitionError, DType, Expr, Func,
-    IllegalScheduleError, Input, Pipeline, RDom, RVar, ScheduleError, ShapeError, Size,
+    IllegalScheduleError, Input, Pipeline, RDom, RVar, ScheduleError, ShapeError, TuningError, Size,
     TensorlangError, Update, Var, abs, binary, bool_, call, cast, clamp_edge, compare, const,
     constant_exterior, einsum, exp, float32, float64, int32, int64, log, max, maximum, min,
     minimum, prod, reference, sizes, sqrt, sum, vars, where, workload_key, floor, ceil, round,
@@ -43,7 +43,8 @@ def compile(output: Func | list[Func], schedule: Any = None, *, target: Any = No
         schedule: a ``tl.Schedule`` of it (None: the default), or ``"auto"``: the tuned kernel
             for ``shapes`` (sizes by name) or example ``arrays`` from the tuned-kernel cache,
             else the nearest tuned shape's schedule, else the rule-based one
-            (``kernel.schedule_source`` says which; a miss warns with ``TuningWarning``). The kernel runs every shape; it is *tuned* for these.
+            (``kernel.schedule_source`` says which; a miss warns with ``TuningWarning``). The
+            kernel runs every shape; it is *tuned* for these.
         target: the CPU to compile for (a ``Target``; default: this machine). opt_level: LLVM
             speed level 0-3.
         check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:

@@ -52,6 +52,11 @@ class ShapeError(TensorlangError):
     """Arrays passed to a kernel or to the reference evaluator do not fit the algorithm."""
 
 
+class TuningError(TensorlangError):
+    """Tuning cannot start (the shapes need more memory than the machine has) or no candidate
+    schedule could be measured (the message gives the most common failure)."""
+
+
 def schedule_message(func: str, message: str, step: object = None) -> str:
     """``In schedule for F: <step>: message`` (see :meth:`ScheduleError.in_schedule`)."""
     return f"In schedule for {func}: {'' if step is None else f'{step}: '}{message}"

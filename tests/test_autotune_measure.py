@@ -416,3 +416,28 @@ def test_autotune_on_the_users_arrays_needs_no_sizes():
                       repeats=1, min_seconds=0.0, cost_model="none", heuristic="off")
     assert np.isfinite(res.best_seconds)
     np.testing.assert_allclose(tl.compile(out, res.best_schedule)(a, b), a @ b, rtol=1e-5)
+
+
+def test_autotune_refuses_bad_arrays_and_impossible_shapes_before_any_trial():
+    import time
+
+    out, _ = matmul()
+    a, b = np.ones((13, 7)), np.ones((7, 29))  # float64 for a float32 algorithm
+    t0 = time.perf_counter()
+    with pytest.raises(tl.ShapeError, match="Input A expects dtype float32 but the array has "
+                                            "float64"):
+        tl.autotune(out, arrays={"A": a, "B": b}, trials=3)
+    with pytest.raises(tl.TuningError, match=r"needs at least .* GiB for the input and output "
+                                             r"arrays alone.*tune a smaller shape"):
+        tl.autotune(out, {"M": 10**6, "N": 10**6, "K": 10**6}, trials=3)
+    assert time.perf_counter() - t0 < 30  # refused up front: no worker started
+
+
+def test_autotune_raises_when_no_candidate_could_be_measured():
+    from tuning_helpers import crash_always
+
+    out, _ = matmul()
+    with pytest.raises(tl.TuningError, match=r"no candidate schedule of M=16,N=16,K=8 could be "
+                                             r"measured .*most common failure"):
+        tl.autotune(out, {"M": 16, "N": 16, "K": 8}, trials=2, sampler="random", seed=1,
+                    repeats=1, min_seconds=0.0, measure_hook=crash_always, cost_model="none")
