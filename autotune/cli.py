@@ -229,6 +229,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
     from .records import read_records
 
+    plt = _pyplot() if args.plot else None
+    if args.plot and plt is None:
+        print("tensorlang show --plot needs matplotlib: pip install 'tensorlang[plot]'",
+              file=sys.stderr)
+        return 2
     records = read_records(*args.logs)
     groups: dict[tuple, list] = {}
     for r in records:
@@ -237,6 +242,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if not groups:
         print("no records")
         return 1
+    curves: list[tuple[str, list[float]]] = []
     for (wname, key, sizes), recs in groups.items():
         ok = sorted((r for r in recs if r.ok), key=lambda r: r.seconds)
         accepted = [r for r in recs if r.accepted]
@@ -263,9 +269,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 print(f"  {n:>5}  {_fmt_s(curve[n - 1]):>12}")
         if len(curve) not in (1, 5, 10, 25, 50, 100, 150, 200, 300, 500, 1000):
             print(f"  {len(curve):>5}  {_fmt_s(curve[-1]):>12}")
-        if args.plot:
-            _plot(curve, args.plot, f"{wname} {sizes}")
+        curves.append((f"{wname} {sizes}", curve))
         print()
+    if plt is not None:
+        _plot(plt, curves, args.plot)
     return 0
 
 
@@ -280,24 +287,33 @@ def _curve(recs: list) -> list[float]:
     return out
 
 
-def _plot(curve: list[float], path: str, title: str) -> None:
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend, or None when it is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print(f"--plot needs matplotlib (pip install matplotlib); {path} not written",
-              file=sys.stderr)
-        return
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.plot(range(1, len(curve) + 1), [c * 1e3 for c in curve])
+        return None
+    return plt
+
+
+def _plot(plt: Any, curves: list[tuple[str, list[float]]], path: str) -> None:
+    """One figure: the tuning curve of each (workload, shape), labelled."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, curve in curves:
+        finite = [c * 1e3 for c in curve]
+        ax.plot(range(1, len(curve) + 1), finite, label=label)
     ax.set_xlabel("measured trials")
     ax.set_ylabel("best time so far (ms)")
     ax.set_yscale("log")
-    ax.set_title(title)
+    ax.set_title("tuning curves")
+    if len(curves) > 1:
+        ax.legend(fontsize="small")
     fig.tight_layout()
     fig.savefig(path)
+    plt.close(fig)
     print(f"wrote {path}")
 
 
@@ -306,6 +322,14 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from .cache import KernelCache
     from .workloads import format_shape
 
+    if args.logs and args.action != "import":
+        print(f"tensorlang cache {args.action} takes no LOG arguments (got "
+              f"{' '.join(args.logs)}); only 'cache import' reads logs", file=sys.stderr)
+        return 2
+    if args.output and args.action != "export":
+        print(f"tensorlang cache {args.action} takes no --output; only 'cache export' writes "
+              f"one", file=sys.stderr)
+        return 2
     with KernelCache() as cache:
         if args.action == "list":
             n = 0
@@ -405,6 +429,22 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 # -- parser --------------------------------------------------------------------------------------
+def _positive(kind: type) -> Any:
+    """An argparse type: a number of ``kind`` above 0 (``--trials -3`` is an error)."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     from tensorlang.version import __version__
 
@@ -423,8 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
     tu = sub.add_parser("tune", help="tune a workload; writes tuning records and the cache")
     tu.add_argument("workload", help=wl_help)
     tu.add_argument("--shape", help="sizes, e.g. M=1024,N=1024,K=1024 (built-ins have defaults)")
-    tu.add_argument("--trials", type=int, default=100, help="measured trials (default 100)")
-    tu.add_argument("--timeout", type=float, help="stop after this many seconds")
+    tu.add_argument("--trials", type=_positive(int), default=100,
+                    help="measured trials (default 100)")
+    tu.add_argument("--timeout", type=_positive(float), help="stop after this many seconds")
     tu.add_argument("--log", help="tuning log (default tuning_logs/<workload>-<sizes>.jsonl)")
     tu.add_argument("--seed", type=int, default=0)
     tu.add_argument("--resume", action="store_true",
@@ -440,8 +481,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sh = sub.add_parser("show", help="best schedule, top-k and tuning curve of a log")
     sh.add_argument("logs", nargs="+", metavar="LOG")
-    sh.add_argument("--top", type=int, default=5)
-    sh.add_argument("--plot", metavar="PNG", help="draw the tuning curve (needs matplotlib)")
+    sh.add_argument("--top", type=_positive(int), default=5)
+    sh.add_argument("--plot", metavar="PNG",
+                    help="draw the tuning curves of every log, one per workload and shape "
+                         "(needs matplotlib: pip install 'tensorlang[plot]')")
     sh.set_defaults(run=_cmd_show)
 
     ca = sub.add_parser("cache", help="the tuned-kernel cache (TENSORLANG_CACHE)")
@@ -467,8 +510,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "run", None):
-        parser.print_help()
-        return 0
+        parser.print_help(sys.stderr)
+        return 2  # a command is required
     try:
         return int(args.run(args))
     except (TensorlangError, RecordError, OSError) as exc:

@@ -19,8 +19,9 @@ skipped with a warning; a corrupt line elsewhere is skipped with a warning namin
 fields this version does not know are kept (``TuningRecord.extra``) and written back unchanged;
 records of an unknown *major* version are skipped with one warning per log naming the version
 and the tensorlang that wrote them (a newer log in the log folder never stops tuning); a record
-whose seconds are not a positive number is a corrupt line. See also: TVM's ``tvm.autotvm.record`` / MetaSchedule JSON database
-(whose format changes stranded users' logs — hence the explicit version).
+whose seconds are not a positive number is a corrupt line; a file with no record at all is
+reported once as not a tuning log. See also: TVM's ``tvm.autotvm.record`` / MetaSchedule JSON
+database (whose format changes stranded users' logs — hence the explicit version).
 """
 
 from __future__ import annotations
@@ -192,11 +193,17 @@ class RecordWriter:
         self.close()
 
 
+#: corrupt lines of one log reported one by one (the rest are counted in one warning)
+MAX_LINE_WARNINGS = 5
+
+
 def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
     """The records of a log, in file order (see the module docstring for what is skipped).
     Records of an unknown major format version are skipped with one ``RecordWarning`` per log
     naming the version that wrote them (nothing in the log is changed; other logs, and tuning,
-    go on).
+    go on). Corrupt lines are reported after the log is read, each of the first
+    ``MAX_LINE_WARNINGS`` by its line and the rest counted; a file with no record at all and
+    several bad lines is not a tuning log: one warning says so.
 
     Raises:
         OSError: the file cannot be read.
@@ -206,6 +213,8 @@ def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
         lines = f.read().split(b"\n")
     last = len(lines) - 1  # after the final newline: b"" for a complete log
     future: list[str] = []
+    bad: list[str] = []  # "line: what", in file order
+    found = 0
     for n, raw in enumerate(lines):
         if not raw.strip():
             continue
@@ -213,7 +222,7 @@ def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
             d = json.loads(raw)
             if not isinstance(d, dict):
                 raise ValueError("not a JSON object")
-            yield TuningRecord.from_dict(d, where=f"{path}:{n + 1}: ")
+            record = TuningRecord.from_dict(d, where=f"{path}:{n + 1}: ")
         except RecordError as exc:
             if not future:
                 first = str(exc)
@@ -222,7 +231,20 @@ def iter_records(path: str | os.PathLike) -> Iterator[TuningRecord]:
         except (ValueError, KeyError, TypeError) as exc:
             what = "a torn last line (an interrupted write)" if n == last \
                 else f"a corrupt line ({type(exc).__name__}: {exc})"
-            warnings.warn(f"{path}:{n + 1}: skipped {what}", RecordWarning, stacklevel=2)
+            bad.append(f"{path}:{n + 1}: skipped {what}")
+            continue
+        found += 1
+        yield record
+    if not found and not future and len(bad) > 1:
+        warnings.warn(f"{path} is not a tuning log: none of its {len(bad)} lines is a record "
+                      f"(the first: {bad[0].split(': skipped ', 1)[1]}); skipped",
+                      RecordWarning, stacklevel=2)
+        bad = []
+    for text in bad[:MAX_LINE_WARNINGS]:
+        warnings.warn(text, RecordWarning, stacklevel=2)
+    if len(bad) > MAX_LINE_WARNINGS:
+        warnings.warn(f"{path}: skipped {len(bad) - MAX_LINE_WARNINGS} more corrupt lines",
+                      RecordWarning, stacklevel=2)
     if future:
         warnings.warn(f"{path}: skipped {len(future)} record(s) of a newer format (line "
                       f"{', '.join(future[:5])}{', ...' if len(future) > 5 else ''}): {first}",

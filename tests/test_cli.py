@@ -185,3 +185,83 @@ def test_tune_warm_started_from_logs_of_an_older_feature_set(tmp_path):
               "--no-cache"], tmp_path, cache)
     assert r.returncode == 0, r.stderr
     assert "cost model warmed with" in r.stdout
+
+
+def _log_of(path, name: str, sizes: dict, seconds: list[float]) -> None:
+    """A small tuning log: the rule-based seed (trial -1, accepted) and measured trials."""
+    import tensorlang as tl
+    from tensorlang.autotuner.records import RecordWriter, TuningRecord, target_info, \
+        workload_info
+    from tensorlang.autotuner.workloads import BUILTIN
+
+    out = BUILTIN["matmul"].build()
+    with RecordWriter(path) as w:
+        for n, s in enumerate(seconds):
+            w.write(TuningRecord(workload_info(out, sizes, name), target_info(),
+                                 json.loads(tl.Schedule(out).to_json()), "measured", s, [s],
+                                 trial=n - 1, extra={"confirm": {"won": True}}))
+
+
+@pytest.mark.parametrize("argv,code,message", [
+    ([], 2, "usage: tensorlang"),
+    (["tune", "matmul", "--trials", "-3"], 2, "must be above 0, got -3"),
+    (["tune", "matmul", "--timeout", "0"], 2, "must be above 0, got 0"),
+    (["show", "x.jsonl", "--top", "0"], 2, "must be above 0"),
+    (["cache", "clear", "extra"], 2, "cache clear takes no LOG arguments"),
+    (["cache", "list", "-o", "f"], 2, "cache list takes no --output"),
+])
+def test_cli_refuses_what_it_would_ignore(argv, code, message, tmp_path, monkeypatch, capsys):
+    from tensorlang.autotuner import cli
+
+    monkeypatch.setenv("TENSORLANG_CACHE", str(tmp_path / "cache"))
+    try:
+        got = cli.main(argv)
+    except SystemExit as exc:  # argparse's own refusals
+        got = exc.code
+    assert got == code
+    assert message in capsys.readouterr().err
+
+
+def test_show_plot_draws_every_log_and_needs_matplotlib(tmp_path, monkeypatch, capsys):
+    from tensorlang.autotuner import cli
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    _log_of(a, "mm", {"M": 8, "N": 8, "K": 8}, [3e-3, 2e-3, 1e-3])
+    _log_of(b, "mm", {"M": 16, "N": 16, "K": 16}, [9e-3, 4e-3])
+    monkeypatch.setattr(cli, "_pyplot", lambda: None)
+    png = tmp_path / "curve.png"
+    assert cli.main(["show", str(a), str(b), "--plot", str(png)]) == 2
+    assert "pip install 'tensorlang[plot]'" in capsys.readouterr().err and not png.exists()
+    monkeypatch.undo()
+    pytest.importorskip("matplotlib")
+    drawn = []
+    real = cli._plot
+    monkeypatch.setattr(cli, "_plot", lambda plt, curves, path: (drawn.append(curves),
+                                                                  real(plt, curves, path)))
+    assert cli.main(["show", str(a), str(b), "--plot", str(png)]) == 0
+    assert png.exists() and png.stat().st_size > 0
+    assert [label for label, _ in drawn[0]] == ['mm {"M": 8, "K": 8, "N": 8}',
+                                                 'mm {"M": 16, "K": 16, "N": 16}']
+
+
+def test_a_file_that_is_not_a_log_is_one_warning(tmp_path):
+    import warnings
+
+    from tensorlang.autotuner.records import RecordWarning
+
+    text = tmp_path / "notes.txt"
+    text.write_text("".join(f"line {n} of some notes\n" for n in range(260)))
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert read_records(text) == []
+    msgs = [str(w.message) for w in got if issubclass(w.category, RecordWarning)]
+    assert len(msgs) == 1 and "is not a tuning log: none of its 260 lines is a record" in msgs[0]
+    log = tmp_path / "mostly_bad.jsonl"
+    _log_of(log, "mm", {"M": 8, "N": 8, "K": 8}, [1e-3])
+    with open(log, "a") as f:
+        f.write("".join(f"garbage {n}\n" for n in range(20)))
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        assert len(read_records(log)) == 1
+    msgs = [str(w.message) for w in got if issubclass(w.category, RecordWarning)]
+    assert len(msgs) == 6 and "skipped 15 more corrupt lines" in msgs[-1]
