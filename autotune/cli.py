@@ -29,6 +29,9 @@ def _cmd_target(args: argparse.Namespace) -> int:
 
     backend = get_backend()
     t, info = backend.host_target(), backend.target_info()
+    if args.json:
+        _json_out({**info, "vector_bits": getattr(t, "vector_bits", None)})
+        return 0
     print(f"backend:  {backend.name}\ntriple:   {info['triple']}\ncpu:      {info['cpu']}")
     if hasattr(t, "vector_bits"):
         print(f"vector:   {t.vector_bits}-bit SIMD")
@@ -39,6 +42,20 @@ def _cmd_target(args: argparse.Namespace) -> int:
 
 
 # -- helpers -------------------------------------------------------------------------------------
+def _json_out(data: Any) -> None:
+    """``data`` as one JSON document on stdout (``--json``: for scripts; times in seconds)."""
+    import json
+
+    print(json.dumps(data, indent=1, sort_keys=True, allow_nan=False,
+                     default=lambda o: None if o != o or o in (float("inf"), -float("inf"))
+                     else str(o)))
+
+
+def _finite(x: Any) -> Any:
+    """A float for JSON: None where it is not finite (JSON has no inf or NaN)."""
+    return x if isinstance(x, (int, float)) and x == x and abs(x) != float("inf") else None
+
+
 def _workload(args: argparse.Namespace) -> tuple[Any, Any, dict[str, int]]:
     """(Workload, output Func, sizes) from WORKLOAD and --shape."""
     from tensorlang.errors import ShapeError
@@ -71,10 +88,12 @@ def _fmt_s(seconds: float) -> str:
     return f"{seconds * 1e3:.3f} ms"
 
 
-def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str, Any]]) -> None:
+def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str, Any]],
+             as_json: bool = False) -> list[dict[str, Any]]:
     """Time the kernels and NumPy in this process in interleaved blocks (``timing.interleaved``,
     NumPy's BLAS threads given time to settle after its blocks); print n, median, spread,
-    GFLOP/s and the ratio to NumPy per row."""
+    GFLOP/s and the ratio to NumPy per row (``as_json``: print nothing). Returns the rows:
+    label, n, median / q1 / q3 / min / max seconds, GFLOP/s and NumPy's median over the row's."""
     import time
 
     from tensorlang.pipeline import Pipeline
@@ -109,6 +128,12 @@ def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str
     stats = {label: Stats.of(ts) for label, ts in times.items()}
     flops = work.flops(sizes) if work.flops else 0.0
     t_np = stats["numpy"].median if "numpy" in stats else float("nan")
+    rows = [{"label": label, "n": st.n, "median": st.median, "q1": st.q1, "q3": st.q3,
+             "min": st.min, "max": st.max,
+             "gflops": _finite(flops / st.median / 1e9) if flops else None,
+             "numpy_over_this": _finite(t_np / st.median)} for label, st in stats.items()]
+    if as_json:
+        return rows
     print(f"{'':<24}{'n':>5}{'median':>12}{'IQR (ms)':>19}{'min-max (ms)':>19}{'GFLOP/s':>9}"
           f"{'vs numpy':>10}")
     for label, st in stats.items():
@@ -119,6 +144,7 @@ def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str
               f"{f'{st.min * 1e3:.3f}-{st.max * 1e3:.3f}':>19}{gf:>9}{ratio:>10}")
     print("(interleaved blocks: 7 rounds, every row timed in each; vs numpy = NumPy's median / "
           "the row's)")
+    return rows
 
 
 # -- tune ----------------------------------------------------------------------------------------
@@ -240,40 +266,66 @@ def _cmd_show(args: argparse.Namespace) -> int:
         groups.setdefault((r.workload.name, r.workload.key, json.dumps(r.workload.sizes)),
                           []).append(r)
     if not groups:
-        print("no records")
+        if args.json:
+            _json_out([])
+        else:
+            print("no records")
         return 1
     curves: list[tuple[str, list[float]]] = []
+    summaries: list[dict[str, Any]] = []
     for (wname, key, sizes), recs in groups.items():
         ok = sorted((r for r in recs if r.ok), key=lambda r: r.seconds)
         accepted = [r for r in recs if r.accepted]
         states = {s: sum(r.state == s for r in recs) for s in ("measured", "failed", "pruned")}
-        print(f"== {wname} {sizes} (workload {str(key)[:12]}, cpu {recs[0].target.cpu}): "
-              f"{states['measured']} measured, {states['failed']} failed, "
-              f"{states['pruned']} pruned")
-        if not ok:
-            continue
-        # the tuner's verdict: the fastest schedule it accepted (a faster screening time that
-        # lost its interleaved confirmation is listed in the top, not taken as the best)
-        best = min(accepted, key=lambda r: r.seconds) if accepted else ok[0]
-        print(f"best: {_fmt_s(best.seconds or 0)} (trial {best.trial}"
-              f"{', confirmed in A/B rounds' if 'confirm' in best.extra else ''})\n")
-        print(steps_to_python(best.schedule["steps"]))
-        print(f"\njson: {json.dumps(best.schedule)}\n")
-        print(f"top {min(args.top, len(ok))}:")
-        for r in ok[: args.top]:
-            print(f"  trial {r.trial:>5}  {_fmt_s(r.seconds or 0):>12}")
         curve = _curve(recs)
-        print("\ntuning curve (best so far after n measured trials):")
-        for n in (1, 5, 10, 25, 50, 100, 150, 200, 300, 500, 1000):
-            if n <= len(curve):
-                print(f"  {n:>5}  {_fmt_s(curve[n - 1]):>12}")
-        if len(curve) not in (1, 5, 10, 25, 50, 100, 150, 200, 300, 500, 1000):
-            print(f"  {len(curve):>5}  {_fmt_s(curve[-1]):>12}")
-        curves.append((f"{wname} {sizes}", curve))
-        print()
+        summary: dict[str, Any] = {
+            "workload": wname, "workload_key": key, "sizes": json.loads(sizes),
+            "cpu": recs[0].target.cpu, **states, "best": None,
+            "top": [{"trial": r.trial, "seconds": r.seconds} for r in ok[: args.top]],
+            "curve": [_finite(c) for c in curve]}
+        summaries.append(summary)
+        if ok:
+            # the tuner's verdict: the fastest schedule it accepted (a faster screening time
+            # that lost its interleaved confirmation is listed in the top, not taken as the best)
+            best = min(accepted, key=lambda r: r.seconds) if accepted else ok[0]
+            summary["best"] = {"trial": best.trial, "seconds": best.seconds,
+                               "confirmed": "confirm" in best.extra, "schedule": best.schedule,
+                               "python": steps_to_python(best.schedule["steps"])}
+            curves.append((f"{wname} {sizes}", curve))
+        if not args.json:
+            _print_summary(summary, sizes, str(key), len(ok), args.top)
+    if args.json:
+        _json_out(summaries)
     if plt is not None:
         _plot(plt, curves, args.plot)
     return 0
+
+
+def _print_summary(summary: dict[str, Any], sizes: str, key: str, n_ok: int, top: int) -> None:
+    """``tensorlang show``'s text for one workload and shape."""
+    import json
+
+    print(f"== {summary['workload']} {sizes} (workload {key[:12]}, cpu {summary['cpu']}): "
+          f"{summary['measured']} measured, {summary['failed']} failed, "
+          f"{summary['pruned']} pruned")
+    best = summary["best"]
+    if best is None:
+        return
+    print(f"best: {_fmt_s(best['seconds'] or 0)} (trial {best['trial']}"
+          f"{', confirmed in A/B rounds' if best['confirmed'] else ''})\n")
+    print(best["python"])
+    print(f"\njson: {json.dumps(best['schedule'])}\n")
+    print(f"top {min(top, n_ok)}:")
+    for r in summary["top"]:
+        print(f"  trial {r['trial']:>5}  {_fmt_s(r['seconds'] or 0):>12}")
+    curve = [float("inf") if c is None else c for c in summary["curve"]]
+    print("\ntuning curve (best so far after n measured trials):")
+    for n in (1, 5, 10, 25, 50, 100, 150, 200, 300, 500, 1000):
+        if n <= len(curve):
+            print(f"  {n:>5}  {_fmt_s(curve[n - 1]):>12}")
+    if len(curve) not in (1, 5, 10, 25, 50, 100, 150, 200, 300, 500, 1000):
+        print(f"  {len(curve):>5}  {_fmt_s(curve[-1]):>12}")
+    print()
 
 
 def _curve(recs: list) -> list[float]:
@@ -326,12 +378,24 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         print(f"tensorlang cache {args.action} takes no LOG arguments (got "
               f"{' '.join(args.logs)}); only 'cache import' reads logs", file=sys.stderr)
         return 2
+    if args.json and args.action != "list":
+        print(f"tensorlang cache {args.action} has no --json output; only 'cache list' does",
+              file=sys.stderr)
+        return 2
     if args.output and args.action != "export":
         print(f"tensorlang cache {args.action} takes no --output; only 'cache export' writes "
               f"one", file=sys.stderr)
         return 2
     with KernelCache() as cache:
-        if args.action == "list":
+        if args.action == "list" and args.json:
+            _json_out({"cache": cache.path, "entries": [
+                {"key": e.key, "workload": e.workload.name, "workload_key": e.workload.key,
+                 "sizes": e.sizes, "shapes": {k: list(v) for k, v in e.workload.shapes.items()},
+                 "dtypes": e.workload.dtypes, "seconds": _finite(e.seconds),
+                 "cpu": e.target.cpu, "object_bytes": None if e.object_code is None
+                 else len(e.object_code), "source": e.source, "created": e.created}
+                for e in cache.entries()]})
+        elif args.action == "list":
             n = 0
             for e in cache.entries():
                 n += 1
@@ -415,16 +479,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .heuristic import heuristic_schedule
 
     work, out, sizes = _workload(args)
+    source = args.schedule
     if args.schedule == "auto":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             k = compile_auto(out, sizes, None)
-        label = f"tensorlang ({k.schedule_source})"
+        label, source = f"tensorlang ({k.schedule_source})", k.schedule_source
     elif args.schedule == "heuristic":
         k, label = compile_kernel(out, heuristic_schedule(out, sizes)), "tensorlang (heuristic)"
     else:
         k, label = compile_kernel(out), "tensorlang (default)"
-    _compare(work, out, sizes, [(label, k)])
+    rows = _compare(work, out, sizes, [(label, k)], as_json=args.json)
+    if args.json:
+        _json_out({"workload": work.name, "sizes": sizes, "schedule_source": source,
+                   "rounds": 7, "rows": rows})
     return 0
 
 
@@ -456,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("target", help="show the host CPU target kernels are compiled for")
     t.add_argument("--features", action="store_true", help="also print the LLVM feature string")
+    t.add_argument("--json", action="store_true", help="one JSON object (every field)")
     t.set_defaults(run=_cmd_target)
 
     wl_help = ("a built-in workload (matmul, batch_matmul, conv2d, blur, softmax, layernorm) or "
@@ -482,6 +551,8 @@ def build_parser() -> argparse.ArgumentParser:
     sh = sub.add_parser("show", help="best schedule, top-k and tuning curve of a log")
     sh.add_argument("logs", nargs="+", metavar="LOG")
     sh.add_argument("--top", type=_positive(int), default=5)
+    sh.add_argument("--json", action="store_true",
+                    help="one JSON object per workload and shape, in a list (seconds)")
     sh.add_argument("--plot", metavar="PNG",
                     help="draw the tuning curves of every log, one per workload and shape "
                          "(needs matplotlib: pip install 'tensorlang[plot]')")
@@ -491,12 +562,15 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("action", choices=("list", "import", "export", "clear"))
     ca.add_argument("logs", nargs="*", metavar="LOG", help="for import: tuning logs")
     ca.add_argument("-o", "--output", help="for export: a file (default stdout)")
+    ca.add_argument("--json", action="store_true", help="for list: one JSON object")
     ca.set_defaults(run=_cmd_cache)
 
     be = sub.add_parser("bench", help="tensorlang vs NumPy on a workload, same run")
     be.add_argument("workload", help=wl_help)
     be.add_argument("--shape", help="sizes, e.g. M=1024,N=1024,K=1024")
     be.add_argument("--schedule", choices=("auto", "heuristic", "default"), default="auto")
+    be.add_argument("--json", action="store_true",
+                    help="one JSON object: n, median, quartiles, min, max (seconds) per row")
     be.set_defaults(run=_cmd_bench)
     return p
 

@@ -199,7 +199,7 @@ def _log_of(path, name: str, sizes: dict, seconds: list[float]) -> None:
         for n, s in enumerate(seconds):
             w.write(TuningRecord(workload_info(out, sizes, name), target_info(),
                                  json.loads(tl.Schedule(out).to_json()), "measured", s, [s],
-                                 trial=n - 1, extra={"confirm": {"won": True}}))
+                                 trial=n - 1, extra={"confirm": {"won": True, "beats_rule": True}}))
 
 
 @pytest.mark.parametrize("argv,code,message", [
@@ -265,3 +265,34 @@ def test_a_file_that_is_not_a_log_is_one_warning(tmp_path):
         assert len(read_records(log)) == 1
     msgs = [str(w.message) for w in got if issubclass(w.category, RecordWarning)]
     assert len(msgs) == 6 and "skipped 15 more corrupt lines" in msgs[-1]
+
+
+def test_json_outputs_for_scripts(tmp_path, monkeypatch, capsys):
+    from tensorlang.autotuner import cli
+
+    monkeypatch.setenv("TENSORLANG_CACHE", str(tmp_path / "cache"))
+    assert cli.main(["target", "--json"]) == 0
+    target = json.loads(capsys.readouterr().out)
+    assert target["backend"] == "llvm-cpu" and target["threads"] >= 1 and "features" in target
+    log = tmp_path / "a.jsonl"
+    _log_of(log, "mm", {"M": 8, "N": 8, "K": 8}, [3e-3, 2e-3, 1e-3])
+    assert cli.main(["show", str(log), "--json", "--top", "2"]) == 0
+    (show,) = json.loads(capsys.readouterr().out)
+    assert show["workload"] == "mm" and show["sizes"] == {"M": 8, "N": 8, "K": 8}
+    assert show["measured"] == 3 and show["best"]["seconds"] == 1e-3
+    assert [t["seconds"] for t in show["top"]] == [1e-3, 2e-3]
+    assert show["curve"] == [3e-3, 2e-3, 1e-3] and "schedule" in show["best"]
+    assert cli.main(["cache", "import", str(log)]) == 0
+    capsys.readouterr()
+    assert cli.main(["cache", "list", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert [e["seconds"] for e in listing["entries"]] == [1e-3]
+    assert listing["entries"][0]["object_bytes"] is None  # compiled on first use
+    assert cli.main(["bench", "blur", "--shape", "H=40,W=37", "--json",
+                     "--schedule", "heuristic"]) == 0
+    bench = json.loads(capsys.readouterr().out)
+    labels = {row["label"]: row for row in bench["rows"]}
+    assert set(labels) == {"tensorlang (heuristic)", "numpy"}
+    row = labels["tensorlang (heuristic)"]
+    assert row["n"] >= 7 and row["q1"] <= row["median"] <= row["q3"] and row["min"] > 0
+    assert cli.main(["cache", "clear", "--json"]) == 2
