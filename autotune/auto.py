@@ -11,6 +11,9 @@ tuning record of the nearest shape, else a heuristic schedule — and the kernel
   replaced as soon as this shape is tuned);
 - nothing: ``heuristic.heuristic_schedule`` with a ``TuningWarning`` saying how to tune.
 
+Without shapes or arrays it returns a ``DispatchKernel`` that makes this choice at each call for
+the call's shapes, per shape bucket (``autotune/dispatch.py``).
+
 A broken cache never breaks the program: a corrupt entry is reported and rebuilt (``cache.py``);
 an unusable cache file is moved aside.
 """
@@ -48,13 +51,18 @@ def compile_auto(output: Func | Sequence[Func], shapes: dict[str, int] | None = 
 
     Args:
         output: the output Func (or a list of output Funcs). shapes: the sizes by name, or
-            arrays: example inputs by name.
+            arrays: example inputs by name; neither: a ``DispatchKernel`` choosing per call
+            (``autotune/dispatch.py``).
         cache: a ``KernelCache`` (default: the one at ``TENSORLANG_CACHE``).
         backend: the backend that compiles and loads the kernel (default: the LLVM CPU one).
 
     Raises:
         ShapeError: the sizes or arrays do not fit the algorithm.
     """
+    if shapes is None and arrays is None:  # one kernel for every shape, chosen per call
+        from .dispatch import DispatchKernel
+
+        return DispatchKernel(output, cache, workload_name, backend)
     sizes = bind_sizes(output, shapes, arrays)
     work = workload_info(output, sizes, workload_name)
     builder = get_backend(backend)

@@ -42,7 +42,9 @@ def compile(output: Func | list[Func], schedule: Any = None, *, target: Any = No
             outputs: the kernel returns a tuple of arrays, in this order).
         schedule: a ``tl.Schedule`` of it (None: the default), or ``"auto"``: the tuned kernel
             for ``shapes`` (sizes by name) or example ``arrays`` from the tuned-kernel cache,
-            else the nearest tuned shape's schedule, else the rule-based one
+            else the nearest tuned shape's schedule, else the rule-based one — or, given
+            neither, a dispatching kernel that makes that choice per call for the call's shapes
+            (memoized per shape bucket; ``kernel.variants()`` lists what it holds)
             (``kernel.schedule_source`` says which; a miss warns with ``TuningWarning``). The
             kernel runs every shape; it is *tuned* for these.
         target: the CPU to compile for (a ``Target``; default: this machine). opt_level: LLVM

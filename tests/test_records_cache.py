@@ -394,3 +394,34 @@ def test_a_valid_cache_that_cannot_be_written_is_read_not_moved(tmp_path, monkey
     assert sorted(p.name for p in tmp_path.iterdir() if "corrupt" in p.name) == []
     with pytest.warns(CacheWarning, match="read-only; a tuned kernel was not stored"):
         assert not ro.put(_entry(out, {"M": 8, "N": 8, "K": 8}, 1e-3))
+
+
+def test_auto_without_shapes_dispatches_per_call_over_ten_shapes(tmp_path, rng):
+    out = BUILTIN["matmul"].build()
+    cache = KernelCache(tmp_path / "k.sqlite")
+    tuned = {"M": 24, "N": 40, "K": 8}  # one shape with a tuned kernel in the cache
+    s = heuristic_schedule(out, tuned)
+    k = tl.compile(out, s, emit_object=True)
+    cache.put(_entry(out, tuned, 1e-3, k.object_code, k.signature.to_dict(), s.to_json()))
+    kern = compile_auto(out, cache=cache)
+    shapes = [(5, 3, 7), (6, 3, 7), (24, 8, 40), (7, 2, 8), (33, 17, 65), (40, 20, 100),
+              (1, 1, 1), (64, 64, 64), (3, 5, 2), (8, 8, 8), (24, 8, 40), (60, 30, 90)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuningWarning)
+        for m, kk, n in shapes:
+            a = rng.random((m, kk), dtype=np.float32)
+            b = rng.random((kk, n), dtype=np.float32)
+            np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-5)
+    variants = kern.variants()
+    served = [sh for v in variants for sh in v["shapes"]]
+    assert len(served) == len(set(shapes)) == 11  # each distinct shape chosen once
+    (hit,) = [v for v in variants if v["source"] == "cache"]
+    assert hit["compiled_for"] == tuned and hit["shapes"] == [{"K": 8, "M": 24, "N": 40}]
+    # nearby shapes share their bucket's kernel: (5, 3, 7) and (6, 3, 7) round to (8, 4, 8)
+    first = next(v for v in variants if {"M": 5, "K": 3, "N": 7} in v["shapes"])
+    assert {"M": 6, "K": 3, "N": 7} in first["shapes"]
+    assert len(variants) < len(served)
+    a, b = rng.random((5, 3), dtype=np.float32), rng.random((3, 7), dtype=np.float32)
+    o = np.empty((5, 7), np.float32)
+    assert kern(A=a, B=b, out=o) is o
+    np.testing.assert_allclose(o, a @ b, rtol=1e-4)

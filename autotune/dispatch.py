@@ -1,0 +1,120 @@
+"""``tl.compile(F, "auto")`` without shapes: one kernel for every shape, choosing per call.
+
+Every tensorlang kernel runs every shape; what differs between shapes is the schedule that is
+fastest for them. A ``DispatchKernel`` picks one per call from the sizes the arrays bind:
+
+- a shape seen before: the kernel it used (a dict lookup);
+- a new shape with a tuned kernel in the cache (exact hit): that kernel, loaded
+  (``compile_auto``);
+- else the kernel already compiled for its *shape bucket* — every size rounded up to a power of
+  two — so a stream of nearby shapes compiles once;
+- else ``compile_auto`` for this shape: the nearest tuned shape's schedule (re-proven legal),
+  else the rule-based one; it becomes the bucket's kernel.
+
+Compilation is lazy (the first call of a bucket pays it) and memoized for the dispatcher's
+lifetime; ``variants()`` lists what it holds. See also: TVM's dynamic-shape dispatch by
+buckets (Relax ``dispatch_sort``/Nimble, Shen et al., MLSys 2021), Triton's per-key
+autotuner cache.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Sequence
+
+import numpy as np
+
+from tensorlang.arguments import collect_arrays
+from tensorlang.func import Func
+from tensorlang.pipeline import Pipeline
+
+from .records import target_info, workload_info
+
+
+def shape_bucket(sizes: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    """Each size rounded up to a power of two (0 and 1 stay): the bucket of a shape."""
+    return tuple((k, v if v <= 1 else 1 << math.ceil(math.log2(v))) for k, v in sizes.items())
+
+
+class DispatchKernel:
+    """A kernel for every shape of ``output``'s algorithm (see the module docstring); called
+    like a ``tl.Kernel`` (arrays positionally or by name, sizes by name, ``out=``).
+
+    Raises (from ``__call__``):
+        ShapeError: the arrays do not fit the algorithm.
+    """
+
+    def __init__(self, output: Func | Sequence[Func], cache: Any = None,
+                 workload_name: str | None = None, backend: str | None = None) -> None:
+        self.output = output
+        self.pipeline = Pipeline(output)
+        self._cache, self._name, self._backend = cache, workload_name, backend
+        self._by_sizes: dict[tuple, Any] = {}
+        self._by_bucket: dict[tuple, Any] = {}
+        #: per kernel held: how it was chosen and the shapes it served
+        self._variants: list[dict[str, Any]] = []
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.pipeline.inputs)
+
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        arrays, sizes = collect_arrays(self.pipeline, args, kwargs)
+        outs = None if out is None else dict(zip((o.name for o in self.pipeline.outputs),
+                                                 out if isinstance(out, (tuple, list))
+                                                 and len(self.pipeline.outputs) > 1 else (out,)))
+        b = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes,
+                               {k: np.shape(v) for k, v in (outs or {}).items()})
+        key = tuple(sorted(b.sizes.items()))
+        kern = self._by_sizes.get(key)
+        if kern is None:
+            kern = self._choose(dict(b.sizes))
+            self._by_sizes[key] = kern
+            next(v for v in self._variants if v["kernel"] is kern)["shapes"].append(dict(key))
+        return kern(**arrays, **sizes, out=out)
+
+    def _choose(self, sizes: dict[str, int]) -> Any:
+        from .auto import compile_auto
+
+        bucket = shape_bucket(sizes)
+        exact = self._has_exact(sizes)
+        if not exact and bucket in self._by_bucket:
+            return self._by_bucket[bucket]
+        with warnings.catch_warnings():
+            if bucket in self._by_bucket:  # (an exact hit: silent anyway)
+                warnings.simplefilter("ignore")
+            kern = compile_auto(self.output, sizes, cache=self._cache,
+                                workload_name=self._name, backend=self._backend)
+        self._variants.append({"kernel": kern, "source": kern.schedule_source,
+                               "compiled_for": dict(sizes), "bucket": dict(bucket),
+                               "shapes": []})
+        if not exact:
+            self._by_bucket[bucket] = kern
+        return kern
+
+    def _has_exact(self, sizes: dict[str, int]) -> bool:
+        """Whether the cache holds a tuned kernel for exactly these sizes."""
+        from tensorlang.backends.base import get_backend
+
+        from .cache import KernelCache
+
+        try:
+            if self._cache is None:
+                self._cache = KernelCache()
+            work = workload_info(self.output, sizes, self._name)
+            target = target_info(backend=get_backend(self._backend).name)
+            return self._cache.get(work, target) is not None
+        except Exception:  # noqa: BLE001 - an unusable cache: compile_auto reports it
+            return False
+
+    def variants(self) -> list[dict[str, Any]]:
+        """The kernels held, in the order they were made: ``source`` (``"cache"``,
+        ``"nearest"``, ``"heuristic"``), ``compiled_for`` (the sizes it was chosen at),
+        ``bucket`` (its shape bucket; a tuned kernel serves only its exact sizes) and
+        ``shapes`` (the sizes of every call it served, first call first)."""
+        return [{k: v for k, v in d.items() if k != "kernel"} for d in self._variants]
+
+    def __repr__(self) -> str:
+        return (f"<DispatchKernel {self.pipeline.name}({', '.join(self.input_names)}): "
+                f"{len(self._variants)} variants>")
