@@ -19,6 +19,7 @@ from tensorlang.pipeline import Pipeline
 
 from .base import Signature
 from .llvm.jit import CompiledModule
+from .llvm.runtime import apply_num_threads
 
 
 def _address(a: np.ndarray) -> int:
@@ -73,6 +74,8 @@ class Kernel:
         self._out_dtypes = tuple(o.dtype.numpy for o in pipeline.outputs)
         self._out_names = tuple(o.name for o in pipeline.outputs)
         self._single = n_out == 1
+        #: a parallel kernel sets libgomp's thread count per call (``runtime.apply_num_threads``)
+        self._threads = apply_num_threads if signature.parallel else None
         self._names = tuple(i.name for i in pipeline.inputs)
         self._dtypes = tuple(i.dtype.numpy for i in pipeline.inputs)
         self._cache: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]]] = {}
@@ -102,6 +105,8 @@ class Kernel:
 
     def __call__(self, *args: np.ndarray, out: Any = None,
                  **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        if self._threads is not None:
+            self._threads()
         if not kwargs and len(args) == len(self._dtypes) and all(
                 type(a) is np.ndarray and a.dtype == d and a.flags.c_contiguous
                 for a, d in zip(args, self._dtypes)):

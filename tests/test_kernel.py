@@ -187,3 +187,44 @@ def test_cli_version_and_target():
     r = subprocess.run([sys.executable, "-m", "tensorlang.autotuner.cli", "target"], capture_output=True,
                        text=True, check=True)
     assert "cpu:" in r.stdout and "llvm:" in r.stdout
+
+
+def test_thread_count_is_read_at_call_time(monkeypatch, rng):
+    # TENSORLANG_NUM_THREADS, then OMP_NUM_THREADS, then the affinity mask, at every call of a
+    # parallel kernel (not baked in when it was compiled)
+    import os
+
+    from tensorlang.backends.llvm.runtime import num_threads, omp_max_threads
+
+    M, N = tl.sizes("M N")
+    A = tl.Input("A", (M, N), tl.float64)
+    i, j = tl.vars("i j")
+    B = tl.Func("B")
+    B[i, j] = A[i, j] * 2.0
+    s = tl.Schedule(B)
+    s[B].parallel(i)
+    monkeypatch.delenv("TENSORLANG_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    kern = tl.compile(B, s)
+    a = rng.random((37, 5))
+    for env, want in ((("TENSORLANG_NUM_THREADS", "1"), 1), (("TENSORLANG_NUM_THREADS", "3"), 3),
+                      (("OMP_NUM_THREADS", "2"), 2)):
+        monkeypatch.delenv("TENSORLANG_NUM_THREADS", raising=False)
+        monkeypatch.setenv(*env)
+        np.testing.assert_array_equal(kern(a), 2 * a)
+        assert omp_max_threads() == want
+    monkeypatch.setenv("OMP_NUM_THREADS", "1,1")  # a nested list: its first entry
+    assert num_threads() == 1
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    mask = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {min(mask)})
+        assert num_threads() == 1
+        np.testing.assert_array_equal(kern(a), 2 * a)
+        assert omp_max_threads() == 1
+    finally:
+        os.sched_setaffinity(0, mask)
+    assert num_threads() == len(mask)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "zero")
+    with pytest.raises(tl.CompileError, match="TENSORLANG_NUM_THREADS='zero' must be a positive"):
+        kern(a)

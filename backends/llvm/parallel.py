@@ -49,7 +49,7 @@ class ParallelGen:
         gomp = self.intrinsic("GOMP_parallel", ir.VoidType(),
                               [tramp.type, I8.as_pointer(), I32, I32])
         b.call(gomp, [tramp, b.bitcast(closure, I8.as_pointer()),
-                      ir.Constant(I32, self.num_threads), ir.Constant(I32, 0)])
+                      ir.Constant(I32, 0), ir.Constant(I32, 0)])  # libgomp's count: see runtime.py
         status = b.load(slots[-2])
         with b.if_then(b.icmp_signed("!=", status, ir.Constant(I64, 0)), likely=False):
             self.free_all()

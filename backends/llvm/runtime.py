@@ -1,10 +1,15 @@
 """Native runtime pieces kernels link against: the OpenMP thread pool (libgomp) and settings.
 
-Parallel loops call ``GOMP_parallel(fn, closure, num_threads, 0)`` from the generated code: libgomp
+Parallel loops call ``GOMP_parallel(fn, closure, 0, 0)`` from the generated code: libgomp
 keeps one pool of threads per process and reuses it, so a parallel region costs microseconds
 and threads are started and joined in native code, never from Python.
-The thread count comes from ``TENSORLANG_NUM_THREADS`` (default: every CPU), read when a kernel is
-compiled.
+The thread count is read at every call of a parallel kernel (``num_threads``):
+``TENSORLANG_NUM_THREADS``, else ``OMP_NUM_THREADS``, else the CPUs this process may run on (its
+affinity mask: ``taskset``, cgroup cpusets), and handed to libgomp as the calling thread's
+``omp_set_num_threads`` when it changed (``apply_num_threads``); the generated code asks libgomp
+for the count (``0``) and its chunking adapts (``omp_get_num_threads``). The count at compile
+time only informs the schedule (how many chunks a rule-based rfactor makes) and the tuned-kernel
+cache key.
 
 Wait policy: libgomp's own (idle pool threads spin a while, then sleep). On a machine other
 processes keep busy, ``GOMP_SPINCOUNT=1000`` (set before the first kernel is compiled or
@@ -18,6 +23,7 @@ from __future__ import annotations
 import ctypes.util
 import functools
 import os
+import threading
 
 import llvmlite.binding as llvm
 
@@ -27,21 +33,59 @@ from .target import init_llvm
 
 
 def num_threads() -> int:
-    """Threads a parallel loop uses: ``TENSORLANG_NUM_THREADS`` or the CPU count.
+    """Threads a parallel loop uses now: ``TENSORLANG_NUM_THREADS``, else ``OMP_NUM_THREADS``
+    (its first entry), else the number of CPUs in this process's affinity mask.
 
     Raises:
-        CompileError: the variable is set but is not a positive integer.
+        CompileError: a variable is set but is not a positive integer.
     """
-    raw = os.environ.get("TENSORLANG_NUM_THREADS", "").strip()
-    if not raw:
-        return os.cpu_count() or 1
+    for var in ("TENSORLANG_NUM_THREADS", "OMP_NUM_THREADS"):
+        raw = os.environ.get(var, "").strip()
+        if not raw:
+            continue
+        try:
+            n = int(raw.split(",")[0])
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise CompileError(f"{var}={raw!r} must be a positive integer")
+        return n
     try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise CompileError(f"TENSORLANG_NUM_THREADS={raw!r} must be a positive integer")
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # (no affinity masks on this OS)
+        return os.cpu_count() or 1
+
+
+_APPLIED = threading.local()  # the count this Python thread last gave libgomp
+
+
+def apply_num_threads() -> int:
+    """Give libgomp the current ``num_threads()`` as this thread's count for the next parallel
+    region (``omp_set_num_threads``, only when it changed); returns it.
+
+    Raises:
+        CompileError: a thread-count variable is not a positive integer."""
+    n = num_threads()
+    if getattr(_APPLIED, "n", None) != n:
+        _omp_set_num_threads()(n)
+        _APPLIED.n = n
     return n
+
+
+@functools.cache
+def _omp_set_num_threads():
+    lib = ctypes.CDLL(load_libgomp())
+    fn = lib.omp_set_num_threads
+    fn.argtypes, fn.restype = [ctypes.c_int], None
+    return fn
+
+
+def omp_max_threads() -> int:
+    """libgomp's ``omp_get_max_threads()`` for this thread: the count its next parallel region
+    gets."""
+    fn = ctypes.CDLL(load_libgomp()).omp_get_max_threads
+    fn.restype = ctypes.c_int
+    return int(fn())
 
 
 @functools.cache
