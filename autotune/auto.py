@@ -31,6 +31,7 @@ from tensorlang.func import Func
 from tensorlang.schedule.schedule import Schedule
 
 from .cache import CacheEntry, KernelCache
+from .dispatch import DispatchKernel
 from .heuristic import heuristic_schedule
 from .records import target_info, workload_info
 from .workloads import bind_sizes, format_shape
@@ -60,9 +61,7 @@ def compile_auto(output: Func | Sequence[Func], shapes: dict[str, int] | None = 
         ShapeError: the sizes or arrays do not fit the algorithm.
     """
     if shapes is None and arrays is None:  # one kernel for every shape, chosen per call
-        from .dispatch import DispatchKernel
-
-        return DispatchKernel(output, cache, workload_name, backend)
+        return DispatchKernel(output, compile_auto, cache, workload_name, backend)
     sizes = bind_sizes(output, shapes, arrays)
     work = workload_info(output, sizes, workload_name)
     builder = get_backend(backend)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -45,9 +45,13 @@ class DispatchKernel:
         ShapeError: the arrays do not fit the algorithm.
     """
 
-    def __init__(self, output: Func | Sequence[Func], cache: Any = None,
-                 workload_name: str | None = None, backend: str | None = None) -> None:
+    def __init__(self, output: Func | Sequence[Func], compile_for: Callable[..., Any],
+                 cache: Any = None, workload_name: str | None = None,
+                 backend: str | None = None) -> None:
+        """``compile_for(output, sizes, cache=, workload_name=, backend=)``: the kernel for
+        these sizes (``compile_auto``)."""
         self.output = output
+        self._compile_for = compile_for
         self.pipeline = Pipeline(output)
         self._cache, self._name, self._backend = cache, workload_name, backend
         self._by_sizes: dict[tuple, Any] = {}
@@ -75,8 +79,6 @@ class DispatchKernel:
         return kern(**arrays, **sizes, out=out)
 
     def _choose(self, sizes: dict[str, int]) -> Any:
-        from .auto import compile_auto
-
         bucket = shape_bucket(sizes)
         exact = self._has_exact(sizes)
         if not exact and bucket in self._by_bucket:
@@ -84,8 +86,8 @@ class DispatchKernel:
         with warnings.catch_warnings():
             if bucket in self._by_bucket:  # (an exact hit: silent anyway)
                 warnings.simplefilter("ignore")
-            kern = compile_auto(self.output, sizes, cache=self._cache,
-                                workload_name=self._name, backend=self._backend)
+            kern = self._compile_for(self.output, sizes, cache=self._cache,
+                                     workload_name=self._name, backend=self._backend)
         self._variants.append({"kernel": kern, "source": kern.schedule_source,
                                "compiled_for": dict(sizes), "bucket": dict(bucket),
                                "shapes": []})
