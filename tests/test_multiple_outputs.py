@@ -246,13 +246,19 @@ def test_compute_with_refuses_shared_loops_with_different_bounds():
         tl.compile([F, G], s)
 
 
-def test_the_rule_based_schedule_fuses_reductions_of_the_same_rows(rng):
+def row_stats():
+    """The sum and the max of each row of one matrix: two reductions reading it alike."""
     R, C = tl.sizes("R C")
     A = tl.Input("A", (R, C), tl.float32)
     i, j = tl.vars("i j")
     total, peak = tl.Func("total"), tl.Func("peak")
     total[i] = tl.sum(A[i, j])
     peak[i] = tl.max(A[i, j])
+    return total, peak
+
+
+def test_the_rule_based_schedule_fuses_reductions_of_the_same_rows(rng):
+    total, peak = row_stats()
     from tensorlang.autotuner.heuristic import heuristic_schedule
 
     s = heuristic_schedule([total, peak], {"R": 4099, "C": 1031})
@@ -274,12 +280,7 @@ def test_the_search_space_draws_the_rule_based_fusion(rng):
     from tensorlang.autotuner.heuristic import heuristic_schedule
     from tensorlang.autotuner.space import SearchSpace
 
-    R, C = tl.sizes("R C")
-    A = tl.Input("A", (R, C), tl.float32)
-    i, j = tl.vars("i j")
-    total, peak = tl.Func("total"), tl.Func("peak")
-    total[i] = tl.sum(A[i, j])
-    peak[i] = tl.max(A[i, j])
+    total, peak = row_stats()
     sizes = {"R": 4099, "C": 1031}
     hs = heuristic_schedule([total, peak], sizes)
     sp = SearchSpace([total, peak], sizes)
