@@ -98,19 +98,19 @@ class SearchStrategy:
     def propose(self, trial: Any = None) -> Candidate | None:
         """Ask Optuna for a schedule (or take ``trial``, an enqueued mutant); prove it legal and
         lower it (its features come from the loop nest). An illegal or unrealizable one is
-        pruned: None. With the cost model, a schedule already measured or pruned, or already in
-        this round's pool, is told to Optuna as failed and dropped (None): measuring it again
-        would teach nothing."""
+        pruned: None. A schedule already measured or pruned (in this run or, resumed, in the
+        log: ``seen``), or already in this round's pool, is told to Optuna as failed and dropped
+        (None): measuring it again would teach nothing."""
         study = self.study
         trial = trial if trial is not None else study.ask()
         s = self.space.sample(trial)
         self.params_of[trial.number] = (dict(trial.params), dict(trial.distributions))
+        trace = s.to_json()
+        if trace in self.seen or trace in self._pool_traces:
+            self.duplicates += 1
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return None
         if self.model is not None:
-            trace = s.to_json()
-            if trace in self.seen or trace in self._pool_traces:
-                self.duplicates += 1
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                return None
             self._pool_traces.add(trace)
         report = s.check()
         if not report.ok:

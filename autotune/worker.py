@@ -2,7 +2,8 @@
 
 Started as a fresh interpreter (not ``multiprocessing``), so it never re-imports the user's main
 script: ``tl.autotune`` works from a plain script, a notebook or the REPL. It speaks the protocol
-of ``protocol.py`` and runs ``measure.serve``. The real stdout is kept for the protocol and file
+of ``protocol.py`` and runs ``measure.serve``; when the tuner disappears (SIGKILL) the worker
+sees its pipe close and exits silently. The real stdout is kept for the protocol and file
 descriptor 1 is pointed at stderr, so nothing printed (by Python or native code) can corrupt it.
 """
 
@@ -25,8 +26,12 @@ def main() -> None:
     proto_in = sys.stdin.buffer
     from .measure import serve  # imported after the redirection: nothing it prints gets through
 
-
-    serve(lambda: recv(proto_in), lambda obj: send(proto_out, obj))
+    try:
+        serve(lambda: recv(proto_in), lambda obj: send(proto_out, obj))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        # the tuner is gone (killed, or its process ended without closing us): nothing to
+        # report to, and nobody to read a traceback about it
+        os._exit(0)
 
 
 if __name__ == "__main__":

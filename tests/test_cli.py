@@ -111,6 +111,8 @@ def test_sigint_during_tune_then_resume_loses_and_duplicates_nothing(tmp_path):
     recs = read_records(log)
     assert sum(x.state in ("measured", "failed") and x.trial >= 0 for x in recs) == total
     assert len({x.trial for x in recs}) == len(recs)  # no trial recorded twice
+    tried = [x.trace for x in recs if x.state in ("measured", "failed") and x.trial >= 0]
+    assert len(set(tried)) == len(tried)  # no schedule measured twice, across the resume
     assert len({x.study for x in recs}) == 1
 
 
