@@ -106,8 +106,11 @@ class SearchStrategy:
         s = self.space.sample(trial)
         self.params_of[trial.number] = (dict(trial.params), dict(trial.distributions))
         trace = s.to_json()
+        trial.set_user_attr("trace", trace)
         if trace in self.seen or trace in self._pool_traces:
             self.duplicates += 1
+            trial.set_user_attr("skipped", "a duplicate of a schedule already measured or "
+                                           "proposed (never measured twice)")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return None
         if self.model is not None:
@@ -124,6 +127,7 @@ class SearchStrategy:
 
     def _prune(self, trial: Any, s: Schedule, why: str) -> None:
         self.seen.add(s.to_json())
+        trial.set_user_attr("error", why)
         self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         self.on_pruned(TrialRecord(trial.number, s.to_json(), "pruned", error=why))
 
@@ -177,5 +181,6 @@ class SearchStrategy:
         if rest and per_round >= 2:
             take.append(rest[int(rng.integers(len(rest)))])
         for idx in set(range(len(cands))) - set(take):
+            cands[idx][0].set_user_attr("skipped", "ranked out by the cost model (not measured)")
             self.study.tell(cands[idx][0], state=optuna.trial.TrialState.FAIL)
         return [(*cands[i], None if pred is None else float(2.0 ** pred[i])) for i in take]

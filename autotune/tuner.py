@@ -286,6 +286,7 @@ class _TuningRun:
         done = 0
         for (trial, _, fv, pred), trace, comp in zip(batch, traces, compiled):
             if self.measured + done >= self.trials or self.out_of_time():
+                trial.set_user_attr("skipped", "the trial budget or time ran out (not measured)")
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 continue
             done += 1
@@ -309,6 +310,11 @@ class _TuningRun:
                 else:
                     confirm = self.confirm_best(res)
             fl = [float(x) for x in fv]
+            # what optuna-dashboard shows per trial: the schedule, its error, every timed run
+            trial.set_user_attr("trace", trace)
+            trial.set_user_attr("times", [float(t) for t in res.times])
+            if res.error is not None:
+                trial.set_user_attr("error", res.error)
             if censored is not None:
                 study.tell(trial, censored)
                 if self.model is not None:

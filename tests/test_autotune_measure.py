@@ -146,6 +146,14 @@ def test_seeded_tuning_tells_optuna_the_rule_based_schedule(tmp_path):
         assert numbers <= {t.number for t in trials}
         assert all(t.state == optuna.trial.TrialState.FAIL for t in trials
                    if t.number not in numbers)
+        # each trial says what it was: its schedule and timed runs, or why it was skipped
+        for t in trials:
+            if t.number in {r.number for r in own}:
+                rec = next(r for r in own if r.number == t.number)
+                assert t.user_attrs["trace"] == rec.trace
+                assert t.user_attrs["times"] == rec.times or "error" in t.user_attrs
+            elif t.number not in numbers:
+                assert "duplicate" in t.user_attrs["skipped"]
         first = trials[0]
         if mode == "seed":
             from tensorlang.autotuner.heuristic import heuristic_schedule
