@@ -20,6 +20,8 @@ and a parent of mutants, so the search refines it. ``trials`` counts measured ca
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -237,10 +239,12 @@ class _TuningRun:
         """Measure the rule-based schedule, then run rounds until ``trials`` candidates are
         measured, the time is up, the space looks exhausted or all illegal, or Ctrl-C."""
         trials, strategy = self.trials, self.strategy
+        previous = self._catch_sigint()
         try:
             if self.heuristic != "off" and not self.db.earlier:
                 self.measure_rule()
             while self.measured < trials and not self.out_of_time():
+                self.stop_if_interrupted()
                 if sum(r.state == "pruned" for r in self.history) > 20 * max(trials, 1):
                     break  # the space is (almost) all illegal
                 if strategy.duplicates > 20 * max(trials, 1):
@@ -252,6 +256,29 @@ class _TuningRun:
                         self.model.fit()
         except KeyboardInterrupt:
             self.interrupted = True
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+
+    def _catch_sigint(self) -> Any:
+        """Ctrl-C raises KeyboardInterrupt as usual and also sets ``interrupted``: an interrupt
+        raised where Python swallows it (a finalizer, a library's cleanup) still ends the search
+        at the next candidate. Returns the handler to restore, or None where Python's default
+        handler is not the one installed (a user's own handler, SIGINT ignored, not the main
+        thread)."""
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            return None
+
+        def handler(signum: int, frame: Any) -> None:
+            self.interrupted = True
+            raise KeyboardInterrupt
+
+        return signal.signal(signal.SIGINT, handler)
+
+    def stop_if_interrupted(self) -> None:
+        if self.interrupted:
+            raise KeyboardInterrupt
 
     def measure_rule(self) -> None:
         """Measure (and verify) the rule-based schedule: its time bounds the candidates' run
@@ -285,6 +312,7 @@ class _TuningRun:
         compiled = m.compile_many(traces, timeout=limit)
         done = 0
         for (trial, _, fv, pred), trace, comp in zip(batch, traces, compiled):
+            self.stop_if_interrupted()
             if self.measured + done >= self.trials or self.out_of_time():
                 trial.set_user_attr("skipped", "the trial budget or time ran out (not measured)")
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)

@@ -454,3 +454,31 @@ def test_autotune_raises_when_no_candidate_could_be_measured():
                                              r"measured .*most common failure"):
         tl.autotune(out, {"M": 16, "N": 16, "K": 8}, trials=2, sampler="random", seed=1,
                     repeats=1, min_seconds=0.0, measure_hook=crash_always, cost_model="none")
+
+
+def test_ctrl_c_swallowed_by_other_code_still_stops_the_search():
+    # Python drops an exception raised inside a finalizer or a library's cleanup: a Ctrl-C that
+    # lands there must still end the search, at the next candidate, with every record kept
+    import os
+    import signal
+    import time
+
+    out, _ = matmul()
+    interrupted_at = []
+
+    def progress(rec, best):
+        if rec.number >= 1 and not interrupted_at:
+            interrupted_at.append(rec.number)
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(1.0)  # the handler runs here...
+            except KeyboardInterrupt:
+                pass  # ...and its exception is lost, as in a finalizer
+
+    res = tl.autotune(out, {"M": 16, "N": 16, "K": 16}, trials=40, seed=3, repeats=1,
+                      min_seconds=0.0, cost_model="none", pool=4, measure_per_round=4,
+                      progress=progress)
+    assert res.interrupted and interrupted_at
+    measured = [r for r in res.history if r.state in ("measured", "failed") and r.number >= 0]
+    assert len(measured) <= interrupted_at[0] + 1 < 40
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored

@@ -86,10 +86,13 @@ def test_sigint_during_tune_then_resume_loses_and_duplicates_nothing(tmp_path):
     args = ["tune", "matmul", "--shape", "M=48,N=48,K=48", "--no-summary", "--cost-model",
             "none", "--seed", "5"]
     log = tmp_path / "tuning_logs" / "matmul-M48-K48-N48.jsonl"
-    # Ctrl-C as in a terminal, even if this test process inherited SIGINT ignored (a child
-    # inherits an ignored SIGINT across exec, and would then never see the signal)
-    p = _tl([*args, "--trials", "1000"], tmp_path, cache,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    # Ctrl-C as in a terminal, even if this test process inherited SIGINT ignored or blocked
+    # (a child inherits both across exec, and would then never see the signal)
+    def terminal_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+    p = _tl([*args, "--trials", "1000"], tmp_path, cache, preexec_fn=terminal_sigint)
     deadline = time.time() + 240
     while time.time() < deadline:
         if log.exists() and sum(1 for line in open(log) if '"measured"' in line) >= 4:
