@@ -3,9 +3,11 @@
 ::
 
     tensorlang tune WORKLOAD --shape M=1024,N=1024,K=1024 [--trials N] [--timeout S] [--log PATH]
-                    [--seed S] [--resume] [--storage URL] [--cost-model gbt|none] [--no-cache]
+                    [--seed S] [--resume] [--storage URL] [--study NAME] [--cost-model gbt|none]
+                    [--no-cache]
     tensorlang show LOG [--top K] [--plot curve.png]
-    tensorlang cache list | import LOG... | export [-o FILE] | clear
+    tensorlang cache list | import LOG... | import --storage URL [--study NAME] | export [-o FILE]
+                     | clear
     tensorlang bench WORKLOAD --shape ... [--schedule auto|heuristic|default]
     tensorlang target [--features]
 
@@ -154,19 +156,29 @@ def _default_log(name: str, sizes: dict[str, int]) -> str:
     return os.path.join("tuning_logs", f"{name}-{sizes_tag(sizes)}.jsonl")
 
 
-def _study(storage: str, base: str, resume: bool) -> str:
-    """The study name: the latest ``base-<time>`` study in ``storage`` for --resume, else new."""
+def _study(storage: str, base: str, resume: bool, study: str | None) -> str:
+    """The study name: ``study`` (created or joined), the latest ``base-<time>`` study in
+    ``storage`` for --resume, else a new one."""
     import optuna
+    import sqlalchemy
 
+    from tensorlang.errors import TensorlangError
+
+    from .storage import redacted, storage_url
+
+    if study:
+        return study
     if not resume:
         return f"{base}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-    names = [s.study_name for s in optuna.get_all_study_summaries(storage)
-             if s.study_name.startswith(base + "-")]
+    try:
+        summaries = optuna.get_all_study_summaries(storage_url(storage))
+    except sqlalchemy.exc.SQLAlchemyError as exc:
+        raise TensorlangError(f"cannot open the tuning storage {redacted(storage)}: "
+                              f"{str(getattr(exc, 'orig', None) or exc).strip()}") from None
+    names = [s.study_name for s in summaries if s.study_name.startswith(base + "-")]
     if not names:
-        from tensorlang.errors import TensorlangError
-
-        raise TensorlangError(f"--resume: no study of this workload and shape in {storage}; "
-                              f"run without --resume to start one")
+        raise TensorlangError(f"--resume: no study of this workload and shape in "
+                              f"{redacted(storage)}; run without --resume to start one")
     return max(names)
 
 
@@ -174,6 +186,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from tensorlang.backends.compile import compile as compile_kernel
 
     from .records import read_records, target_info, workload_info
+    from .storage import redacted
     from .tuner import autotune
     from .workloads import format_shape
 
@@ -183,7 +196,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
     storage = args.storage or "sqlite:///" + os.path.abspath(os.path.splitext(log)[0] +
                                                               ".optuna.db")
-    name = _study(storage, info.study_base(), args.resume)
+    name = _study(storage, info.study_base(), args.resume, args.study)
     logs_dir = os.path.dirname(os.path.abspath(log))
     transfer = []
     if args.transfer and os.path.isdir(logs_dir):
@@ -196,7 +209,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     print(f"tuning {work.name} {format_shape(info.sizes)}: "
           f"{args.trials} measured trials" + (f", at most {args.timeout:.0f} s" if args.timeout
                                               else "") +
-          f"\n  log {log}\n  study {name} in {storage}" +
+          f"\n  log {log}\n  study {name} in {redacted(storage)}" +
           (f"\n  cost model warmed with {len(transfer)} records of other workloads"
            if transfer else ""), flush=True)
     bar = _progress(args.trials)
@@ -222,6 +235,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if res.best_trace is None:
         print("no candidate succeeded; see the errors in the log", file=sys.stderr)
         return 1
+    if res.adopted is not None:
+        a = res.adopted
+        print(f"best: trial {a['trial']} of the study, by {a['worker'] or 'another worker'} "
+              f"({_fmt_s(a['seconds'])} there); verified here")
     if res.cache_entry is not None:
         from .cache import KernelCache
 
@@ -374,6 +391,14 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from .cache import KernelCache
     from .workloads import format_shape
 
+    if (args.storage or args.study) and args.action != "import":
+        print(f"tensorlang cache {args.action} takes no --storage or --study; only 'cache "
+              f"import' reads a study", file=sys.stderr)
+        return 2
+    if args.study and not args.storage:
+        print("tensorlang cache import --study needs --storage URL (the study's database)",
+              file=sys.stderr)
+        return 2
     if args.logs and args.action != "import":
         print(f"tensorlang cache {args.action} takes no LOG arguments (got "
               f"{' '.join(args.logs)}); only 'cache import' reads logs", file=sys.stderr)
@@ -404,12 +429,70 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                 print(f"{e.key[:12]}  {e.workload.name:<14} {sizes:<28} "
                       f"{_fmt_s(e.seconds):>12}  {e.target.cpu}  {obj}  ({e.source})")
             print(f"{n} entries in {cache.path}")
+        elif args.action == "import" and args.storage:
+            return _cache_import_study(cache, args.storage, args.study, args.logs)
         elif args.action == "import":
             return _cache_import(cache, args.logs)
         elif args.action == "export":
             return _cache_export(cache, args.output)
         elif args.action == "clear":
             print(f"removed {cache.clear()} entries from {cache.path}")
+    return 0
+
+
+def _cache_import_study(cache: Any, storage: str, study: str | None, logs: list[str]) -> int:
+    """The best confirmed trial of a study (``--study``; default every tensorlang study in
+    ``storage``) measured on a machine like this one -> a cache entry (compiled on first use),
+    as ``_cache_import`` does for logs."""
+    import optuna
+    import sqlalchemy
+
+    from tensorlang.errors import TensorlangError
+
+    from .cache import CacheEntry
+    from .identity import TargetId, WorkloadId
+    from .records import target_info
+    from .storage import redacted, storage_url
+
+    if logs:
+        print("tensorlang cache import reads logs or --storage, not both", file=sys.stderr)
+        return 2
+    url = storage_url(storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        names = [study] if study else [s.study_name for s in
+                                       optuna.get_all_study_summaries(url)]
+        studies = [optuna.load_study(study_name=n, storage=url) for n in names]
+    except (sqlalchemy.exc.SQLAlchemyError, KeyError) as exc:
+        raise TensorlangError(f"cannot read the studies of {redacted(storage)}: "
+                              f"{str(getattr(exc, 'orig', None) or exc).strip()}") from None
+    me = target_info()
+    added = found = foreign = 0
+    for st in studies:
+        try:
+            workload = WorkloadId.from_dict(st.user_attrs["workload"])
+        except (KeyError, TypeError, ValueError):
+            continue  # not a study tensorlang wrote
+        best = None
+        for t in st.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            a = t.user_attrs
+            if not a.get("confirmed") or not isinstance(a.get("trace"), str) or t.value is None:
+                continue
+            try:
+                if not TargetId.from_dict(a.get("target")).same_machine(me):
+                    foreign += 1
+                    continue
+            except (TypeError, ValueError):
+                continue
+            if best is None or t.value < best.value:
+                best = t
+        if best is not None:
+            found += 1
+            added += cache.put(CacheEntry(workload, me, best.user_attrs["trace"],
+                                          float(best.value), source="import"))
+    print(f"imported {added} of {found} tuned kernels from {len(studies)} studies in "
+          f"{redacted(storage)} into {cache.path}"
+          + (f"; skipped {foreign} trials of another CPU" if foreign else ""))
     return 0
 
 
@@ -539,7 +622,12 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--seed", type=int, default=0)
     tu.add_argument("--resume", action="store_true",
                     help="continue the latest study of this workload and shape")
-    tu.add_argument("--storage", help="Optuna storage URL (default: SQLite next to the log)")
+    tu.add_argument("--storage",
+                    help="Optuna storage URL (default: SQLite next to the log); "
+                         "postgresql://user:password@host/db needs tensorlang[postgres]")
+    tu.add_argument("--study", metavar="NAME",
+                    help="create or join this study: workers (processes or machines) given "
+                         "one --storage and --study share the search")
     tu.add_argument("--cost-model", choices=("gbt", "none"), default="gbt")
     tu.add_argument("--no-transfer", dest="transfer", action="store_false",
                     help="do not warm the cost model with the other logs in the log's folder")
@@ -563,6 +651,10 @@ def build_parser() -> argparse.ArgumentParser:
     ca.add_argument("logs", nargs="*", metavar="LOG", help="for import: tuning logs")
     ca.add_argument("-o", "--output", help="for export: a file (default stdout)")
     ca.add_argument("--json", action="store_true", help="for list: one JSON object")
+    ca.add_argument("--storage", metavar="URL",
+                    help="for import: the best of the studies in this Optuna storage "
+                         "(tensorlang tune --storage)")
+    ca.add_argument("--study", metavar="NAME", help="for import --storage: only this study")
     ca.set_defaults(run=_cmd_cache)
 
     be = sub.add_parser("bench", help="tensorlang vs NumPy on a workload, same run")

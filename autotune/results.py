@@ -53,6 +53,9 @@ class TuningResult:
     #: the best schedule beat the rule-based schedule in an interleaved comparison (or is it,
     #: or there was none to compare with); the cache is written only when True
     confirmed: bool = False
+    #: the best came from another worker of a shared study (``storage=``): its Optuna trial
+    #: number, screening seconds and worker (``host:pid``); verified here, not re-timed
+    adopted: dict[str, Any] | None = None
 
     @property
     def best_schedule(self) -> Schedule | None:

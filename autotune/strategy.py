@@ -59,13 +59,15 @@ class SearchStrategy:
         history: the run's trial records so far (mutants are drawn from its measured ones).
         on_pruned: called with the record of each pruned proposal.
         pool, measure_per_round: proposals ranked and candidates measured per round.
+        claims: the study's ``storage.ScheduleClaims`` when workers may share it (None: this
+            process alone).
     """
 
     def __init__(self, study: optuna.Study, space: Any, model: CostModel | None, output: Func,
                  sizes: dict[str, int], rng: np.random.Generator, history: list[TrialRecord],
                  on_pruned: Callable[[TrialRecord], None], pool: int = 24,
-                 measure_per_round: int = 4) -> None:
-        self.study, self.space, self.model = study, space, model
+                 measure_per_round: int = 4, claims: Any = None) -> None:
+        self.study, self.space, self.model, self.claims = study, space, model, claims
         self.output, self.sizes, self.rng, self.history = output, sizes, rng, history
         self.on_pruned = on_pruned
         self.pool, self.measure_per_round = pool, measure_per_round
@@ -87,9 +89,12 @@ class SearchStrategy:
             return
         dists = {k: optuna.distributions.CategoricalDistribution(c)
                  for k, c in point[1].items()}
-        self.study.add_trial(optuna.trial.create_trial(params=point[0], distributions=dists,
-                                                       value=seconds))
         self.params_of[-1] = (point[0], dists)
+        # workers sharing the study each measure it (their baseline); the study holds it once
+        if self.claims is None or self.claims.claim(s.to_json(), -1) is None:
+            self.study.add_trial(optuna.trial.create_trial(
+                params=point[0], distributions=dists, value=seconds,
+                user_attrs={"trace": s.to_json(), "rule_based": True}))
         # the same schedule as the space writes it (tails of splits that leave none may
         # differ): measured already
         self.seen.add(self.space.sample(optuna.trial.FixedTrial(point[0])).to_json())
@@ -107,11 +112,13 @@ class SearchStrategy:
         self.params_of[trial.number] = (dict(trial.params), dict(trial.distributions))
         trace = s.to_json()
         trial.set_user_attr("trace", trace)
-        if trace in self.seen or trace in self._pool_traces:
+        owner = None
+        if trace not in self.seen and trace not in self._pool_traces and self.claims:
+            owner = self.claims.owner(trace)
+        if trace in self.seen or trace in self._pool_traces or owner is not None:
             self.duplicates += 1
-            trial.set_user_attr("skipped", "a duplicate of a schedule already measured or "
-                                           "proposed (never measured twice)")
-            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            self.skip(trial, "a duplicate of a schedule already measured or proposed" +
+                      (f" (by {owner})" if owner else "") + "; never measured twice")
             return None
         if self.model is not None:
             self._pool_traces.add(trace)
@@ -124,6 +131,37 @@ class SearchStrategy:
         except ScheduleError as exc:  # a placement lowering cannot realize
             self._prune(trial, s, str(exc))
             return None
+
+    def skip(self, trial: Any, why: str) -> None:
+        """End a proposal that is not measured (a duplicate, ranked out, past the budget):
+        told to Optuna as pruned (FAIL is kept for measured candidates that failed), with
+        ``why`` as its ``skipped`` user attribute. TPE counts a pruned trial among its worse
+        ones, so it stops proposing the same point; told as failed, it is ignored, and TPE
+        proposes the same schedule again and again (workers sharing a study stopped early,
+        their proposals nearly all duplicates)."""
+        trial.set_user_attr("skipped", why)
+        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+
+    def claim(self, batch: list[Candidate]) -> list[Candidate]:
+        """The candidates of ``batch`` this worker may measure: each is claimed in the study
+        (``storage.ScheduleClaims``); one another worker claimed first is skipped."""
+        if self.claims is None:
+            return batch
+        out = []
+        for cand in batch:
+            owner = self.claims.claim(cand[1].to_json(), cand[0].number)
+            if owner is None:
+                out.append(cand)
+            else:
+                self.duplicates += 1
+                self.skip(cand[0], f"a duplicate of a schedule claimed by {owner}; never "
+                                   f"measured twice")
+        return out
+
+    def release(self, trace: str) -> None:
+        """Give back the claim of a candidate that was not measured."""
+        if self.claims is not None:
+            self.claims.release(trace)
 
     def _prune(self, trial: Any, s: Schedule, why: str) -> None:
         self.seen.add(s.to_json())
@@ -181,6 +219,5 @@ class SearchStrategy:
         if rest and per_round >= 2:
             take.append(rest[int(rng.integers(len(rest)))])
         for idx in set(range(len(cands))) - set(take):
-            cands[idx][0].set_user_attr("skipped", "ranked out by the cost model (not measured)")
-            self.study.tell(cands[idx][0], state=optuna.trial.TrialState.FAIL)
+            self.skip(cands[idx][0], "ranked out by the cost model (not measured)")
         return [(*cands[i], None if pred is None else float(2.0 ** pred[i])) for i in take]

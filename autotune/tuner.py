@@ -30,18 +30,21 @@ import numpy as np
 import optuna
 
 from tensorlang.backends.base import DEFAULT_BACKEND
-from tensorlang.errors import TuningError
+from tensorlang.errors import TensorlangError, TuningError
 from tensorlang.func import Func
 from tensorlang.schedule.lower import lower
+from tensorlang.schedule.schedule import Schedule
 
 from .cost_model import CostModel
 from .database import TuningDatabase
 from .features import features
 from .heuristic import heuristic_schedule
+from .identity import TargetId
 from .measure import MeasureResult, Measurer
 from .records import target_info, workload_info
 from .results import TrialRecord, TuningResult
 from .space import SearchSpace
+from .storage import ScheduleClaims, redacted, storage_url
 from .strategy import Candidate, SearchStrategy, make_sampler
 from .timing import block_runs
 from .workloads import bind_sizes, format_shape, memory_available, memory_needed
@@ -87,9 +90,14 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             parallel, then are timed one at a time.
         log: append a tuning record (``records.py``) per proposal to this JSON Lines file.
         workload_name: the workload's name in the records (default: the output Func's name).
-        storage: an Optuna storage URL (``sqlite:///study.db``, any RDB URL): the study is kept
-            there and an existing one of ``study_name`` is resumed — its measured trials (read
-            back from ``log``) count against ``trials`` and warm the cost model.
+        storage: an Optuna storage URL (``sqlite:///study.db``, ``postgresql://user@host/db``
+            with the ``tensorlang[postgres]`` extra, any RDB URL): the study is kept there and
+            an existing one of ``study_name`` is joined — its measured trials of this worker
+            (read back from ``log``) count against ``trials`` and warm the cost model. Workers
+            (processes, machines) sharing a study never measure one schedule twice
+            (``storage.ScheduleClaims``), and each ends with the study's best confirmed
+            schedule measured on a machine like its own, when that is faster than its own:
+            verified here and put in the cache (``TuningResult.adopted``).
         transfer: tuning records of *other* workloads (``records.read_records``): measured ones
             from this machine warm-start the cost model (transfer learning, as TVM's).
         heuristic: what the heuristic schedule (``heuristic.py``) does, measured before the
@@ -134,12 +142,16 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         raise ValueError(f"heuristic must be 'seed', 'bound' or 'off', got {heuristic!r}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     backend = backend or DEFAULT_BACKEND
+    url = storage_url(storage) if storage else None
     db = TuningDatabase(workload_info(output, sizes, workload_name),
                         target_info(backend=backend), log, storage, study_name)
+    claims = None
     try:  # the log is open from here on
-        study = optuna.create_study(direction="minimize", storage=storage,
-                                    study_name=db.study_name if storage else None,
-                                    load_if_exists=True)
+        study = _open_study(url, db.study_name, storage)
+        if url is not None:
+            claims = ScheduleClaims(url, db.study_name)
+            # what the study tunes, for 'tensorlang cache import --storage' on any machine
+            study.set_user_attr("workload", db.workload.to_dict())
         offset = len(study.trials)  # a resumed study: fresh random streams, not a replay
         study.sampler = make_sampler(sampler, seed + offset)
         model = CostModel(seed=seed) if cost_model == "gbt" else None
@@ -153,7 +165,8 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                          timeout)
         run.strategy = SearchStrategy(study, space, model, output, sizes,
                                       np.random.default_rng(seed + offset), run.history,
-                                      run.emit, pool=pool, measure_per_round=measure_per_round)
+                                      run.emit, pool=pool, measure_per_round=measure_per_round,
+                                      claims=claims)
         # a resumed run never measures again what the log already holds
         run.strategy.seen.update(r.trace for r in db.earlier)
         with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
@@ -161,8 +174,12 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                       backend=backend) as m:
             run.measurer = m
             run.search()
+            if claims is not None and not run.interrupted:
+                run.adopt_study_best()
     finally:
         db.close()
+        if claims is not None:
+            claims.close()
     best = run.best
     if best.trace is None and not run.interrupted and run.history:
         raise TuningError(f"no candidate schedule of {format_shape(sizes)} could be measured "
@@ -170,11 +187,37 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
                           f"{_common_error(run.history)}")
     result = TuningResult(output, best.trace, best.seconds, run.history, run.interrupted,
                           run.resumed, heuristic_seconds=best.baseline,
-                          confirmed=best.beats_rule)
+                          confirmed=best.beats_rule, adopted=best.adopted)
     if cache and best.trace is not None and best.beats_rule:
         result.cache_entry, result.cache_updated = db.save_best(cache, best.trace,
                                                                 best.seconds, best.result)
     return result
+
+
+def _open_study(url: str | None, name: str, given: str | None) -> optuna.Study:
+    """Create or join the study ``name`` in ``url`` (None: in memory); ``given`` is the URL as
+    the user wrote it (for messages). Workers that start together race to create Optuna's
+    tables in an empty database; the losers' attempts fail and are retried.
+
+    Raises:
+        TuningError: the storage cannot be opened (server down, bad URL, missing driver)."""
+    if url is None:
+        return optuna.create_study(direction="minimize")
+    import sqlalchemy
+
+    for attempt in range(6):
+        try:
+            return optuna.create_study(direction="minimize", storage=url, study_name=name,
+                                       load_if_exists=True)
+        except (sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.IntegrityError) as exc:
+            error: Exception = exc  # e.g. 'relation "studies" already exists'
+            time.sleep(0.2 * 2 ** attempt)
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as exc:
+            error = exc
+            break
+    text = str(getattr(error, "orig", None) or error).strip().splitlines()
+    raise TuningError(f"cannot open the tuning storage {redacted(given or url)}: "
+                      f"{text[0] if text else type(error).__name__}")
 
 
 def _common_error(history: list) -> str:
@@ -198,6 +241,7 @@ class _Best:
     beats_rule: bool = False
     baseline: float = float("inf")
     rule: MeasureResult | None = None
+    adopted: dict[str, Any] | None = None
 
 
 class _TuningRun:
@@ -303,8 +347,19 @@ class _TuningRun:
                               res.compile_seconds, features=[float(x) for x in fv]))
 
     def run_batch(self, batch: list[Candidate]) -> int:
-        """Compile the batch in the pool, then time its candidates one by one; returns how many
-        were measured (the rest, past the budget, are told to Optuna as failed)."""
+        """Claim the batch's schedules, compile them in the pool, then time them one by one;
+        returns how many were measured (the rest, past the budget, are told to Optuna as
+        pruned and their claims released)."""
+        batch = self.strategy.claim(batch)  # workers sharing the study: one measures each
+        unrecorded = {c[1].to_json() for c in batch}
+        try:
+            return self._measure_claimed(batch, unrecorded)
+        except KeyboardInterrupt:
+            for trace in unrecorded:  # Ctrl-C: what has no record may be measured on --resume
+                self.strategy.release(trace)
+            raise
+
+    def _measure_claimed(self, batch: list[Candidate], unrecorded: set[str]) -> int:
         m, study, best = self.measurer, self.strategy.study, self.best
         traces = [c[1].to_json() for c in batch]
         floor = self.timeout_floor
@@ -314,8 +369,9 @@ class _TuningRun:
         for (trial, _, fv, pred), trace, comp in zip(batch, traces, compiled):
             self.stop_if_interrupted()
             if self.measured + done >= self.trials or self.out_of_time():
-                trial.set_user_attr("skipped", "the trial budget or time ran out (not measured)")
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                self.strategy.skip(trial, "the trial budget or time ran out (not measured)")
+                self.strategy.release(trace)
+                unrecorded.discard(trace)
                 continue
             done += 1
             self.strategy.seen.add(trace)
@@ -341,8 +397,14 @@ class _TuningRun:
             # what optuna-dashboard shows per trial: the schedule, its error, every timed run
             trial.set_user_attr("trace", trace)
             trial.set_user_attr("times", [float(t) for t in res.times])
+            trial.set_user_attr("target", self.db.target.to_dict())
+            if self.strategy.claims is not None:
+                trial.set_user_attr("worker", self.strategy.claims.worker)
             if res.error is not None:
                 trial.set_user_attr("error", res.error)
+            if confirm is not None and confirm["won"] and confirm["beats_rule"]:
+                # verified, confirmed, faster than the rule: other workers may adopt it
+                trial.set_user_attr("confirmed", True)
             if censored is not None:
                 study.tell(trial, censored)
                 if self.model is not None:
@@ -366,7 +428,45 @@ class _TuningRun:
                     best.seconds, best.trace, best.result = res.seconds, trace, res
                     best.beats_rule = confirm["beats_rule"]
             self.emit(rec)
+            unrecorded.discard(trace)
         return done
+
+    def adopt_study_best(self, tries: int = 3) -> None:
+        """Take the study's best confirmed schedule when another worker found it on a machine
+        like this one (``TargetId.same_machine``) and it is faster than this worker's best: it
+        is proven legal, compiled and verified against the NumPy reference here (not timed
+        again: its screening time stands, as ``tensorlang cache import`` takes a log's) and
+        becomes the best, so it reaches this worker's cache. A candidate that fails any check
+        is passed over for the next fastest (at most ``tries``)."""
+        best, study = self.best, self.strategy.study
+        mine = {r.number for r in self.history}
+        found = []
+        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+            attrs = t.user_attrs
+            if (t.number in mine or not attrs.get("confirmed") or t.value is None
+                    or not isinstance(attrs.get("trace"), str) or t.value >= best.seconds
+                    or attrs["trace"] == best.trace):
+                continue
+            try:
+                if TargetId.from_dict(attrs.get("target")).same_machine(self.db.target):
+                    found.append(t)
+            except (TypeError, ValueError):
+                continue
+        for t in sorted(found, key=lambda t: t.value)[:tries]:
+            trace = t.user_attrs["trace"]
+            try:
+                if not Schedule.from_json(self.output, trace).check().ok:
+                    continue
+            except (TensorlangError, ValueError, KeyError, TypeError):
+                continue  # not a schedule of this algorithm: never run it
+            (comp,) = self.measurer.compile_many([trace])
+            check = self.measurer.run(trace, comp, verify=True, timeout=self.timeout_floor)
+            if check.error is not None or check.verified is not True:
+                continue
+            best.seconds, best.trace, best.result, best.beats_rule = t.value, trace, check, True
+            best.adopted = {"trial": t.number, "seconds": t.value,
+                            "worker": t.user_attrs.get("worker")}
+            return
 
     def confirm_best(self, res: MeasureResult) -> dict[str, Any]:
         """Re-measure a verified candidate that screened faster than the best, interleaved with

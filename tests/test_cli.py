@@ -214,6 +214,13 @@ def _log_of(path, name: str, sizes: dict, seconds: list[float]) -> None:
     (["show", "x.jsonl", "--top", "0"], 2, "must be above 0"),
     (["cache", "clear", "extra"], 2, "cache clear takes no LOG arguments"),
     (["cache", "list", "-o", "f"], 2, "cache list takes no --output"),
+    (["cache", "list", "--storage", "sqlite:///x.db"], 2, "cache list takes no --storage"),
+    (["cache", "import", "--study", "s"], 2, "--study needs --storage URL"),
+    (["cache", "import", "a.jsonl", "--storage", "sqlite:///x.db"], 2, "logs or --storage"),
+    (["cache", "import", "--storage", "postgresql://me:pw@127.0.0.1:1/x"], 1,
+     "cannot read the studies of postgresql://me:***@127.0.0.1:1/x"),
+    (["tune", "matmul", "--resume", "--storage", "postgresql://me:pw@127.0.0.1:1/x"], 1,
+     "cannot open the tuning storage postgresql://me:***@127.0.0.1:1/x"),
 ])
 def test_cli_refuses_what_it_would_ignore(argv, code, message, tmp_path, monkeypatch, capsys):
     from tensorlang.autotuner import cli
