@@ -24,9 +24,9 @@ def _env(cache: str) -> dict[str, str]:
 
 
 def _tl(args: list[str], cwd, cache: str, **kw) -> subprocess.Popen:
+    kw.setdefault("env", _env(str(cache)))
     return subprocess.Popen([sys.executable, "-m", "tensorlang.autotuner.cli", *args], cwd=cwd,
-                            env=_env(str(cache)), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 
 def _run(args, cwd, cache, timeout=300) -> subprocess.CompletedProcess:
@@ -92,14 +92,20 @@ def test_sigint_during_tune_then_resume_loses_and_duplicates_nothing(tmp_path):
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
-    p = _tl([*args, "--trials", "1000"], tmp_path, cache, preexec_fn=terminal_sigint)
+    p = _tl([*args, "--trials", "1000"], tmp_path, cache, preexec_fn=terminal_sigint,
+            env={**_env(str(cache)), "PYTHONFAULTHANDLER": "1"})
     deadline = time.time() + 240
     while time.time() < deadline:
         if log.exists() and sum(1 for line in open(log) if '"measured"' in line) >= 4:
             break
         time.sleep(0.2)
     p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=120)
+    try:
+        _, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # say where it hangs: faulthandler dumps every thread
+        p.send_signal(signal.SIGABRT)
+        _, err = p.communicate(timeout=60)
+        pytest.fail(f"tensorlang tune still ran 120 s after Ctrl-C:\n{err[-6000:]}")
     assert p.returncode == 130, err
     assert "--resume" in err
     first = log.read_text().splitlines()
