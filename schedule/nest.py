@@ -54,6 +54,20 @@ class Leaf:
 
 
 @dataclass
+class Peel:
+    """Loop ``loop`` runs ``[min, at)`` and ``[at, end)`` (clamped to its range); ``guard`` (one
+    of the nest's core guards) is needed only in the first part (``guarded_first``) or only in
+    the second. Halide's loop partitioning of a triangular bound inside a register tile: the
+    corner of the triangle keeps the ``if``, the steady state is straight-line code whose
+    accumulators stay in registers."""
+
+    loop: str
+    at: Expr
+    guard: Expr
+    guarded_first: bool
+
+
+@dataclass
 class StageNest:
     """The loops of a stage and each original Var as an expression of them."""
 
@@ -67,6 +81,9 @@ class StageNest:
     partitions: dict[str, tuple[Expr, str]] = field(default_factory=dict)
     #: RDom conditions no loop bound could carry: an ``if`` around the stage's store
     core_guards: list[Expr] = field(default_factory=list)
+    #: a core guard that holds for every iteration of the unrolled loops inside ``Peel.loop``
+    #: from ``Peel.at`` on (or up to it): that loop runs as two, the guard only in one
+    peel: Peel | None = None
 
     @property
     def values_leaves(self) -> set[str]:
@@ -193,6 +210,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     splits = {rename[r.inner]: (rename[r.outer], r.factor) for r in st.relations
               if isinstance(r, Split) and r.inner in rename and r.outer in rename}
     core_guards: list[Expr] = []
+    peel: Peel | None = None
     for cond in predicate:
         cond = substitute(cond, values)
         for part in _predicate_bounds(cond):
@@ -201,7 +219,13 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 continue
             placed = _place_bound(part, leaves, pos, st.update is not None, splits)
             if placed is None:
-                core_guards.append(_le_zero(part))
+                guard = _le_zero(part)
+                core_guards.append(guard)
+                hull = _hull_bound(part, leaves, pos, st.update is not None, splits)
+                if hull is not None:
+                    bounded[hull[0]] = bounded.get(hull[0], 0) + 1
+                    if peel is None and hull[1] is not None:
+                        peel = Peel(hull[0], hull[1][0], guard, hull[1][1])
                 continue
             tightened, whole = placed
             bounded[tightened] = bounded.get(tightened, 0) + 1
@@ -229,6 +253,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 lf.scalar = True
     nest = StageNest(st.func, leaves, values, versions, first_red, partitions)
     nest.core_guards = _dedup(core_guards)
+    nest.peel = peel
     return nest
 
 
@@ -292,6 +317,56 @@ def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok:
     if abs(c) == 1 and lf.var in splits:
         whole = _bound_split_outer(form, lf, splits[lf.var], leaves, pos, c)
     return lf.var, whole
+
+
+def _hull_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok: bool,
+                splits: dict[str, tuple[str, int]]
+                ) -> tuple[str, tuple[Expr, bool] | None] | None:
+    """Where ``form <= 0`` stays a guard because the innermost loop it mentions is unrolled (a
+    register tile's rows), bound the next loop ``L`` it mentions by what some iteration of the
+    unrolled loops allows: each unrolled ``u`` in ``[min, min + extent)`` replaced by the end
+    that makes ``form`` smallest. The guard stays exact; the loop no longer visits the points
+    where every row of the tile fails it (trmm's ``k > i`` over 5-row tiles skips the triangle
+    above each tile instead of guarding it; the split's outer loop is bounded too).
+
+    Returns ``L`` and, when ``L`` is a serial loop, where the guard starts to hold for every
+    unrolled iteration (each ``u`` at its other end): ``(point, guarded_first)`` — ``L`` below
+    the point needs the guard and from it on does not (``guarded_first``), or the reverse; or
+    None when no loop is bounded."""
+    relaxed = strong = form
+    for _ in range(len(leaves)):
+        mentioned = [v for v in relaxed.vars if v in pos]
+        if not mentioned or any(v not in pos for v in relaxed.vars):
+            return None
+        inner = max(mentioned, key=lambda v: pos[v])
+        lf = leaves[pos[inner]]
+        if lf.kind is not ForKind.UNROLLED:
+            break
+        lo, ext = const_value(lf.min), const_value(lf.extent)
+        if lo is None or ext is None or ext < 1:
+            return None
+        c = relaxed.coeff(inner)
+        weak, hard = (lo, lo + ext - 1) if c > 0 else (lo + ext - 1, lo)
+        relaxed = relaxed.drop(inner) + Affine((), (), c * weak)
+        strong = strong.drop(inner) + Affine((), (), c * hard)
+    else:
+        return None
+    if relaxed is form:
+        return None
+    lf = leaves[pos[inner]]
+    kind = lf.kind
+    placed = _place_bound(relaxed, leaves, pos, pure_ok, splits)  # (no partition: guarded)
+    if placed is None:
+        return None
+    c = strong.coeff(inner)
+    if kind is not ForKind.SERIAL or c == 0 or any(
+            pos[v] > pos[inner] for v in strong.vars if v != inner):
+        return placed[0], None
+    rest = strong.drop(inner).to_expr()
+    if c < 0:  # holds for every u where inner >= ceil(rest / -c)
+        return placed[0], (sceildiv(rest, -c), True)
+    # holds where inner <= floor(-rest / c): up to that point, guarded after it
+    return placed[0], (sadd(sfloordiv(ssub(sconst(0), rest), c), sconst(1)), False)
 
 
 def _outer_ranges(leaves: list[Leaf], k: int) -> dict[str, tuple[Expr, Expr]]:
@@ -444,7 +519,8 @@ def _place_guard(e: Expr, bound: Expr, leaves: list[Leaf], pos: dict[str, int]) 
 def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
               before: Callable[[Leaf], list[Stmt]], wrap: Callable[[Leaf, Stmt], Stmt],
               partition: bool = False,
-              after: Callable[[Leaf], list[Stmt]] | None = None) -> Stmt:
+              after: Callable[[Leaf], list[Stmt]] | None = None,
+              plain: Callable[[Leaf], bool] | None = None) -> Stmt:
     """The statement running ``update`` over the stage's loops, with ``init`` (for a reduction)
     placed before the outermost reduction loop, ``before(leaf)`` statements (compute_at
     producers) at the top of each loop body, ``after(leaf)`` statements (compute_with stages)
@@ -455,7 +531,11 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
     its iterations whose inner loop is whole (that loop then has its constant extent: a vector
     loop without masks) and the rest; the iterations run in the same order (Halide's loop
     partitioning, on the loop rather than on the stage's region, so an update definition keeps
-    its order)."""
+    its order).
+
+    ``plain(leaf)``: nothing is computed, stored or fused at that loop (no ``before``,
+    ``wrap`` or ``after`` content); ``nest.peel``'s loop runs as two loops (see ``Peel``) only
+    when it and every loop inside it are plain (default: never)."""
 
     def go_part(k: int, core: Stmt, full: frozenset) -> Stmt:
         if k == len(nest.leaves):
@@ -485,6 +565,12 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         if k == len(nest.leaves):
             return core
         lf = nest.leaves[k]
+        pl = nest.peel
+        if (pl is not None and lf.var == pl.loop and steady is not None and plain is not None
+                and lf.kind is ForKind.SERIAL and all(plain(x) for x in nest.leaves[k:])
+                and (init is None or init_done)):
+            return _peeled(lf, pl, guarded(lf, go(k + 1, core, init_done)),
+                           guarded(lf, go(k + 1, steady, init_done)))
         inner = go(k + 1, core, init_done)
         pre = before(lf)
         post = after(lf) if after is not None else []
@@ -499,11 +585,25 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         body = guarded(lf, go_plain(k + 1, leaves, core))
         return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
 
+    steady = None  # the store without the peeled guard (nest.peel)
+    if nest.peel is not None:
+        rest = [g for g in nest.core_guards if not g.same_as(nest.peel.guard)]
+        steady = IfThenElse(conjunction(rest), update) if rest else update
     if nest.core_guards:  # RDom conditions no loop bound carries
         update = IfThenElse(conjunction(nest.core_guards), update)
     if partition and init is None and nest.partitions:
         return go_part(0, update, frozenset())
     return go(0, update, init is None)
+
+
+def _peeled(lf: Leaf, pl: Peel, guarded_body: Stmt, steady_body: Stmt) -> Stmt:
+    """Loop ``lf`` as two loops split at ``pl.at`` (clamped to its range), in order: the part
+    that needs ``pl.guard`` runs ``guarded_body``, the other ``steady_body``."""
+    ext = smax(lf.extent, sconst(0))
+    first = smin(smax(ssub(pl.at, lf.min), sconst(0)), ext)
+    a, b = (guarded_body, steady_body) if pl.guarded_first else (steady_body, guarded_body)
+    return Block((For(lf.var, lf.min, first, lf.kind, a, _width(lf)),
+                  For(lf.var, sadd(lf.min, first), ssub(ext, first), lf.kind, b, _width(lf))))
 
 
 def conjunction(conds: list[Expr]) -> Expr:

@@ -273,7 +273,7 @@ class _Realizer:
                           for i in u.index)  # (a scatter's index reads data)
             store = Store(f.name, index, lower_reads(value, self.domains))
             return emit_nest(nest, store, None, lambda lf: [], lambda lf, body: body,
-                             partition=True)
+                             partition=True, plain=lambda lf: True)
 
         nest = build_stage_nest(st, reg, set(), True, u.predicate)
         if not nest.versions:
@@ -407,14 +407,21 @@ class _Realizer:
             return [self._guest(g, nest, lf, reg, fast) for g in self.guests.get(f.name, ())
                     if self.states[g.name].fused.loop == lf.name]  # type: ignore[union-attr]
 
+        def plain(lf: Leaf) -> bool:
+            return (not self.computed_at.get((f.name, lf.name))
+                    and not self.stored_at.get((f.name, lf.name))
+                    and not any(self.states[g.name].fused.loop == lf.name  # type: ignore
+                                for g in self.guests.get(f.name, ())))
+
         if shared:
             inner = dataclasses.replace(
                 nest, leaves=nest.leaves[shared:], partitions={},
                 first_reduction=None if nest.first_reduction is None
                 else nest.first_reduction - shared)
-            return ProducerConsumer(f.name, emit_nest(inner, update, init, before, wrap))
+            return ProducerConsumer(f.name, emit_nest(inner, update, init, before, wrap,
+                                                      plain=plain))
         return ProducerConsumer(f.name, emit_nest(nest, update, init, before, wrap,
-                                                  after=after))
+                                                  after=after, plain=plain))
 
     def _guest_nest(self, g: Func, host_reg: dict[str, tuple[Expr, Expr]], fast: bool):
         """Region and nest of stage ``g``, computed with a host over ``host_reg``: its domain,

@@ -259,3 +259,45 @@ def test_split_loops_bounded_from_below_and_above(factor, rng):
         np.testing.assert_allclose(k(a), expected, err_msg=f"n={n}")
     if factor == 4:  # the lower triangle's whole tiles are a loop of their own
         assert k.loop_nest().count("vectorized for lo_x.i in [0, 4)") >= 1
+
+
+def _tri_matmul(cond: str):
+    """C[i, j] = sum over k of A[k, i] * B[k, j] where k > i (trmm's triangle) or k <= i."""
+    M, N = tl.sizes("M N")
+    A, B = tl.Input("A", (M, M), tl.float64), tl.Input("B", (M, N), tl.float64)
+    i, j = tl.vars("i j")
+    k = tl.RDom((0, M), name="k")
+    k.where(k.x > i if cond == "above" else k.x <= i)
+    C = tl.Func("C")
+    C[i, j] = tl.sum(A[k, i] * B[k, j])
+    return C, i, j, k
+
+
+@pytest.mark.parametrize("cond", ["above", "below"])
+@pytest.mark.parametrize("m,n,rows,kc", [(1, 1, 4, 2), (13, 7, 4, 5), (37, 11, 5, 8),
+                                          (40, 16, 8, 10)])
+def test_triangle_inside_a_register_tile_is_peeled(cond, m, n, rows, kc, rng):
+    # rows of a register tile (unrolled) cross the diagonal: the reduction loop runs only the
+    # tile's hull of the triangle, split in two, the corner with the condition and the steady
+    # state without it (its accumulators then live in registers)
+    C, i, j, k = _tri_matmul(cond)
+    s = tl.Schedule(C)
+    io, ii = s[C].split(i, rows)
+    ko, ki = s[C].split(k.x, kc)
+    jo, ji = s[C].split(j, 4, tail="GuardWithIf")
+    s[C].reorder(io, jo, ko, ki, ii, ji)
+    s[C].unroll(ii)
+    a, b = rng.random((m, m)), rng.random((m, n))
+    # mask[k, i]: k > i (below A's diagonal) or k <= i
+    mask = np.tril(np.ones((m, m)), -1) if cond == "above" else np.triu(np.ones((m, m)))
+    expected = (a * mask).T @ b  # C[i, j] = sum_k mask[k, i] A[k, i] B[k, j]
+    np.testing.assert_allclose(tl.reference(C, a, b), expected, rtol=1e-12)
+    kern = tl.compile(C, s)
+    np.testing.assert_allclose(kern(a, b), expected, rtol=1e-12, atol=1e-12)
+    text = kern.loop_nest()
+    lines = [line.strip() for line in text.splitlines()]
+    outer = sum(x.startswith("for k_x.o") for x in lines)
+    inner = sum(x.startswith("for k_x.i") for x in lines)
+    # the full-tile versions run each k block as corner + steady state (a ragged remainder of
+    # rows, not unrolled to a constant, keeps one guarded loop)
+    assert outer >= 1 and inner > outer, text
