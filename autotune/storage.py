@@ -89,7 +89,7 @@ class ScheduleClaims:
             CLAIMS_TABLE, meta,
             sa.Column("study_name", sa.String(512), primary_key=True),
             sa.Column("schedule_sha256", sa.String(64), primary_key=True),
-            sa.Column("trial", sa.Integer, nullable=False),
+            sa.Column("proposal", sa.Integer, nullable=False),
             sa.Column("worker", sa.String(256), nullable=False),
             sa.Column("claimed_at", sa.Float, nullable=False))
         self._sa = sa
@@ -105,15 +105,16 @@ class ScheduleClaims:
             raise TuningError(f"cannot use the tuning storage {redacted(url)} for schedule "
                               f"claims: {_first_line(exc)}") from None
 
-    def claim(self, trace: str, trial: int) -> str | None:
-        """Claim ``trace`` for trial ``trial`` of this worker. Returns None when this worker
-        now holds it, else who does (``"trial 12 of host:pid"``)."""
+    def claim(self, trace: str, proposal: int) -> str | None:
+        """Claim ``trace`` for this worker's proposal number ``proposal`` (informative only).
+        Returns None when this worker now holds it, else who does (``"proposal 12 of
+        host:pid"``)."""
         sa, t = self._sa, self._table
         key = schedule_key(trace)
         try:
             with self._engine.begin() as conn:
                 conn.execute(sa.insert(t).values(
-                    study_name=self.study_name, schedule_sha256=key, trial=int(trial),
+                    study_name=self.study_name, schedule_sha256=key, proposal=int(proposal),
                     worker=self.worker, claimed_at=time.time()))
             return None
         except sa.exc.IntegrityError:
@@ -121,13 +122,13 @@ class ScheduleClaims:
         return self.owner(trace) or "another worker"
 
     def owner(self, trace: str) -> str | None:
-        """Who holds ``trace`` (``"trial 12 of host:pid"``), or None when nobody does."""
+        """Who holds ``trace`` (``"proposal 12 of host:pid"``), or None when nobody does."""
         sa, t = self._sa, self._table
         with self._engine.connect() as conn:
-            row = conn.execute(sa.select(t.c.trial, t.c.worker).where(
+            row = conn.execute(sa.select(t.c.proposal, t.c.worker).where(
                 t.c.study_name == self.study_name,
                 t.c.schedule_sha256 == schedule_key(trace))).first()
-        return None if row is None else f"trial {row[0]} of {row[1]}"
+        return None if row is None else f"proposal {row[0]} of {row[1]}"
 
     def release(self, trace: str) -> None:
         """Give back this worker's claim of ``trace`` (it was not measured)."""

@@ -11,6 +11,13 @@ and picks the best ``measure_per_round - 2``, the best-ranked of the sampler's o
 (mutants alone would only refine the incumbent) and one random exploratory candidate; the others
 are told to Optuna as failed, so they do not bias TPE. Without the model every legal proposal is
 measured (plain Optuna, for ablations).
+
+Proposals are asked of an in-memory study that mirrors the tuning's own (``main``, in its
+storage, shared by workers): proposals not measured — ranked out, duplicates, past the budget —
+end there, and the main study holds only measured candidates (COMPLETE, or FAIL when they
+failed) and illegal ones (PRUNED), each with its schedule and times as user attributes, which is
+what optuna-dashboard then shows. Every round first copies the main study's new trials (other
+workers') into the mirror, so the sampler models every measurement.
 """
 
 from __future__ import annotations
@@ -67,17 +74,65 @@ class SearchStrategy:
                  sizes: dict[str, int], rng: np.random.Generator, history: list[TrialRecord],
                  on_pruned: Callable[[TrialRecord], None], pool: int = 24,
                  measure_per_round: int = 4, claims: Any = None) -> None:
-        self.study, self.space, self.model, self.claims = study, space, model, claims
+        #: the study the results go to (its storage, shared by workers); proposals are asked of
+        #: ``study``, an in-memory study with the same sampler that mirrors it
+        self.main = study
+        self.study = optuna.create_study(direction="minimize", sampler=study.sampler)
+        self._mirrored: set[int] = set()  # main trial numbers already in ``study``
+        self.space, self.model, self.claims = space, model, claims
         self.output, self.sizes, self.rng, self.history = output, sizes, rng, history
         self.on_pruned = on_pruned
         self.pool, self.measure_per_round = pool, measure_per_round
         #: traces measured or pruned so far (model-guided search only re-proposes new ones)
         self.seen: set[str] = set()
         self._pool_traces: set[str] = set()
-        #: trial number -> (params, distributions), for mutation
+        #: (main) trial number -> (params, distributions), for mutation
         self.params_of: dict[int, tuple[dict, dict]] = {}
         #: proposals dropped as already seen (the space is exhausted when they pile up)
         self.duplicates = 0
+        #: another worker's measurement is in the study (``skip``)
+        self.shared = False
+        self.sync()
+
+    # -- the main study and its mirror ------------------------------------------------------------
+    def sync(self) -> None:
+        """Copy the main study's finished trials this worker has not seen (an earlier run's,
+        other workers') into the proposal study, so the sampler models every measurement."""
+        done = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+        me = None if self.claims is None else self.claims.worker
+        for t in self.main.get_trials(deepcopy=False, states=done):
+            if t.number in self._mirrored:
+                continue
+            self._mirrored.add(t.number)
+            if t.user_attrs.get("worker") not in (None, me):
+                self.shared = True
+            self.study.add_trial(optuna.trial.create_trial(
+                state=t.state, value=t.value if t.state == done[0] else None,
+                params=t.params, distributions=t.distributions))
+
+    def finish(self, trial: Any, state: Any, value: float | None,
+               attrs: dict[str, Any]) -> int:
+        """Tell a proposal's end (a measured candidate: COMPLETE with its seconds, or FAIL; an
+        illegal one: PRUNED) to the proposal study, and add it to the main study with the user
+        attributes ``attrs``. Returns its trial number in the main study (the records')."""
+        if state == optuna.trial.TrialState.COMPLETE:
+            self.study.tell(trial, value)
+        else:
+            self.study.tell(trial, state=state)
+        number = self._add_main(optuna.trial.create_trial(
+            state=state, value=value if state == optuna.trial.TrialState.COMPLETE else None,
+            params=trial.params, distributions=trial.distributions, user_attrs=attrs))
+        self.params_of[number] = (dict(trial.params), dict(trial.distributions))
+        return number
+
+    def _add_main(self, frozen: Any) -> int:
+        """Add a finished trial to the main study; returns its number there (``Study.add_trial``
+        does not; its storage call does)."""
+        storage, study_id = self.main._storage, self.main._study_id
+        number = storage.get_trial_number_from_id(
+            storage.create_new_trial(study_id, template_trial=frozen))
+        self._mirrored.add(number)
+        return number
 
     # -- the rule-based schedule as a point of the space -----------------------------------------
     def add_seed(self, s: Schedule, seconds: float) -> None:
@@ -90,9 +145,11 @@ class SearchStrategy:
         dists = {k: optuna.distributions.CategoricalDistribution(c)
                  for k, c in point[1].items()}
         self.params_of[-1] = (point[0], dists)
+        self.study.add_trial(optuna.trial.create_trial(params=point[0], distributions=dists,
+                                                       value=seconds))
         # workers sharing the study each measure it (their baseline); the study holds it once
         if self.claims is None or self.claims.claim(s.to_json(), -1) is None:
-            self.study.add_trial(optuna.trial.create_trial(
+            self._add_main(optuna.trial.create_trial(
                 params=point[0], distributions=dists, value=seconds,
                 user_attrs={"trace": s.to_json(), "rule_based": True}))
         # the same schedule as the space writes it (tails of splits that leave none may
@@ -104,21 +161,18 @@ class SearchStrategy:
         """Ask Optuna for a schedule (or take ``trial``, an enqueued mutant); prove it legal and
         lower it (its features come from the loop nest). An illegal or unrealizable one is
         pruned: None. A schedule already measured or pruned (in this run or, resumed, in the
-        log: ``seen``), or already in this round's pool, is told to Optuna as failed and dropped
-        (None): measuring it again would teach nothing."""
-        study = self.study
-        trial = trial if trial is not None else study.ask()
+        log: ``seen``; or claimed by another worker), or already in this round's pool, is
+        pruned in the proposal study and dropped (None): measuring it again would teach
+        nothing."""
+        trial = trial if trial is not None else self.study.ask()
         s = self.space.sample(trial)
-        self.params_of[trial.number] = (dict(trial.params), dict(trial.distributions))
         trace = s.to_json()
-        trial.set_user_attr("trace", trace)
         owner = None
         if trace not in self.seen and trace not in self._pool_traces and self.claims:
             owner = self.claims.owner(trace)
         if trace in self.seen or trace in self._pool_traces or owner is not None:
             self.duplicates += 1
-            self.skip(trial, "a duplicate of a schedule already measured or proposed" +
-                      (f" (by {owner})" if owner else "") + "; never measured twice")
+            self.skip(trial, duplicate=True)
             return None
         if self.model is not None:
             self._pool_traces.add(trace)
@@ -132,15 +186,18 @@ class SearchStrategy:
             self._prune(trial, s, str(exc))
             return None
 
-    def skip(self, trial: Any, why: str) -> None:
-        """End a proposal that is not measured (a duplicate, ranked out, past the budget):
-        told to Optuna as pruned (FAIL is kept for measured candidates that failed), with
-        ``why`` as its ``skipped`` user attribute. TPE counts a pruned trial among its worse
-        ones, so it stops proposing the same point; told as failed, it is ignored, and TPE
-        proposes the same schedule again and again (workers sharing a study stopped early,
-        their proposals nearly all duplicates)."""
-        trial.set_user_attr("skipped", why)
-        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    def skip(self, trial: Any, duplicate: bool = False) -> None:
+        """End a proposal that is not measured; it never reaches the main study, whose trials
+        are only measured candidates (COMPLETE or FAIL) and illegal ones (PRUNED). In the
+        proposal study it fails (TPE ignores it: a proposal ranked out by the cost model or
+        past the budget, a duplicate), except a duplicate once other workers share the study
+        (``shared``): that is pruned, TPE counts it among its worse trials and stops proposing
+        it. Told as failed there, TPE — modelling every worker's trials — proposed the same
+        schedules again and again, and workers stopped early, their proposals nearly all
+        duplicates; for a study of one worker the failed form is kept (the search as
+        measured before)."""
+        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED if duplicate and self.shared
+                        else optuna.trial.TrialState.FAIL)
 
     def claim(self, batch: list[Candidate]) -> list[Candidate]:
         """The candidates of ``batch`` this worker may measure: each is claimed in the study
@@ -154,8 +211,7 @@ class SearchStrategy:
                 out.append(cand)
             else:
                 self.duplicates += 1
-                self.skip(cand[0], f"a duplicate of a schedule claimed by {owner}; never "
-                                   f"measured twice")
+                self.skip(cand[0], duplicate=True)
         return out
 
     def release(self, trace: str) -> None:
@@ -165,9 +221,9 @@ class SearchStrategy:
 
     def _prune(self, trial: Any, s: Schedule, why: str) -> None:
         self.seen.add(s.to_json())
-        trial.set_user_attr("error", why)
-        self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        self.on_pruned(TrialRecord(trial.number, s.to_json(), "pruned", error=why))
+        number = self.finish(trial, optuna.trial.TrialState.PRUNED, None,
+                             {"trace": s.to_json(), "error": why})
+        self.on_pruned(TrialRecord(number, s.to_json(), "pruned", error=why))
 
     def mutants(self, n: int) -> list[Any]:
         """``n`` Optuna trials, each one of the five fastest measured schedules with one or two
@@ -192,6 +248,7 @@ class SearchStrategy:
     def next_round(self) -> list[Candidate]:
         """The candidates to measure next, each with its predicted seconds (None without a
         prediction); may be empty (every proposal pruned or a duplicate)."""
+        self.sync()
         if self.model is None:
             cand = self.propose()
             return [] if cand is None else [(*cand, None)]
@@ -219,5 +276,5 @@ class SearchStrategy:
         if rest and per_round >= 2:
             take.append(rest[int(rng.integers(len(rest)))])
         for idx in set(range(len(cands))) - set(take):
-            self.skip(cands[idx][0], "ranked out by the cost model (not measured)")
+            self.skip(cands[idx][0])  # ranked out by the cost model
         return [(*cands[i], None if pred is None else float(2.0 ** pred[i])) for i in take]

@@ -348,8 +348,8 @@ class _TuningRun:
 
     def run_batch(self, batch: list[Candidate]) -> int:
         """Claim the batch's schedules, compile them in the pool, then time them one by one;
-        returns how many were measured (the rest, past the budget, are told to Optuna as
-        pruned and their claims released)."""
+        returns how many were measured (the rest, past the budget, end in the proposal study
+        and their claims are released)."""
         batch = self.strategy.claim(batch)  # workers sharing the study: one measures each
         unrecorded = {c[1].to_json() for c in batch}
         try:
@@ -360,7 +360,7 @@ class _TuningRun:
             raise
 
     def _measure_claimed(self, batch: list[Candidate], unrecorded: set[str]) -> int:
-        m, study, best = self.measurer, self.strategy.study, self.best
+        m, best = self.measurer, self.best
         traces = [c[1].to_json() for c in batch]
         floor = self.timeout_floor
         limit = max(floor, 50 * best.seconds + 20) if np.isfinite(best.seconds) else floor
@@ -395,31 +395,31 @@ class _TuningRun:
                     confirm = self.confirm_best(res)
             fl = [float(x) for x in fv]
             # what optuna-dashboard shows per trial: the schedule, its error, every timed run
-            trial.set_user_attr("trace", trace)
-            trial.set_user_attr("times", [float(t) for t in res.times])
-            trial.set_user_attr("target", self.db.target.to_dict())
+            attrs: dict[str, Any] = {"trace": trace, "times": [float(t) for t in res.times],
+                                     "target": self.db.target.to_dict()}
             if self.strategy.claims is not None:
-                trial.set_user_attr("worker", self.strategy.claims.worker)
+                attrs["worker"] = self.strategy.claims.worker
             if res.error is not None:
-                trial.set_user_attr("error", res.error)
+                attrs["error"] = res.error
             if confirm is not None and confirm["won"] and confirm["beats_rule"]:
                 # verified, confirmed, faster than the rule: other workers may adopt it
-                trial.set_user_attr("confirmed", True)
-            if censored is not None:
-                study.tell(trial, censored)
+                attrs["confirmed"] = True
+            done_state = optuna.trial.TrialState
+            if censored is not None:  # told as a lower bound of its time
+                number = self.strategy.finish(trial, done_state.COMPLETE, censored, attrs)
                 if self.model is not None:
                     self.model.add(fv, censored)
-                rec = TrialRecord(trial.number, trace, "failed", error=res.error,
+                rec = TrialRecord(number, trace, "failed", error=res.error,
                                   compile_seconds=res.compile_seconds, predicted=pred,
                                   features=fl)
             elif res.error is not None:
-                study.tell(trial, state=optuna.trial.TrialState.FAIL)
-                rec = TrialRecord(trial.number, trace, "failed", error=res.error,
+                number = self.strategy.finish(trial, done_state.FAIL, None, attrs)
+                rec = TrialRecord(number, trace, "failed", error=res.error,
                                   compile_seconds=res.compile_seconds, predicted=pred,
                                   features=fl)
             else:
-                study.tell(trial, res.seconds)
-                rec = TrialRecord(trial.number, trace, "measured", res.seconds, res.times,
+                number = self.strategy.finish(trial, done_state.COMPLETE, res.seconds, attrs)
+                rec = TrialRecord(number, trace, "measured", res.seconds, res.times,
                                   res.compile_seconds, predicted=pred, features=fl,
                                   confirm=confirm)
                 if self.model is not None:
@@ -438,7 +438,7 @@ class _TuningRun:
         again: its screening time stands, as ``tensorlang cache import`` takes a log's) and
         becomes the best, so it reaches this worker's cache. A candidate that fails any check
         is passed over for the next fastest (at most ``tries``)."""
-        best, study = self.best, self.strategy.study
+        best, study = self.best, self.strategy.main
         mine = {r.number for r in self.history}
         found = []
         for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):

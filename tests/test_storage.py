@@ -63,7 +63,7 @@ def _claims_race(url: str, study: str, n_workers: int = 4, n_traces: int = 40) -
     def go(i: int) -> None:
         start.wait()
         for k in range(n_traces):
-            if workers[i].claim(f'{{"trace": {k}}}', trial=k) is None:
+            if workers[i].claim(f'{{"trace": {k}}}', proposal=k) is None:
                 won[i].append(str(k))
 
     threads = [threading.Thread(target=go, args=(i,)) for i in range(n_workers)]
@@ -75,11 +75,11 @@ def _claims_race(url: str, study: str, n_workers: int = 4, n_traces: int = 40) -
     assert sorted(allwon, key=int) == [str(k) for k in range(n_traces)]  # each exactly once
     owner = next(i for i, w in enumerate(won) if "0" in w)
     other = workers[(owner + 1) % n_workers]
-    assert other.claim('{"trace": 0}', trial=99) == f"trial 0 of w{owner}"
+    assert other.claim('{"trace": 0}', proposal=99) == f"proposal 0 of w{owner}"
     other.release('{"trace": 0}')  # not its claim: nothing happens
-    assert other.owner('{"trace": 0}') == f"trial 0 of w{owner}"
+    assert other.owner('{"trace": 0}') == f"proposal 0 of w{owner}"
     workers[owner].release('{"trace": 0}')  # not measured after all: free again
-    assert other.claim('{"trace": 0}', trial=99) is None
+    assert other.claim('{"trace": 0}', proposal=99) is None
     assert other.count() == n_traces
     for w in workers:
         w.close()
