@@ -67,13 +67,15 @@ class SearchStrategy:
         on_pruned: called with the record of each pruned proposal.
         pool, measure_per_round: proposals ranked and candidates measured per round.
         claims: the study's ``storage.ScheduleClaims`` when workers may share it (None: this
-            process alone).
+            process alone). own_trials: trial numbers of this worker's earlier runs (its log),
+            not another worker's.
     """
 
     def __init__(self, study: optuna.Study, space: Any, model: CostModel | None, output: Func,
                  sizes: dict[str, int], rng: np.random.Generator, history: list[TrialRecord],
                  on_pruned: Callable[[TrialRecord], None], pool: int = 24,
-                 measure_per_round: int = 4, claims: Any = None) -> None:
+                 measure_per_round: int = 4, claims: Any = None,
+                 own_trials: set[int] | None = None) -> None:
         #: the study the results go to (its storage, shared by workers); proposals are asked of
         #: ``study``, an in-memory study with the same sampler that mirrors it
         self.main = study
@@ -92,6 +94,7 @@ class SearchStrategy:
         self.duplicates = 0
         #: another worker's measurement is in the study (``skip``)
         self.shared = False
+        self._own = set(own_trials or ())
         self.sync()
 
     # -- the main study and its mirror ------------------------------------------------------------
@@ -104,7 +107,7 @@ class SearchStrategy:
             if t.number in self._mirrored:
                 continue
             self._mirrored.add(t.number)
-            if t.user_attrs.get("worker") not in (None, me):
+            if t.number not in self._own and t.user_attrs.get("worker") not in (None, me):
                 self.shared = True
             self.study.add_trial(optuna.trial.create_trial(
                 state=t.state, value=t.value if t.state == done[0] else None,
@@ -161,8 +164,8 @@ class SearchStrategy:
         """Ask Optuna for a schedule (or take ``trial``, an enqueued mutant); prove it legal and
         lower it (its features come from the loop nest). An illegal or unrealizable one is
         pruned: None. A schedule already measured or pruned (in this run or, resumed, in the
-        log: ``seen``; or claimed by another worker), or already in this round's pool, is
-        pruned in the proposal study and dropped (None): measuring it again would teach
+        log: ``seen``; or claimed by another worker), or already in this round's pool, ends in
+        the proposal study (``skip``) and is dropped (None): measuring it again would teach
         nothing."""
         trial = trial if trial is not None else self.study.ask()
         s = self.space.sample(trial)

@@ -166,7 +166,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
         run.strategy = SearchStrategy(study, space, model, output, sizes,
                                       np.random.default_rng(seed + offset), run.history,
                                       run.emit, pool=pool, measure_per_round=measure_per_round,
-                                      claims=claims)
+                                      claims=claims, own_trials={r.trial for r in db.earlier})
         # a resumed run never measures again what the log already holds
         run.strategy.seen.update(r.trace for r in db.earlier)
         with Measurer(output, sizes, space.shapes, repeats=repeats, min_seconds=min_seconds,
