@@ -450,9 +450,9 @@ def _cache_import_study(cache: Any, storage: str, study: str | None, logs: list[
     from tensorlang.errors import TensorlangError
 
     from .cache import CacheEntry
-    from .identity import TargetId, WorkloadId
+    from .identity import WorkloadId
     from .records import target_info
-    from .storage import redacted, storage_url
+    from .storage import confirmed_trials, redacted, storage_url
 
     if logs:
         print("tensorlang cache import reads logs or --storage, not both", file=sys.stderr)
@@ -473,23 +473,12 @@ def _cache_import_study(cache: Any, storage: str, study: str | None, logs: list[
             workload = WorkloadId.from_dict(st.user_attrs["workload"])
         except (KeyError, TypeError, ValueError):
             continue  # not a study tensorlang wrote
-        best = None
-        for t in st.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            a = t.user_attrs
-            if not a.get("confirmed") or not isinstance(a.get("trace"), str) or t.value is None:
-                continue
-            try:
-                if not TargetId.from_dict(a.get("target")).same_machine(me):
-                    foreign += 1
-                    continue
-            except (TypeError, ValueError):
-                continue
-            if best is None or t.value < best.value:
-                best = t
-        if best is not None:
+        best, other = confirmed_trials(st, me)
+        foreign += other
+        if best:
             found += 1
-            added += cache.put(CacheEntry(workload, me, best.user_attrs["trace"],
-                                          float(best.value), source="import"))
+            added += cache.put(CacheEntry(workload, me, best[0].user_attrs["trace"],
+                                          float(best[0].value), source="import"))
     print(f"imported {added} of {found} tuned kernels from {len(studies)} studies in "
           f"{redacted(storage)} into {cache.path}"
           + (f"; skipped {foreign} trials of another CPU" if foreign else ""))

@@ -25,7 +25,7 @@ from typing import Any
 
 from tensorlang.errors import TuningError
 
-__all__ = ["ScheduleClaims", "storage_url", "redacted"]
+__all__ = ["ScheduleClaims", "confirmed_trials", "storage_url", "redacted"]
 
 #: the claims table (created on first use, next to Optuna's tables)
 CLAIMS_TABLE = "tensorlang_schedule_claims"
@@ -147,6 +147,31 @@ class ScheduleClaims:
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+def confirmed_trials(study: Any, target: Any) -> tuple[list[Any], int]:
+    """The study's trials a worker may adopt: complete, with a schedule trace, and confirmed
+    (``confirmed``: won an interleaved comparison and beat the rule-based schedule) on a
+    machine like ``target`` (``TargetId.same_machine``), fastest first; and how many confirmed
+    trials came from another kind of machine."""
+    import optuna
+
+    from .identity import TargetId
+
+    same, foreign = [], 0
+    for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        a = t.user_attrs
+        if not a.get("confirmed") or not isinstance(a.get("trace"), str) or t.value is None:
+            continue
+        try:
+            like = TargetId.from_dict(a.get("target")).same_machine(target)
+        except (TypeError, ValueError):
+            continue
+        if like:
+            same.append(t)
+        else:
+            foreign += 1
+    return sorted(same, key=lambda t: t.value), foreign
 
 
 def _first_line(exc: BaseException) -> str:

@@ -39,12 +39,11 @@ from .cost_model import CostModel
 from .database import TuningDatabase
 from .features import features
 from .heuristic import heuristic_schedule
-from .identity import TargetId
 from .measure import MeasureResult, Measurer
 from .records import target_info, workload_info
 from .results import TrialRecord, TuningResult
 from .space import SearchSpace
-from .storage import ScheduleClaims, redacted, storage_url
+from .storage import ScheduleClaims, confirmed_trials, redacted, storage_url
 from .strategy import Candidate, SearchStrategy, make_sampler
 from .timing import block_runs
 from .workloads import bind_sizes, format_shape, memory_available, memory_needed
@@ -438,21 +437,12 @@ class _TuningRun:
         again: its screening time stands, as ``tensorlang cache import`` takes a log's) and
         becomes the best, so it reaches this worker's cache. A candidate that fails any check
         is passed over for the next fastest (at most ``tries``)."""
-        best, study = self.best, self.strategy.main
+        best = self.best
         mine = {r.number for r in self.history}
-        found = []
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
-            attrs = t.user_attrs
-            if (t.number in mine or not attrs.get("confirmed") or t.value is None
-                    or not isinstance(attrs.get("trace"), str) or t.value >= best.seconds
-                    or attrs["trace"] == best.trace):
-                continue
-            try:
-                if TargetId.from_dict(attrs.get("target")).same_machine(self.db.target):
-                    found.append(t)
-            except (TypeError, ValueError):
-                continue
-        for t in sorted(found, key=lambda t: t.value)[:tries]:
+        found = [t for t in confirmed_trials(self.strategy.main, self.db.target)[0]
+                 if t.number not in mine and t.value < best.seconds
+                 and t.user_attrs["trace"] != best.trace]
+        for t in found[:tries]:
             trace = t.user_attrs["trace"]
             try:
                 if not Schedule.from_json(self.output, trace).check().ok:
