@@ -391,26 +391,25 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from .cache import KernelCache
     from .workloads import format_shape
 
-    if (args.storage or args.study) and args.action != "import":
-        print(f"tensorlang cache {args.action} takes no --storage or --study; only 'cache "
-              f"import' reads a study", file=sys.stderr)
-        return 2
-    if args.study and not args.storage:
-        print("tensorlang cache import --study needs --storage URL (the study's database)",
-              file=sys.stderr)
-        return 2
-    if args.logs and args.action != "import":
-        print(f"tensorlang cache {args.action} takes no LOG arguments (got "
-              f"{' '.join(args.logs)}); only 'cache import' reads logs", file=sys.stderr)
-        return 2
-    if args.json and args.action != "list":
-        print(f"tensorlang cache {args.action} has no --json output; only 'cache list' does",
-              file=sys.stderr)
-        return 2
-    if args.output and args.action != "export":
-        print(f"tensorlang cache {args.action} takes no --output; only 'cache export' writes "
-              f"one", file=sys.stderr)
-        return 2
+    act = args.action
+    refusals = [  # (what would be ignored, why): exit 2 rather than ignore it
+        ((args.storage or args.study) and act != "import",
+         f"tensorlang cache {act} takes no --storage or --study; only 'cache import' reads a "
+         f"study"),
+        (args.study and not args.storage,
+         "tensorlang cache import --study needs --storage URL (the study's database)"),
+        (args.logs and act != "import",
+         f"tensorlang cache {act} takes no LOG arguments (got {' '.join(args.logs)}); only "
+         f"'cache import' reads logs"),
+        (args.json and act != "list",
+         f"tensorlang cache {act} has no --json output; only 'cache list' does"),
+        (args.output and act != "export",
+         f"tensorlang cache {act} takes no --output; only 'cache export' writes one"),
+    ]
+    for bad, why in refusals:
+        if bad:
+            print(why, file=sys.stderr)
+            return 2
     with KernelCache() as cache:
         if args.action == "list" and args.json:
             _json_out({"cache": cache.path, "entries": [
