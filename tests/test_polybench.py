@@ -137,3 +137,58 @@ def test_more_references_follow_the_c_loops():
         y[:k] = z[:k]
         y[k] = alpha
     np.testing.assert_allclose(KERNELS["durbin"].numpy({"r": r}, {"N": 7})[0], y, rtol=1e-12)
+
+
+def test_gramschmidt_and_adi_references_follow_the_c_loops():
+    """gramschmidt and adi, whose references run the C code's loops over i as vector operations,
+    against the C loop nests written out."""
+    rng = np.random.default_rng(11)
+    m, n = 5, 4
+    A = rng.random((m, n))
+    a, r, q = A.copy(), np.zeros((n, n)), np.zeros((m, n))
+    for k in range(n):
+        nrm = 0.0
+        for i in range(m):
+            nrm += a[i, k] * a[i, k]
+        r[k, k] = np.sqrt(nrm)
+        for i in range(m):
+            q[i, k] = a[i, k] / r[k, k]
+        for j in range(k + 1, n):
+            r[k, j] = 0.0
+            for i in range(m):
+                r[k, j] += q[i, k] * a[i, j]
+            for i in range(m):
+                a[i, j] = a[i, j] - q[i, k] * r[k, j]
+    for got, want in zip(KERNELS["gramschmidt"].numpy({"A": A}, {"M": m, "N": n}), (a, r, q)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    n, steps = 6, 3
+    u0 = rng.random((n, n))
+    u, v, p, qq = u0.copy(), np.zeros((n, n)), np.zeros((n, n)), np.zeros((n, n))
+    dx = dy = 1.0 / n
+    dt = 1.0 / steps
+    mul1, mul2 = 2.0 * dt / (dx * dx), 1.0 * dt / (dy * dy)
+    ca, cb, cd, ce = -mul1 / 2.0, 1.0 + mul1, -mul2 / 2.0, 1.0 + mul2
+    cc, cf = ca, cd
+    for _ in range(steps):
+        for i in range(1, n - 1):
+            v[0, i], p[i, 0] = 1.0, 0.0
+            qq[i, 0] = v[0, i]
+            for j in range(1, n - 1):
+                p[i, j] = -cc / (ca * p[i, j - 1] + cb)
+                qq[i, j] = (-cd * u[j, i - 1] + (1.0 + 2.0 * cd) * u[j, i] - cf * u[j, i + 1]
+                            - ca * qq[i, j - 1]) / (ca * p[i, j - 1] + cb)
+            v[n - 1, i] = 1.0
+            for j in range(n - 2, 0, -1):
+                v[j, i] = p[i, j] * v[j + 1, i] + qq[i, j]
+        for i in range(1, n - 1):
+            u[i, 0], p[i, 0] = 1.0, 0.0
+            qq[i, 0] = u[i, 0]
+            for j in range(1, n - 1):
+                p[i, j] = -cf / (cd * p[i, j - 1] + ce)
+                qq[i, j] = (-ca * v[i - 1, j] + (1.0 + 2.0 * ca) * v[i, j] - cc * v[i + 1, j]
+                            - cd * qq[i, j - 1]) / (cd * p[i, j - 1] + ce)
+            u[i, n - 1] = 1.0
+            for j in range(n - 2, 0, -1):
+                u[i, j] = p[i, j] * u[i, j + 1] + qq[i, j]
+    got = KERNELS["adi"].numpy({"u": u0}, {"N": n, "T": steps})[0]
+    np.testing.assert_allclose(got, u, rtol=1e-12, atol=1e-12)

@@ -308,6 +308,48 @@ def _trisolv_inputs(s: dict[str, int], rng: np.random.Generator) -> dict[str, np
     return {"L": np.tril(rng.random((n, n))) + n * np.eye(n), "b": rng.random(n)}
 
 
+def _gramschmidt() -> list[tl.Func]:
+    M, N = tl.sizes("M N")
+    A = tl.Input("A", (M, N), F64)
+    c, x, y, i0, j0 = tl.vars("c x y i j")
+    # The C code's three arrays, each stored transposed (column j of A at row j), as the planes
+    # of one buffer: A at plane 0, Q at 1, R at 2 (R[k][j] at [2, j, k]). Transposed, the C
+    # code's inner loops over i read and write contiguous rows.
+    g = tl.Func("qr", shape=(3, N, M + N))
+    g[c, y, x] = tl.where(c == 0, tl.constant_exterior(A, 0.0)[x, y], 0.0)
+    # One update over the C loops' points, k outermost: for j == k (phase 0) the norm of column
+    # k, summed over i < M, its square root at i == M, then (phase 1) Q's column k; for each
+    # j > k (phase 0) R[k][j] = Q[:, k] . A[:, j], then (phase 1) A[:, j] -= Q[:, k] R[k][j].
+    d = tl.RDom((0, M + 1), (0, 2), (0, N), (0, N))  # i, phase, j, k
+    i, ph, j, k = d.x, d.y, d.z, d.w
+    d.where((j >= k) & ((i < M) | ((ph == 0) & (j == k))))
+    r_kj, q_ik, a_ij = g[2, j, k], g[1, k, i], g[0, j, i]
+    norm = tl.where(i == M, tl.sqrt(r_kj), r_kj + a_ij * a_ij)
+    dot = tl.where(i == 0, 0.0, r_kj) + q_ik * a_ij  # R[k][j] = 0 before its sum
+    first = tl.where(j == k, norm, dot)
+    second = tl.where(j == k, a_ij / g[2, k, k], a_ij - q_ik * r_kj)
+    plane = tl.where(ph == 0, 2, tl.where(j == k, 1, 0))
+    g[plane, j, tl.where(ph == 0, k, i)] = tl.where(ph == 0, first, second)
+    outs = []
+    for name, plane_of, rows in (("A", 0, M), ("R", 2, N), ("Q", 1, M)):
+        o = tl.Func(f"gramschmidt_{name}", shape=(rows, N))
+        o[i0, j0] = g[plane_of, j0, i0]
+        outs.append(o)
+    return outs
+
+
+def _gramschmidt_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    A = a["A"].copy()
+    m, n = A.shape
+    R, Q = np.zeros((n, n)), np.zeros((m, n))
+    for k in range(n):  # the C loops over i as vector operations, k and j as in C
+        R[k, k] = np.sqrt(A[:, k] @ A[:, k])
+        Q[:, k] = A[:, k] / R[k, k]
+        R[k, k + 1:] = Q[:, k] @ A[:, k + 1:]
+        A[:, k + 1:] -= np.outer(Q[:, k], R[k, k + 1:])
+    return [A, R, Q]
+
+
 # -- stencils: T time steps, the C code's two arrays as the two rows of one buffer --------------
 def _jacobi_1d() -> list[tl.Func]:
     N, T = tl.sizes("N T")
@@ -420,6 +462,89 @@ def _seidel_2d_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarra
             A[i, j] = (A[i - 1, j - 1] + A[i - 1, j] + A[i - 1, j + 1] + A[i, j - 1] + A[i, j]
                        + A[i, j + 1] + A[i + 1, j - 1] + A[i + 1, j] + A[i + 1, j + 1]) / 9.0
     return [A]
+
+
+def _adi_constants(n, t):
+    """adi's coefficients a..f from N and TSTEPS, in the C code's order of operations (ints or
+    size expressions)."""
+    dx = 1.0 / n
+    dy = 1.0 / n
+    dt = 1.0 / t
+    mul1 = 2.0 * dt / (dx * dx)
+    mul2 = 1.0 * dt / (dy * dy)
+    a = -mul1 / 2.0
+    d = -mul2 / 2.0
+    return a, 1.0 + mul1, a, d, 1.0 + mul2, d
+
+
+def _adi() -> list[tl.Func]:
+    N, T = tl.sizes("N T")
+    u = tl.Input("u", (N, N), F64)
+    a, b, c, d, e, f = _adi_constants(tl.cast(F64, N), tl.cast(F64, T))
+    w, x, y = tl.vars("w x y")
+    # p[i][j] does not depend on i or on the data: the same recurrence over j in every row and
+    # time step, computed once per sweep (sweep 0: the column sweep's a, b, c; 1: the row
+    # sweep's d, e, f) with the C code's operations, so with the same values
+    p = tl.Func("p", shape=(2, N))
+    p[w, y] = 0.0
+    rp = tl.RDom((1, N - 1), (0, 2), name="rp")  # j, sweep
+    pj, ps = rp.x, rp.y
+    p[ps, pj] = -tl.where(ps == 0, c, f) / (
+        tl.where(ps == 0, a, d) * p[ps, pj - 1] + tl.where(ps == 0, b, e))
+    # u at plane 0, v transposed at plane 1 (v[j][i] at [1, i, j]), q at plane 2: transposed, v
+    # is written and read the way u is, so sweep s reads plane s and writes plane 1 - s
+    st = tl.Func("sweeps", shape=(3, N, N))
+    st[w, x, y] = tl.where(w == 0, u[x, y], 0.0)
+    r = tl.RDom((0, N), (0, 2), (1, N - 1), (0, 2), (0, T))  # j', phase, i, sweep, time step
+    jf, ph, i, s = r.x, r.y, r.z, r.w
+    r.where((ph == 1) | (jf < N - 1))
+    rec_a, rec_b = tl.where(s == 0, a, d), tl.where(s == 0, b, e)
+    st_d, st_f = tl.where(s == 0, d, a), tl.where(s == 0, f, c)
+    jm = tl.maximum(jf - 1, 0)
+    # phase 0, j' = j from 0 to N - 2: q (q[i][0] = 1.0: v[0][i], u[i][0])
+    num = (-st_d * st[s, jf, i - 1] + (1.0 + 2.0 * st_d) * st[s, jf, i]
+           - st_f * st[s, jf, i + 1] - rec_a * st[2, i, jm])
+    forward = tl.where(jf == 0, 1.0, num / (rec_a * p[s, jm] + rec_b))
+    # phase 1, j = N - 1 - j' from N - 1 down to 0: the boundary 1.0 at both ends, else the
+    # back substitution
+    jb = N - 1 - jf
+    back = tl.where((jb == N - 1) | (jb == 0), 1.0,
+                    p[s, jb] * st[1 - s, i, tl.minimum(jb + 1, N - 1)] + st[2, i, jb])
+    st[tl.where(ph == 0, 2, 1 - s), i, tl.where(ph == 0, jf, jb)] = tl.where(ph == 0, forward,
+                                                                           back)
+    out = tl.Func("adi", shape=(N, N))
+    out[x, y] = st[0, x, y]
+    return [out]
+
+
+def _adi_np(arr: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
+    n, steps = s["N"], s["T"]
+    a, b, c, d, e, f = _adi_constants(n, steps)
+    u = arr["u"].copy()
+    v, p, q = np.zeros_like(u), np.zeros_like(u), np.zeros_like(u)
+    I = slice(1, n - 1)  # noqa: E741  the C loops over i as vector operations
+    for _ in range(steps):
+        v[0, I] = 1.0
+        p[I, 0] = 0.0
+        q[I, 0] = v[0, I]
+        for j in range(1, n - 1):
+            p[I, j] = -c / (a * p[I, j - 1] + b)
+            q[I, j] = (-d * u[j, :n - 2] + (1.0 + 2.0 * d) * u[j, I] - f * u[j, 2:]
+                       - a * q[I, j - 1]) / (a * p[I, j - 1] + b)
+        v[n - 1, I] = 1.0
+        for j in range(n - 2, 0, -1):
+            v[j, I] = p[I, j] * v[j + 1, I] + q[I, j]
+        u[I, 0] = 1.0
+        p[I, 0] = 0.0
+        q[I, 0] = u[I, 0]
+        for j in range(1, n - 1):
+            p[I, j] = -f / (d * p[I, j - 1] + e)
+            q[I, j] = (-a * v[:n - 2, j] + (1.0 + 2.0 * a) * v[I, j] - c * v[2:, j]
+                       - d * q[I, j - 1]) / (d * p[I, j - 1] + e)
+        u[I, n - 1] = 1.0
+        for j in range(n - 2, 0, -1):
+            u[I, j] = p[I, j] * u[I, j + 1] + q[I, j]
+    return [u]
 
 
 # -- medley -------------------------------------------------------------------------------------
@@ -790,6 +915,12 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
            lambda s: s["M"] ** 2 * s["N"]),
     Kernel("trisolv", _trisolv, dict(N=120), dict(N=2000), _trisolv_inputs, _trisolv_np,
            lambda s: s["N"] ** 2),
+    # gramschmidt: PolyBench's M and N swapped (LARGE is M=1000, N=1200): with more columns
+    # than rows the columns past the M-th are rounding noise, which no two summation orders
+    # (C's and BLAS's) agree on; the operation count is the same
+    Kernel("gramschmidt", _gramschmidt, dict(M=80, N=60), dict(M=1200, N=1000),
+           lambda s, rng: _arrays(rng, A=(s["M"], s["N"])), _gramschmidt_np,
+           lambda s: 2.0 * s["M"] * s["N"] ** 2),
     Kernel("jacobi-1d", _jacobi_1d, dict(N=120, T=40), dict(N=2000, T=500),
            lambda s, rng: _arrays(rng, A=(s["N"],), B=(s["N"],)), _jacobi_1d_np,
            lambda s: 6.0 * s["T"] * (s["N"] - 2)),
@@ -802,6 +933,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
     Kernel("seidel-2d", _seidel_2d, dict(N=120, T=40), dict(N=400, T=100),
            lambda s, rng: _arrays(rng, A=(s["N"], s["N"])), _seidel_2d_np,
            lambda s: 9.0 * s["T"] * (s["N"] - 2) ** 2, dataset="MEDIUM"),
+    Kernel("adi", _adi, dict(N=60, T=40), dict(N=200, T=100),
+           lambda s, rng: _arrays(rng, u=(s["N"], s["N"])), _adi_np,
+           lambda s: 36.0 * s["T"] * (s["N"] - 2) ** 2, dataset="MEDIUM"),  # 18 per point, sweep
     Kernel("floyd-warshall", _floyd_warshall, dict(N=180), dict(N=500),
            lambda s, rng: {"path": rng.integers(1, 1000, (s["N"], s["N"])).astype(np.int32)},
            _floyd_warshall_np, lambda s: 2.0 * s["N"] ** 3, dataset="MEDIUM"),
