@@ -522,28 +522,28 @@ def _adi_np(arr: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
     a, b, c, d, e, f = _adi_constants(n, steps)
     u = arr["u"].copy()
     v, p, q = np.zeros_like(u), np.zeros_like(u), np.zeros_like(u)
-    I = slice(1, n - 1)  # noqa: E741  the C loops over i as vector operations
+    ii = slice(1, n - 1)  # the C loops over i as vector operations
     for _ in range(steps):
-        v[0, I] = 1.0
-        p[I, 0] = 0.0
-        q[I, 0] = v[0, I]
+        v[0, ii] = 1.0
+        p[ii, 0] = 0.0
+        q[ii, 0] = v[0, ii]
         for j in range(1, n - 1):
-            p[I, j] = -c / (a * p[I, j - 1] + b)
-            q[I, j] = (-d * u[j, :n - 2] + (1.0 + 2.0 * d) * u[j, I] - f * u[j, 2:]
-                       - a * q[I, j - 1]) / (a * p[I, j - 1] + b)
-        v[n - 1, I] = 1.0
+            p[ii, j] = -c / (a * p[ii, j - 1] + b)
+            q[ii, j] = (-d * u[j, :n - 2] + (1.0 + 2.0 * d) * u[j, ii] - f * u[j, 2:]
+                       - a * q[ii, j - 1]) / (a * p[ii, j - 1] + b)
+        v[n - 1, ii] = 1.0
         for j in range(n - 2, 0, -1):
-            v[j, I] = p[I, j] * v[j + 1, I] + q[I, j]
-        u[I, 0] = 1.0
-        p[I, 0] = 0.0
-        q[I, 0] = u[I, 0]
+            v[j, ii] = p[ii, j] * v[j + 1, ii] + q[ii, j]
+        u[ii, 0] = 1.0
+        p[ii, 0] = 0.0
+        q[ii, 0] = u[ii, 0]
         for j in range(1, n - 1):
-            p[I, j] = -f / (d * p[I, j - 1] + e)
-            q[I, j] = (-a * v[:n - 2, j] + (1.0 + 2.0 * a) * v[I, j] - c * v[2:, j]
-                       - d * q[I, j - 1]) / (d * p[I, j - 1] + e)
-        u[I, n - 1] = 1.0
+            p[ii, j] = -f / (d * p[ii, j - 1] + e)
+            q[ii, j] = (-a * v[:n - 2, j] + (1.0 + 2.0 * a) * v[ii, j] - c * v[2:, j]
+                       - d * q[ii, j - 1]) / (d * p[ii, j - 1] + e)
+        u[ii, n - 1] = 1.0
         for j in range(n - 2, 0, -1):
-            u[I, j] = p[I, j] * u[I, j + 1] + q[I, j]
+            u[ii, j] = p[ii, j] * u[ii, j + 1] + q[ii, j]
     return [u]
 
 
