@@ -201,7 +201,8 @@ BACKENDS: dict[str, Backend] = {}
 DEFAULT_BACKEND = "llvm-cpu"
 #: the backends shipped with tensorlang, by name: ``module:class``, imported on first use (so
 #: this interface does not import any implementation, and ``import tensorlang`` loads none)
-BUILTIN_BACKENDS = {"llvm-cpu": "tensorlang.backends.llvm.backend:LLVMCPUBackend"}
+BUILTIN_BACKENDS = {"llvm-cpu": "tensorlang.backends.llvm.backend:LLVMCPUBackend",
+                    "cuda": "tensorlang.backends.cuda.backend:CUDABackend"}
 
 
 def register_backend(backend: Backend) -> Backend:

@@ -29,12 +29,24 @@ class ForKind(enum.Enum):
     - ``VECTORIZED``: iterations become lanes of SIMD instructions; legal when the loop carries no
       dependence. Best on the innermost loop with unit-stride accesses.
     - ``UNROLLED``: the body is replicated; always legal. Needs a constant extent.
+    - ``GPU_BLOCK`` / ``GPU_THREAD``: iterations become the blocks of a GPU grid / the threads
+      of a block (``gpu_blocks`` / ``gpu_threads``; the CUDA backend, ``backends/cuda``); legal,
+      like ``PARALLEL``, when the loop carries no dependence.
     """
 
     SERIAL = "serial"
     PARALLEL = "parallel"
     VECTORIZED = "vectorized"
     UNROLLED = "unrolled"
+    GPU_BLOCK = "gpu_block"
+    GPU_THREAD = "gpu_thread"
+
+
+#: loop kinds whose iterations run at the same time on different threads: a dependence carried
+#: by one of these loops is a race (``schedule/legality/check.py``)
+CONCURRENT = frozenset({ForKind.PARALLEL, ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
+#: the loop kinds of a GPU grid
+GPU_KINDS = frozenset({ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
 
 
 #: The largest extent an unrolled loop may have (lowering refuses more; code generation

@@ -31,7 +31,7 @@ from tensorlang.errors import IllegalScheduleError, ScheduleError
 from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, free_vars, substitute, walk
 
 from .bounds import simplify_in_ranges
-from .ir import Block, For, ForKind, IfThenElse, Stmt
+from .ir import CONCURRENT, Block, For, ForKind, IfThenElse, Stmt
 from .loops import Fuse, Split, StageState
 from .trace import TailStrategy
 
@@ -456,7 +456,7 @@ def check_shift_inwards(st: StageState, rel: Split) -> None:
             f"GuardWithIf")
     if st.rvars:
         par = [n for n in st.loops
-               if st.kinds[n] is ForKind.PARALLEL and rel.parent in _base_vars(st, n)]
+               if st.kinds[n] in CONCURRENT and rel.parent in _base_vars(st, n)]
         if par:
             raise IllegalScheduleError.in_schedule(
                 st.func, f"ShiftInwards on {rel.parent} makes neighbouring "

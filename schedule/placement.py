@@ -12,7 +12,7 @@ from tensorlang.errors import IllegalScheduleError, ScheduleError
 from tensorlang.expr import Access, walk
 from tensorlang.func import Func
 
-from .ir import ForKind
+from .ir import CONCURRENT
 from .loops import Split, StageState
 
 
@@ -156,7 +156,7 @@ def placement_error(name: str, states: dict[str, StageState],
             name, f"store_at loop {st.store.loop} is inside compute_at loop "
             f"{st.compute.loop}; storage must be at or outside the compute level")
     between = cst.loops[cst.loops.index(st.store.loop) + 1: cst.loops.index(st.compute.loop) + 1]
-    par = [lp for lp in between if cst.kinds[lp] is ForKind.PARALLEL]
+    par = [lp for lp in between if cst.kinds[lp] in CONCURRENT]
     if par:
         return IllegalScheduleError.in_schedule(
             name, f"stored at {st.store.loop} but computed inside the parallel loop {par[0]} "

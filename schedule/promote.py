@@ -26,7 +26,7 @@ import dataclasses
 from tensorlang.affine import const_value, sconst
 from tensorlang.expr import BinOp, Expr, Var, walk
 
-from .ir import Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt, Store, map_stmt
+from .ir import CONCURRENT, Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt, Store, map_stmt
 
 MAX_TILE_ELEMENTS = 1024
 
@@ -107,7 +107,7 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         return None
     if any(f.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED) for f in chain):
         return None
-    if any(f.kind in (ForKind.PARALLEL, ForKind.VECTORIZED) for f in others):
+    if any(f.kind in CONCURRENT or f.kind is ForKind.VECTORIZED for f in others):
         return None
     exts = [const_value(f.extent) for f in chain]
     if any(e is None or e < 1 for e in exts):

@@ -449,6 +449,53 @@ class Stage:
         See also: Halide ``parallel``, TVM ``parallel``."""
         return self._kind("parallel", loop, factor, tail)
 
+    def gpu_blocks(self, *loops: LoopLike) -> Stage:
+        """Run the iterations of ``loops`` (one to three pure loops, outermost first; the last
+        is ``blockIdx.x``) as the blocks of a GPU grid: one kernel launch per loop nest, for
+        ``target="cuda"``. Legal only on loops that carry no dependence.
+
+        Raises:
+            ScheduleError: more than three loops, or a loop named twice.
+            IllegalScheduleError: (``tl.check``) a loop carries a dependence.
+        See also: Halide ``gpu_blocks``, TVM ``bind(loop, "blockIdx.x")``."""
+        self._do("gpu_blocks", loops=tuple(_name(lp, self.func, "gpu_blocks") for lp in loops))
+        return self
+
+    def gpu_threads(self, *loops: LoopLike) -> Stage:
+        """Run the iterations of ``loops`` (one to three pure loops directly inside the
+        ``gpu_blocks`` loops, outermost first; the last is ``threadIdx.x``) as the threads of
+        one block (at most 1024 together). Legal only on loops that carry no dependence.
+
+        Raises:
+            ScheduleError: more than three loops, or a loop named twice.
+            IllegalScheduleError: (``tl.check``) a loop carries a dependence.
+        See also: Halide ``gpu_threads``, TVM ``bind(loop, "threadIdx.x")``."""
+        self._do("gpu_threads",
+                 loops=tuple(_name(lp, self.func, "gpu_threads") for lp in loops))
+        return self
+
+    def gpu_tile(self, x: LoopLike, *args: Any,
+                 tail: TailStrategy | str = TailStrategy.GuardWithIf) -> tuple[LoopRef, ...]:
+        """``gpu_tile(x, y, fx, fy)``: split ``x`` by ``fx`` and ``y`` by ``fy``, order
+        ``x.o, y.o, x.i, y.i`` and map the outer two to GPU blocks and the inner two to threads
+        (blocks of ``fx * fy`` threads). Returns ``(x.o, y.o, x.i, y.i)``. ``gpu_tile(x, fx)``
+        does the same in one dimension and returns ``(x.o, x.i)``.
+
+        Raises:
+            ScheduleError: other arguments than ``(x, fx)`` or ``(x, y, fx, fy)``.
+        See also: Halide ``gpu_tile``."""
+        xs = _name(x, self.func, "gpu_tile")
+        if len(args) == 1:
+            res = self._do("gpu_tile", x=xs, fx=_int(args[0]), tail=_tail(tail))
+        elif len(args) == 3:
+            y, fx, fy = args
+            res = self._do("gpu_tile", x=xs, fx=_int(fx), y=_name(y, self.func, "gpu_tile"),
+                           fy=_int(fy), tail=_tail(tail))
+        else:
+            raise ScheduleError(f"gpu_tile takes (x, fx) or (x, y, fx, fy), got {1 + len(args)} "
+                                f"arguments")
+        return tuple(self._ref(n) for n in res)
+
     def serial(self, loop: LoopLike) -> Stage:
         """Run ``loop`` in order on one thread: the default kind, undoing ``parallel``,
         ``vectorize`` or ``unroll`` on it (say, on a loop of the rule-based schedule).

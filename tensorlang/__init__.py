@@ -47,8 +47,11 @@ def compile(output: Func | list[Func], schedule: Any = None, *, target: Any = No
             (memoized per shape bucket; ``kernel.variants()`` lists what it holds)
             (``kernel.schedule_source`` says which; a miss warns with ``TuningWarning``). The
             kernel runs every shape; it is *tuned* for these.
-        target: the CPU to compile for (a ``Target``; default: this machine). opt_level: LLVM
-            speed level 0-3.
+        target: where the kernel runs: the CPU (a ``Target``; default: this machine), or a
+            CUDA GPU: ``"cuda"`` (the visible GPU's architecture, else ``sm_90``) or
+            ``"cuda:sm_XY"`` (the CUDA backend, ``docs/gpu.md``: PTX is generated on any
+            machine; calling the kernel needs a GPU and ``tensorlang[cuda]``).
+            opt_level: LLVM speed level 0-3.
         check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:
             an illegal schedule then silently computes wrong results (the autotuner never uses
             it); it only skips a few milliseconds.
@@ -70,6 +73,8 @@ def compile(output: Func | list[Func], schedule: Any = None, *, target: Any = No
     """
     # the entry point is the one module that may reach every layer: "auto" is the autotuner's
     # (its cache and rule-based schedule), an explicit schedule goes straight to the backend
+    if backend is None and _is_cuda(target):
+        backend = "cuda"
     if isinstance(schedule, str) and schedule == "auto":
         from tensorlang.autotuner.auto import compile_auto
 
@@ -78,6 +83,13 @@ def compile(output: Func | list[Func], schedule: Any = None, *, target: Any = No
 
     return backend_compile(output, schedule, backend=backend, target=target,
                            opt_level=opt_level, check=check, emit_object=emit_object)
+
+
+def _is_cuda(target: Any) -> bool:
+    """Whether ``target`` names a CUDA GPU (``"cuda"``, ``"cuda:sm_80"`` or a CUDATarget)."""
+    if isinstance(target, str):
+        return target == "cuda" or target.startswith("cuda:")
+    return type(target).__name__ == "CUDATarget"
 
 
 def _outputs(handle: Any) -> tuple[int, ...]:

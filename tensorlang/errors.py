@@ -52,6 +52,11 @@ class ShapeError(TensorlangError):
     """Arrays passed to a kernel or to the reference evaluator do not fit the algorithm."""
 
 
+class DeviceError(TensorlangError, RuntimeError):
+    """A kernel for a GPU cannot run here: no usable GPU or driver (``pip install
+    'tensorlang[cuda]'``), or a CUDA driver call failed (its error name in the message)."""
+
+
 class TuningError(TensorlangError):
     """Tuning cannot start (the shapes need more memory than the machine has) or no candidate
     schedule could be measured (the message gives the most common failure)."""

@@ -43,15 +43,16 @@ from .vector_math import VectorMathGen
 class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
     """Builds the LLVM module of one lowered kernel. Use :func:`generate`."""
 
-    def __init__(self, f: LoweredFunc, target: Target) -> None:
+    def __init__(self, f: LoweredFunc, target: Target, module: ir.Module | None = None) -> None:
         self.f = f
         self.target = target
-        self.module = ir.Module(name=f.name)
-        self.module.triple = target.triple
+        if module is None:
+            module = ir.Module(name=f.name)
+            module.triple = target.triple
+        self.module = module
         args = [*f.inputs, *f.outputs]
-        arg_types = [memory_type(b.dtype).as_pointer() for b in args] + [I64] * len(f.sizes)
-        fnty = ir.FunctionType(I32, arg_types)
-        self.fn = ir.Function(self.module, fnty, name=f.name)
+        self.fn = self.declare([memory_type(b.dtype).as_pointer() for b in args]
+                               + [I64] * len(f.sizes))
         self.ptrs: dict[str, ir.Value] = {}
         for b, a in zip(args, self.fn.args):
             a.name = b.name
@@ -79,6 +80,11 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
         self._var_names_memo: dict[tuple, tuple[str, ...]] = {}
         self.vec: tuple[str, int] | None = None  # (loop variable, lanes) of an explicit vector loop
         self.lane0 = False  # evaluate the vector loop variable as a scalar (addresses, lanes)
+
+    def declare(self, arg_types: list[ir.Type]) -> ir.Function:
+        """The entry function: ``i32 @name(buffers..., sizes...)``; a subclass may add
+        arguments after these or change the return type and calling convention."""
+        return ir.Function(self.module, ir.FunctionType(I32, arg_types), name=self.f.name)
 
     @staticmethod
     def _blocks(fn: ir.Function) -> tuple[ir.IRBuilder, ir.IRBuilder]:
@@ -126,8 +132,12 @@ def generate(f: LoweredFunc, target: Target, num_threads: int = 0) -> tuple[str,
     """
     cg = CodeGen(f, target)
     cg.num_threads = num_threads
-    text = str(cg.build())
+    return module_text(cg.build()), cg.uses_parallel
+
+
+def module_text(module: ir.Module) -> str:
+    """The LLVM IR text of ``module``, with its loop metadata made valid."""
     # llvm.loop nodes must be distinct and refer to themselves (llvmlite cannot say so)
-    text = _LOOP_MD.sub(lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}{m.group(2)}}}", text)
-    return text, cg.uses_parallel
+    return _LOOP_MD.sub(lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}{m.group(2)}}}",
+                        str(module))
 

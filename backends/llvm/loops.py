@@ -10,6 +10,7 @@ from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
 from tensorlang.expr import Expr, Var, walk
 from tensorlang.schedule.ir import (
+    GPU_KINDS,
     MAX_UNROLL,
     Allocate,
     Block,
@@ -113,6 +114,9 @@ class LoopGen:
         return self.vec is None and 1 < lanes <= 64 and ok(s.body)
 
     def loop(self, s: For) -> None:
+        if s.kind in GPU_KINDS:
+            raise CompileError(f"loop {s.var} is mapped to the GPU ({s.kind.value}); compile it "
+                               f"with target=\"cuda\", or make it parallel for the CPU")
         if s.kind is ForKind.UNROLLED:
             return self.unrolled(s)
         if s.kind is ForKind.PARALLEL and not self.in_parallel:

@@ -22,7 +22,7 @@ import islpy as isl
 
 from tensorlang.errors import IllegalScheduleError, ScheduleError, schedule_message
 
-from ..ir import ForKind
+from ..ir import CONCURRENT, ForKind
 from ..loops import Split, StageState
 from ..nest import check_shift_inwards, shift_witness
 from ..placement import plan_placements
@@ -51,6 +51,8 @@ class Problem:
     sink: dict[str, int]
     primitive: str | None = None
     sizes: dict[str, int] = field(default_factory=dict)  # the example sizes of the witness
+    #: for a ``parallel`` problem of a GPU loop: ``gpu_blocks`` or ``gpu_threads``
+    loop_kind: str = ""
 
     def message(self) -> str:
         src = ", ".join(f"{k}={v}" for k, v in self.source.items())
@@ -71,9 +73,11 @@ class Problem:
             what = "reduction" if self.dependence == "reduction" else self.dependence
             fix = ("make it a pure dimension of a new stage with s.rfactor(f, loop), or "
                    "parallelize a pure loop instead" if what == "reduction" else
-                   f"{self.kind} a loop that carries no dependence (one of the independent pure "
-                   f"loops)")
-            text = (f"cannot {self.kind} {self.loop}: the {what} dependence between iterations "
+                   f"{self.loop_kind or self.kind} a loop that carries no dependence (one of the "
+                   f"independent pure loops)")
+            action = (f"run {self.loop} as {self.loop_kind}" if self.loop_kind else
+                      f"{self.kind} {self.loop}")
+            text = (f"cannot {action}: the {what} dependence between iterations "
                     f"({src}) and ({snk}) is carried by {self.loop} — they would run at the same "
                     f"time; {fix}")
         return schedule_message(self.stage, text, self.primitive)
@@ -138,6 +142,10 @@ def _coords(model: StageModel, pt: isl.Point
     return dict(zip(model.vars, coords[:n])), dict(zip(model.vars, coords[n:])), sizes
 
 
+#: how the primitives name the GPU loop kinds
+GPU_LOOP_NAMES = {ForKind.GPU_BLOCK: "gpu_blocks", ForKind.GPU_THREAD: "gpu_threads"}
+
+
 def check_stage(model: StageModel, st: StageState) -> list[Problem]:
     """The problems of stage ``st`` under its current loops (empty: proven legal)."""
     T, where = time_map(model, st)
@@ -155,15 +163,16 @@ def check_stage(model: StageModel, st: StageState) -> list[Problem]:
         deps.append(("reduction", model.reduction))
     for leaf in st.loops:
         kind = st.kinds[leaf]
-        if kind not in (ForKind.PARALLEL, ForKind.VECTORIZED):
+        if kind not in CONCURRENT and kind is not ForKind.VECTORIZED:
             continue
         sep = T.apply_range(carried_at(n_dims, where[leaf])).apply_range(T.reverse())
         for name, dep in deps:
             hit = dep.intersect(sep)
             if not hit.is_empty():
                 src, snk, sizes = _witness(model, hit)
-                word = "parallel" if kind is ForKind.PARALLEL else "vectorize"
-                problems.append(Problem(st.func, word, leaf, name, src, snk, sizes=sizes))
+                word = "vectorize" if kind is ForKind.VECTORIZED else "parallel"
+                problems.append(Problem(st.func, word, leaf, name, src, snk, sizes=sizes,
+                                        loop_kind=GPU_LOOP_NAMES.get(kind, "")))
                 break
     return problems
 

@@ -1,5 +1,5 @@
-"""Loop-kind primitives: unroll, vectorize, parallel, serial — how a loop runs, not which loops
-exist.
+"""Loop-kind primitives: unroll, vectorize, parallel, serial, and the GPU mappings gpu_blocks,
+gpu_threads, gpu_tile — how a loop runs, not which loops exist.
 
 With a factor each first splits the loop (``parallel`` marks the outer part, the others the inner
 part). ``vectorize`` and ``parallel`` oblige legality to prove that no dependence is carried by
@@ -7,19 +7,27 @@ the loop (``schedule/legality/check.py``); a parallel loop also must not sit bet
 storage and its computation ("placement"). ``unroll`` changes no order and obliges nothing but
 what its split does; ``serial`` obliges nothing.
 
-See also: Halide ``Func::unroll/vectorize/parallel/serial``; TVM ``unroll/vectorize/parallel``
-(``src/s_tir/schedule/primitive/for_kind.cc``).
+``gpu_blocks`` / ``gpu_threads`` make loops the blocks of a GPU grid / the threads of a block
+(``x`` is the innermost loop named, as in Halide); like ``parallel`` they oblige legality to
+prove that no dependence is carried by them. ``gpu_tile`` splits, reorders and maps in one step.
+The CUDA backend (``backends/cuda``) decides which loop nests are kernels and checks the shape
+of the mapping (block loops outermost, then thread loops, at most three of each).
+
+See also: Halide ``Func::unroll/vectorize/parallel/serial/gpu_blocks/gpu_threads/gpu_tile``;
+TVM ``unroll/vectorize/parallel/bind`` (``src/s_tir/schedule/primitive/for_kind.cc``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tensorlang.errors import ScheduleError
+
 from ..ir import ForKind
-from ..loops import StageState, apply_split
+from ..loops import StageState, apply_reorder, apply_split
 from ..trace import Step
-from .base import Param, Primitive, tail_of
-from .loops import TAIL
+from .base import Param, Primitive, refuse_shift_on_update, tail_of
+from .loops import TAIL, Tile
 from .registry import register
 
 _SPLIT = frozenset({"recompute", "unproven", "placement"})
@@ -78,3 +86,86 @@ class Serial(_LoopKind):
     # a serial loop runs every iteration in order: it carries any dependence the way the
     # default loop nest does, and shares no buffer between threads
     obligations = frozenset()
+
+
+class _GPULoops(Primitive):
+    family = "loop kinds"
+    params = (Param("loops", "loops"),)
+    obligations = frozenset({"parallel"})
+    kind: ForKind
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        loops = step.get("loops")
+        if len(loops) > 3:
+            raise ScheduleError.in_schedule(
+                st.func, f"{self.name} maps at most 3 loops (x, y, z), got {len(loops)}; fuse "
+                f"some of them first", step)
+        if len(set(loops)) != len(loops):
+            raise ScheduleError.in_schedule(st.func, f"{self.name} names a loop twice", step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        for name in step.get("loops"):
+            st.kinds[st.resolve(name, str(step))] = self.kind
+        return None
+
+    def python_args(self, step: Step, schedule_name: str) -> list[str]:
+        return [repr(lp) for lp in step.get("loops")]
+
+
+@register
+class GPUBlocks(_GPULoops):
+    """``gpu_blocks(*loops)``: the loops' iterations become the blocks of the GPU grid (the
+    last loop named is ``blockIdx.x``; Halide names them innermost first, we outermost first,
+    as ``reorder`` does)."""
+
+    name, kind = "gpu_blocks", ForKind.GPU_BLOCK
+
+
+@register
+class GPUThreads(_GPULoops):
+    """``gpu_threads(*loops)``: the loops' iterations become the threads of one block (the last
+    loop named is ``threadIdx.x``)."""
+
+    name, kind = "gpu_threads", ForKind.GPU_THREAD
+
+
+@register
+class GPUTile(Primitive):
+    """``gpu_tile(x, y, fx, fy, tail)``: tile ``x`` by ``fx`` and ``y`` by ``fy``, order
+    ``x.o, y.o, x.i, y.i`` and map the outer loops to blocks, the inner ones to threads
+    (``fx * fy`` threads a block). With ``y`` left out (``gpu_tile(x, fx)``): one dimension."""
+
+    name, family = "gpu_tile", "loop kinds"
+    params = (Param("x", "loop"), Param("fx", "factor"), Param("y", "loop", required=False),
+              Param("fy", "factor", required=False), TAIL)
+    obligations = Tile.obligations
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        if (step.get("y") is None) != (step.get("fy") is None):
+            raise ScheduleError.in_schedule(
+                st.func, "gpu_tile takes both y and its factor fy, or neither", step)
+        refuse_shift_on_update(st, step, step.get("x"), step.get("fx"))
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        what, tail = str(step), tail_of(step)
+        xo, xi = apply_split(st, step.get("x"), step.get("fx"), tail, what)
+        if step.get("y") is None:
+            st.kinds[xo], st.kinds[xi] = ForKind.GPU_BLOCK, ForKind.GPU_THREAD
+            return (xo, xi)
+        yo, yi = apply_split(st, step.get("y"), step.get("fy"), tail, what)
+        apply_reorder(st, [xo, yo, xi, yi], what)
+        for loop, kind in ((xo, ForKind.GPU_BLOCK), (yo, ForKind.GPU_BLOCK),
+                           (xi, ForKind.GPU_THREAD), (yi, ForKind.GPU_THREAD)):
+            st.kinds[loop] = kind
+        return (xo, yo, xi, yi)
+
+    def python_args(self, step: Step, schedule_name: str) -> list[str]:
+        out = [repr(step.get("x"))]
+        if step.get("y") is not None:
+            out.append(repr(step.get("y")))
+        out.append(repr(step.get("fx")))
+        if step.get("fy") is not None:
+            out.append(repr(step.get("fy")))
+        if step.get("tail") not in (None, TAIL.default):
+            out.append(f"tail={step.get('tail')!r}")
+        return out

@@ -1,0 +1,134 @@
+"""The CUDA backend: a lowered loop nest -> device kernels in PTX (LLVM's NVPTX back end,
+``codegen.DeviceGen``) and a host program in machine code for this CPU (``codegen.HostGen``)
+-> a ``CUDAKernel`` that runs them through the CUDA driver (``driver.py``).
+
+``tl.compile(F, s, target="cuda")`` (or ``backend="cuda"``) selects it. Compiling needs no GPU:
+the PTX is generated on any machine (``kernel.ptx()``) and the test suite checks it with
+``ptxas``; only calling the kernel needs a GPU and ``tensorlang[cuda]``. The object code the
+tuned-kernel cache keeps is a bundle of the PTX and the host program's ELF object, so a cache
+hit reloads both without LLVM.
+
+See also: ``backends/base.py`` (the interface), ``docs/gpu.md`` (the user's guide).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Sequence
+
+from tensorlang.errors import CompileError
+from tensorlang.func import Func
+from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.ir import LoweredFunc
+from tensorlang.schedule.schedule import Schedule
+from tensorlang.version import __version__
+
+from ..base import Backend, Signature
+from ..llvm.codegen import module_text
+from ..llvm.jit import compile_ir, load_object
+from ..llvm.target import host_target as cpu_target
+from .codegen import device_module, host_module
+from .kernel import CUDAKernel
+from .launches import plan
+from .ptx import compile_ptx
+from .target import TRIPLE, CUDATarget, parse_target
+
+_MAGIC = b"TLCUDA1\n"
+
+
+def bundle(ptx: str, host_object: bytes, launches: tuple[tuple[str, int], ...]) -> bytes:
+    """The cached object code of a CUDA kernel: a header line, a JSON line (sizes, launches),
+    the PTX, the host program's ELF object."""
+    head = json.dumps({"ptx": len(ptx.encode()), "host": len(host_object),
+                       "launches": [list(x) for x in launches]}).encode()
+    return _MAGIC + head + b"\n" + ptx.encode() + host_object
+
+
+def unbundle(data: bytes) -> tuple[str, bytes, tuple[tuple[str, int], ...]]:
+    """The PTX, host object and launches of :func:`bundle`'s bytes.
+
+    Raises:
+        CompileError: the bytes are not such a bundle.
+    """
+    try:
+        if not data.startswith(_MAGIC):
+            raise ValueError("no CUDA bundle header")
+        rest = data[len(_MAGIC):]
+        line, _, body = rest.partition(b"\n")
+        head = json.loads(line)
+        n_ptx, n_host = int(head["ptx"]), int(head["host"])
+        if len(body) != n_ptx + n_host:
+            raise ValueError("truncated")
+        launches = tuple((str(n), int(k)) for n, k in head["launches"])
+        return body[:n_ptx].decode(), body[n_ptx:], launches
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
+        raise CompileError(f"the cached object code is not a CUDA kernel bundle ({exc})") from exc
+
+
+class CUDABackend(Backend):
+    """NVIDIA GPUs through PTX and the CUDA driver (see the module docstring)."""
+
+    name = "cuda"
+    object_format = "ptx+elf"
+
+    def host_target(self) -> CUDATarget:
+        return parse_target(None)
+
+    def workers(self) -> int:
+        return 1
+
+    def target_info(self, workers: int | None = None) -> dict[str, Any]:
+        from .driver import DeviceError, device
+
+        t = self.host_target()
+        info: dict[str, Any] = {"backend": self.name, "triple": TRIPLE, "cpu": t.arch,
+                                "features": "", "llvm": t.llvm_version,
+                                "llvmlite": t.llvmlite_version, "tensorlang": __version__,
+                                "threads": 1}
+        try:
+            d = device().info
+            info.update(gpu=d.name, capability=list(d.capability), driver=d.driver)
+        except DeviceError:
+            info.update(gpu=None)
+        return info
+
+    def build(self, lowered: LoweredFunc, pipeline: Pipeline, schedule: Schedule | None, *,
+              target: Any = None, opt_level: int = 3, emit_object: bool = False) -> CUDAKernel:
+        tgt = parse_target(target)
+        program = plan(lowered)
+        ptx = compile_ptx(module_text(device_module(program, tgt)), tgt, opt=opt_level,
+                          what=f"kernel {lowered.name}")
+        host = compile_ir(module_text(host_module(program, cpu_target())), lowered.name,
+                          cpu_target(), opt=opt_level, what=f"host program of {lowered.name}",
+                          emit_object=emit_object)
+        launches = tuple((lc.name, len(lc.buffers) + len(lowered.sizes) + len(lc.scalars))
+                         for lc in program.launches)
+        obj = bundle(ptx, host.object_code, launches) if emit_object else None
+        return CUDAKernel(pipeline, ptx, host, Signature.of(lowered, False, 1), launches, tgt,
+                          lowered=lowered, schedule=schedule,
+                          schedule_source="default" if schedule is None else "user",
+                          object_code=obj)
+
+    def load(self, output: Func | Sequence[Func], schedule: Schedule | None, object_code: bytes,
+             signature: Signature, *, target: Any = None,
+             schedule_source: str = "cache") -> CUDAKernel:
+        ptx, host_obj, launches = unbundle(object_code)
+        host = load_object(host_obj, signature.name, cpu_target(),
+                           what=f"host program of {signature.name}")
+        p = schedule.pipeline if schedule is not None else Pipeline(output)
+        return CUDAKernel(p, ptx, host, signature, launches, parse_target(target),
+                          schedule=schedule, schedule_source=schedule_source,
+                          object_code=object_code)
+
+    def clock(self):
+        """``time.perf_counter`` after waiting for the GPU: a kernel call returns once its
+        outputs are copied back, so this only matters to code timing launches itself."""
+        import time
+
+        from .driver import device
+
+        def now() -> float:
+            device().synchronize()
+            return time.perf_counter()
+
+        return now

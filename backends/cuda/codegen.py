@@ -1,0 +1,290 @@
+"""Device kernels and the host program of a ``DeviceProgram`` (``launches.py``) as LLVM IR.
+
+Both reuse the CPU code generator (``backends/llvm/codegen.py``: expressions, addresses, loads
+and stores, serial / unrolled / vector loops) and change what differs on a GPU:
+
+- :class:`DeviceGen`, one kernel per ``Launch``: ``void @name(buffers..., sizes...,
+  host scalars...)`` with the ``ptx_kernel`` calling convention; a mapped loop is not a loop but
+  its variable ``min + ctaid.<axis>`` / ``min + tid.<axis>`` (NVVM's special registers), guarded
+  where the launch used an upper bound; buffers allocated inside a thread are fixed-size stack
+  arrays (local memory); float32 ``exp``/``log`` are the code generator's polynomials (no
+  libdevice).
+- :class:`HostGen`, the host program: ``i32 @name(buffers..., sizes..., launch, alloc, free)``
+  where the last three are callbacks (``kernel.py``): it evaluates the launch dimensions,
+  allocates root buffers on the device and launches the kernels in order, returning the first
+  non-zero status of a callback.
+
+With ``emulate=True`` both are built for the host CPU in one module: the kernels take their
+block and thread ids as six extra ``i32`` arguments and the host program runs every block and
+thread in order (the ``__call__`` of a ``tl.Kernel``; ``emulate.py``). A mapped loop carries no
+dependence (``tl.check``), so any order of its iterations computes the same result: the
+emulator checks the code generator and the launch dimensions against NumPy on machines without
+a GPU.
+
+See also: Halide ``CodeGen_PTX_Dev`` and ``CodeGen_GPU_Host``; numba's ``cuda/codegen.py`` (LLVM
+IR -> PTX through llvmlite).
+"""
+
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tensorlang.affine import const_value
+from tensorlang.errors import CompileError
+from tensorlang.dtypes import DType
+from tensorlang.schedule.ir import GPU_KINDS, Allocate, For, ForKind, LoweredFunc, Stmt
+
+from ..llvm.codegen import CodeGen
+from ..llvm.memory import MAX_STACK_BYTES
+from ..llvm.types import I32, I64, memory_type
+from .launches import AXES, DeviceProgram, Launch
+
+#: math functions with no NVPTX instruction and no tensorlang polynomial (tensorlang does not
+#: link libdevice): refused with a CompileError instead of LLVM's "no libcall" failure
+_NO_DEVICE_MATH = {"sin", "cos", "tanh", "erf"}
+
+VOID = ir.VoidType()
+#: ``i32 launch(i64 kernel, i64* dims6, i64* args)``, ``i64 alloc(i64 bytes)``, ``void free(i64)``
+LAUNCH_FN = ir.FunctionType(I32, [I64, I64.as_pointer(), I64.as_pointer()])
+ALLOC_FN = ir.FunctionType(I64, [I64])
+FREE_FN = ir.FunctionType(VOID, [I64])
+
+
+class DeviceGen(CodeGen):
+    """One GPU kernel (a ``Launch``); built into ``module`` by :meth:`build`."""
+
+    def __init__(self, program: DeviceProgram, launch: Launch, target,
+                 module: ir.Module, emulate: bool = False) -> None:
+        lowered = program.lowered
+        bufs = tuple(lowered.buffers[n] for n in launch.buffers)
+        f = LoweredFunc(launch.name, bufs, (), lowered.sizes, lowered.buffers, launch.body)
+        self.launch = launch
+        self.emulate = emulate
+        super().__init__(f, target, module)
+        first = len(bufs) + len(lowered.sizes)
+        for name, arg in zip(launch.scalars, self.fn.args[first:]):
+            arg.name = name
+            self.vars[name] = arg
+        self._ids = {}
+        if emulate:
+            ids = self.fn.args[first + len(launch.scalars):]
+            for k, arg in enumerate(ids):
+                reg, axis = ("ctaid", "tid")[k // 3], AXES[k % 3]
+                arg.name = f"{reg}.{axis}"
+                self._ids[(reg, axis)] = arg
+
+    def declare(self, arg_types: list[ir.Type]) -> ir.Function:
+        types = arg_types + [I64] * len(self.launch.scalars) + ([I32] * 6 if self.emulate else [])
+        fn = ir.Function(self.module, ir.FunctionType(VOID, types), name=self.f.name)
+        if not self.emulate:
+            fn.calling_convention = "ptx_kernel"
+        return fn
+
+    def build(self) -> ir.Module:
+        self.stmt(self.f.body)
+        self.builder.ret_void()
+        self._close()
+        return self.module
+
+    def special(self, reg: str, axis: str) -> ir.Value:
+        """``blockIdx.<axis>`` (``reg="ctaid"``) or ``threadIdx.<axis>`` (``"tid"``), int64."""
+        if self.emulate:
+            v = self._ids[(reg, axis)]
+        else:
+            fn = self.intrinsic(f"llvm.nvvm.read.ptx.sreg.{reg}.{axis}", I32, [])
+            v = self.builder.call(fn, [])
+        return self.builder.zext(v, I64)
+
+    def loop(self, s: For) -> None:
+        if s.kind in GPU_KINDS:
+            b = self.builder
+            idx = self.special(*self.launch.axes[s.var])
+            outer = self.vars.get(s.var)
+            self.vars[s.var] = b.add(self.expr(s.min), idx, flags=["nsw"])
+            if s.var in self.launch.guarded:
+                with b.if_then(b.icmp_signed("<", idx, self.expr(s.extent))):
+                    self.stmt(s.body)
+            else:
+                self.stmt(s.body)
+            if outer is None:
+                del self.vars[s.var]
+            else:
+                self.vars[s.var] = outer
+            return
+        if s.kind is ForKind.PARALLEL:
+            raise CompileError(f"loop {s.var} is parallel (the CPU thread pool) inside GPU "
+                               f"kernel {self.launch.name}; on target cuda map it with "
+                               f"gpu_blocks / gpu_threads, or make it serial")
+        super().loop(s)
+
+    def _allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        exts = [const_value(e) for e in buf.extents]
+        total = buf.dtype.itemsize
+        for c in exts:
+            total = total * max(int(c), 0) if c is not None else -1
+        if total < 0 or total > MAX_STACK_BYTES:
+            size = "a size known only at run time" if total < 0 else f"{total} bytes"
+            raise CompileError(
+                f"{buf.name} is allocated inside GPU kernel {self.launch.name} with {size}; a "
+                f"thread's own buffer needs a constant size of at most {MAX_STACK_BYTES} bytes: "
+                f"compute it at a loop whose region has a constant size (inside the "
+                f"gpu_threads loops, after a split by a constant factor), or at root")
+        super()._allocate(s)
+
+    def call(self, name: str, x: ir.Value, d: DType) -> ir.Value:
+        if name in _NO_DEVICE_MATH or (name in ("exp", "log") and d is not DType.float32):
+            raise CompileError(f"{name} of {d.value} has no GPU implementation in tensorlang "
+                               f"yet (it links no libdevice); exp and log of float32 do")
+        return super().call(name, x, d)
+
+
+class HostGen(CodeGen):
+    """The host program of a ``DeviceProgram`` (see the module docstring)."""
+
+    def __init__(self, program: DeviceProgram, target, module: ir.Module,
+                 devices: list[ir.Function] | None = None) -> None:
+        self.program = program
+        self.devices = devices  # emulation: the kernels, called directly
+        super().__init__(program.lowered, target, module)
+        if devices is None:
+            n = len(self.f.inputs) + len(self.f.outputs) + len(self.f.sizes)
+            self.launch_fn, self.alloc_fn, self.free_fn = self.fn.args[n:n + 3]
+            for a, name in zip(self.fn.args[n:], ("launch", "alloc", "free")):
+                a.name = name
+
+    def declare(self, arg_types: list[ir.Type]) -> ir.Function:
+        if self.devices is None:
+            arg_types = arg_types + [LAUNCH_FN.as_pointer(), ALLOC_FN.as_pointer(),
+                                     FREE_FN.as_pointer()]
+        return ir.Function(self.module, ir.FunctionType(I32, arg_types), name=self.f.name)
+
+    def build(self) -> ir.Module:
+        self.stmt(self.program.host)
+        self.builder.ret(ir.Constant(I32, 0))
+        self._close()
+        return self.module
+
+    def stmt(self, s: Stmt) -> None:
+        if isinstance(s, Launch):
+            return self.launch(s)
+        return super().stmt(s)
+
+    def launch(self, launch: Launch) -> None:
+        b = self.builder
+        dims = [self.expr(e) for e in (*launch.grid, *launch.block)]
+        some = b.and_(b.icmp_signed(">", dims[0], ir.Constant(I64, 0)),
+                      b.icmp_signed(">", dims[1], ir.Constant(I64, 0)))
+        for d in dims[2:]:
+            some = b.and_(some, b.icmp_signed(">", d, ir.Constant(I64, 0)))
+        args = [self.ptrs[n] for n in launch.buffers] + [self.sizes[n] for n in self.f.sizes] \
+            + [self.vars[n] for n in launch.scalars]
+        with b.if_then(some):
+            if self.devices is not None:
+                self._emulate(launch, dims, args)
+            else:
+                self._launch(launch, dims, args)
+
+    def _launch(self, launch: Launch, dims: list[ir.Value], args: list[ir.Value]) -> None:
+        b = self.builder
+        dim_arr = self.allocas.alloca(I64, 6, name=f"dims{launch.index}")
+        arg_arr = self.allocas.alloca(I64, max(len(args), 1), name=f"args{launch.index}")
+        for k, d in enumerate(dims):
+            b.store(d, b.gep(dim_arr, [ir.Constant(I64, k)]))
+        for k, a in enumerate(args):
+            v = b.ptrtoint(a, I64) if isinstance(a.type, ir.PointerType) else a
+            b.store(v, b.gep(arg_arr, [ir.Constant(I64, k)]))
+        rc = b.call(self.launch_fn, [ir.Constant(I64, launch.index), dim_arr, arg_arr])
+        with b.if_then(b.icmp_signed("!=", rc, ir.Constant(I32, 0)), likely=False):
+            self.free_all()
+            b.ret(rc)
+
+    def _emulate(self, launch: Launch, dims: list[ir.Value], args: list[ir.Value]) -> None:
+        fn = self.devices[launch.index]  # type: ignore[index]
+        ids: list[ir.Value] = [ir.Constant(I32, 0)] * 6
+        # blockIdx z, y, x outermost, then threadIdx z, y, x: slot k of ids is ctaid/tid x y z
+        order = [2, 1, 0, 5, 4, 3]
+
+        def nest(level: int) -> None:
+            if level == len(order):
+                self.builder.call(fn, [*args, *ids])
+                return
+            slot = order[level]
+            self._count(dims[slot], lambda iv: (ids.__setitem__(
+                slot, self.builder.trunc(iv, I32)), nest(level + 1)))
+
+        nest(0)
+
+    def _count(self, n: ir.Value, body) -> None:
+        """``for iv in [0, n): body(iv)``."""
+        b = self.builder
+        pre = b.block
+        header = self.fn.append_basic_block("emu.header")
+        inner = self.fn.append_basic_block("emu.body")
+        done = self.fn.append_basic_block("emu.exit")
+        b.branch(header)
+        b.position_at_end(header)
+        iv = b.phi(I64)
+        iv.add_incoming(ir.Constant(I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", iv, n), inner, done)
+        b.position_at_end(inner)
+        body(iv)
+        iv.add_incoming(b.add(iv, ir.Constant(I64, 1)), b.block)
+        b.branch(header)
+        b.position_at_end(done)
+
+    def _allocate(self, s: Allocate) -> None:
+        if self.devices is not None:  # emulation: host memory
+            return super()._allocate(s)
+        b = self.builder
+        buf = s.buffer
+        n: ir.Value = ir.Constant(I64, buf.dtype.itemsize)
+        for e in buf.extents:
+            n = b.mul(n, self.expr(e))
+        n = self.call_intrinsic("smax", n, ir.Constant(I64, 1))
+        raw = b.call(self.alloc_fn, [n])
+        with b.if_then(b.icmp_signed("==", raw, ir.Constant(I64, 0)), likely=False):
+            self.free_all()
+            b.ret(ir.Constant(I32, 1))
+        self.ptrs[buf.name] = b.inttoptr(raw, memory_type(buf.dtype).as_pointer())
+        self.live_allocs.append(raw)
+        self.stmt(s.body)
+        self.live_allocs.pop()
+        self.builder.call(self.free_fn, [raw])
+        del self.ptrs[buf.name]
+
+    def free_all(self) -> None:
+        if self.devices is not None:
+            return super().free_all()
+        for raw in reversed(self.live_allocs):
+            self.builder.call(self.free_fn, [raw])
+
+
+def device_module(program: DeviceProgram, target) -> ir.Module:
+    """The kernels of ``program`` as one NVPTX module (``target``: a ``CUDATarget``)."""
+    module = ir.Module(name=program.lowered.name)
+    module.triple = target.triple
+    module.data_layout = target.data_layout
+    for launch in program.launches:
+        DeviceGen(program, launch, target, module).build()
+    return module
+
+
+def host_module(program: DeviceProgram, target, emulate: bool = False) -> ir.Module:
+    """The host program of ``program`` for the host CPU ``target``; with ``emulate`` the kernels
+    too, run block by block and thread by thread on the CPU."""
+    module = ir.Module(name=program.lowered.name)
+    module.triple = target.triple
+    devices = None
+    if emulate:
+        devices = []
+        for launch in program.launches:
+            gen = DeviceGen(program, launch, target, module, emulate=True)
+            gen.fn.linkage = "internal"
+            gen.build()
+            devices.append(gen.fn)
+    HostGen(program, target, module, devices).build()
+    return module
+
+
+__all__ = ["DeviceGen", "HostGen", "device_module", "host_module"]

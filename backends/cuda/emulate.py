@@ -1,0 +1,50 @@
+"""Run a CUDA schedule's kernels on the CPU, one block and one thread at a time.
+
+``emulate(output, schedule)`` compiles the same host program and device kernels the CUDA
+backend generates (``codegen.py``), but for the host CPU: block and thread ids are arguments
+and the host program loops over every block and thread in order. The mapped loops carry no
+dependence (``tl.check`` proves it), so this order computes what the GPU computes; the result is
+a ``tl.Kernel`` called on NumPy arrays. It is how the test suite checks the code generator and
+the launch dimensions against NumPy on machines without a GPU. It is slow (no parallelism, no
+vector units): a tool for checking, not for speed.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from tensorlang.func import Func
+from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.lower import lower
+from tensorlang.schedule.schedule import Schedule
+
+from ..base import Signature
+from ..kernel import Kernel
+from ..llvm.codegen import module_text
+from ..llvm.jit import compile_ir
+from ..llvm.target import host_target
+from .codegen import host_module
+from .launches import plan
+
+
+def emulate(output: Func | Sequence[Func], schedule: Schedule | None = None, *,
+            check: bool = True) -> Kernel:
+    """A CPU ``Kernel`` running the CUDA kernels of ``output`` under ``schedule`` thread by
+    thread (see the module docstring).
+
+    Raises:
+        IllegalScheduleError, ScheduleError: the schedule is refused (as by ``tl.compile``).
+        CompileError: the schedule cannot run on a GPU (``launches.plan``, ``codegen.py``).
+    """
+    if check and schedule is not None:
+        err = schedule.check().error()
+        if err is not None:
+            raise err
+    pipeline = schedule.pipeline if schedule is not None else Pipeline(output)
+    lowered = lower(output if schedule is not None else pipeline, schedule)
+    program = plan(lowered)
+    target = host_target()
+    text = module_text(host_module(program, target, emulate=True))
+    compiled = compile_ir(text, lowered.name, target, what=f"emulated kernel {lowered.name}")
+    return Kernel(pipeline, compiled, Signature.of(lowered, False, 1), lowered=lowered,
+                  schedule=schedule, schedule_source="default" if schedule is None else "user")

@@ -1,0 +1,204 @@
+"""``CUDAKernel``: a compiled CUDA pipeline called on NumPy arrays.
+
+A call binds sizes from the arrays' shapes (as ``tl.Kernel`` does, with the same checks),
+copies the inputs to the GPU, runs the host program (``codegen.HostGen``, machine code for this
+CPU), which launches the device kernels in order through :meth:`CUDAKernel._launch` and
+allocates root buffers through ``_alloc`` / ``_free`` (ctypes callbacks), then copies the
+outputs back. The PTX module is loaded into the driver on the first call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+
+from tensorlang.arguments import collect_arrays
+from tensorlang.errors import DeviceError, ShapeError
+from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.ir import LoweredFunc, print_stmt
+
+from ..base import Signature
+from ..llvm.jit import CompiledModule
+from .launches import launch_error
+
+LAUNCH_CB = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
+                             ctypes.POINTER(ctypes.c_int64))
+ALLOC_CB = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
+FREE_CB = ctypes.CFUNCTYPE(None, ctypes.c_int64)
+
+
+class CUDAKernel:
+    """A CUDA kernel for one pipeline; one kernel runs every shape.
+
+    Called like ``tl.Kernel``: input arrays (NumPy, exactly the declared dtypes) positionally
+    or by name, sizes no input fixes by name, ``out=`` for preallocated NumPy outputs. Arrays
+    are copied to the GPU and back on each call.
+
+    Attributes:
+        launches: per device kernel, ``(name, number of arguments)`` in launch order.
+
+    Raises (from ``__call__``):
+        ShapeError: wrong arrays (as ``tl.Kernel``), or arrays that are not NumPy arrays.
+        DeviceError: no usable GPU, or a launch or driver call failed.
+    """
+
+    def __init__(self, pipeline: Pipeline, ptx: str, host: CompiledModule, signature: Signature,
+                 launches: tuple[tuple[str, int], ...], target: Any, *,
+                 lowered: LoweredFunc | None = None, schedule: Any = None,
+                 schedule_source: str = "user", object_code: bytes | None = None) -> None:
+        self.pipeline = pipeline
+        self.signature = signature
+        self.schedule = schedule
+        self.schedule_source = schedule_source
+        self.target = target
+        self.launches = launches
+        self.object_code = object_code
+        self._ptx = ptx
+        self._host = host
+        self._lowered = lowered
+        n = signature.n_inputs + signature.n_outputs
+        self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_void_p] * n),
+                                    *([ctypes.c_int64] * len(signature.sizes)),
+                                    LAUNCH_CB, ALLOC_CB, FREE_CB)(host.address)
+        self._functions: list[Any] | None = None
+        self._device: Any = None
+        self._error: BaseException | None = None
+        self._live: set[int] = set()
+        self._callbacks = (LAUNCH_CB(self._launch), ALLOC_CB(self._alloc), FREE_CB(self._free))
+        self._out_dtypes = tuple(o.dtype.numpy for o in pipeline.outputs)
+        self._out_names = tuple(o.name for o in pipeline.outputs)
+
+    @property
+    def name(self) -> str:
+        return self.signature.name
+
+    @property
+    def input_names(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.pipeline.inputs)
+
+    def ptx(self) -> str:
+        """The PTX of the device kernels (one ``.entry`` per launch)."""
+        return self._ptx
+
+    def host_ir(self) -> str:
+        """The LLVM IR of the host program (launch dimensions, allocations, launches)."""
+        return self._host.ir
+
+    @property
+    def lowered(self) -> LoweredFunc:
+        if self._lowered is None:
+            from tensorlang.schedule.lower import lower
+
+            s = self.schedule
+            self._lowered = lower(self.pipeline if s is None else s.output, s)
+        return self._lowered
+
+    def loop_nest(self) -> str:
+        return print_stmt(self.lowered.body)
+
+    # -- running ---------------------------------------------------------------------------------
+    def load(self) -> Any:
+        """Load the PTX into the driver (done by the first call); returns the device.
+
+        Raises:
+            DeviceError: no usable GPU, or the driver rejected the module.
+        """
+        from .driver import device
+
+        if self._functions is None:
+            dev = device()
+            module = dev.load_module(self._ptx)
+            self._functions = [dev.function(module, name) for name, _ in self.launches]
+            self._device = dev
+        return self._device
+
+    def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        for a in (*args, *kwargs.values()):
+            if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack_device__") and \
+                    not isinstance(a, np.ndarray):
+                raise ShapeError(f"a {type(a).__name__} on the GPU was passed; this version of "
+                                 f"the CUDA backend takes NumPy arrays (copied to the GPU and "
+                                 f"back): pass a NumPy array")
+        arrays, sizes = collect_arrays(self.pipeline, args, kwargs)
+        outs = None if out is None else (out if isinstance(out, (tuple, list)) else (out,))
+        given = None if outs is None else {n: o.shape for n, o in zip(self._out_names, outs)
+                                           if isinstance(o, np.ndarray)}
+        bound = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes, given)
+        shapes = [tuple(ext for _, ext in bound.bounds[n]) for n in self._out_names]
+        results = []
+        for k, (shape, dt) in enumerate(zip(shapes, self._out_dtypes)):
+            o = None if outs is None else outs[k]
+            if o is not None and (not isinstance(o, np.ndarray) or o.shape != shape or
+                                  o.dtype != dt or not o.flags.c_contiguous):
+                raise ShapeError(f"out for {self._out_names[k]} must be a C-contiguous NumPy "
+                                 f"array of shape {shape} and dtype {np.dtype(dt)}")
+            results.append(o if o is not None else np.empty(shape, dt))
+        dev = self.load()
+        ptrs: list[int] = []
+        try:
+            for a in arrays.values():
+                a = np.ascontiguousarray(a)
+                p = dev.alloc(a.nbytes)
+                ptrs.append(p)
+                dev.to_device(p, a)
+            for r in results:
+                ptrs.append(dev.alloc(r.nbytes))
+            self._error = None
+            rc = self._fn(*ptrs, *[bound.sizes[s] for s in self.signature.sizes],
+                          *self._callbacks)
+            if self._error is not None:
+                raise self._error
+            if rc != 0:
+                raise DeviceError(f"kernel {self.name}: a buffer could not be allocated on the "
+                                  f"GPU")
+            dev.synchronize()
+            for r, p in zip(results, ptrs[len(arrays):]):
+                dev.to_host(r, p)
+        finally:
+            for p in ptrs:
+                dev.free(p)
+            for p in list(self._live):  # root buffers of a host program that stopped early
+                dev.free(p)
+            self._live.clear()
+        return results[0] if len(results) == 1 else tuple(results)
+
+    # -- callbacks of the host program (never raise: the error is kept for __call__) ------------
+    def _launch(self, index: int, dims: Any, args: Any) -> int:
+        try:
+            name, nargs = self.launches[index]
+            grid = (int(dims[0]), int(dims[1]), int(dims[2]))
+            block = (int(dims[3]), int(dims[4]), int(dims[5]))
+            why = launch_error(name, grid, block)
+            if why is not None:
+                raise DeviceError(why)
+            values = (ctypes.c_int64 * max(nargs, 1))(*[args[k] for k in range(nargs)])
+            params = (ctypes.c_void_p * max(nargs, 1))(
+                *[ctypes.addressof(values) + 8 * k for k in range(nargs)])
+            self._device.launch(self._functions[index], grid, block,  # type: ignore[index]
+                                ctypes.addressof(params), name)
+            return 0
+        except BaseException as exc:  # noqa: BLE001  (reported by __call__)
+            self._error = exc
+            return 1
+
+    def _alloc(self, nbytes: int) -> int:
+        try:
+            p = self._device.alloc(nbytes)
+            self._live.add(p)
+            return p
+        except BaseException as exc:  # noqa: BLE001
+            self._error = exc
+            return 0
+
+    def _free(self, ptr: int) -> None:
+        try:
+            self._live.discard(ptr)
+            self._device.synchronize()  # the kernels launched before may still read it
+            self._device.free(ptr)
+        except BaseException as exc:  # noqa: BLE001
+            self._error = exc
+
+    def __repr__(self) -> str:
+        return f"<CUDAKernel {self.name}({', '.join(self.input_names)}) for {self.target.arch}>"
