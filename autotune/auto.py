@@ -137,7 +137,9 @@ def compile_auto(output: Func | Sequence[Func], shapes: dict[str, int] | None = 
         except (ScheduleError, CompileError) as exc:
             warnings.warn(f"the schedule tuned for {format_shape(near.sizes)} does not apply to "
                           f"{format_shape(work.sizes)} ({exc})", TuningWarning, stacklevel=3)
-    s = heuristic_schedule(output, sizes)
+    s = builder.rule_based_schedule(output, sizes)
+    if s is None:
+        s = heuristic_schedule(output, sizes)
     kern = builder.compile(output, s)
     kern.schedule_source = "heuristic"
     warnings.warn(f"no tuning record for {work.name} (workload {work.key[:12]}) on this "

@@ -184,6 +184,13 @@ class Backend(abc.ABC):
             CompileError: the object code does not load.
         """
 
+    def rule_based_schedule(self, output: Func | Sequence[Func],
+                            sizes: dict[str, int]) -> Schedule | None:
+        """This backend's own rule-based schedule of ``output`` for ``sizes`` (what
+        ``schedule="auto"`` compiles when no tuned kernel is cached), or None: the autotuner's
+        CPU rule-based schedule (``autotune/heuristic.py``) applies."""
+        return None
+
     # -- measurement ----------------------------------------------------------------------------
     def clock(self) -> Callable[[], float]:
         """A clock in seconds for timing kernel calls: reading it must wait until work started

@@ -85,11 +85,11 @@ class CUDABackend(Backend):
                                 "features": "", "llvm": t.llvm_version,
                                 "llvmlite": t.llvmlite_version, "tensorlang": __version__,
                                 "threads": 1}
-        try:
+        try:  # kernels tuned on one GPU and driver are not taken for another's
             d = device().info
-            info.update(gpu=d.name, capability=list(d.capability), driver=d.driver)
+            info["features"] = f"gpu={d.name};driver={d.driver}"
         except DeviceError:
-            info.update(gpu=None)
+            pass
         return info
 
     def build(self, lowered: LoweredFunc, pipeline: Pipeline, schedule: Schedule | None, *,
@@ -119,6 +119,12 @@ class CUDABackend(Backend):
         return CUDAKernel(p, ptx, host, signature, launches, parse_target(target),
                           schedule=schedule, schedule_source=schedule_source,
                           object_code=object_code)
+
+    def rule_based_schedule(self, output: Func | Sequence[Func],
+                            sizes: dict[str, int]) -> Schedule:
+        from .rules import gpu_schedule
+
+        return gpu_schedule(output)
 
     def clock(self):
         """``time.perf_counter`` after waiting for the GPU: a kernel call returns once its
