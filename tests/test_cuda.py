@@ -1,0 +1,264 @@
+"""The CUDA backend (backends/cuda): schedules mapped to the GPU, checked three ways.
+
+- On every machine: the kernels' logic and launch dimensions, run block by block and thread by
+  thread on the CPU (``emulate``), against NumPy on odd sizes; the PTX assembled by ``ptxas``
+  (the ``nvidia-cuda-nvcc`` wheel of the ``test`` extra); legality and the errors a user meets.
+- Where a GPU and ``cuda-bindings`` are present: the same kernels run on it against NumPy
+  (skipped elsewhere, with the reason).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner import workloads as W
+from tensorlang.backends import get_backend
+from tensorlang.backends.cuda.backend import bundle, unbundle
+from tensorlang.backends.cuda.driver import visible_capability
+from tensorlang.backends.cuda.emulate import emulate
+from tensorlang.backends.cuda.launches import launch_error, plan
+from tensorlang.backends.cuda.ptx import find_ptxas, ptxas
+from tensorlang.backends.cuda.rules import gpu_schedule
+from tensorlang.errors import CompileError, DeviceError, IllegalScheduleError, ShapeError
+from tensorlang.schedule.lower import lower
+
+HAS_PTXAS = find_ptxas() is not None
+HAS_GPU = visible_capability() is not None
+needs_ptxas = pytest.mark.skipif(not HAS_PTXAS, reason="ptxas not installed (pip install "
+                                 "nvidia-cuda-nvcc, the test extra)")
+needs_gpu = pytest.mark.skipif(not HAS_GPU, reason="no usable CUDA GPU here (no NVIDIA driver "
+                               "or GPU, or no cuda-bindings)")
+
+#: the built-in workloads at odd sizes (primes, 1, sizes no tile divides)
+SHAPES = {"matmul": dict(M=19, N=37, K=13), "softmax": dict(R=7, S=33),
+          "blur": dict(H=11, W=45), "conv2d": dict(Nb=2, CI=3, H=7, W=9, CO=5),
+          "layernorm": dict(R=5, S=17), "batch_matmul": dict(B=3, M=5, N=1, K=4)}
+
+
+def _arrays(f, sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    return {k: rng.random(v).astype(np.float32) for k, v in W.input_shapes(f, sizes).items()}
+
+
+def _hand(name: str, f: tl.Func) -> tl.Schedule:
+    """A hand schedule per workload, as a user of Halide would write it."""
+    s = tl.Schedule(f)
+    if name == "matmul":
+        s[f].gpu_tile("i", "j", 4, 16)
+    elif name == "blur":
+        p = tl.Pipeline(f)
+        bx = next(g for g in p.funcs if g.name == "bx")
+        yo, xo, yi, xi = s[f].gpu_tile("y", "x", 4, 8)
+        s[bx].compute_at(s[f], xi)  # each thread computes the three bx it reads
+    elif name == "softmax":
+        p = tl.Pipeline(f)
+        for g in p.funcs:
+            if g.name in ("mx", "sm"):
+                s[g].gpu_tile("i", 2)
+            elif g.name == "e":
+                s[g].gpu_tile("i", "j", 2, 16)
+        s[f].gpu_tile("i", "j", 2, 16)
+    elif name == "conv2d":
+        p = tl.Pipeline(f)
+        pad = next(g for g in p.funcs if g.name == "pad")
+        s[pad].compute_inline()
+        s[f].gpu_tile("y", "x", 2, 4)
+        s[f].gpu_blocks("co", "y.o", "x.o")  # n stays a serial host loop around launches
+    else:
+        return gpu_schedule(f)
+    return s
+
+
+@pytest.mark.parametrize("name", sorted(SHAPES))
+@pytest.mark.parametrize("how", ["hand", "rule-based"])
+def test_gpu_kernels_compute_what_numpy_computes(name, how):
+    w = W.BUILTIN[name]
+    f = w.build()
+    s = _hand(name, f) if how == "hand" else gpu_schedule(f)
+    arrays = _arrays(f, SHAPES[name])
+    got = emulate(f, s)(**arrays)
+    np.testing.assert_allclose(got, w.numpy(arrays)(), rtol=2e-5, atol=1e-5)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_ptx_of_every_workload_is_accepted_by_ptxas(name):
+    f = W.BUILTIN[name].build()
+    for s in (_hand(name, f), gpu_schedule(f)):
+        kern = tl.compile(f, s, target="cuda:sm_90")
+        ptx = kern.ptx()
+        assert ".target sm_90" in ptx and ".entry" in ptx
+        report = ptxas(ptx, "sm_90")
+        # one device kernel per launch, each compiled by ptxas
+        assert report.count("Compiling entry function") == len(kern.launches)
+    # an older architecture too (the A100's)
+    ptxas(tl.compile(f, gpu_schedule(f), target="cuda:sm_80").ptx(), "sm_80")
+
+
+def test_ptxas_is_installed_where_ci_runs():
+    # the test extra installs nvidia-cuda-nvcc: CI must not skip the PTX checks silently
+    if os.environ.get("CI"):
+        assert HAS_PTXAS, "ptxas missing on CI: pip install -e '.[test]' installs it"
+
+
+def test_mapped_loops_become_special_registers_and_fp32_exp_needs_no_libdevice():
+    f = W.BUILTIN["softmax"].build()
+    ptx = tl.compile(f, gpu_schedule(f), target="cuda").ptx()
+    assert "%ctaid.x" in ptx and "%tid.x" in ptx and "%tid.y" in ptx
+    assert "call" not in ptx.split(".entry", 1)[1].replace("call.uni", "")  # no libm calls
+    # the read-only inputs are loaded through the non-coherent cache (noalias + readonly)
+    assert "ld.global.nc" in tl.compile(W.BUILTIN["matmul"].build(),
+                                        gpu_schedule(W.BUILTIN["matmul"].build()),
+                                        target="cuda").ptx()
+
+
+def test_default_schedule_runs_each_stage_in_one_thread():
+    f = W.BUILTIN["blur"].build()
+    program = plan(lower(tl.Pipeline(f), None))
+    assert len(program.launches) == 2 and all(lc.single_thread for lc in program.launches)
+    arrays = _arrays(f, dict(H=5, W=6))
+    np.testing.assert_allclose(emulate(f)(**arrays), W.BUILTIN["blur"].numpy(arrays)(),
+                               rtol=1e-6)
+
+
+def test_partial_tiles_launch_the_full_block_and_guard_the_threads():
+    f = W.BUILTIN["matmul"].build()
+    s = tl.Schedule(f)
+    s[f].gpu_tile("i", "j", 4, 16)
+    program = plan(lower(f, s))
+    # the tail tiles of GuardWithIf: thread extents min(16, N - 16 j.o) launched as 16, guarded
+    guarded = [lc for lc in program.launches if lc.guarded]
+    assert guarded and all(str(lc.block[0]) == "16" for lc in guarded)
+    for m, n in ((1, 1), (4, 16), (5, 17), (3, 50)):
+        arrays = _arrays(f, dict(M=m, N=n, K=3))
+        np.testing.assert_allclose(emulate(f, s)(**arrays), arrays["A"] @ arrays["B"],
+                                   rtol=1e-5)
+
+
+def test_serial_host_loop_around_launches():
+    # an update over time steps whose pure loop is mapped: the host loops over t, launching
+    # one kernel per step (the dependence between steps is carried by the host loop)
+    N, T = tl.sizes("N T")
+    A = tl.Input("A", (N,), tl.float32)
+    x = tl.vars("x")[0]
+    f = tl.Func("f", shape=(N,))
+    f[x] = A[x]
+    t = tl.RDom((0, T), name="t")
+    f[x] = f[x] * 0.5 + 1.0 + tl.cast(tl.float32, t.x)
+    s = tl.Schedule(f)
+    s[f].update(0).reorder("t_x", "x")
+    s[f].update(0).gpu_tile("x", 8)
+    a = np.arange(13, dtype=np.float32)
+    want = a.copy()
+    for k in range(4):
+        want = want * 0.5 + 1.0 + k
+    np.testing.assert_allclose(emulate(f, s)(A=a, T=4), want, rtol=1e-6)
+    ptx = tl.compile(f, s, target="cuda").ptx()
+    if HAS_PTXAS:
+        ptxas(ptx, "sm_90")
+
+
+def test_gpu_loop_that_carries_a_dependence_is_refused_with_a_witness():
+    N = tl.sizes("N")[0]
+    A = tl.Input("A", (N,), tl.float32)
+    x = tl.vars("x")[0]
+    f = tl.Func("f", shape=(N,))
+    f[x] = A[x]
+    r = tl.RDom((1, N), name="r")
+    f[r.x] = f[r.x - 1] + A[r.x]  # a scan: iteration r reads r - 1
+    s = tl.Schedule(f)
+    s[f].update(0).gpu_tile("r_x", 32)
+    with pytest.raises(IllegalScheduleError, match=r"cannot run r_x\.\w as gpu_\w+.*witness|"
+                       r"cannot run r_x\.\w as gpu_\w+: the flow dependence"):
+        tl.compile(f, s, target="cuda")
+
+
+def test_unsupported_shapes_of_mapping_are_refused_with_the_fix():
+    f = W.BUILTIN["matmul"].build()
+    s = tl.Schedule(f)
+    s[f].gpu_threads("i")
+    s[f].gpu_blocks("j")  # a block loop inside a thread loop
+    with pytest.raises(CompileError, match="inside gpu_threads loop i"):
+        tl.compile(f, s, target="cuda")
+    s = tl.Schedule(f)
+    s[f].split("j", 8)
+    s[f].gpu_blocks("i")
+    s[f].gpu_threads("j.i")  # a serial loop j.o between the block and the thread loops
+    with pytest.raises(CompileError, match="GPU loop j.i is inside a serial loop"):
+        tl.compile(f, s, target="cuda")
+    s = tl.Schedule(f)
+    s[f].parallel("i")
+    with pytest.raises(CompileError, match="parallel .*inside GPU kernel"):
+        tl.compile(f, s, target="cuda")
+    with pytest.raises(CompileError, match="mapped to the GPU .*target=\"cuda\""):
+        s = tl.Schedule(f)
+        s[f].gpu_tile("i", 4)
+        tl.compile(f, s)  # the CPU backend
+
+
+def test_launch_limits_and_math_without_device_implementation():
+    assert "at most 1024" in launch_error("k", (1, 1, 1), (64, 32, 1))
+    assert "grid dimension y" in launch_error("k", (1, 70000, 1), (32, 1, 1))
+    assert launch_error("k", (10**6, 1, 1), (256, 4, 1)) is None
+    N = tl.sizes("N")[0]
+    A = tl.Input("A", (N,), tl.float64)
+    x = tl.vars("x")[0]
+    f = tl.Func("f")
+    f[x] = tl.exp(A[x])
+    s = tl.Schedule(f)
+    s[f].gpu_tile("x", 64)
+    with pytest.raises(CompileError, match="exp of float64 has no GPU implementation"):
+        tl.compile(f, s, target="cuda")
+
+
+def test_targets_and_cached_object_code():
+    f = W.BUILTIN["blur"].build()
+    s = gpu_schedule(f)
+    with pytest.raises(CompileError, match="unknown CUDA target"):
+        tl.compile(f, s, target="cuda:volta")
+    kern = tl.compile(f, s, target="cuda:sm_80", emit_object=True)
+    assert ".target sm_80" in kern.ptx()
+    ptx, host, launches = unbundle(kern.object_code)
+    assert ptx == kern.ptx() and launches == kern.launches and host[:4] == b"\x7fELF"
+    again = get_backend("cuda").load(f, s, kern.object_code, kern.signature,
+                                     target="cuda:sm_80")
+    assert again.ptx() == kern.ptx()
+    with pytest.raises(CompileError, match="not a CUDA kernel bundle"):
+        unbundle(bundle(ptx, host, launches)[:-5])
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the error on machines without a GPU")
+def test_calling_a_cuda_kernel_without_a_gpu_says_what_is_missing():
+    f = W.BUILTIN["matmul"].build()
+    kern = tl.compile(f, gpu_schedule(f), target="cuda")
+    a = np.ones((3, 4), np.float32)
+    with pytest.raises(DeviceError, match="GPU|cuda-bindings"):
+        kern(A=a, B=a.T.copy())
+    with pytest.raises(ShapeError, match="dtype"):
+        kern(A=a.astype(np.float64), B=a.T.copy())
+
+
+def test_auto_on_cuda_uses_the_rule_based_gpu_schedule(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORLANG_CACHE", str(tmp_path / "cache"))
+    f = W.BUILTIN["conv2d"].build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kern = tl.compile(f, "auto", shapes=SHAPES["conv2d"], target="cuda")
+    assert kern.schedule_source == "heuristic"
+    assert "gpu_tile" in kern.schedule.to_python()
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", sorted(SHAPES))
+def test_on_the_gpu_kernels_match_numpy(name):
+    w = W.BUILTIN[name]
+    f = w.build()
+    for s in (_hand(name, f), gpu_schedule(f), None):
+        arrays = _arrays(f, SHAPES[name])
+        got = tl.compile(f, s, target="cuda")(**arrays)
+        np.testing.assert_allclose(got, w.numpy(arrays)(), rtol=2e-5, atol=1e-5)
