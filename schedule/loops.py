@@ -73,6 +73,9 @@ class StageState:
     #: compute_with: this stage's loops from the outermost to ``fused.loop`` are those of
     #: ``fused.func``'s stage (Location kind ``"with"``); None: its own loop nest
     fused: Location | None = None
+    #: where a cache_read copy lives on a GPU (``"shared"`` by a block's threads, ``"local"``
+    #: to one thread), as its ``scope`` asked; None: wherever its compute level puts it
+    memory: str | None = None
 
     @staticmethod
     def initial_update(f: Func, number: int) -> StageState:

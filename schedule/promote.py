@@ -26,7 +26,8 @@ import dataclasses
 from tensorlang.affine import const_value, sconst
 from tensorlang.expr import BinOp, Expr, Var, walk
 
-from .ir import CONCURRENT, Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt, Store, map_stmt
+from .ir import (CONCURRENT, Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt,
+                 Store, map_stmt)
 
 MAX_TILE_ELEMENTS = 1024
 

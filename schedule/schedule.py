@@ -211,7 +211,8 @@ class Schedule:
 
     # -- staging primitives (they add a stage) ---------------------------------------------------
     def cache_read(self, tensor: Input | Func | str, consumer: Stage, loop: LoopLike,
-                   index: int | None = None, layout: tuple[int, ...] | None = None) -> Stage:
+                   index: int | None = None, layout: tuple[int, ...] | None = None,
+                   scope: str | None = None) -> Stage:
         """Copy the tile of ``tensor`` that one iteration of ``consumer``'s ``loop`` reads into a
         local buffer computed at that loop, and make ``consumer`` read the copy.
 
@@ -232,6 +233,11 @@ class Schedule:
                 copy, so that ``C[i, j] += A[i, k] * A[j, k]`` reads ``A_local[k, j]`` with
                 ``j`` innermost: BLIS's packing of a transposed operand (Van Zee and van de
                 Geijn, TOMS 2015), Halide's ``Func::in`` + ``reorder_storage``.
+            scope: on a GPU (``target="cuda"``), where the copy lives: ``"shared"`` (the copy
+                is ``<tensor>_shared``, computed at a loop of the block outside its thread
+                loops and staged by the block's threads: map its loops with ``gpu_threads``) or
+                ``"local"`` (one thread's, computed inside the thread loops). The CUDA backend
+                refuses a copy its compute level puts elsewhere; the CPU ignores the scope.
 
         Raises:
             ScheduleError: ``consumer`` does not read ``tensor``, the loop is not its loop,
@@ -249,6 +255,8 @@ class Schedule:
         if layout is not None:
             params.append(("layout", tuple(_int(d) for d in layout)
                            if isinstance(layout, (tuple, list)) else layout))
+        if scope is not None:
+            params.append(("scope", scope))
         new = self.apply(Step("cache_read", consumer.func, tuple(params)))
         return Stage(self, new)
 

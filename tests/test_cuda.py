@@ -74,6 +74,79 @@ def _hand(name: str, f: tl.Func) -> tl.Schedule:
     return s
 
 
+def _staged(name: str, f: tl.Func) -> tl.Schedule:
+    """Cooperative schedules: tiles staged in shared memory by a block's threads, barriers
+    between the stages (Halide's GPU schedules with compute_at a block loop)."""
+    s = tl.Schedule(f)
+    g = {h.name: h for h in tl.Pipeline(f).funcs}
+    if name == "matmul":
+        s[f].tile("i", "j", 8, 8)
+        s[f].split("k", 4)
+        s[f].reorder("i.o", "j.o", "k.o", "i.i", "j.i", "k.i")
+        s[f].gpu_blocks("i.o", "j.o")
+        s[f].gpu_threads("i.i", "j.i")
+        for t in ("A", "B"):
+            c = s.cache_read(t, s[f], "k.o", scope="shared")
+            c.gpu_threads(*c.loops[-2:])
+    elif name == "blur":
+        s[f].gpu_tile("y", "x", 4, 16)
+        s[g["bx"]].compute_at(s[f], "x.o")
+        s[g["bx"]].gpu_threads("y", "x")
+    elif name == "softmax":
+        s[f].gpu_tile("i", "j", 2, 16)
+        s[g["e"]].compute_inline()
+        s[g["mx"]].compute_at(s[f], "j.o")
+        s[g["mx"]].gpu_threads("i")
+        s[g["sm"]].compute_at(s[f], "j.o")  # left serial: thread 0 of the block computes it
+    elif name == "conv2d":
+        s[f].gpu_tile("y", "x", 4, 8)
+        s[f].gpu_blocks("co", "y.o", "x.o")
+        s[f].reorder("co", "y.o", "x.o", "ci", "y.i", "x.i", "ry", "rx")
+        s[g["pad"]].compute_at(s[f], "ci")  # one input channel's tile + halo per step
+        s[g["pad"]].gpu_threads("y", "x")
+    return s
+
+
+STAGED = ["blur", "conv2d", "matmul", "softmax"]
+
+
+@pytest.mark.parametrize("name", STAGED)
+def test_tiles_staged_in_shared_memory_with_barriers(name):
+    w = W.BUILTIN[name]
+    f = w.build()
+    s = _staged(name, f)
+    program = plan(lower(f, s))
+    assert any(lc.cooperative and lc.shared for lc in program.launches)
+    ones = {k: 3 if name == "blur" else 1 for k in SHAPES[name]}  # blur's smallest image: 3x3
+    for seed, sizes in enumerate((SHAPES[name], ones)):
+        arrays = _arrays(f, sizes, seed)
+        got = emulate(f, s)(**arrays)  # each block's threads an OpenMP team: real barriers
+        np.testing.assert_allclose(got, w.numpy(arrays)(), rtol=2e-5, atol=1e-5)
+    ptx = tl.compile(f, s, target="cuda").ptx()
+    assert "bar.sync" in ptx and ".shared" in ptx
+    if HAS_PTXAS:
+        assert "used 1 barriers" in ptxas(ptx, "sm_90")
+
+
+def test_shared_buffers_need_a_constant_size_and_the_scope_is_checked():
+    f = W.BUILTIN["conv2d"].build()
+    g = {h.name: h for h in tl.Pipeline(f).funcs}
+    s = tl.Schedule(f)
+    s[f].gpu_tile("y", "x", 4, 8)
+    s[g["pad"]].compute_at(s[f], "x.o")  # every input channel: CI is not known when compiling
+    s[g["pad"]].gpu_threads("y", "x")
+    with pytest.raises(CompileError, match="pad is shared .* no constant bound"):
+        tl.compile(f, s, target="cuda")
+    f = W.BUILTIN["matmul"].build()
+    s = tl.Schedule(f)
+    s[f].gpu_tile("i", "j", 8, 8)
+    s.cache_read("A", s[f], "j.i", scope="shared")  # inside the thread loops: one thread's
+    with pytest.raises(CompileError, match="A_shared was asked for in shared memory"):
+        tl.compile(f, s, target="cuda")
+    with pytest.raises(tl.ScheduleError, match="scope must be"):
+        tl.Schedule(f).cache_read("A", tl.Schedule(f)[f], "j", scope="texture")
+
+
 @pytest.mark.parametrize("name", sorted(SHAPES))
 @pytest.mark.parametrize("how", ["hand", "rule-based"])
 def test_gpu_kernels_compute_what_numpy_computes(name, how):
@@ -188,7 +261,12 @@ def test_unsupported_shapes_of_mapping_are_refused_with_the_fix():
     s = tl.Schedule(f)
     s[f].split("j", 8)
     s[f].gpu_blocks("i")
-    s[f].gpu_threads("j.i")  # a serial loop j.o between the block and the thread loops
+    s[f].gpu_threads("j.i")  # a serial loop j.o of the block around the thread loop: fine
+    a = _arrays(f, dict(M=3, N=19, K=2))
+    np.testing.assert_allclose(emulate(f, s)(**a), a["A"] @ a["B"], rtol=1e-5)
+    s = tl.Schedule(f)
+    s[f].split("j", 8)
+    s[f].gpu_threads("i", "j.i")  # a serial loop j.o between two thread loops
     with pytest.raises(CompileError, match="GPU loop j.i is inside a serial loop"):
         tl.compile(f, s, target="cuda")
     s = tl.Schedule(f)
@@ -258,7 +336,10 @@ def test_auto_on_cuda_uses_the_rule_based_gpu_schedule(tmp_path, monkeypatch):
 def test_on_the_gpu_kernels_match_numpy(name):
     w = W.BUILTIN[name]
     f = w.build()
-    for s in (_hand(name, f), gpu_schedule(f), None):
+    schedules = [_hand(name, f), gpu_schedule(f), None]
+    if name in STAGED:
+        schedules.append(_staged(name, f))
+    for s in schedules:
         arrays = _arrays(f, SHAPES[name])
         got = tl.compile(f, s, target="cuda")(**arrays)
         np.testing.assert_allclose(got, w.numpy(arrays)(), rtol=2e-5, atol=1e-5)

@@ -65,6 +65,28 @@ def unbundle(data: bytes) -> tuple[str, bytes, tuple[tuple[str, int], ...]]:
         raise CompileError(f"the cached object code is not a CUDA kernel bundle ({exc})") from exc
 
 
+def check_scopes(schedule: Schedule, program) -> None:
+    """Every ``cache_read(..., scope=)`` copy lives where its scope says.
+
+    Raises:
+        CompileError: a ``"shared"`` copy is not computed at a loop of the block outside its
+            thread loops, or a ``"local"`` one is.
+    """
+    shared = {b for lc in program.launches for b in lc.shared}
+    for name, st in schedule.states.items():
+        if st.memory == "shared" and name not in shared:
+            raise CompileError(
+                f"{name} was asked for in shared memory (cache_read(..., scope=\"shared\")) "
+                f"but is not computed at a loop of a GPU block outside its thread loops; "
+                f"compute_at a gpu_blocks loop (or a serial loop inside them) of its consumer "
+                f"and map its loops with gpu_threads")
+        if st.memory == "local" and name in shared:
+            raise CompileError(
+                f"{name} was asked for in one thread's memory (scope=\"local\") but is "
+                f"computed outside the thread loops, where a block's threads share it; compute "
+                f"it at a gpu_threads loop of its consumer, or use scope=\"shared\"")
+
+
 class CUDABackend(Backend):
     """NVIDIA GPUs through PTX and the CUDA driver (see the module docstring)."""
 
@@ -96,6 +118,8 @@ class CUDABackend(Backend):
               target: Any = None, opt_level: int = 3, emit_object: bool = False) -> CUDAKernel:
         tgt = parse_target(target)
         program = plan(lowered)
+        if schedule is not None:
+            check_scopes(schedule, program)
         ptx = compile_ptx(module_text(device_module(program, tgt)), tgt, opt=opt_level,
                           what=f"kernel {lowered.name}")
         host = compile_ir(module_text(host_module(program, cpu_target())), lowered.name,

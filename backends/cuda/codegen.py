@@ -101,11 +101,22 @@ class DeviceGen(CodeGen):
             idx = self.special(*self.launch.axes[s.var])
             outer = self.vars.get(s.var)
             self.vars[s.var] = b.add(self.expr(s.min), idx, flags=["nsw"])
+            cond = None
             if s.var in self.launch.guarded:
-                with b.if_then(b.icmp_signed("<", idx, self.expr(s.extent))):
+                cond = b.icmp_signed("<", idx, self.expr(s.extent))
+            nest = self.launch.nests.get(s.var)
+            if nest is not None:  # a nest of a cooperative kernel: the axes it does not use
+                for axis in AXES:  # run at threadIdx 0
+                    if axis not in nest:
+                        zero = b.icmp_signed("==", self.special("tid", axis), ir.Constant(I64, 0))
+                        cond = zero if cond is None else b.and_(cond, zero)
+            if cond is not None:
+                with b.if_then(cond):
                     self.stmt(s.body)
             else:
                 self.stmt(s.body)
+            if nest is not None:
+                self.barrier()
             if outer is None:
                 del self.vars[s.var]
             else:
@@ -117,7 +128,17 @@ class DeviceGen(CodeGen):
                                f"gpu_blocks / gpu_threads, or make it serial")
         super().loop(s)
 
+    def barrier(self) -> None:
+        """Wait until every thread of the block got here, their writes visible (``bar.sync 0``;
+        emulated: ``GOMP_barrier`` of the team running the block)."""
+        if self.emulate:
+            self.builder.call(self.intrinsic("GOMP_barrier", VOID, []), [])
+        else:
+            self.builder.call(self.intrinsic("llvm.nvvm.barrier0", VOID, []), [])
+
     def _allocate(self, s: Allocate) -> None:
+        if s.buffer.name in self.launch.shared:
+            return self._shared(s)
         buf = s.buffer
         exts = [const_value(e) for e in buf.extents]
         total = buf.dtype.itemsize
@@ -131,6 +152,32 @@ class DeviceGen(CodeGen):
                 f"compute it at a loop whose region has a constant size (inside the "
                 f"gpu_threads loops, after a split by a constant factor), or at root")
         super()._allocate(s)
+
+    def _shared(self, s: Allocate) -> None:
+        """A buffer of the block in shared memory (``.shared``, address space 3): a static
+        array of the kernel; emulated, a global of the module (one block runs at a time)."""
+        buf = s.buffer
+        n = self.launch.shared[buf.name]
+        elem = memory_type(buf.dtype)
+        arr = ir.ArrayType(elem, max(n, 1))
+        gv = ir.GlobalVariable(self.module, arr, f"{self.launch.name}.{buf.name}",
+                               addrspace=0 if self.emulate else 3)
+        gv.linkage = "internal"
+        gv.initializer = ir.Constant(arr, ir.Undefined)
+        gv.align = 16
+        first = self.builder.gep(gv, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
+        ptr = first if self.emulate else self.builder.addrspacecast(first, elem.as_pointer())
+        self.scoped.setdefault(buf.name, []).append(buf)
+        outer = self.ptrs.get(buf.name)
+        self.ptrs[buf.name] = ptr
+        try:
+            self.stmt(s.body)
+        finally:
+            self.scoped[buf.name].pop()
+            if outer is None:
+                del self.ptrs[buf.name]
+            else:
+                self.ptrs[buf.name] = outer
 
     def call(self, name: str, x: ir.Value, d: DType) -> ir.Value:
         if name in _NO_DEVICE_MATH or (name in ("exp", "log") and d is not DType.float32):
@@ -200,6 +247,8 @@ class HostGen(CodeGen):
             b.ret(rc)
 
     def _emulate(self, launch: Launch, dims: list[ir.Value], args: list[ir.Value]) -> None:
+        if launch.cooperative:
+            return self._emulate_team(launch, dims, args)
         fn = self.devices[launch.index]  # type: ignore[index]
         ids: list[ir.Value] = [ir.Constant(I32, 0)] * 6
         # blockIdx z, y, x outermost, then threadIdx z, y, x: slot k of ids is ctaid/tid x y z
@@ -214,6 +263,56 @@ class HostGen(CodeGen):
                 slot, self.builder.trunc(iv, I32)), nest(level + 1)))
 
         nest(0)
+
+    def _emulate_team(self, launch: Launch, dims: list[ir.Value], args: list[ir.Value]
+                      ) -> None:
+        """Each block in turn, its threads an OpenMP team (``GOMP_parallel`` with one thread per
+        CUDA thread), so that the kernel's barriers (``GOMP_barrier``) hold as on a GPU."""
+        b = self.builder
+        tramp = self._team_trampoline(launch, [a.type for a in args])
+        n = 6 + len(args)
+        closure = self.allocas.alloca(ir.ArrayType(I64, n), name=f"team{launch.index}")
+        slots = [b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)]) for k in range(n)]
+        for k, a in enumerate(args):
+            b.store(b.ptrtoint(a, I64) if isinstance(a.type, ir.PointerType) else a,
+                    slots[6 + k])
+        for k in range(3):  # block dims
+            b.store(dims[3 + k], slots[3 + k])
+        team = b.trunc(b.mul(b.mul(dims[3], dims[4]), dims[5]), I32)
+        gomp = self.intrinsic("GOMP_parallel", VOID, [tramp.type, ir.IntType(8).as_pointer(),
+                                                      I32, I32])
+
+        def block(level: int) -> None:
+            if level == 3:
+                b.call(gomp, [tramp, b.bitcast(closure, ir.IntType(8).as_pointer()), team,
+                              ir.Constant(I32, 0)])
+                return
+            axis = 2 - level  # blockIdx z, y, x outermost
+            self._count(dims[axis], lambda iv: (b.store(iv, slots[axis]), block(level + 1)))
+
+        block(0)
+
+    def _team_trampoline(self, launch: Launch, arg_types: list[ir.Type]) -> ir.Function:
+        """``void tramp(i8* closure)``: thread ``omp_get_thread_num()`` of the team is CUDA
+        thread (x, y, z) of the block whose ids and dims the closure holds."""
+        m = self.module
+        fn = ir.Function(m, ir.FunctionType(VOID, [ir.IntType(8).as_pointer()]),
+                         name=f"{launch.name}.team")
+        fn.linkage = "internal"
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        arr = b.bitcast(fn.args[0], I64.as_pointer())
+        vals = [b.load(b.gep(arr, [ir.Constant(I64, k)])) for k in range(6 + len(arg_types))]
+        tnum = b.sext(b.call(self.intrinsic("omp_get_thread_num", I32, []), []), I64)
+        bx, by = vals[3], vals[4]
+        tx = b.srem(tnum, bx)
+        ty = b.srem(b.sdiv(tnum, bx), by)
+        tz = b.sdiv(tnum, b.mul(bx, by))
+        args = [b.inttoptr(v, t) if isinstance(t, ir.PointerType) else v
+                for v, t in zip(vals[6:], arg_types)]
+        ids = [b.trunc(v, I32) for v in (vals[0], vals[1], vals[2], tx, ty, tz)]
+        b.call(self.devices[launch.index], [*args, *ids])  # type: ignore[index]
+        b.ret_void()
+        return fn
 
     def _count(self, n: ir.Value, body) -> None:
         """``for iv in [0, n): body(iv)``."""

@@ -22,6 +22,7 @@ from ..base import Signature
 from ..kernel import Kernel
 from ..llvm.codegen import module_text
 from ..llvm.jit import compile_ir
+from ..llvm.runtime import load_libgomp
 from ..llvm.target import host_target
 from .codegen import host_module
 from .launches import plan
@@ -43,6 +44,8 @@ def emulate(output: Func | Sequence[Func], schedule: Schedule | None = None, *,
     pipeline = schedule.pipeline if schedule is not None else Pipeline(output)
     lowered = lower(output if schedule is not None else pipeline, schedule)
     program = plan(lowered)
+    if any(lc.cooperative for lc in program.launches):
+        load_libgomp()  # a block's threads run as an OpenMP team (barriers)
     target = host_target()
     text = module_text(host_module(program, target, emulate=True))
     compiled = compile_ir(text, lowered.name, target, what=f"emulated kernel {lowered.name}")

@@ -9,6 +9,14 @@ and replaces each *region* by a :class:`Launch`. A region is
   one is ``blockIdx.x``), then directly inside them ``gpu_thread`` loops (0-3; the last is
   ``threadIdx.x``), with only ``let`` and ``if`` between them; what is inside the innermost
   mapped loop runs serially in each thread; or
+- a *cooperative* kernel: ``gpu_block`` loops whose body holds several ``gpu_thread`` loop
+  nests (stages computed at a block loop, or at a serial loop inside it: the tiles a block
+  stages in shared memory). Statements outside the thread nests run in every thread (``let``,
+  ``if`` and serial loops: the same in all of them) or, when they store, in thread 0 alone; a
+  buffer allocated outside the thread nests is in shared memory (a constant size), and a
+  barrier (``bar.sync``) follows every thread nest, so a nest sees what the previous ones
+  wrote. The block has, per axis, the largest constant bound of the nests' extents; each nest
+  runs where ``threadIdx`` is below its own extents (and 0 on the axes it does not use);
 - any other statement that reads or writes a buffer (a stage left serial), run by one thread.
 
 Launch dimensions are host expressions: a ``gpu_block`` loop's extent (it may use sizes and host
@@ -16,9 +24,9 @@ variables, never another mapped loop's variable), a ``gpu_thread`` loop's extent
 varies from block to block (the partial tile of a split), its constant upper bound; the kernel
 then guards the thread loop with ``threadIdx < extent``.
 
-Not yet: buffers shared by the threads of a block (an ``Allocate`` between the block and thread
-loops: ``cache_read(..., scope="shared")`` and barriers), serial loops between block and thread
-loops. Both are refused with a ``CompileError`` that says so.
+Not yet: keeping a thread's values in registers across the iterations of a serial loop of the
+block (``cache_write(..., scope="local")``): a cooperative kernel accumulates in the output
+buffer.
 
 See also: Halide ``src/CodeGen_GPU_Host.cpp``, ``src/FuseGPUThreadLoops.cpp``; TVM's
 ``SplitHostDevice`` pass.
@@ -26,9 +34,10 @@ See also: Halide ``src/CodeGen_GPU_Host.cpp``, ``src/FuseGPUThreadLoops.cpp``; T
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from tensorlang.affine import const_value
+from tensorlang.affine import const_value, sadd, ssub
 from tensorlang.errors import CompileError
 from tensorlang.expr import BinOp, Const, Expr, Var, substitute, walk
 from tensorlang.dtypes import int64
@@ -52,6 +61,8 @@ from tensorlang.schedule.ir import (
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
+#: static shared memory of one block (CUDA's limit without opting in to more)
+MAX_SHARED_BYTES = 48 * 1024
 
 AXES = ("x", "y", "z")
 
@@ -65,7 +76,10 @@ class Launch(Stmt):
     (``("ctaid" | "tid", "x" | "y" | "z")``); ``guarded`` names the thread loops launched with an
     upper bound of their extent (their body runs only where ``tid < extent``). The kernel takes
     the buffers ``buffers`` (by name, in this order), then every size of the pipeline, then the
-    host variables ``scalars`` (int64)."""
+    host variables ``scalars`` (int64). A cooperative kernel (``nests`` not empty: the outermost
+    loop of each thread nest -> the axes it uses) synchronises the block after every nest;
+    ``shared`` gives its buffers in shared memory, with the number of elements they are
+    allocated (a constant bound of their size)."""
 
     index: int
     name: str
@@ -76,6 +90,12 @@ class Launch(Stmt):
     guarded: frozenset[str]
     buffers: tuple[str, ...]
     scalars: tuple[str, ...]
+    nests: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
+    shared: dict[str, int] = field(default_factory=dict, hash=False)
+
+    @property
+    def cooperative(self) -> bool:
+        return bool(self.nests)
 
     @property
     def single_thread(self) -> bool:
@@ -188,6 +208,8 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
         else:
             break
         node = node.body
+    if _mapped(node) and blocks and not threads:
+        return _cooperative(lowered, s, blocks, lets, node, index, name, host_vars, order)
     if _mapped(node):
         inner = next(n for n in walk_stmts(node) if isinstance(n, For) and n.kind in GPU_KINDS)
         what = ("a buffer allocated between the block and thread loops (a buffer the threads "
@@ -223,6 +245,14 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
                     f"split the loop by a constant factor and map the inner part")
             dims[k] = Const(bound, int64)
             guarded.add(lp.var)
+    buffers, scalars = _arguments(s, name, host_vars, order)
+    return Launch(index, name, s, tuple(grid), tuple(block), axes, frozenset(guarded),
+                  buffers, scalars)
+
+
+def _arguments(s: Stmt, name: str, host_vars: frozenset[str], order: list[str]
+               ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The buffers kernel ``name`` (body ``s``) takes, and the host variables it reads."""
     bound_inside: set[str] = set()
     used_vars: set[str] = set()
     used: set[str] = set()
@@ -247,8 +277,149 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
                            f"it nor by the host (a tensorlang bug; please report the loop nest)")
     args = sorted(used - allocated, key=lambda b: (order.index(b) if b in order else len(order),
                                                   b))
-    return Launch(index, name, s, tuple(grid), tuple(block), axes, frozenset(guarded),
-                  tuple(args), tuple(sorted(free)))
+    return tuple(args), tuple(sorted(free))
+
+
+def _grid(blocks: list[For], lets: dict[str, Expr], mapped: set[str],
+          axes: dict[str, tuple[str, str]]) -> list[Expr]:
+    grid: list[Expr] = [ONE, ONE, ONE]
+    for k, lp in enumerate(reversed(blocks)):
+        axes[lp.var] = ("ctaid", AXES[k])
+        ext = _inline(lp.extent, lets)
+        if {v.name for v in walk_vars(ext)} & mapped:
+            raise CompileError(f"the extent of gpu_blocks loop {lp.var} ({ext}) depends on "
+                               f"another GPU loop; map loops of fixed extent to blocks")
+        grid[k] = ext
+    return grid
+
+
+def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[str, Expr],
+                 body: Stmt, index: int, name: str, host_vars: frozenset[str],
+                 order: list[str]) -> Launch:
+    """A kernel whose block runs several thread nests (see the module docstring)."""
+    mapped = {n.var for n in walk_stmts(s) if isinstance(n, For) and n.kind in GPU_KINDS}
+    axes: dict[str, tuple[str, str]] = {}
+    grid = _grid(blocks, lets, mapped, axes)
+    dims = [1, 1, 1]
+    nests: dict[str, frozenset[str]] = {}
+    shared: dict[str, int] = {}
+    singles = [0]
+
+    def nest(st: For, scope: dict[str, Expr]) -> None:
+        chain: list[For] = []
+        node: Stmt = st
+        inner = dict(scope)
+        while True:
+            if isinstance(node, For) and node.kind is ForKind.GPU_THREAD:
+                chain.append(node)
+                node = node.body
+            elif isinstance(node, LetStmt) and _mapped(node.body):
+                inner[node.var] = node.value
+                node = node.body
+            elif isinstance(node, IfThenElse) and node.otherwise is None and _mapped(node.then):
+                node = node.then
+            else:
+                break
+        if _mapped(node) or len(chain) > 3:
+            raise CompileError(f"the gpu_threads loops of kernel {name} from {st.var} are not "
+                               f"one nest of at most three loops with nothing mapped inside")
+        used = set()
+        for k, lp in enumerate(reversed(chain)):
+            axis = AXES[k]
+            if axes.get(lp.var, ("tid", axis)) != ("tid", axis):
+                raise CompileError(f"gpu_threads loop {lp.var} is mapped to two thread axes in "
+                                   f"kernel {name}; give the nests distinct loop names")
+            axes[lp.var] = ("tid", axis)
+            used.add(axis)
+            bound = _upper_bound(_inline(lp.extent, inner))
+            if bound is None:
+                raise CompileError(
+                    f"the extent of gpu_threads loop {lp.var} in kernel {name} has no constant "
+                    f"bound ({_inline(lp.extent, inner)}); the threads of a block that runs "
+                    f"several stages need constant tile sizes: split by a constant factor")
+            dims[k] = max(dims[k], bound)
+        nests[st.var] = frozenset(used)
+
+    def single(st: Stmt) -> Stmt:
+        var = f"_single{singles[0]}"
+        singles[0] += 1
+        nests[var] = frozenset({"x"})
+        axes[var] = ("tid", "x")
+        return For(var, Const(0, int64), ONE, ForKind.GPU_THREAD, st)
+
+    def block_level(st: Stmt, scope: dict[str, Expr]) -> Stmt:
+        if isinstance(st, For) and st.kind is ForKind.GPU_THREAD:
+            nest(st, scope)
+            return st
+        if not _mapped(st):
+            stores = any(isinstance(n, Store) for n in walk_stmts(st))
+            return single(st) if stores else st
+        if isinstance(st, For) and st.kind is ForKind.GPU_BLOCK:
+            raise CompileError(f"gpu_blocks loop {st.var} is inside the block loops of kernel "
+                               f"{name} below other statements; map the outermost loops only")
+        if isinstance(st, For) and st.kind not in (ForKind.SERIAL, ForKind.UNROLLED):
+            raise CompileError(f"loop {st.var} ({st.kind.value}) holds gpu_threads loops; a "
+                               f"loop of the block around thread loops must be serial")
+        if isinstance(st, Block):
+            return Block(tuple(block_level(c, scope) for c in st.stmts))
+        if isinstance(st, ProducerConsumer):
+            return ProducerConsumer(st.func, block_level(st.body, scope))
+        if isinstance(st, Allocate):
+            count = 1
+            for ext in st.buffer.extents:
+                bound = _upper_bound(_inline(ext, scope))
+                if bound is None:
+                    raise CompileError(
+                        f"{st.buffer.name} is shared by the threads of a block of kernel {name} "
+                        f"but its size ({', '.join(map(str, st.buffer.extents))}) has no "
+                        f"constant bound; shared memory is sized when compiling: compute it at "
+                        f"a loop whose tile has a constant size")
+                count *= max(bound, 0)
+            shared[st.buffer.name] = count
+            return Allocate(st.buffer, block_level(st.body, scope))
+        if isinstance(st, LetStmt):
+            return LetStmt(st.var, st.value, block_level(st.body, {**scope, st.var: st.value}))
+        if isinstance(st, IfThenElse):
+            return IfThenElse(st.cond, block_level(st.then, scope), None if st.otherwise is None
+                              else block_level(st.otherwise, scope))
+        if isinstance(st, For):
+            return For(st.var, st.min, st.extent, ForKind.SERIAL, block_level(st.body, scope),
+                       st.width)
+        raise CompileError(f"kernel {name}: a {type(st).__name__} holds GPU loops")
+
+    new_body = block_level(body, dict(lets))
+    used_bytes = sum(n * lowered_itemsize(body, b) for b, n in shared.items())
+    if used_bytes > MAX_SHARED_BYTES:
+        raise CompileError(f"the buffers the threads of a block of kernel {name} share "
+                           f"({', '.join(shared)}) need up to {used_bytes} bytes; shared memory "
+                           f"holds at most {MAX_SHARED_BYTES} bytes a block: stage smaller tiles")
+    threads = dims[0] * dims[1] * dims[2]
+    if threads > MAX_THREADS_PER_BLOCK:
+        raise CompileError(f"kernel {name} needs blocks of {dims[0]} x {dims[1]} x {dims[2]} = "
+                           f"{threads} threads (the largest thread nest per axis); a block "
+                           f"holds at most {MAX_THREADS_PER_BLOCK}: use smaller tiles")
+    kernel = _replace_body(s, body, new_body)
+    buffers, scalars = _arguments(kernel, name, host_vars, order)
+    guarded = frozenset(v for v, (reg, _) in axes.items() if reg == "tid")
+    return Launch(index, name, kernel, tuple(grid), tuple(Const(d, int64) for d in dims), axes,
+                  guarded, buffers, scalars, nests, shared)
+
+
+def lowered_itemsize(s: Stmt, buffer: str) -> int:
+    """The element size in bytes of the buffer ``buffer`` allocated in ``s``."""
+    return next(n.buffer.dtype.itemsize for n in walk_stmts(s)
+                if isinstance(n, Allocate) and n.buffer.name == buffer)
+
+
+def _replace_body(s: Stmt, old: Stmt, new: Stmt) -> Stmt:
+    """``s`` (a spine of block loops, lets and ifs ending at ``old``) ending at ``new``."""
+    if s is old:
+        return new
+    if isinstance(s, (For, LetStmt)):
+        return dataclasses.replace(s, body=_replace_body(s.body, old, new))
+    if isinstance(s, IfThenElse):
+        return dataclasses.replace(s, then=_replace_body(s.then, old, new))
+    raise AssertionError("not a spine")
 
 
 def walk_vars(e: Expr) -> list[Var]:
@@ -266,16 +437,56 @@ def _inline(e: Expr, lets: dict[str, Expr]) -> Expr:
 
 
 def _upper_bound(e: Expr) -> int | None:
-    """A constant ``c >= e`` for every value of its variables, from its form: a constant, or
-    ``min(a, b)`` where one side has such a bound (the partial tile of a split:
-    ``min(factor, extent - factor * outer)``). None: no such bound was found."""
+    """A constant ``c >= e`` for every value of its variables, or None where none was found:
+    ``e`` with its additions moved below its ``min`` and ``max`` (:func:`_push_sums`) is a tree
+    of them over affine leaves; a leaf that folds to a constant bounds itself, ``min`` is
+    bounded by either side, ``max`` by both. This finds the tile size in the extents that
+    splits and bounds inference write (``min(factor, extent - factor * outer)``,
+    ``min(16 o + 15, M - 1) - 16 o + 1``)."""
+    return _bound(_push_sums(e))
+
+
+def _bound(e: Expr) -> int | None:
     c = const_value(e)
     if c is not None:
         return c
-    if isinstance(e, BinOp) and e.op == "min":
-        bounds = [b for b in (_upper_bound(e.a), _upper_bound(e.b)) if b is not None]
-        return min(bounds) if bounds else None
+    if isinstance(e, BinOp) and e.op in ("min", "max"):
+        a, b = _bound(e.a), _bound(e.b)
+        if e.op == "min":
+            return b if a is None else a if b is None else min(a, b)
+        return None if a is None or b is None else max(a, b)
     return None
+
+
+def _minmax(op: str, a: Expr, b: Expr) -> Expr:
+    return BinOp(op, a, b, int64)
+
+
+_FLIP = {"min": "max", "max": "min"}
+
+
+def _push_sums(e: Expr, depth: int = 0) -> Expr:
+    """``e`` with ``x + min(a, b)`` as ``min(x + a, x + b)``, ``x - min(a, b)`` as
+    ``max(x - a, x - b)`` (and ``max`` alike), so sums of the same variables meet and cancel in
+    the leaves (``sadd`` / ``ssub`` fold affine terms)."""
+    if not isinstance(e, BinOp) or depth > 64:
+        return e
+    if e.op in ("min", "max"):
+        return _minmax(e.op, _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1))
+    if e.op not in ("add", "sub"):
+        return e
+    a, b = _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1)
+    if isinstance(a, BinOp) and a.op in ("min", "max"):
+        op = sadd if e.op == "add" else ssub
+        return _minmax(a.op, _push_sums(op(a.a, b), depth + 1),
+                       _push_sums(op(a.b, b), depth + 1))
+    if isinstance(b, BinOp) and b.op in ("min", "max"):
+        if e.op == "add":
+            return _minmax(b.op, _push_sums(sadd(a, b.a), depth + 1),
+                           _push_sums(sadd(a, b.b), depth + 1))
+        return _minmax(_FLIP[b.op], _push_sums(ssub(a, b.a), depth + 1),
+                       _push_sums(ssub(a, b.b), depth + 1))
+    return sadd(a, b) if e.op == "add" else ssub(a, b)
 
 
 def launch_error(name: str, grid: tuple[int, ...], block: tuple[int, ...]) -> str | None:

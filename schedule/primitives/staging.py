@@ -50,7 +50,8 @@ class CacheRead(Primitive):
     name, family = "cache_read", "staging"
     params = (Param("tensor", "tensor"), Param("loop", "loop"),
               Param("index", "index", required=False, keyword=True),
-              Param("layout", "layout", required=False, keyword=True))
+              Param("layout", "layout", required=False, keyword=True),
+              Param("scope", "scope", required=False, keyword=True))
     obligations = frozenset({"placement"})
 
     def check(self, sched, st: StageState, step: Step) -> None:
@@ -87,7 +88,8 @@ class CacheRead(Primitive):
                     f"layout=None)", step)
             if layout == tuple(range(rank)):
                 layout = None
-        name = sched.view.unique_name(f"{tensor}_local")
+        scope = step.get("scope")
+        name = sched.view.unique_name(f"{tensor}_{scope or 'local'}")
         idx = tuple(Var(f"{name}_d{d}") for d in range(rank))
         src_idx = idx if layout is None else tuple(idx[layout.index(d)] for d in range(rank))
         copy_f = Func(name, shape=None, dtype=src.dtype)
@@ -96,6 +98,7 @@ class CacheRead(Primitive):
         sched.view.redirect(st.func, tensor, copy_f, index, layout)
         new = StageState.initial(copy_f)
         new.compute = Location("at", st.func, loop)
+        new.memory = scope
         sched.states[name] = new
         return name
 
