@@ -115,9 +115,26 @@ class CUDAKernel:
         return self._device
 
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        results, _ = self._run(args, kwargs, out, repeat=0)
+        return results[0] if len(results) == 1 else tuple(results)
+
+    def benchmark(self, *args: Any, repeat: int = 20, warmup: int = 3,
+                  **kwargs: Any) -> list[float]:
+        """Seconds of each of ``repeat`` runs of the kernels on these arrays, after ``warmup``
+        runs: CUDA events recorded around the host program's launches, the arrays copied to
+        the GPU once beforehand (copies are not timed).
+
+        Raises:
+            ShapeError, DeviceError: as a call.
+        """
+        _, times = self._run(args, kwargs, None, repeat=repeat, warmup=warmup)
+        return times
+
+    def _run(self, args: tuple, kwargs: dict, out: Any, repeat: int, warmup: int = 0
+             ) -> tuple[list[np.ndarray], list[float]]:
         for a in (*args, *kwargs.values()):
-            if hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack_device__") and \
-                    not isinstance(a, np.ndarray):
+            if not isinstance(a, (np.ndarray, int)) and (
+                    hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack_device__")):
                 raise ShapeError(f"a {type(a).__name__} on the GPU was passed; this version of "
                                  f"the CUDA backend takes NumPy arrays (copied to the GPU and "
                                  f"back): pass a NumPy array")
@@ -131,12 +148,16 @@ class CUDAKernel:
         for k, (shape, dt) in enumerate(zip(shapes, self._out_dtypes)):
             o = None if outs is None else outs[k]
             if o is not None and (not isinstance(o, np.ndarray) or o.shape != shape or
-                                  o.dtype != dt or not o.flags.c_contiguous):
-                raise ShapeError(f"out for {self._out_names[k]} must be a C-contiguous NumPy "
-                                 f"array of shape {shape} and dtype {np.dtype(dt)}")
+                                  o.dtype != dt or not o.flags.c_contiguous or
+                                  not o.flags.writeable):
+                raise ShapeError(f"out for {self._out_names[k]} must be a writeable "
+                                 f"C-contiguous NumPy array of shape {shape} and dtype "
+                                 f"{np.dtype(dt)}")
             results.append(o if o is not None else np.empty(shape, dt))
         dev = self.load()
         ptrs: list[int] = []
+        times: list[float] = []
+        size_args = [bound.sizes[n] for n in self.signature.sizes]
         try:
             for a in arrays.values():
                 a = np.ascontiguousarray(a)
@@ -145,14 +166,21 @@ class CUDAKernel:
                 dev.to_device(p, a)
             for r in results:
                 ptrs.append(dev.alloc(r.nbytes))
-            self._error = None
-            rc = self._fn(*ptrs, *[bound.sizes[s] for s in self.signature.sizes],
-                          *self._callbacks)
-            if self._error is not None:
-                raise self._error
-            if rc != 0:
-                raise DeviceError(f"kernel {self.name}: a buffer could not be allocated on the "
-                                  f"GPU")
+            start, end = (dev.event(), dev.event()) if repeat else (None, None)
+            for k in range(max(1, warmup + repeat) if repeat else 1):
+                timed = repeat and k >= warmup
+                if timed:
+                    dev.record(start)
+                self._error = None
+                rc = self._fn(*ptrs, *size_args, *self._callbacks)
+                if self._error is not None:
+                    raise self._error
+                if rc != 0:
+                    raise DeviceError(f"kernel {self.name}: a buffer could not be allocated "
+                                      f"on the GPU")
+                if timed:
+                    dev.record(end)
+                    times.append(dev.elapsed(start, end))
             dev.synchronize()
             for r, p in zip(results, ptrs[len(arrays):]):
                 dev.to_host(r, p)
@@ -162,7 +190,7 @@ class CUDAKernel:
             for p in list(self._live):  # root buffers of a host program that stopped early
                 dev.free(p)
             self._live.clear()
-        return results[0] if len(results) == 1 else tuple(results)
+        return results, times
 
     # -- callbacks of the host program (never raise: the error is kept for __call__) ------------
     def _launch(self, index: int, dims: Any, args: Any) -> int:

@@ -212,14 +212,14 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
         return _cooperative(lowered, s, blocks, lets, node, index, name, host_vars, order)
     if _mapped(node):
         inner = next(n for n in walk_stmts(node) if isinstance(n, For) and n.kind in GPU_KINDS)
-        what = ("a buffer allocated between the block and thread loops (a buffer the threads "
-                "of a block share: shared memory, not supported yet)" if any(
-                    isinstance(n, Allocate) for n in walk_stmts(node)) else
-                "a serial loop or a sequence of statements")
-        raise CompileError(f"GPU loop {inner.var} is inside {what}; a kernel's gpu_blocks loops "
-                           f"must be its outermost loops and its gpu_threads loops directly "
-                           f"inside them: compute the stage at root with its own gpu_tile, or "
-                           f"compute it inside the thread loops")
+        where = (f"inside the gpu_threads loops {', '.join(t.var for t in threads)}"
+                 if threads else "without gpu_blocks loops around it")
+        raise CompileError(f"GPU loop {inner.var} is inside a serial loop or a sequence of "
+                           f"statements {where}; a thread nest is one chain of gpu_threads "
+                           f"loops, directly inside the gpu_blocks loops or inside a serial "
+                           f"loop of the block: compute the stage at root with its own "
+                           f"gpu_tile, at a block loop of its consumer, or inside the thread "
+                           f"loops")
     for kind, loops in (("gpu_blocks", blocks), ("gpu_threads", threads)):
         if len(loops) > 3:
             raise CompileError(f"{len(loops)} nested {kind} loops "

@@ -1,0 +1,197 @@
+"""tensorlang's CUDA kernels against the GPU's libraries, measured in one run on one GPU.
+
+    python benchmarks/gpu.py [--repeat 50] [--workloads sgemm,softmax,conv2d,blur]
+
+Per workload: the rule-based GPU schedule (``schedule="auto"`` with an empty cache) and a hand
+schedule that stages tiles in shared memory, timed with CUDA events around the launches (inputs
+already on the GPU, ``CUDAKernel.benchmark``), against torch (cuBLAS with TF32 off, cuDNN,
+``torch.softmax``) and, for softmax, a one-row-per-program Triton kernel when Triton is
+installed. Prints n, median and IQR, the GPU's name, and the ratio to the fastest peer; every
+kernel's result is checked against NumPy first. Without a usable GPU it says so and prints
+each kernel's PTX resources from ``ptxas`` (registers, shared memory), which need no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import warnings
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorlang as tl  # noqa: E402
+from tensorlang.autotuner import workloads as W  # noqa: E402
+from tensorlang.backends.cuda.driver import DeviceError, device  # noqa: E402
+from tensorlang.backends.cuda.ptx import find_ptxas, ptxas  # noqa: E402
+from tensorlang.backends.cuda.rules import gpu_schedule  # noqa: E402
+
+#: the issue's sizes: sgemm 4096, softmax 8192 x 8192, conv2d 32x64x56x56 -> 64, blur 8192^2
+CASES = {
+    "sgemm": ("matmul", dict(M=4096, N=4096, K=4096)),
+    "softmax": ("softmax", dict(R=8192, S=8192)),
+    "conv2d": ("conv2d", dict(Nb=32, CI=64, H=56, W=56, CO=64)),
+    "blur": ("blur", dict(H=8194, W=8194)),
+}
+
+
+def staged(name: str, f: tl.Func) -> tl.Schedule:
+    """A hand schedule staging tiles in shared memory (docs/gpu.md)."""
+    s = tl.Schedule(f)
+    g = {h.name: h for h in tl.Pipeline(f).funcs}
+    if name == "matmul":
+        s[f].tile("i", "j", 16, 16)
+        s[f].split("k", 16)
+        s[f].reorder("i.o", "j.o", "k.o", "i.i", "j.i", "k.i")
+        s[f].gpu_blocks("i.o", "j.o")
+        s[f].gpu_threads("i.i", "j.i")
+        for t in ("A", "B"):
+            c = s.cache_read(t, s[f], "k.o", scope="shared")
+            c.gpu_threads(*c.loops[-2:])
+    elif name == "blur":
+        s[f].gpu_tile("y", "x", 8, 32)
+        s[g["bx"]].compute_at(s[f], "x.o")
+        s[g["bx"]].gpu_threads("y", "x")
+    elif name == "softmax":
+        s[f].gpu_tile("i", "j", 1, 256)
+        s[g["e"]].compute_inline()
+        for n in ("mx", "sm"):
+            s[g[n]].compute_at(s[f], "j.o")
+    elif name == "conv2d":
+        s[f].gpu_tile("y", "x", 8, 8)
+        s[f].gpu_blocks("co", "y.o", "x.o")  # n: a host loop of launches (a fused n.co
+        s[f].reorder("co", "y.o", "x.o", "ci", "y.i", "x.i", "ry", "rx")  # would stage all n)
+        s[g["pad"]].compute_at(s[f], "ci")
+        s[g["pad"]].gpu_threads("y", "x")
+    return s
+
+
+def peers(case: str, arrays: dict[str, np.ndarray], repeat: int) -> dict[str, list[float]]:
+    """Times of torch (and Triton) on the same GPU, CUDA events, seconds."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    t = {k: torch.from_numpy(v).cuda() for k, v in arrays.items()}
+    if case == "sgemm":
+        fns = {"torch (cuBLAS)": lambda: t["A"] @ t["B"]}
+    elif case == "softmax":
+        fns = {"torch.softmax": lambda: torch.softmax(t["X"], dim=1)}
+        tri = _triton_softmax(t["X"])
+        if tri is not None:
+            fns["Triton (row per program)"] = tri
+    elif case == "conv2d":
+        fns = {"torch (cuDNN)": lambda: torch.nn.functional.conv2d(t["In"], t["Wt"],
+                                                                    padding=1)}
+    else:
+        x = t["In"]
+
+        def blur() -> object:
+            bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) * (1 / 3)
+            return (bx[:-2] + bx[1:-1] + bx[2:]) * (1 / 3)
+        fns = {"torch (two passes)": blur}
+    out = {}
+    for name, fn in fns.items():
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(repeat):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        out[name] = times
+    return out
+
+
+def _triton_softmax(x):
+    try:
+        import torch
+        import triton
+        import triton.language as tlang
+    except ImportError:
+        return None
+
+    @triton.jit
+    def kernel(out_ptr, in_ptr, n_cols, BLOCK: tlang.constexpr):
+        row = tlang.program_id(0)
+        cols = tlang.arange(0, BLOCK)
+        mask = cols < n_cols
+        v = tlang.load(in_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))
+        v = v - tlang.max(v, axis=0)
+        e = tlang.exp(v)
+        tlang.store(out_ptr + row * n_cols + cols, e / tlang.sum(e, axis=0), mask=mask)
+
+    out = torch.empty_like(x)
+    block = triton.next_power_of_2(x.shape[1])
+    return lambda: kernel[(x.shape[0],)](out, x, x.shape[1], BLOCK=block)
+
+
+def summary(times: list[float]) -> str:
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [times[0]] * 3
+    med = statistics.median(times)
+    return f"{med * 1e3:9.3f} ms  IQR {100 * (q[2] - q[0]) / med:4.0f}%  (n={len(times)})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--workloads", default=",".join(CASES))
+    args = ap.parse_args()
+    cases = [c for c in args.workloads.split(",") if c]
+    try:
+        dev = device()
+    except DeviceError as exc:
+        print(f"no usable GPU here ({exc}); nothing is timed.")
+        if find_ptxas():
+            print("PTX resources per kernel (ptxas -v, sm_90):")
+            for case in cases:
+                name, _ = CASES[case]
+                f = W.BUILTIN[name].build()
+                for label, s in (("rule-based", gpu_schedule(f)), ("staged", staged(name, f))):
+                    report = ptxas(tl.compile(f, s, target="cuda:sm_90").ptx(), "sm_90")
+                    used = [ln.split(":", 1)[1].strip() for ln in report.splitlines()
+                            if "Used" in ln]
+                    print(f"  {case:8s} {label:10s} {'; '.join(used)}")
+        return 0
+    info = dev.info
+    print(f"GPU: {info.name} (sm_{info.capability[0]}{info.capability[1]}, driver "
+          f"{info.driver}, {info.multiprocessors} SMs); CUDA events, medians")
+    rng = np.random.default_rng(0)
+    for case in cases:
+        name, sizes = CASES[case]
+        w = W.BUILTIN[name]
+        f = w.build()
+        arrays = {k: rng.random(v, dtype=np.float32)
+                  for k, v in W.input_shapes(f, sizes).items()}
+        want = w.numpy(arrays)()
+        print(f"{case} {W.format_shape(sizes)}")
+        rows = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            kernels = {"tensorlang auto": tl.compile(f, "auto", shapes=sizes, target="cuda"),
+                       "tensorlang staged": tl.compile(f, staged(name, f), target="cuda")}
+        for label, kern in kernels.items():
+            got = kern(**arrays)
+            ok = np.allclose(got, want, rtol=1e-3, atol=1e-4)
+            rows[label] = kern.benchmark(**arrays, repeat=args.repeat)
+            print(f"  {label:26s} {summary(rows[label])}  {'ok' if ok else 'WRONG RESULT'}")
+        ref = peers(case, arrays, args.repeat)
+        for label, times in ref.items():
+            print(f"  {label:26s} {summary(times)}")
+        if ref:
+            best = min(statistics.median(t) for t in ref.values())
+            for label in kernels:
+                print(f"  {label} / fastest peer: {best / statistics.median(rows[label]):.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
