@@ -343,3 +343,64 @@ def test_on_the_gpu_kernels_match_numpy(name):
         arrays = _arrays(f, SHAPES[name])
         got = tl.compile(f, s, target="cuda")(**arrays)
         np.testing.assert_allclose(got, w.numpy(arrays)(), rtol=2e-5, atol=1e-5)
+
+
+# -- the runtime path (host program, callbacks, copies) on a stand-in for the CUDA driver -------
+@pytest.mark.parametrize("name", ["softmax", "conv2d", "matmul", "blur"])
+def test_cuda_kernel_runs_its_host_program_through_the_driver_interface(name, monkeypatch):
+    import fake_cuda
+
+    w = W.BUILTIN[name]
+    f = w.build()
+    kernels = [tl.compile(f, s, target="cuda") for s in (gpu_schedule(f), _staged(name, f))]
+    dev = fake_cuda.install(monkeypatch, *kernels)
+    arrays = _arrays(f, SHAPES[name], seed=3)
+    for kern in kernels:
+        np.testing.assert_allclose(kern(**arrays), w.numpy(arrays)(), rtol=2e-5, atol=1e-5)
+        assert not dev.buffers  # inputs, outputs and root buffers all freed
+    assert dev.launched and all(len(g) == 3 for _, g, _ in dev.launched)
+
+
+def test_arrays_on_the_gpu_are_used_in_place(monkeypatch):
+    import fake_cuda
+    from tensorlang.backends.cuda.arrays import DeviceArray
+
+    w = W.BUILTIN["matmul"]
+    f = w.build()
+    kern = tl.compile(f, gpu_schedule(f), target="cuda")
+    dev = fake_cuda.install(monkeypatch, kern)
+    a = _arrays(f, dict(M=5, N=7, K=3))
+    da, db = DeviceArray.from_host(a["A"]), DeviceArray.from_host(a["B"])
+    c = kern(A=da, B=db)  # inputs on the GPU: the output stays there
+    assert isinstance(c, DeviceArray) and c.shape == (5, 7)
+    np.testing.assert_allclose(np.asarray(c), a["A"] @ a["B"], rtol=1e-5)
+    out = DeviceArray((5, 7), np.float32)
+    assert kern(a["A"], db, out=out) is out  # mixed: a NumPy input is copied, out= in place
+    np.testing.assert_allclose(out.copy_to_host(), a["A"] @ a["B"], rtol=1e-5)
+    times = kern.benchmark(A=da, B=db, repeat=4, warmup=1)
+    assert len(times) == 4 and all(t > 0 for t in times)
+
+    class Strided:  # a transposed view on the GPU: refused, with the fix
+        __cuda_array_interface__ = {"shape": (3, 5), "typestr": "<f4", "data": (da.ptr, False),
+                                    "strides": (4, 12), "version": 3}
+    with pytest.raises(ShapeError, match="not C-contiguous"):
+        kern(A=Strided(), B=db)
+    with pytest.raises(ShapeError, match="dtype"):
+        kern(A=DeviceArray((5, 3), np.float64), B=db)
+    n = len(dev.buffers)
+    del da, db, c, out
+    assert len(dev.buffers) < n  # DeviceArrays free their memory
+
+
+def test_a_launch_over_the_limits_is_refused_before_it_runs(monkeypatch):
+    import fake_cuda
+
+    f = W.BUILTIN["matmul"].build()
+    s = tl.Schedule(f)
+    s[f].gpu_tile("i", "j", 64, 32)  # 2048 threads a block
+    kern = tl.compile(f, s, target="cuda")
+    dev = fake_cuda.install(monkeypatch, kern)
+    a = _arrays(f, dict(M=64, N=32, K=2))
+    with pytest.raises(DeviceError, match="at most 1024"):
+        kern(**a)
+    assert not dev.launched and not dev.buffers

@@ -190,24 +190,38 @@ class HostGen(CodeGen):
     """The host program of a ``DeviceProgram`` (see the module docstring)."""
 
     def __init__(self, program: DeviceProgram, target, module: ir.Module,
-                 devices: list[ir.Function] | None = None) -> None:
+                 devices: list[ir.Function] | None = None, launch: Launch | None = None
+                 ) -> None:
         self.program = program
         self.devices = devices  # emulation: the kernels, called directly
-        super().__init__(program.lowered, target, module)
-        if devices is None:
-            n = len(self.f.inputs) + len(self.f.outputs) + len(self.f.sizes)
+        #: with ``launch``: a function running that one launch (emulated), taking its kernel's
+        #: arguments: ``i32 @<kernel>.run(buffers..., sizes..., scalars...)``
+        self.only = launch
+        f = program.lowered
+        if launch is not None:
+            f = LoweredFunc(f"{launch.name}.run", tuple(f.buffers[n] for n in launch.buffers),
+                            (), f.sizes, f.buffers, launch)
+        super().__init__(f, target, module)
+        n = len(self.f.inputs) + len(self.f.outputs) + len(self.f.sizes)
+        if launch is not None:
+            for a, name in zip(self.fn.args[n:], launch.scalars):
+                a.name = name
+                self.vars[name] = a
+        elif devices is None:
             self.launch_fn, self.alloc_fn, self.free_fn = self.fn.args[n:n + 3]
             for a, name in zip(self.fn.args[n:], ("launch", "alloc", "free")):
                 a.name = name
 
     def declare(self, arg_types: list[ir.Type]) -> ir.Function:
-        if self.devices is None:
+        if self.only is not None:
+            arg_types = arg_types + [I64] * len(self.only.scalars)
+        elif self.devices is None:
             arg_types = arg_types + [LAUNCH_FN.as_pointer(), ALLOC_FN.as_pointer(),
                                      FREE_FN.as_pointer()]
         return ir.Function(self.module, ir.FunctionType(I32, arg_types), name=self.f.name)
 
     def build(self) -> ir.Module:
-        self.stmt(self.program.host)
+        self.stmt(self.program.host if self.only is None else self.only)
         self.builder.ret(ir.Constant(I32, 0))
         self._close()
         return self.module
@@ -296,6 +310,8 @@ class HostGen(CodeGen):
         """``void tramp(i8* closure)``: thread ``omp_get_thread_num()`` of the team is CUDA
         thread (x, y, z) of the block whose ids and dims the closure holds."""
         m = self.module
+        if f"{launch.name}.team" in m.globals:  # the host program made it already
+            return m.globals[f"{launch.name}.team"]
         fn = ir.Function(m, ir.FunctionType(VOID, [ir.IntType(8).as_pointer()]),
                          name=f"{launch.name}.team")
         fn.linkage = "internal"
@@ -369,9 +385,12 @@ def device_module(program: DeviceProgram, target) -> ir.Module:
     return module
 
 
-def host_module(program: DeviceProgram, target, emulate: bool = False) -> ir.Module:
+def host_module(program: DeviceProgram, target, emulate: bool = False,
+                launchers: bool = False) -> ir.Module:
     """The host program of ``program`` for the host CPU ``target``; with ``emulate`` the kernels
-    too, run block by block and thread by thread on the CPU."""
+    too, run block by block and thread by thread on the CPU; with ``launchers`` (and
+    ``emulate``) also, per launch, ``i32 @<kernel>.run(kernel arguments...)`` running that launch
+    alone (what a test's stand-in for the CUDA driver calls)."""
     module = ir.Module(name=program.lowered.name)
     module.triple = target.triple
     devices = None
@@ -383,6 +402,9 @@ def host_module(program: DeviceProgram, target, emulate: bool = False) -> ir.Mod
             gen.build()
             devices.append(gen.fn)
     HostGen(program, target, module, devices).build()
+    if emulate and launchers:
+        for launch in program.launches:
+            HostGen(program, target, module, devices, launch=launch).build()
     return module
 
 

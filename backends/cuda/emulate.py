@@ -21,11 +21,28 @@ from tensorlang.schedule.schedule import Schedule
 from ..base import Signature
 from ..kernel import Kernel
 from ..llvm.codegen import module_text
-from ..llvm.jit import compile_ir
+from ..llvm.jit import CompiledModule, compile_ir
 from ..llvm.runtime import load_libgomp
 from ..llvm.target import host_target
 from .codegen import host_module
-from .launches import plan
+from .launches import DeviceProgram, plan
+
+
+def emulated_launches(program: DeviceProgram) -> tuple[CompiledModule, dict[str, int]]:
+    """The launches of ``program`` compiled for this CPU, each a function
+    ``i32 <kernel>.run(buffers..., sizes..., scalars...)`` (the arguments the CUDA kernel takes)
+    that runs every block and thread of it: what a stand-in for the CUDA driver
+    (``tests/fake_cuda.py``) calls to run the real host program without a GPU. Returns the
+    compiled module (keep it alive) and each function's address by kernel name."""
+    if any(lc.cooperative for lc in program.launches):
+        load_libgomp()
+    target = host_target()
+    text = module_text(host_module(program, target, emulate=True, launchers=True))
+    compiled = compile_ir(text, program.lowered.name, target,
+                          what=f"emulated launches of {program.lowered.name}")
+    addresses = {lc.name: compiled.engine.get_function_address(f"{lc.name}.run")
+                 for lc in program.launches}
+    return compiled, addresses
 
 
 def emulate(output: Func | Sequence[Func], schedule: Schedule | None = None, *,

@@ -21,6 +21,7 @@ from tensorlang.schedule.ir import LoweredFunc, print_stmt
 
 from ..base import Signature
 from ..llvm.jit import CompiledModule
+from .arrays import DeviceArray, cuda_array
 from .launches import launch_error
 
 LAUNCH_CB = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
@@ -32,15 +33,18 @@ FREE_CB = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 class CUDAKernel:
     """A CUDA kernel for one pipeline; one kernel runs every shape.
 
-    Called like ``tl.Kernel``: input arrays (NumPy, exactly the declared dtypes) positionally
-    or by name, sizes no input fixes by name, ``out=`` for preallocated NumPy outputs. Arrays
-    are copied to the GPU and back on each call.
+    Called like ``tl.Kernel``: input arrays (exactly the declared dtypes) positionally or by
+    name, sizes no input fixes by name, ``out=`` for preallocated outputs. NumPy arrays are
+    copied to the GPU and back on each call; arrays already on the GPU (anything exposing
+    ``__cuda_array_interface__``: ``DeviceArray``, CuPy, PyTorch CUDA tensors) are read and
+    written in place, and when the inputs are on the GPU the outputs stay there
+    (``DeviceArray``).
 
     Attributes:
         launches: per device kernel, ``(name, number of arguments)`` in launch order.
 
     Raises (from ``__call__``):
-        ShapeError: wrong arrays (as ``tl.Kernel``), or arrays that are not NumPy arrays.
+        ShapeError: wrong arrays (as ``tl.Kernel``), or a GPU array that is not C-contiguous.
         DeviceError: no usable GPU, or a launch or driver call failed.
     """
 
@@ -131,43 +135,74 @@ class CUDAKernel:
         return times
 
     def _run(self, args: tuple, kwargs: dict, out: Any, repeat: int, warmup: int = 0
-             ) -> tuple[list[np.ndarray], list[float]]:
-        for a in (*args, *kwargs.values()):
-            if not isinstance(a, (np.ndarray, int)) and (
-                    hasattr(a, "__cuda_array_interface__") or hasattr(a, "__dlpack_device__")):
-                raise ShapeError(f"a {type(a).__name__} on the GPU was passed; this version of "
-                                 f"the CUDA backend takes NumPy arrays (copied to the GPU and "
-                                 f"back): pass a NumPy array")
-        arrays, sizes = collect_arrays(self.pipeline, args, kwargs)
+             ) -> tuple[list[Any], list[float]]:
+        names = [i.name for i in self.pipeline.inputs]
+        on_gpu: dict[str, int] = {}  # Input name -> device pointer of a CUDA array (no copy)
+
+        def stand_in(name: str, a: Any) -> Any:
+            info = cuda_array(a)
+            if info is None:
+                return a
+            on_gpu[name] = info[0]
+            # a zero-stride NumPy array of its shape and dtype: binds the sizes, holds nothing
+            return np.lib.stride_tricks.as_strided(np.zeros(1, info[2]), info[1],
+                                                   (0,) * len(info[1]))
+
+        args = tuple(stand_in(n, a) for n, a in zip(names, args)) + args[len(names):]
+        kwargs = {k: stand_in(k, v) for k, v in kwargs.items()}
+        arrays, sizes = collect_arrays(self.pipeline, args, kwargs, copy_noncontiguous=False)
         outs = None if out is None else (out if isinstance(out, (tuple, list)) else (out,))
-        given = None if outs is None else {n: o.shape for n, o in zip(self._out_names, outs)
-                                           if isinstance(o, np.ndarray)}
+        if outs is not None and len(outs) != len(self._out_names):
+            raise ShapeError(f"out= must give {len(self._out_names)} arrays, one per output "
+                             f"({', '.join(self._out_names)})")
+        given = None if outs is None else {
+            n: (o.shape if isinstance(o, np.ndarray) else cuda_array(o)[1])
+            for n, o in zip(self._out_names, outs)
+            if isinstance(o, np.ndarray) or cuda_array(o) is not None}
         bound = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes, given)
         shapes = [tuple(ext for _, ext in bound.bounds[n]) for n in self._out_names]
-        results = []
+        dev = self.load()
+        results: list[Any] = []
         for k, (shape, dt) in enumerate(zip(shapes, self._out_dtypes)):
             o = None if outs is None else outs[k]
-            if o is not None and (not isinstance(o, np.ndarray) or o.shape != shape or
-                                  o.dtype != dt or not o.flags.c_contiguous or
-                                  not o.flags.writeable):
+            gpu = None if o is None else cuda_array(o)
+            if o is not None and gpu is None and (
+                    not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dt or
+                    not o.flags.c_contiguous or not o.flags.writeable):
                 raise ShapeError(f"out for {self._out_names[k]} must be a writeable "
-                                 f"C-contiguous NumPy array of shape {shape} and dtype "
+                                 f"C-contiguous array of shape {shape} and dtype "
+                                 f"{np.dtype(dt)} (NumPy, or on the GPU)")
+            if gpu is not None and (gpu[1] != shape or gpu[2] != dt):
+                raise ShapeError(f"out for {self._out_names[k]} has shape {gpu[1]} and dtype "
+                                 f"{gpu[2]}; the output has shape {shape} and dtype "
                                  f"{np.dtype(dt)}")
-            results.append(o if o is not None else np.empty(shape, dt))
-        dev = self.load()
+            if o is None:  # on the GPU when the inputs were: no copy back
+                o = DeviceArray(shape, dt, dev) if on_gpu else np.empty(shape, dt)
+            results.append(o)
         ptrs: list[int] = []
+        owned: list[int] = []  # device memory this call allocated (the NumPy arrays' copies)
         times: list[float] = []
         size_args = [bound.sizes[n] for n in self.signature.sizes]
         try:
-            for a in arrays.values():
+            for name, a in arrays.items():
+                if name in on_gpu:
+                    ptrs.append(on_gpu[name])
+                    continue
                 a = np.ascontiguousarray(a)
                 p = dev.alloc(a.nbytes)
+                owned.append(p)
                 ptrs.append(p)
                 dev.to_device(p, a)
             for r in results:
-                ptrs.append(dev.alloc(r.nbytes))
+                gpu = cuda_array(r)
+                if gpu is not None:
+                    ptrs.append(gpu[0])
+                else:
+                    p = dev.alloc(r.nbytes)
+                    owned.append(p)
+                    ptrs.append(p)
             start, end = (dev.event(), dev.event()) if repeat else (None, None)
-            for k in range(max(1, warmup + repeat) if repeat else 1):
+            for k in range(warmup + repeat if repeat else 1):
                 timed = repeat and k >= warmup
                 if timed:
                     dev.record(start)
@@ -183,9 +218,10 @@ class CUDAKernel:
                     times.append(dev.elapsed(start, end))
             dev.synchronize()
             for r, p in zip(results, ptrs[len(arrays):]):
-                dev.to_host(r, p)
+                if isinstance(r, np.ndarray):
+                    dev.to_host(r, p)
         finally:
-            for p in ptrs:
+            for p in owned:
                 dev.free(p)
             for p in list(self._live):  # root buffers of a host program that stopped early
                 dev.free(p)
