@@ -126,8 +126,10 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
                 res.error = _error(exc)
             reply(res)
         return
-    arrays = given if given is not None else random_inputs(pipeline, shapes)
-    arrays = {name: aligned_copy(backend, a) for name, a in arrays.items()}
+    host = given if given is not None else random_inputs(pipeline, shapes)
+    # the arrays the kernels run on, placed by the backend (on a GPU: in its memory); the
+    # reference evaluator reads the host arrays
+    arrays = {name: aligned_copy(backend, a) for name, a in host.items()}
     extra = free_sizes(output, sizes)
     out = _output_array(backend, pipeline, arrays, extra)
     while (msg := receive()) is not None:
@@ -160,7 +162,7 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
                 # what an earlier candidate left in the shared output array
                 _poison(out)
                 kern(**arrays, **extra, out=out)
-                ref = reference(output, **arrays, **extra)
+                ref = reference(output, **host, **extra)
                 res.verified = _allclose(out, ref)
         except Exception as exc:  # noqa: BLE001
             res.times = []

@@ -29,7 +29,7 @@ from typing import Any, Callable
 import numpy as np
 import optuna
 
-from tensorlang.backends.base import DEFAULT_BACKEND
+from tensorlang.backends.base import DEFAULT_BACKEND, get_backend
 from tensorlang.errors import TensorlangError, TuningError
 from tensorlang.func import Func
 from tensorlang.schedule.lower import lower
@@ -120,8 +120,9 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     Raises:
         ShapeError: the sizes or arrays do not fit the algorithm (a wrong dtype, a missing or
             unknown array) — before any candidate runs.
-        TuningError: the inputs and outputs at these sizes alone need more memory than the
-            machine has available; or no candidate (the rule-based schedule included) could be
+        TuningError: the backend cannot run kernels here (``Backend.unavailable``: no GPU for
+            ``backend="cuda"``); the inputs and outputs at these sizes alone need more memory
+            than the machine has available; or no candidate (the rule-based schedule included) could be
             measured (the message gives the most common failure).
     """
     sizes = bind_sizes(output, shapes, arrays)
@@ -132,7 +133,14 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             f"and output arrays alone, but {have / 2**30:.1f} GiB of memory is available; tune a "
             f"smaller shape (the kernel runs every shape; compile(..., 'auto') takes the nearest "
             f"tuned one)")
-    space = space if space is not None else SearchSpace(output, sizes)
+    backend = backend or DEFAULT_BACKEND
+    builder = get_backend(backend)
+    why = builder.unavailable()
+    if why is not None:
+        raise TuningError(f"backend {backend!r} cannot run kernels here, so nothing can be "
+                          f"measured: {why}")
+    space = space if space is not None else (builder.search_space(output, sizes)
+                                             or SearchSpace(output, sizes))
     if cost_model not in ("gbt", "none"):
         raise ValueError(f"cost_model must be 'gbt' or 'none', got {cost_model!r}")
     if sampler not in ("tpe", "mtpe", "random"):
@@ -140,7 +148,6 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
     if heuristic not in ("seed", "bound", "off"):
         raise ValueError(f"heuristic must be 'seed', 'bound' or 'off', got {heuristic!r}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    backend = backend or DEFAULT_BACKEND
     url = storage_url(storage) if storage else None
     db = TuningDatabase(workload_info(output, sizes, workload_name),
                         target_info(backend=backend), log, storage, study_name)
@@ -162,6 +169,7 @@ def autotune(output: Func, shapes: dict[str, int] | None = None, *,
             model.fit()
         run = _TuningRun(output, sizes, db, model, progress, heuristic, timeout_floor, trials,
                          timeout)
+        run.rule_based = builder.rule_based_schedule(output, sizes)
         run.strategy = SearchStrategy(study, space, model, output, sizes,
                                       np.random.default_rng(seed + offset), run.history,
                                       run.emit, pool=pool, measure_per_round=measure_per_round,
@@ -248,6 +256,8 @@ class _TuningRun:
 
     strategy: SearchStrategy
     measurer: Measurer
+    #: the backend's own rule-based schedule (None: the CPU one, ``heuristic_schedule``)
+    rule_based: Any = None
 
     def __init__(self, output: Func, sizes: dict[str, int], db: TuningDatabase,
                  model: CostModel | None, progress: Callable | None, heuristic: str,
@@ -327,7 +337,8 @@ class _TuningRun:
         """Measure (and verify) the rule-based schedule: its time bounds the candidates' run
         times; with ``heuristic="seed"`` it becomes the first best and a point of the space."""
         m, best = self.measurer, self.best
-        hs = heuristic_schedule(self.output, self.sizes)
+        hs = self.rule_based if self.rule_based is not None else \
+            heuristic_schedule(self.output, self.sizes)
         (comp,) = m.compile_many([hs.to_json()])
         res = m.run("heuristic", comp, timeout=self.timeout_floor, verify=True)
         best.baseline = res.seconds

@@ -191,6 +191,17 @@ class Backend(abc.ABC):
         CPU rule-based schedule (``autotune/heuristic.py``) applies."""
         return None
 
+    def unavailable(self) -> str | None:
+        """Why this backend's kernels cannot run in this process (no device, a missing
+        package), or None when they can. ``tl.autotune`` asks before measuring anything."""
+        return None
+
+    def search_space(self, output: Func | Sequence[Func], sizes: dict[str, int]) -> Any:
+        """The space of schedules ``tl.autotune`` searches for this backend (anything with
+        ``sample(trial) -> Schedule`` and ``shapes``), or None: the autotuner's CPU space
+        (``autotune/space.py``)."""
+        return None
+
     # -- measurement ----------------------------------------------------------------------------
     def clock(self) -> Callable[[], float]:
         """A clock in seconds for timing kernel calls: reading it must wait until work started

@@ -404,3 +404,43 @@ def test_a_launch_over_the_limits_is_refused_before_it_runs(monkeypatch):
     with pytest.raises(DeviceError, match="at most 1024"):
         kern(**a)
     assert not dev.launched and not dev.buffers
+
+
+# -- the GPU search space (tl.autotune(..., backend="cuda")) --------------------------------------
+@pytest.mark.parametrize("name", ["matmul", "softmax", "blur", "conv2d", "layernorm"])
+def test_random_points_of_the_gpu_search_space_compute_what_numpy_computes(name):
+    import optuna
+
+    from tensorlang.backends.cuda.space import GPUSearchSpace
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    w = W.BUILTIN[name]
+    f = w.build()
+    space = GPUSearchSpace(f, SHAPES[name])
+    assert space.shapes == W.input_shapes(f, SHAPES[name])
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=7))
+    ran = 0
+    for seed in range(6):
+        trial = study.ask()
+        s = space.sample(trial)
+        assert s.check().ok  # every step the space takes is proven
+        try:
+            kern = emulate(f, s)
+        except CompileError as exc:  # a staged tile of unbounded size: pruned when tuning
+            assert "no constant bound" in str(exc)
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        arrays = _arrays(f, SHAPES[name], seed)
+        np.testing.assert_allclose(kern(**arrays), w.numpy(arrays)(), rtol=2e-5, atol=1e-5)
+        study.tell(trial, 1.0)
+        ran += 1
+        if HAS_PTXAS and ran == 1:
+            ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+    assert ran >= 3
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the refusal on machines without a GPU")
+def test_tuning_for_the_gpu_without_one_says_why_before_measuring():
+    f = W.BUILTIN["matmul"].build()
+    with pytest.raises(tl.TuningError, match="backend 'cuda' cannot run kernels here"):
+        tl.autotune(f, {"M": 8, "N": 8, "K": 8}, trials=1, backend="cuda", cache=False)

@@ -150,6 +150,31 @@ class CUDABackend(Backend):
 
         return gpu_schedule(output)
 
+    def unavailable(self) -> str | None:
+        from .driver import DeviceError, device
+
+        try:
+            device()
+        except DeviceError as exc:
+            return str(exc)
+        return None
+
+    def search_space(self, output: Func | Sequence[Func], sizes: dict[str, int]) -> Any:
+        from .space import GPUSearchSpace
+
+        return GPUSearchSpace(output, sizes)
+
+    def empty(self, shape: tuple[int, ...], dtype: Any) -> Any:
+        """An uninitialised ``DeviceArray``: the tuner's measuring worker times kernels on
+        arrays already on the GPU, so no copy is timed.
+
+        Raises:
+            DeviceError: no usable GPU.
+        """
+        from .arrays import DeviceArray
+
+        return DeviceArray(shape, dtype)
+
     def clock(self):
         """``time.perf_counter`` after waiting for the GPU: a kernel call returns once its
         outputs are copied back, so this only matters to code timing launches itself."""

@@ -1,0 +1,183 @@
+"""The search space of GPU schedules: what ``tl.autotune(..., backend="cuda")`` samples.
+
+Decisions, named as Optuna parameters (each a categorical choice), per Func from the output
+back to the inputs:
+
+- ``<f>.place``: a pure Func other than an output is ``inline``, ``root`` (its own kernel), or
+  ``block`` — computed at the block loop of its one consumer and staged in shared memory by the
+  block's threads (a cooperative kernel, ``launches.py``);
+- ``<stage>.tile``: the thread block of a root stage, ``"ty x tx"`` over its two innermost pure
+  loops (``gpu_tile``; 32 to 1024 threads), or ``tx`` for a stage with one pure loop; outer pure
+  loops fused onto ``blockIdx.z``;
+- ``<f>.kblock``: for a root reduction with two pure loops and one reduction loop (GEMM-like),
+  none or a split of the reduction loop by 4-32 with both operands staged in shared memory per
+  step (``cache_read(..., scope="shared")``, each copy split onto the block's ``ty x tx``
+  threads, each thread copying a strided share);
+- ``<f>.unroll``: unroll the innermost reduction loop (inner part of the split) or not.
+
+Every point is a schedule ``tl.check`` then proves or refutes (a refuted one is pruned by the
+tuner), that runs on every shape (GuardWithIf tails), and that the emulator checks against NumPy
+in ``tests/test_cuda.py`` (random points of this space).
+
+See also: TVM's GPU sketch rules (Ansor, Zheng et al., OSDI 2020: multi-level tiling with
+shared-memory staging); Halide's GPU schedules in ``apps/``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from tensorlang.affine import eval_size
+from tensorlang.errors import ScheduleError
+from tensorlang.func import Func, stage_id
+from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.schedule import Schedule
+
+TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1x256",
+            "16x32", "32x32", "8x8")
+TILES_1D = ("32", "64", "128", "256", "512")
+KBLOCKS = (0, 4, 8, 16, 32)
+
+
+class GPUSearchSpace:
+    """GPU schedules of ``output`` at ``sizes`` (by size name); ``sample(trial)`` draws one.
+
+    Raises:
+        ShapeError: the sizes do not fit the algorithm.
+    """
+
+    def __init__(self, output: Func | Sequence[Func], sizes: dict[str, int]) -> None:
+        self.output = output
+        self.pipeline = Pipeline(output)
+        self.sizes = dict(sizes)
+        #: the Inputs' shapes at these sizes (what the tuner's measuring workers allocate)
+        self.shapes = {i.name: tuple(eval_size(e, self.sizes) for e in i.shape)
+                       for i in self.pipeline.inputs}
+
+    def sample(self, trial: Any) -> Schedule:
+        p = self.pipeline
+        s = Schedule(self.output)
+        for f in reversed(p.funcs):
+            d = f.definition
+            assert d is not None
+            readers = s.view.readers(f.name)
+            if not p.is_output(f) and d.reduce_op is None and not f.updates:
+                options = ["root", "inline"]
+                one = len(readers) == 1 and readers[0] in s.states and \
+                    s.states[readers[0]].compute.kind == "root"
+                if one:
+                    options.append("block")
+                where = trial.suggest_categorical(f"{f.name}.place", options)
+                if where == "inline":
+                    if _try(s, lambda t, f=f: t[f].compute_inline()):
+                        continue
+                elif where == "block" and _block_loop(s, readers[0]) is not None:
+                    host = readers[0]
+                    if _try(s, lambda t, f=f, h=host: _stage_in_block(t, f, h)):
+                        continue
+            self._root_stage(trial, s, f)
+            for u in f.updates:
+                _try(s, lambda t, st=stage_id(f.name, u.number): _map(t, st, "8x32", "256"))
+        return s
+
+    def _root_stage(self, trial: Any, s: Schedule, f: Func) -> None:
+        st = s.states[f.name]
+        pure = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
+        red = [lp for lp in st.loops if st.is_reduction_loop(lp)]
+        if not pure:
+            return
+        tile2 = trial.suggest_categorical(f"{f.name}.tile", TILES_2D) if len(pure) >= 2 \
+            else None
+        tile1 = trial.suggest_categorical(f"{f.name}.tile", TILES_1D) if len(pure) == 1 \
+            else None
+        kblock = 0
+        if len(pure) == 2 and len(red) == 1:
+            kblock = trial.suggest_categorical(f"{f.name}.kblock", KBLOCKS)
+        unroll = bool(red) and trial.suggest_categorical(f"{f.name}.unroll", [False, True])
+        if kblock and _try(s, lambda t: _gemm_staged(t, f.name, tile2, kblock, unroll)):
+            return
+        _try(s, lambda t: _map(t, f.name, tile2 or "8x32", tile1 or "256"))
+        if unroll and not kblock:
+            inner = s.states[f.name].loops[-1]
+            if s.states[f.name].is_reduction_loop(inner):
+                _try(s, lambda t: t[f.name].unroll(inner, 4))
+
+
+def _try(s: Schedule, apply) -> bool:
+    """Apply to ``s`` in place if it succeeds and stays legal; whether it did."""
+    t = s.copy()
+    try:
+        apply(t)
+    except ScheduleError:
+        return False
+    if not t.check(realize=False).ok:
+        return False
+    s.__dict__.update(t.__dict__)  # t is a deep copy: s becomes it
+    return True
+
+
+def _tile(spec: str) -> tuple[int, int]:
+    ty, tx = spec.split("x")
+    return int(ty), int(tx)
+
+
+def _map(s: Schedule, stage: str, tile2: str, tile1: str) -> None:
+    st = s.states[stage]
+    pure = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
+    if not pure:
+        raise ScheduleError(f"{stage} has no pure loop")
+    h = s[stage]
+    if len(pure) == 1:
+        h.gpu_tile(pure[0], int(tile1))
+        return
+    ty, tx = _tile(tile2)
+    yo, xo, _, _ = h.gpu_tile(pure[-2], pure[-1], ty, tx)
+    if len(pure) > 2:
+        fused = pure[0]
+        for o in pure[1:-2]:
+            fused = h.fuse(fused, o)
+        h.gpu_blocks(fused, yo, xo)
+
+
+def _block_loop(s: Schedule, consumer: str) -> str | None:
+    """The innermost gpu_blocks loop of ``consumer`` once mapped (None: not mapped yet)."""
+    from tensorlang.schedule.ir import ForKind
+
+    st = s.states[consumer]
+    blocks = [lp for lp in st.loops if st.kinds.get(lp) is ForKind.GPU_BLOCK]
+    return blocks[-1] if blocks else None
+
+
+def _stage_in_block(s: Schedule, f: Func, consumer: str) -> None:
+    loop = _block_loop(s, consumer)
+    if loop is None:
+        raise ScheduleError(f"{consumer} has no block loop")
+    s[f].compute_at(s[consumer], loop)
+    loops = s.states[f.name].loops
+    s[f].gpu_threads(*loops[-2:])
+
+
+def _gemm_staged(s: Schedule, name: str, tile2: str | None, kblock: int,
+                 unroll: bool) -> None:
+    """Tile a GEMM-like stage over its two pure loops, split its reduction loop by ``kblock``,
+    and stage the tiles of the operands it reads in shared memory per step."""
+    ty, tx = _tile(tile2 or "16x16")
+    st = s.states[name]
+    y, x = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
+    (k,) = [lp for lp in st.loops if st.is_reduction_loop(lp)]
+    h = s[name]
+    yo, xo, yi, xi = h.tile(y, x, ty, tx)
+    ko, ki = h.split(k, kblock)
+    h.reorder(yo, xo, ko, yi, xi, ki)
+    h.gpu_blocks(yo, xo)
+    h.gpu_threads(yi, xi)
+    if unroll:
+        h.unroll(ki)
+    for tensor in s.view.reads(name):
+        c = s.cache_read(tensor, h, ko, scope="shared")
+        # the block's ty x tx threads copy the tile, each a strided share of it
+        r, q = c.loops[-2:]
+        ro, ri = c.split(r, ty)
+        qo, qi = c.split(q, tx)
+        c.reorder(ri, qi, ro, qo)
+        c.gpu_threads(ri, qi)
