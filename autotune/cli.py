@@ -191,6 +191,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from .workloads import format_shape
 
     work, out, sizes = _workload(args)
+    backend = "cuda" if args.target == "cuda" else None
     info = workload_info(out, sizes, work.name)
     log = args.log or _default_log(work.name, info.sizes)
     os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
@@ -200,7 +201,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     logs_dir = os.path.dirname(os.path.abspath(log))
     transfer = []
     if args.transfer and os.path.isdir(logs_dir):
-        me = target_info()
+        me = target_info(backend=backend)
         for f in sorted(os.listdir(logs_dir)):
             path = os.path.join(logs_dir, f)
             if f.endswith(".jsonl") and os.path.abspath(path) != os.path.abspath(log):
@@ -222,7 +223,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     res = autotune(out, sizes, trials=args.trials, timeout=args.timeout, seed=args.seed,
                       cost_model=args.cost_model, log=log, workload_name=work.name,
                       storage=storage, study_name=name, transfer=transfer,
-                      cache=not args.no_cache, progress=progress)
+                      cache=not args.no_cache, progress=progress, backend=backend)
     if bar is not None:
         bar.close()
     measured = sum(r.state == "measured" for r in res.history)
@@ -244,7 +245,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
         print(f"cache: {'wrote' if res.cache_updated else 'kept the faster existing'} entry "
               f"{res.cache_entry.key[:12]} in {KernelCache().path}")
-    if not args.no_summary:
+    if backend is not None and not args.no_summary:
+        print("(the summary's interleaved timing against NumPy runs on the CPU; on the GPU, "
+              "time the result with benchmarks/gpu.py)")
+    elif not args.no_summary:
         from .heuristic import heuristic_schedule
 
         best = compile_kernel(out, res.best_schedule)
@@ -616,6 +620,9 @@ def build_parser() -> argparse.ArgumentParser:
     tu.add_argument("--study", metavar="NAME",
                     help="create or join this study: workers (processes or machines) given "
                          "one --storage and --study share the search")
+    tu.add_argument("--target", choices=("cpu", "cuda"), default="cpu",
+                    help="where the kernels run: this CPU (default) or the visible CUDA GPU "
+                         "(needs tensorlang[cuda] and a GPU)")
     tu.add_argument("--cost-model", choices=("gbt", "none"), default="gbt")
     tu.add_argument("--no-transfer", dest="transfer", action="store_false",
                     help="do not warm the cost model with the other logs in the log's folder")

@@ -444,3 +444,16 @@ def test_tuning_for_the_gpu_without_one_says_why_before_measuring():
     f = W.BUILTIN["matmul"].build()
     with pytest.raises(tl.TuningError, match="backend 'cuda' cannot run kernels here"):
         tl.autotune(f, {"M": 8, "N": 8, "K": 8}, trials=1, backend="cuda", cache=False)
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the refusal on machines without a GPU")
+def test_cli_tune_for_the_gpu_without_one_exits_with_the_reason(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "tensorlang.autotuner.cli", "tune", "matmul",
+                        "--shape", "M=8,N=8,K=8", "--trials", "1", "--target", "cuda",
+                        "--log", str(tmp_path / "m.jsonl")], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "backend 'cuda' cannot run kernels here" in r.stderr
