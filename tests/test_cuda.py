@@ -387,6 +387,10 @@ def test_arrays_on_the_gpu_are_used_in_place(monkeypatch):
         kern(A=Strided(), B=db)
     with pytest.raises(ShapeError, match="dtype"):
         kern(A=DeviceArray((5, 3), np.float64), B=db)
+    sq = DeviceArray.from_host(np.eye(4, dtype=np.float32))
+    np.testing.assert_allclose(np.asarray(kern(A=sq, B=sq)), np.eye(4))  # inputs may alias
+    with pytest.raises(ShapeError, match=r"out \(C\) and A share GPU memory"):
+        kern(A=sq, B=sq, out=sq)  # in place: an output must not overlap the inputs
     n = len(dev.buffers)
     del da, db, c, out
     assert len(dev.buffers) < n  # DeviceArrays free their memory

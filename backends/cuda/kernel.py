@@ -30,6 +30,29 @@ ALLOC_CB = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
 FREE_CB = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 
 
+def _refuse_overlap(arrays: dict[str, np.ndarray], on_gpu: dict[str, int], results: list[Any],
+                    out_names: tuple[str, ...]) -> None:
+    """The kernels state that their buffers do not alias (``noalias``): an output on the GPU
+    that shares memory with an input or another output would be computed wrongly.
+
+    Raises:
+        ShapeError: naming the two arrays.
+    """
+    spans = [(name, p, p + max(arrays[name].dtype.itemsize * int(np.prod(arrays[name].shape)),
+                               1)) for name, p in on_gpu.items()]
+    outs = []
+    for name, r in zip(out_names, results):
+        gpu = cuda_array(r)
+        if gpu is not None:
+            n = max(gpu[2].itemsize * int(np.prod(gpu[1])), 1)
+            outs.append((f"out ({name})", gpu[0], gpu[0] + n))
+    for k, (a, a_start, a_end) in enumerate(outs):  # inputs may share memory: only read
+        for b, b_start, b_end in spans + outs[k + 1:]:
+            if a_start < b_end and b_start < a_end:
+                raise ShapeError(f"{a} and {b} share GPU memory; a kernel's output must not "
+                                 f"overlap its other arrays: give out= a separate array")
+
+
 class CUDAKernel:
     """A CUDA kernel for one pipeline; one kernel runs every shape.
 
@@ -179,6 +202,7 @@ class CUDAKernel:
             if o is None:  # on the GPU when the inputs were: no copy back
                 o = DeviceArray(shape, dt, dev) if on_gpu else np.empty(shape, dt)
             results.append(o)
+        _refuse_overlap(arrays, on_gpu, results, self._out_names)
         ptrs: list[int] = []
         owned: list[int] = []  # device memory this call allocated (the NumPy arrays' copies)
         times: list[float] = []
