@@ -461,3 +461,22 @@ def test_cli_tune_for_the_gpu_without_one_exits_with_the_reason(tmp_path):
                        timeout=300, cwd=tmp_path)
     assert r.returncode == 1, r.stderr
     assert "backend 'cuda' cannot run kernels here" in r.stderr
+
+
+def test_a_register_tiled_staged_gemm_point_of_the_space():
+    import optuna
+
+    from tensorlang.backends.cuda.space import GPUSearchSpace
+
+    f = W.BUILTIN["matmul"].build()
+    sizes = dict(M=37, N=70, K=19)
+    s = GPUSearchSpace(f, sizes).sample(optuna.trial.FixedTrial(
+        {"C.tile": "8x16", "C.kblock": 8, "C.regtile": 4, "C.unroll": True}))
+    text = s.to_python()
+    assert "gpu_threads('i.i.o', 'j.i.o')" in text and "unroll('j.i.i')" in text
+    assert "scope='shared'" in text
+    a = _arrays(f, sizes)
+    np.testing.assert_allclose(emulate(f, s)(**a), a["A"] @ a["B"], rtol=1e-5)
+    if HAS_PTXAS:
+        report = ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+        assert "0 bytes spill stores" in report

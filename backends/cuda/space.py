@@ -13,6 +13,8 @@ back to the inputs:
   none or a split of the reduction loop by 4-32 with both operands staged in shared memory per
   step (``cache_read(..., scope="shared")``, each copy split onto the block's ``ty x tx``
   threads, each thread copying a strided share);
+- ``<f>.regtile``: for such a staged stage, 1, 2 or 4 outputs per thread along each pure loop
+  (a register tile, its loops unrolled inside the reduction loop);
 - ``<f>.unroll``: unroll the innermost reduction loop (inner part of the split) or not.
 
 Every point is a schedule ``tl.check`` then proves or refutes (a refuted one is pruned by the
@@ -37,6 +39,8 @@ TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1
             "16x32", "32x32", "8x8")
 TILES_1D = ("32", "64", "128", "256", "512")
 KBLOCKS = (0, 4, 8, 16, 32)
+#: outputs per thread along each of the two pure loops of a staged GEMM-like stage
+REG_TILES = (1, 2, 4)
 
 
 class GPUSearchSpace:
@@ -90,11 +94,13 @@ class GPUSearchSpace:
             else None
         tile1 = trial.suggest_categorical(f"{f.name}.tile", TILES_1D) if len(pure) == 1 \
             else None
-        kblock = 0
+        kblock, regs = 0, 1
         if len(pure) == 2 and len(red) == 1:
             kblock = trial.suggest_categorical(f"{f.name}.kblock", KBLOCKS)
+            if kblock:
+                regs = trial.suggest_categorical(f"{f.name}.regtile", REG_TILES)
         unroll = bool(red) and trial.suggest_categorical(f"{f.name}.unroll", [False, True])
-        if kblock and _try(s, lambda t: _gemm_staged(t, f.name, tile2, kblock, unroll)):
+        if kblock and _try(s, lambda t: _gemm_staged(t, f.name, tile2, kblock, unroll, regs)):
             return
         _try(s, lambda t: _map(t, f.name, tile2 or "8x32", tile1 or "256"))
         if unroll and not kblock:
@@ -158,17 +164,26 @@ def _stage_in_block(s: Schedule, f: Func, consumer: str) -> None:
 
 
 def _gemm_staged(s: Schedule, name: str, tile2: str | None, kblock: int,
-                 unroll: bool) -> None:
-    """Tile a GEMM-like stage over its two pure loops, split its reduction loop by ``kblock``,
-    and stage the tiles of the operands it reads in shared memory per step."""
+                 unroll: bool, regs: int = 1) -> None:
+    """Tile a GEMM-like stage over its two pure loops (``regs x regs`` outputs per thread, its
+    register tile, unrolled), split its reduction loop by ``kblock``, and stage the tiles of the
+    operands it reads in shared memory per step."""
     ty, tx = _tile(tile2 or "16x16")
     st = s.states[name]
     y, x = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
     (k,) = [lp for lp in st.loops if st.is_reduction_loop(lp)]
     h = s[name]
-    yo, xo, yi, xi = h.tile(y, x, ty, tx)
+    yo, xo, yi, xi = h.tile(y, x, ty * regs, tx * regs)
     ko, ki = h.split(k, kblock)
-    h.reorder(yo, xo, ko, yi, xi, ki)
+    if regs > 1:
+        yt, yr = h.split(yi, regs)
+        xt, xr = h.split(xi, regs)
+        h.reorder(yo, xo, ko, yt, xt, ki, yr, xr)
+        h.unroll(yr)
+        h.unroll(xr)
+        yi, xi = yt, xt
+    else:
+        h.reorder(yo, xo, ko, yi, xi, ki)
     h.gpu_blocks(yo, xo)
     h.gpu_threads(yi, xi)
     if unroll:
