@@ -480,3 +480,12 @@ def test_a_register_tiled_staged_gemm_point_of_the_space():
     if HAS_PTXAS:
         report = ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
         assert "0 bytes spill stores" in report
+
+
+def test_the_backend_clock_reads_the_gpu_timeline(monkeypatch):
+    import fake_cuda
+
+    fake_cuda.install(monkeypatch)
+    clock = get_backend("cuda").clock()
+    a, b = clock(), clock()
+    assert 0 <= a <= b

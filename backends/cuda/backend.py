@@ -176,14 +176,22 @@ class CUDABackend(Backend):
         return DeviceArray(shape, dtype)
 
     def clock(self):
-        """``time.perf_counter`` after waiting for the GPU: a kernel call returns once its
-        outputs are copied back, so this only matters to code timing launches itself."""
-        import time
+        """A clock on the GPU's timeline, in seconds: each reading records a CUDA event on the
+        stream, waits for it and returns its time since a first event; the difference of two
+        readings is what ``cuEventElapsedTime`` measures between them (kernels launched in
+        between have finished). The tuner's measuring worker times candidates with it.
 
+        Raises:
+            DeviceError: no usable GPU.
+        """
         from .driver import device
 
+        dev = device()
+        base, mark = dev.event(), dev.event()
+        dev.record(base)
+
         def now() -> float:
-            device().synchronize()
-            return time.perf_counter()
+            dev.record(mark)
+            return dev.elapsed(base, mark)
 
         return now
