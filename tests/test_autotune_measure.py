@@ -464,10 +464,12 @@ def test_ctrl_c_swallowed_by_other_code_still_stops_the_search():
 
     out, _ = matmul()
     interrupted_at = []
+    handler_then = []  # (reported when the assertion fails: whose handler the signal met)
 
     def progress(rec, best):
         if rec.number >= 1 and not interrupted_at:
             interrupted_at.append(rec.number)
+            handler_then.append(getattr(signal.getsignal(signal.SIGINT), "__qualname__", None))
             try:
                 os.kill(os.getpid(), signal.SIGINT)
                 time.sleep(1.0)  # the handler runs here...
@@ -477,7 +479,9 @@ def test_ctrl_c_swallowed_by_other_code_still_stops_the_search():
     res = tl.autotune(out, {"M": 16, "N": 16, "K": 16}, trials=40, seed=3, repeats=1,
                       min_seconds=0.0, cost_model="none", pool=4, measure_per_round=4,
                       progress=progress)
-    assert res.interrupted and interrupted_at
+    assert res.interrupted and interrupted_at, (
+        f"not stopped: interrupt at record {interrupted_at}, SIGINT handler then "
+        f"{handler_then}, states {[(r.number, r.state) for r in res.history[:12]]}")
     measured = [r for r in res.history if r.state in ("measured", "failed") and r.number >= 0]
     assert len(measured) <= interrupted_at[0] + 1 < 40
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # restored
