@@ -64,8 +64,10 @@ def gpu_schedule(output: Func | Sequence[Func]) -> Schedule:
     return s
 
 
-def map_pure_loops(s: Schedule, stage: str) -> None:
-    """Map the pure loops of ``stage`` to GPU blocks and threads (rule 2), in place.
+def map_pure_loops(s: Schedule, stage: str, tile_2d: tuple[int, int] = TILE_2D,
+                   tile_1d: int = TILE_1D) -> None:
+    """Map the pure loops of ``stage`` to GPU blocks and threads (rule 2), in place: blocks of
+    ``tile_2d`` (ty, tx) threads over the two innermost, or ``tile_1d`` over a single one.
 
     Raises:
         ScheduleError: a primitive does not apply (the caller keeps the schedule as it was).
@@ -76,10 +78,10 @@ def map_pure_loops(s: Schedule, stage: str) -> None:
         raise ScheduleError(f"{stage} has no pure loop to map")
     h = s[stage]
     if len(pure) == 1:
-        h.gpu_tile(pure[0], TILE_1D)
+        h.gpu_tile(pure[0], tile_1d)
         return
     y, x = pure[-2], pure[-1]
-    yo, xo, _, _ = h.gpu_tile(y, x, *TILE_2D)
+    yo, xo, _, _ = h.gpu_tile(y, x, *tile_2d)
     outer = pure[:-2]
     if outer:
         fused = outer[0]

@@ -35,6 +35,8 @@ from tensorlang.func import Func, stage_id
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.schedule import Schedule
 
+from .rules import TILE_1D, TILE_2D, map_pure_loops
+
 TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1x256",
             "16x32", "32x32", "8x8")
 TILES_1D = ("32", "64", "128", "256", "512")
@@ -81,7 +83,7 @@ class GPUSearchSpace:
                         continue
             self._root_stage(trial, s, f)
             for u in f.updates:
-                _try(s, lambda t, st=stage_id(f.name, u.number): _map(t, st, "8x32", "256"))
+                _try(s, lambda t, st=stage_id(f.name, u.number): map_pure_loops(t, st))
         return s
 
     def _root_stage(self, trial: Any, s: Schedule, f: Func) -> None:
@@ -102,7 +104,8 @@ class GPUSearchSpace:
         unroll = bool(red) and trial.suggest_categorical(f"{f.name}.unroll", [False, True])
         if kblock and _try(s, lambda t: _gemm_staged(t, f.name, tile2, kblock, unroll, regs)):
             return
-        _try(s, lambda t: _map(t, f.name, tile2 or "8x32", tile1 or "256"))
+        _try(s, lambda t: map_pure_loops(t, f.name, _tile(tile2) if tile2 else TILE_2D,
+                                         int(tile1) if tile1 else TILE_1D))
         if unroll and not kblock:
             inner = s.states[f.name].loops[-1]
             if s.states[f.name].is_reduction_loop(inner):
@@ -125,24 +128,6 @@ def _try(s: Schedule, apply) -> bool:
 def _tile(spec: str) -> tuple[int, int]:
     ty, tx = spec.split("x")
     return int(ty), int(tx)
-
-
-def _map(s: Schedule, stage: str, tile2: str, tile1: str) -> None:
-    st = s.states[stage]
-    pure = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
-    if not pure:
-        raise ScheduleError(f"{stage} has no pure loop")
-    h = s[stage]
-    if len(pure) == 1:
-        h.gpu_tile(pure[0], int(tile1))
-        return
-    ty, tx = _tile(tile2)
-    yo, xo, _, _ = h.gpu_tile(pure[-2], pure[-1], ty, tx)
-    if len(pure) > 2:
-        fused = pure[0]
-        for o in pure[1:-2]:
-            fused = h.fuse(fused, o)
-        h.gpu_blocks(fused, yo, xo)
 
 
 def _block_loop(s: Schedule, consumer: str) -> str | None:
