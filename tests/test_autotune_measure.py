@@ -477,8 +477,9 @@ def test_ctrl_c_swallowed_by_other_code_still_stops_the_search():
                 pass  # ...and its exception is lost, as in a finalizer
 
     # the premise: Python's own SIGINT handler is installed, as in a program started from a
-    # shell. In full test runs (pytest 9.2) the process had SIGINT ignored by the time this
-    # test ran (the signal met SIG_IGN, so it was never delivered), so install it here
+    # terminal. A process a non-interactive shell starts in the background (`cmd &` in a
+    # script) inherits SIGINT ignored, and Python then installs no handler: the signal met
+    # SIG_IGN in such a test run. So install it here
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         res = tl.autotune(out, {"M": 16, "N": 16, "K": 16}, trials=40, seed=3, repeats=1,
