@@ -9,7 +9,9 @@ triangle of a symmetric result and mirrors it (covariance, correlation), the alg
 the whole matrix, as NumPy does. The inputs are seeded random arrays, not PolyBench's
 ``init_array`` patterns: a reference check is stronger on unstructured data.
 
-Ported so far: the dense linear-algebra and data-mining kernels the language expresses directly.
+All 30 kernels of PolyBench/C 4.2. Where the C loop body runs several statements on different
+arrays per step (fdtd-2d, durbin, gramschmidt, adi), they are one update over a buffer holding
+those arrays, its left side choosing the array per RDom point.
 See also: Pouchet and Yuki, PolyBench/C 4.2.1 (polybench.sourceforge.net).
 """
 
