@@ -353,11 +353,7 @@ class HostGen(CodeGen):
             return super()._allocate(s)
         b = self.builder
         buf = s.buffer
-        n: ir.Value = ir.Constant(I64, buf.dtype.itemsize)
-        for e in buf.extents:
-            n = b.mul(n, self.expr(e))
-        n = self.call_intrinsic("smax", n, ir.Constant(I64, 1))
-        raw = b.call(self.alloc_fn, [n])
+        raw = b.call(self.alloc_fn, [self.buffer_bytes(buf)])
         with b.if_then(b.icmp_signed("==", raw, ir.Constant(I64, 0)), likely=False):
             self.free_all()
             b.ret(ir.Constant(I32, 1))

@@ -166,11 +166,7 @@ class MemoryGen:
                 else:
                     self.ptrs[buf.name] = outer
                 return
-        n: ir.Value = ir.Constant(I64, buf.dtype.itemsize)
-        for e in buf.extents:
-            n = b.mul(n, self.expr(e))
-        n = self.call_intrinsic("smax", n, ir.Constant(I64, 1))
-        raw = b.call(self._heap_alloc(), [n])
+        raw = b.call(self._heap_alloc(), [self.buffer_bytes(buf)])
         with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8.as_pointer(), None)),
                        likely=False):
             self.free_all()
@@ -182,6 +178,14 @@ class MemoryGen:
         free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
         self.builder.call(free, [raw])
         del self.ptrs[buf.name]
+
+    def buffer_bytes(self, buf: Buffer) -> ir.Value:
+        """The bytes of ``buf`` at run time (at least 1: an empty buffer still gets an
+        address), int64."""
+        n: ir.Value = ir.Constant(I64, buf.dtype.itemsize)
+        for e in buf.extents:
+            n = self.builder.mul(n, self.expr(e))
+        return self.call_intrinsic("smax", n, ir.Constant(I64, 1))
 
     def _heap_alloc(self) -> ir.Function:
         """``i8* @tl.alloc(i64 n)``, the kernel's heap allocator (freed with ``free``): ``malloc``,
