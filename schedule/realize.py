@@ -474,11 +474,15 @@ class _Realizer:
         definition is computed independently of the others (only update definitions read other
         points of their own Func, and they are not partitioned), so the pieces' order is free. A
         remainder piece is emitted in its guarded version only; a main piece's extent ``e // f * f``
-        divides its factor, so it is not partitioned again along that Var."""
+        divides its factor, so it is not partitioned again along that Var. Producers computed
+        inside the stage's loops are computed by each piece for its own region; a Var is not
+        partitioned when a piece would recompute one whole (``_pieces_keep_producers``), nor is a
+        stage with a ``store_at`` buffer outside its compute loop."""
         st = self.states[f.name]
         args = [a.name for a in self.p.definition(f.name).args]
-        if remainder or any(key[0] == f.name for key in (*self.computed_at, *self.stored_at)):
-            depth = 0  # (producers inside its loops: their regions would lose constant extents)
+        if remainder or any(key[0] == f.name and self.states[g.name].store is not None
+                            for key, gs in self.stored_at.items() for g in gs):
+            depth = 0  # (a store_at buffer outside its compute loop is kept whole, not per piece)
         # a compute_with host is partitioned only along Vars its guests share, with the same
         # bounds (each piece then computes the same piece of every guest)
         shared_vars = set(args)
@@ -487,6 +491,8 @@ class _Realizer:
         for rel in st.relations if depth > 0 else ():
             if not (isinstance(rel, Split) and rel.tail is TailStrategy.GuardWithIf
                     and rel.parent in shared_vars):
+                continue
+            if not self._pieces_keep_producers(f, rel.parent):
                 continue
             k = args.index(rel.parent)
             lo, ext = region[k]
@@ -504,6 +510,22 @@ class _Realizer:
                                          None))
             return Block(tuple(pieces))
         return self.produce(f, region, set(), guarded_only=remainder)
+
+    def _pieces_keep_producers(self, f: Func, var: str) -> bool:
+        """Whether partitioning ``f``'s stage along pure Var ``var`` keeps the work of the
+        producers computed inside its loops: each one is computed at a loop at or inside the
+        outermost loop over ``var`` (its region shrinks with the piece), or at a reduction loop
+        (a panel per reduction block, such as a packed operand, which the reduction's work over
+        it outweighs). A producer computed further out would be computed whole by each piece
+        (softmax's row sum at its row loop, partitioned along the columns: twice)."""
+        st = self.states[f.name]
+        over = [n for n, loop in enumerate(st.loops) if var in st.origin[loop]]
+        for (stage, loop), _ in self.computed_at.items():
+            if stage != f.name or loop not in st.loops:
+                continue
+            if not (over and st.loops.index(loop) >= over[0]) and not st.is_reduction_loop(loop):
+                return False
+        return True
 
     def run(self) -> Stmt:
         stages: list[Stmt] = []
