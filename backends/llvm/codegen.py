@@ -79,6 +79,8 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
         self._cse: dict[tuple, ir.Value] | None = None
         self._var_names_memo: dict[tuple, tuple[str, ...]] = {}
         self.vec: tuple[str, int] | None = None  # (loop variable, lanes) of an explicit vector loop
+        #: the live lanes (<lanes x i1>) of a masked vector loop's chunk; None: all
+        self.mask: ir.Value | None = None
         self.lane0 = False  # evaluate the vector loop variable as a scalar (addresses, lanes)
 
     def declare(self, arg_types: list[ir.Type]) -> ir.Function:

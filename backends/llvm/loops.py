@@ -8,7 +8,7 @@ import llvmlite.ir as ir
 
 from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
-from tensorlang.expr import Expr, Var, walk
+from tensorlang.expr import BinOp, Expr, Var, walk
 from tensorlang.schedule.ir import (
     GPU_KINDS,
     MAX_UNROLL,
@@ -61,7 +61,18 @@ class LoopGen:
         else:
             raise CompileError(f"codegen: unsupported statement {type(s).__name__}")
 
-    def vector_loop(self, s: For, lanes: int) -> None:
+    def masked_vector_loop(self, s: For, cap: int) -> None:
+        """A vectorized loop whose extent is not a constant but at most ``cap`` (a GuardWithIf
+        tail: ``min(8, N - 8 * x.o)``) as ``cap`` lanes under a mask of the lanes below the
+        extent: masked loads and stores (``llvm.masked.load/store/gather/scatter``) touch no
+        element past it, where LLVM's vectorizer would leave a loop this short scalar. Each
+        chunk of a native vector past the first runs only when some lane of it is live."""
+        b = self.builder
+        extent = self.expr(s.extent)
+        with b.if_then(b.icmp_signed(">", extent, ir.Constant(I64, 0))):
+            self.vector_loop(s, cap, live=extent)
+
+    def vector_loop(self, s: For, lanes: int, live: ir.Value | None = None) -> None:
         """Emit the body with the loop variable as a vector of lanes, in chunks no wider than a
         native register (e.g. 32 float32 lanes = 2 x 16 on AVX-512; 56 = 16 + 16 + 16 + 8):
         equal-width loads and stores of each accumulator let LLVM keep it in a register across
@@ -70,6 +81,7 @@ class LoopGen:
                         if n in self.f.buffers or self.scoped.get(n)), default=4)
         native = max(1, self.target.vector_bits // (8 * itemsize))
         outer_vec, outer_base = self.vec, getattr(self, "_vbase", None)
+        b = self.builder
         base = self.expr(s.min)
         saved = self.vars.get(s.var)
         start = 0
@@ -77,20 +89,44 @@ class LoopGen:
             # whole native vectors, then a tail of descending powers of two (56 float32 lanes on
             # AVX-512: 16 + 16 + 16 + 8), so no chunk is an odd-width vector LLVM must widen
             width = min(native, 1 << ((lanes - start).bit_length() - 1))
-            self._vbase = base if start == 0 else self.builder.add(base, ir.Constant(I64, start))
+            self._vbase = base if start == 0 else b.add(base, ir.Constant(I64, start))
             self.vars[s.var] = self._vbase
-            if width == 1:
-                self.vec = None
-                self.stmt(s.body)
+            if live is None:
+                self._chunk(s, width)
             else:
-                self.vec = (s.var, width)
-                self.stmt(s.body)
+                rest = b.sub(live, ir.Constant(I64, start)) if start else live
+                if start == 0:
+                    self._chunk(s, width, rest)
+                else:
+                    with b.if_then(b.icmp_signed(">", rest, ir.Constant(I64, 0))):
+                        self._chunk(s, width, rest)
             start += width
         self.vec, self._vbase = outer_vec, outer_base
         if saved is None:
             del self.vars[s.var]
         else:
             self.vars[s.var] = saved
+
+    def _chunk(self, s: For, width: int, rest: ir.Value | None = None) -> None:
+        """The body for ``width`` lanes from ``self._vbase``; with ``rest``, only the lanes
+        below it are live (``self.mask``)."""
+        outer_mask = self.mask
+        if width == 1:
+            self.vec = None
+            self.mask = None
+            if rest is None:
+                self.stmt(s.body)
+            else:
+                with self.builder.if_then(self.builder.icmp_signed(">", rest,
+                                                                   ir.Constant(I64, 0))):
+                    self.stmt(s.body)
+        else:
+            self.vec = (s.var, width)
+            self.mask = None if rest is None else self.builder.icmp_signed(
+                "<", ir.Constant(ir.VectorType(I64, width), list(range(width))),
+                self.splat(rest, width))
+            self.stmt(s.body)
+        self.mask = outer_mask
 
     def _vectorizable(self, s: For, lanes: int) -> bool:
         def mentions(e: Expr) -> bool:
@@ -127,6 +163,9 @@ class LoopGen:
             lanes = const_value(s.extent)
             if lanes is not None and self._vectorizable(s, lanes):
                 return self.vector_loop(s, lanes)
+            cap = lane_cap(s.extent)
+            if lanes is None and cap is not None and self._vectorizable(s, cap):
+                return self.masked_vector_loop(s, cap)
         b = self.builder
         lo = self.expr(s.min)
         end = b.add(lo, self.expr(s.extent))
@@ -185,6 +224,16 @@ class LoopGen:
                                          ir.Constant(I32, width)]))
         node = m.add_metadata([ir.MetaDataString(m, f"TL_LOOP_{self._loop_md}"), *props])
         br.set_metadata("llvm.loop", node)
+
+
+def lane_cap(extent: Expr) -> int | None:
+    """The constant bound of a vector loop extent ``min(c, e)`` or ``min(e, c)`` with ``1 < c <=
+    64``, or None."""
+    if isinstance(extent, BinOp) and extent.op == "min":
+        for c in (const_value(extent.a), const_value(extent.b)):
+            if c is not None and 1 < c <= 64:
+                return int(c)
+    return None
 
 
 def _buffers_in(s: Stmt) -> set[str]:

@@ -79,6 +79,8 @@ class MemoryGen:
         pattern = self._pattern(e.indices)
         if pattern == "scalar":
             v = b.load(self.address(e.buffer, e.indices), align=e.dtype.itemsize)
+        elif self.mask is not None:
+            v = self._masked_load(e, pattern, mt)
         elif pattern == "contiguous":
             lanes = self.vec[1]  # type: ignore[index]
             self._lane(0)
@@ -126,6 +128,8 @@ class MemoryGen:
             value = self.bf16_bits(value)
         if pattern == "scalar":
             b.store(value, self.address(s.buffer, s.indices), align=d.itemsize)
+        elif self.mask is not None:
+            self._masked_store(s, pattern, value, d.itemsize)
         elif pattern == "contiguous":
             self._lane(0)
             ptr = self.address(s.buffer, s.indices)
@@ -137,6 +141,57 @@ class MemoryGen:
                 ptr = self.address(s.buffer, s.indices)
                 self._end_lane()
                 b.store(b.extract_element(value, ir.Constant(I32, lane)), ptr, align=d.itemsize)
+
+    def _lane_pointers(self, name: str, indices: tuple[Expr, ...], elem: ir.Type) -> ir.Value:
+        """The vector of each lane's element address (a gather's or scatter's)."""
+        b = self.builder
+        lanes = self.vec[1]  # type: ignore[index]
+        pt = ir.VectorType(elem.as_pointer(), lanes)
+        ptrs = ir.Constant(pt, ir.Undefined)
+        for lane in range(lanes):
+            self._lane(lane)
+            ptr = self.address(name, indices)
+            self._end_lane()
+            ptrs = b.insert_element(ptrs, ptr, ir.Constant(I32, lane))
+        return ptrs
+
+    def _masked_load(self, e: Load, pattern: str, mt: ir.Type) -> ir.Value:
+        """``e``'s lanes under ``self.mask`` (LLVM's ``masked.load``/``masked.gather``); dead
+        lanes read nothing and hold zero."""
+        b = self.builder
+        lanes = self.vec[1]  # type: ignore[index]
+        vt = ir.VectorType(mt, lanes)
+        align = ir.Constant(I32, e.dtype.itemsize)
+        zero = ir.Constant(vt, None)
+        if pattern == "contiguous":
+            self._lane(0)
+            ptr = b.bitcast(self.address(e.buffer, e.indices), vt.as_pointer())
+            self._end_lane()
+            fn = self.intrinsic(f"llvm.masked.load.{self._suffix(vt)}.p0", vt,
+                                [ptr.type, I32, self.mask.type, vt])
+            return b.call(fn, [ptr, align, self.mask, zero])
+        ptrs = self._lane_pointers(e.buffer, e.indices, mt)
+        fn = self.intrinsic(f"llvm.masked.gather.{self._suffix(vt)}.v{lanes}p0", vt,
+                            [ptrs.type, I32, self.mask.type, vt])
+        return b.call(fn, [ptrs, align, self.mask, zero])
+
+    def _masked_store(self, s: Store, pattern: str, value: ir.Value, itemsize: int) -> None:
+        """Store ``value``'s lanes under ``self.mask`` (``masked.store``/``masked.scatter``)."""
+        b = self.builder
+        vt = value.type
+        align = ir.Constant(I32, itemsize)
+        if pattern == "contiguous":
+            self._lane(0)
+            ptr = b.bitcast(self.address(s.buffer, s.indices), vt.as_pointer())
+            self._end_lane()
+            fn = self.intrinsic(f"llvm.masked.store.{self._suffix(vt)}.p0", ir.VoidType(),
+                                [vt, ptr.type, I32, self.mask.type])
+            b.call(fn, [value, ptr, align, self.mask])
+            return
+        ptrs = self._lane_pointers(s.buffer, s.indices, vt.element)
+        fn = self.intrinsic(f"llvm.masked.scatter.{self._suffix(vt)}.v{vt.count}p0",
+                            ir.VoidType(), [vt, ptrs.type, I32, self.mask.type])
+        b.call(fn, [value, ptrs, align, self.mask])
 
     def allocate(self, s: Allocate) -> None:
         self.scoped.setdefault(s.buffer.name, []).append(s.buffer)
