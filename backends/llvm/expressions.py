@@ -186,6 +186,10 @@ class ExpressionGen:
 
     def binop(self, op: str, x: ir.Value, y: ir.Value, d: DType,
               flags: tuple = FLOAT_FLAGS) -> ir.Value:
+        if d in (DType.float16, DType.bfloat16):
+            # each operation rounds to d, as NumPy's do: no fusing a product into an FMA (with
+            # native half arithmetic, AVX512-FP16, LLVM narrows the float32 operations to d)
+            flags = tuple(f for f in flags if f != "contract")
         return self.round_half(self._binop(op, x, y, d, flags), d)
 
     def _binop(self, op: str, x: ir.Value, y: ir.Value, d: DType,
