@@ -241,6 +241,23 @@ def gemm_blocking(cpu: CpuModel, itemsize: int, tile: RegisterTile | None = None
     return GemmBlocking(t, kc, mc, nc)
 
 
+def closest_divisor(n: int, target: int, most: int | None = None) -> int | None:
+    """The divisor of ``n`` in ``[target // 2, min(2 * target, most)]`` closest to ``target``
+    (the larger on a tie; ``n`` itself when ``n <= target``), or None: a block size the model
+    asks for that leaves no partial block.
+
+    >>> closest_divisor(1024, 192), closest_divisor(1100, 192), closest_divisor(1152, 192)
+    (256, 220, 192)
+    >>> closest_divisor(1009, 192), closest_divisor(90, 192)
+    (None, 90)
+    """
+    if n <= target:
+        return n
+    top = min(n, 2 * target, most if most is not None else n)
+    found = [d for d in range(max(1, target // 2), top + 1) if n % d == 0]
+    return min(found, key=lambda d: (abs(d - target), -d)) if found else None
+
+
 def near_divisor(n: int, target: int, shrink: int = 2) -> int | None:
     """The largest divisor of ``n`` in ``[target // shrink, target]`` (``n`` itself when ``n <=
     target``), or None.

@@ -23,9 +23,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   unrolled: the innermost pure Var that the vector operands are not indexed by (GEMM's ``i``,
   conv2d's output channel); the reduction loops between the tile loops and the tile (GEMM-style);
 - a GEMM-like reduction (``packed_operand``) whose operand does not fit in L1 is first tried as
-  BLIS's packed nest (``_packed_tile``: row blocks in parallel, ``kc x nr`` panels of the operand
-  copied into contiguous buffers; ``kc`` and the row block from the analytical model of
-  ``cpu_model``); the register tile above where the sizes do not allow it;
+  BLIS's packed nest (``_packed_tile``: row blocks in parallel; per reduction block, the row
+  block of A and each ``kc x nr`` panel of B copied into contiguous buffers; ``kc`` and the row
+  block from the analytical model of ``cpu_model``); the register tile above where the sizes do
+  not allow it;
 - a reduction with one pure Var that indexes the last (contiguous) dimension of what it reads
   (``y[j] = A[i, j] * x[i]``) runs its reduction loops outside a segment of ``ROW_VECTORS``
   vectors of that Var: every reduction step then reads a contiguous row segment;
@@ -77,7 +78,8 @@ from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
-from .cpu_model import accumulator_budget, cpu_model, gemm_blocking, near_divisor
+from .cpu_model import (accumulator_budget, closest_divisor, cpu_model, gemm_blocking,
+                        near_divisor)
 from .cpu_model import register_tile as model_tile
 from .features import store_counts
 from .workloads import BoundExtents
@@ -93,6 +95,8 @@ ACCUMULATORS_AVX2 = 12
 MAX_TILE_VECTORS = 4
 #: row blocks of a packed GEMM per thread at least (the parallel loop claims them dynamically)
 BLOCKS_PER_THREAD = 2
+#: the largest ``kc`` taken above the model's (``space.MAX_FACTOR``, the largest split factor)
+MAX_KC = 256
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x)
 ROW_VECTORS = 4
 #: the largest expression (nodes, counted as a tree) that inlining may build in one Func
@@ -472,17 +476,51 @@ def packed_operands(f: Func) -> list[Packed]:
     return found
 
 
+def row_operands(f: Func, row: str) -> list[Packed]:
+    """The operand reads of a GEMM-like reduction ``f`` that a packed register tile copies as
+    its row block (BLIS's ``mc x kc`` block of A): indexed by the reduction Var ``k`` and the
+    row Var ``row`` (``row_var``), not by the vector Var; stored with ``k`` last, so the block's
+    rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed)."""
+    d = f.definition
+    assert d is not None
+    if len(d.rvars) != 1 or len(d.args) < 2:
+        return []
+    k, x = d.rvars[0].name, d.args[-1].name
+    seen: dict[str, int] = {}
+    found: list[Packed] = []
+    for a in walk(d.value):
+        if not isinstance(a, Access):
+            continue
+        index = seen.get(a.name, 0)
+        seen[a.name] = index + 1
+        pos = {e.name: n for n, e in enumerate(a.indices) if isinstance(e, Var)}
+        used = {v.name for e in a.indices for v in walk(e) if isinstance(v, Var)}
+        if row not in pos or k not in pos or x in used or a.boundary is not None:
+            continue
+        others = [e for n, e in enumerate(a.indices) if n not in (pos[row], pos[k])]
+        if any(v.name in (row, k) for e in others for v in walk(e) if isinstance(v, Var)):
+            continue
+        last = len(a.indices) - 1
+        layout = None if pos[k] == last else \
+            tuple(n for n in range(len(a.indices)) if n != pos[k]) + (pos[k],)
+        found.append(Packed(a.name, k, index, layout))
+    return found
+
+
 def packed_operand(f: Func) -> Packed | None:
     """The first of ``packed_operands(f)``, or None."""
     found = packed_operands(f)
     return found[0] if found else None
 
 
-def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str) -> None:
-    """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``)."""
+def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str]) -> None:
+    """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``); ``loop``:
+    one loop for all, or one per operand."""
+    loops = [loop] * len(operands) if isinstance(loop, str) else loop
     done: dict[str, int] = {}
-    for op in operands:  # in read order: a packed read no longer counts among its name's reads
-        s.cache_read(op.name, stage, loop, index=op.index - done.get(op.name, 0),
+    # in read order: a packed read no longer counts among its name's reads
+    for op, at in sorted(zip(operands, loops), key=lambda p: (p[0].name, p[0].index)):
+        s.cache_read(op.name, stage, at, index=op.index - done.get(op.name, 0),
                      layout=op.layout)
         done[op.name] = done.get(op.name, 0) + 1
 
@@ -516,15 +554,19 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
                  target: Target | None) -> None:
     """The BLIS loop nest for a GEMM-like reduction (Goto and van de Geijn, TOMS 2008; blocking
     from ``cpu_model.gemm_blocking``): row blocks of about ``mc`` rows in parallel; in each, for
-    each ``nr``-wide column panel and each ``kc`` block of the reduction, the ``kc x nr`` panel of
-    the packed operand is copied into a contiguous buffer (``cache_read``) that every ``mr``-row
-    register tile of the block then reads from L1. A reduction of at most ``kc`` is not split;
-    the whole ``K x nr`` panel is packed per column panel.
+    each ``kc`` block of the reduction, the ``mc x kc`` block of the row operand (``row_operands``:
+    A of ``A[i, k] * B[k, j]``) is copied with ``k`` contiguous and stays in L2, then for each
+    ``nr``-wide column panel the ``kc x nr`` panel of the packed operand is copied into a
+    contiguous buffer (``cache_read``) that every ``mr``-row register tile of the block reads from
+    L1. ``kc`` is the divisor of the reduction's extent closest to the model's; the row tile is the
+    model's even where it leaves remainder rows (loop partitioning runs them, and the columns
+    past the last whole panel, as pieces of their own). A reduction of at most ``kc`` is not
+    split: the row block is packed per row block, the whole ``K x nr`` panel per column panel.
 
     Raises:
         ScheduleError: the reduction is not GEMM-like, its operand fits in L1 (nothing to gain),
-            the sizes have no near divisor for the row tile, ``kc`` or the row block (a
-            remainder would run the nest's guarded version), or there is one row block only.
+            the sizes have no near divisor for ``kc`` or the row block (a remainder would run
+            the nest's guarded version), or there is one row block only.
     """
     d = f.definition
     assert d is not None
@@ -540,12 +582,19 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     size = f.dtype.numpy.itemsize
     if ext[k] * ext[x] * size <= cpu.l1.size:
         raise ScheduleError(f"{operand} fits in L1: no packing")
-    width, rows = register_tile(ext[x], ext[i], lanes, model_tile(cpu, size).accumulators)
+    accs = model_tile(cpu, size).accumulators
+    width, rows = register_tile(ext[x], ext[i], lanes, accs)
+    # the whole tile even where it leaves remainder rows: loop partitioning runs them as a
+    # piece of their own (a 6-row tile, a divisor of 900, measured slower than 8 rows and a
+    # 4-row remainder, docs/performance.md)
+    rows = max(rows, min(ext[i], accs // -(-width // lanes)))
     blocking = packed_blocking(f, rows, width, target)
-    kc = near_divisor(ext[k], blocking.kc)
-    tiles, rest = divmod(ext[i], rows)
+    # (not past the search space's largest split factor unless the model asks for more: the
+    # rule-based schedule stays a point of the space)
+    kc = closest_divisor(ext[k], blocking.kc, most=max(blocking.kc, MAX_KC))
+    tiles = ext[i] // rows
     mb = row_block(tiles, rows, blocking.mc, max(1, num_threads()))
-    if kc is None or rest or tiles % mb or ext[x] < width:
+    if kc is None or tiles % mb or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
     outer = [a for a in args[:-1] if a != i]
     count = {**ext, "blocks": tiles // mb}
@@ -555,14 +604,19 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     st = s[f]
     io, ii = st.split(i, rows)
     ioo, ioi = st.split(io, mb)
-    xo, xi = st.split(x, width, tail="ShiftInwards")
+    blocks = row_operands(f, i)
     if kc < ext[k]:
+        # BLIS's order: the mc x kc block of A (packed) stays in L2 for every column panel;
+        # column panels inside the reduction blocks need a guarded tail (ShiftInwards would add
+        # a shifted panel's products twice), which loop partitioning keeps out of the full tiles
+        xo, xi = st.split(x, width, tail="GuardWithIf")
         ko, ki = st.split(k, kc)
-        st.reorder(*outer, ioo, xo, ko, ioi, ki, ii, xi)
-        pack(s, st, operands, ko.name)
+        st.reorder(*outer, ioo, ko, xo, ioi, ki, ii, xi)
+        pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ko.name] * len(blocks))
     else:
+        xo, xi = st.split(x, width, tail="ShiftInwards")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
-        pack(s, st, operands, xo.name)
+        pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ioo.name] * len(blocks))
     st.unroll(ii)
     if width > lanes and width % lanes == 0:
         st.vectorize(xi, lanes).unroll(f"{xi.name}.o")

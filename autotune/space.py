@@ -27,9 +27,10 @@ Func computed at root or at a consumer loop):
   ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost);
   ``packed``, for a GEMM-like reduction (``heuristic.packed_operand``: ``B[k, j]`` of ``C[i, j]
   += A[i, k] * B[k, j]``) with a register tile: BLIS's loop nest (Goto and van de Geijn, TOMS
-  2008): row blocks, column panels, reduction blocks, then the register tiles of the row block;
-  the operand's ``kc x nr`` panel is copied (``cache_read``) at the reduction block loop (at the
-  column panel loop when the reduction is not split) into a contiguous buffer read from L1.
+  2008): row blocks, reduction blocks, column panels, then the register tiles of the row block;
+  the row block of the row operand (``heuristic.row_operands``: A) is copied at the reduction
+  block loop (at the row block loop when the reduction is not split), the operand's ``kc x nr``
+  panel at the column panel loop (``cache_read``), into contiguous buffers read from L2 and L1.
 - ``<F>.<row>.block``, with ``packed``: register tiles per row block (``mc / mr``): ``"model"``
   (``heuristic.row_block``: the analytical model's ``mc``, at least ``BLOCKS_PER_THREAD`` blocks per
   thread) or 1 to 64.
@@ -103,6 +104,7 @@ from .heuristic import (
     packed_operand,
     packed_operands,
     row_block,
+    row_operands,
     row_var,
 )
 from .workloads import BoundExtents
@@ -286,6 +288,7 @@ class SearchSpace:
                 order = "tile"  # no register tile to pack for
         outer_p, inner_p, outer_r, inner_r, mid = [], [], [], [], []
         inner_of: dict[str, str] = {}
+        outer_of: dict[str, str] = {}
         for v in args + rvars:
             group_o, group_i = (outer_p, inner_p) if v in args else (outer_r, inner_r)
             if v in factor:
@@ -294,6 +297,7 @@ class SearchSpace:
                     # BLIS's row block (mc): its tiles inside the packed panel's loops
                     o, oi = stage.split(o, block)
                     mid.append(oi.name)
+                outer_of[v] = o.name
                 group_o.append(o.name)
                 group_i.append(i.name)
                 inner_of[v] = i.name
@@ -304,8 +308,11 @@ class SearchSpace:
             # the tile's rows right outside its vector loop (conv2d: co.i, then x.i)
             inner_p.remove(tile_rows)
             inner_p.insert(inner_p.index(inner_of[args[-1]]), tile_rows)
-        if order == "packed" and rvars[0] in factor:  # the kc x nr panel per k block
-            loops = outer_p + outer_r + mid + inner_r + inner_p
+        if order == "packed" and rvars[0] in factor:
+            # per k block the row block of A, then per column panel the kc x nr panel of B
+            panel = outer_of[args[-1]]
+            loops = [lp for lp in outer_p if lp != panel] + outer_r + [panel] + mid + inner_r \
+                + inner_p
         elif order == "packed":  # the whole K x nr panel per column panel
             loops = outer_p + mid + outer_r + inner_r + inner_p
         elif order == "tile":
@@ -314,7 +321,10 @@ class SearchSpace:
             loops = outer_p + outer_r + inner_p + inner_r
         stage.reorder(*loops)
         if order == "packed":
-            pack(s, stage, packed, outer_r[0] if rvars[0] in factor else outer_p[-1])
+            blocks = row_operands(f, row)  # the row block at the k block (the row block) loop
+            at = outer_r[0] if rvars[0] in factor else outer_of[row]
+            pack(s, stage, [*packed, *blocks], [outer_of[args[-1]]] * len(packed)
+                 + [at] * len(blocks))
         pure_order = [lp for lp in loops if lp in outer_p + mid + inner_p]
         if pure_order and width:
             last = pure_order[-1]
@@ -399,7 +409,7 @@ class SearchSpace:
 
     def _row_block(self, f: Func, row: str, rows: int, width: int, answer: Any) -> int:
         """Register tiles per row block for the ``.block`` decision ``answer``."""
-        tiles = -(-self.extent(f.name, row) // rows)
+        tiles = max(1, self.extent(f.name, row) // rows)  # whole tiles (heuristic._packed_tile)
         if answer != "model":
             return min(int(answer), tiles)
         return row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc,

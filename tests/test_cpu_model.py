@@ -104,8 +104,9 @@ def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu):
     rows, cols, kc, _ = (EXPECTED.get((cpu, 4)) or EXPECTED[("skylake-avx512", 4)])
     text = s.to_python()
     assert f"split('i', {rows})" in text and f"split('j', {cols}" in text
-    # kc moved down to a divisor of K = 1024 (Haswell's 170 -> 128): no partial k block
-    assert f"split('k', {cm.near_divisor(1024, kc)})" in text and "cache_read('B'" in text
+    # kc moved to the closest divisor of K = 1024 (Haswell's 170 -> 128): no partial k block
+    assert f"split('k', {cm.closest_divisor(1024, kc)})" in text and "cache_read('B'" in text
+    assert "cache_read('A'" in text  # the row block of A too, at the reduction block loop
 
 
 def test_packing_is_left_out_where_the_operand_fits_in_l1():
@@ -168,11 +169,16 @@ def test_packed_reads_of_one_array_match_numpy(form, size):
         sizes, shape = {"N": rows, "M": depth}, (rows, depth)
     s = heuristic_schedule(out, sizes)
     text = s.to_python()
-    if rows == 240:
-        assert {"XtX": "cache_read('X', s[\"out\"], 'k.o', index=1)",
-                "XXt": "cache_read('X', s[\"out\"], 'k.o', index=1, layout=(1, 0))",
-                "syr2k": "cache_read('Y', s[\"out\"], 'k.o', index=1, layout=(1, 0))",
-                }[form] in text, text
+    if rows == 240:  # the column panel (at j.o) and the row block (at k.o), each read alone
+        for copy in {"XtX": ["'X', s[\"out\"], 'k.o', index=0, layout=(1, 0)",
+                             "'X', s[\"out\"], 'j.o', index=0)"],
+                     "XXt": ["'X', s[\"out\"], 'k.o', index=0)",
+                             "'X', s[\"out\"], 'j.o', index=0, layout=(1, 0)"],
+                     "syr2k": ["'X', s[\"out\"], 'j.o', index=0, layout=(1, 0)",
+                               "'X', s[\"out\"], 'k.o', index=0)",
+                               "'Y', s[\"out\"], 'k.o', index=0)",
+                               "'Y', s[\"out\"], 'j.o', index=0, layout=(1, 0)"]}[form]:
+            assert f"cache_read({copy}" in text, text
     rng = np.random.default_rng(3)
     x, y = rng.random(shape), rng.random(shape)
     args = {"X": x} if form != "syr2k" else {"X": x, "Y": y}
