@@ -97,6 +97,9 @@ MAX_TILE_VECTORS = 4
 BLOCKS_PER_THREAD = 2
 #: the largest ``kc`` taken above the model's (``space.MAX_FACTOR``, the largest split factor)
 MAX_KC = 256
+#: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
+#: (doitgen at 8 rows per block spent more time copying than multiplying)
+MIN_BLOCK_ROWS = 32
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x)
 ROW_VECTORS = 4
 #: the largest expression (nodes, counted as a tree) that inlining may build in one Func
@@ -540,6 +543,12 @@ def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
     return near_divisor(tiles, per_block, shrink=4) or per_block
 
 
+def block_threads(outer: list[str], ext: dict[str, int]) -> int:
+    """Threads the row blocks of a packed tile are shared by: one when a pure loop outside them
+    (doitgen's ``r``, a batch) has the iterations to run in parallel itself, else all."""
+    return 1 if any(ext[a] >= 2 for a in outer) else max(1, num_threads())
+
+
 def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None) -> GemmBlocking:
     """The analytical model's blocking (``cpu_model.gemm_blocking``) of ``f`` on ``target``
     (default: the host) for a register tile of ``rows`` x ``width`` elements."""
@@ -583,20 +592,26 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     if ext[k] * ext[x] * size <= cpu.l1.size:
         raise ScheduleError(f"{operand} fits in L1: no packing")
     accs = model_tile(cpu, size).accumulators
-    width, rows = register_tile(ext[x], ext[i], lanes, accs)
-    # the whole tile even where it leaves remainder rows: loop partitioning runs them as a
-    # piece of their own (a 6-row tile, a divisor of 900, measured slower than 8 rows and a
-    # 4-row remainder, docs/performance.md)
-    rows = max(rows, min(ext[i], accs // -(-width // lanes)))
-    blocking = packed_blocking(f, rows, width, target)
+    width, near = register_tile(ext[x], ext[i], lanes, accs)
+    outer = [a for a in args[:-1] if a != i]
+    threads = block_threads(outer, ext)
+    # the model's whole tile first, even where it leaves remainder rows (loop partitioning runs
+    # them as a piece of their own: a 6-row tile, a divisor of 900, measured slower than 8 rows
+    # and a 4-row remainder, docs/performance.md), then the divisor of the rows near it, the
+    # first whose tiles split into row blocks of at least MIN_BLOCK_ROWS rows
+    for rows in dict.fromkeys([max(near, min(ext[i], accs // -(-width // lanes))), near]):
+        blocking = packed_blocking(f, rows, width, target)
+        tiles = ext[i] // rows
+        mb = row_block(tiles, rows, blocking.mc, threads)
+        if tiles % mb == 0 and (mb * rows >= MIN_BLOCK_ROWS or mb == tiles):
+            break
+    else:
+        raise ScheduleError(f"{f.name}: no row block for the packed tile")
     # (not past the search space's largest split factor unless the model asks for more: the
     # rule-based schedule stays a point of the space)
     kc = closest_divisor(ext[k], blocking.kc, most=max(blocking.kc, MAX_KC))
-    tiles = ext[i] // rows
-    mb = row_block(tiles, rows, blocking.mc, max(1, num_threads()))
-    if kc is None or tiles % mb or ext[x] < width:
+    if kc is None or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
-    outer = [a for a in args[:-1] if a != i]
     count = {**ext, "blocks": tiles // mb}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     if par is None:
@@ -614,6 +629,9 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         st.reorder(*outer, ioo, ko, xo, ioi, ki, ii, xi)
         pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ko.name] * len(blocks))
     else:
+        # the whole reduction in one block: A's rows are read as they are when k is contiguous
+        # in them (a copy would only move them), transposed reads are packed
+        blocks = [b for b in blocks if b.layout is not None]
         xo, xi = st.split(x, width, tail="ShiftInwards")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
         pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ioo.name] * len(blocks))

@@ -98,6 +98,7 @@ from .heuristic import (
     rfactor_update_chunks,
     accumulator_rows,
     accumulators,
+    block_threads,
     lanes,
     pack,
     packed_blocking,
@@ -323,6 +324,8 @@ class SearchSpace:
         if order == "packed":
             blocks = row_operands(f, row)  # the row block at the k block (the row block) loop
             at = outer_r[0] if rvars[0] in factor else outer_of[row]
+            if rvars[0] not in factor:  # (as heuristic._packed_tile: only transposed reads)
+                blocks = [b for b in blocks if b.layout is not None]
             pack(s, stage, [*packed, *blocks], [outer_of[args[-1]]] * len(packed)
                  + [at] * len(blocks))
         pure_order = [lp for lp in loops if lp in outer_p + mid + inner_p]
@@ -412,8 +415,10 @@ class SearchSpace:
         tiles = max(1, self.extent(f.name, row) // rows)  # whole tiles (heuristic._packed_tile)
         if answer != "model":
             return min(int(answer), tiles)
-        return row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc,
-                         max(1, num_threads()))
+        args = [v.name for v in f.definition.args]  # type: ignore[union-attr]
+        outer = [a for a in args[:-1] if a != row]
+        threads = block_threads(outer, {a: self.extent(f.name, a) for a in outer})
+        return row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc, threads)
 
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split
