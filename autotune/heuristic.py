@@ -78,8 +78,8 @@ from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
-from .cpu_model import (accumulator_budget, closest_divisor, cpu_model, gemm_blocking,
-                        near_divisor)
+from .cpu_model import (BROADCAST_REGISTERS, accumulator_budget, closest_divisor, cpu_model,
+                        gemm_blocking, near_divisor)
 from .cpu_model import register_tile as model_tile
 from .features import store_counts
 from .workloads import BoundExtents
@@ -100,6 +100,12 @@ MAX_KC = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
 MIN_BLOCK_ROWS = 32
+#: the least share of the threads' time a packed tile's row blocks keep busy (``_packed_rows``)
+MIN_BALANCE = 0.9
+#: the most accumulators a packed tile takes, past the model's, to share its row blocks evenly
+#: over the threads (Xeon AVX-512, 2 threads, float64 1000 x 1100 x 1200: a 10-row tile, 20
+#: accumulators, in 4 blocks 166 GFLOP/s; 8 rows in 5 blocks 129, docs/performance.md)
+BALANCE_ACCUMULATORS = 20
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x)
 ROW_VECTORS = 4
 #: the largest expression (nodes, counted as a tree) that inlining may build in one Func
@@ -543,6 +549,44 @@ def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
     return near_divisor(tiles, per_block, shrink=4) or per_block
 
 
+def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads: int,
+                 target: Target | None) -> tuple[int, GemmBlocking, int]:
+    """(rows, blocking, tiles per row block) of a packed tile over a row loop of ``extent``:
+    the model's tile rows first, even where they leave remainder rows (loop partitioning runs
+    them as a piece of their own: a 6-row tile, a divisor of 900, measured slower than 8 rows
+    and a 4-row remainder, docs/performance.md), then the divisor ``near`` it, then other row
+    counts nearest it, up to ``BALANCE_ACCUMULATORS`` accumulators where the registers allow;
+    the first whose row blocks have at least ``MIN_BLOCK_ROWS`` rows and share out over
+    ``threads`` with at least ``MIN_BALANCE`` of the threads' time busy (1000 rows on 2 threads:
+    8-row tiles give 5 blocks, 10-row tiles 4), else the best shared of those.
+
+    Raises:
+        ScheduleError: no row count gives whole row blocks.
+    """
+    cpu = cpu_model(target)
+    vectors = -(-width // cpu.lanes(f.dtype.numpy.itemsize))
+    full = max(near, min(extent, accs // vectors))
+    free = cpu.vector_registers - vectors - BROADCAST_REGISTERS
+    most = max(full, min(extent, max(accs, min(free, BALANCE_ACCUMULATORS)) // vectors))
+    others = sorted(range(2, most + 1), key=lambda r: (abs(r - full), -r))
+    best: tuple[float, int, GemmBlocking, int] | None = None
+    for rows in dict.fromkeys([full, near, *others]):
+        blocking = packed_blocking(f, rows, width, target)
+        tiles = extent // rows
+        mb = row_block(tiles, rows, blocking.mc, threads)
+        if tiles % mb or (mb * rows < MIN_BLOCK_ROWS and mb != tiles):
+            continue
+        blocks = tiles // mb
+        shared = blocks / (-(-blocks // threads) * threads)
+        if shared >= MIN_BALANCE:
+            return rows, blocking, mb
+        if best is None or shared > best[0]:
+            best = (shared, rows, blocking, mb)
+    if best is None:
+        raise ScheduleError(f"{f.name}: no row block for the packed tile")
+    return best[1], best[2], best[3]
+
+
 def block_threads(outer: list[str], ext: dict[str, int]) -> int:
     """Threads the row blocks of a packed tile are shared by: one when a pure loop outside them
     (doitgen's ``r``, a batch) has the iterations to run in parallel itself, else all."""
@@ -595,24 +639,13 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     width, near = register_tile(ext[x], ext[i], lanes, accs)
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)
-    # the model's whole tile first, even where it leaves remainder rows (loop partitioning runs
-    # them as a piece of their own: a 6-row tile, a divisor of 900, measured slower than 8 rows
-    # and a 4-row remainder, docs/performance.md), then the divisor of the rows near it, the
-    # first whose tiles split into row blocks of at least MIN_BLOCK_ROWS rows
-    for rows in dict.fromkeys([max(near, min(ext[i], accs // -(-width // lanes))), near]):
-        blocking = packed_blocking(f, rows, width, target)
-        tiles = ext[i] // rows
-        mb = row_block(tiles, rows, blocking.mc, threads)
-        if tiles % mb == 0 and (mb * rows >= MIN_BLOCK_ROWS or mb == tiles):
-            break
-    else:
-        raise ScheduleError(f"{f.name}: no row block for the packed tile")
+    rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target)
     # (not past the search space's largest split factor unless the model asks for more: the
     # rule-based schedule stays a point of the space)
     kc = closest_divisor(ext[k], blocking.kc, most=max(blocking.kc, MAX_KC))
     if kc is None or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
-    count = {**ext, "blocks": tiles // mb}
+    count = {**ext, "blocks": ext[i] // rows // mb}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     if par is None:
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")

@@ -114,6 +114,7 @@ if TYPE_CHECKING:
     from tensorlang.backends.llvm.target import Target
 
 MAX_FACTOR = 256
+MAX_TILE_ROWS = 16
 VECTOR_WIDTHS = (0, 4, 8, 16)
 AT_LEVELS = 4
 MAX_VECTOR_UNROLL = 4
@@ -137,6 +138,12 @@ def factor_choices(extent: int) -> list[int]:
         p *= 2
     out.update(d for d in range(2, top + 1) if extent % d == 0)
     return sorted(out)
+
+
+def row_choices(extent: int) -> list[int]:
+    """A register tile's row counts: ``factor_choices``, and every count up to
+    ``MAX_TILE_ROWS`` (the rule-based schedule's packed tile may leave remainder rows)."""
+    return sorted(set(factor_choices(extent)) | set(range(2, min(extent, MAX_TILE_ROWS) + 1)))
 
 
 def whole_loop_vector(extent: int, width: int) -> bool:
@@ -273,7 +280,7 @@ class SearchSpace:
         if row is not None:
             ext = self.extent(f.name, row)
             rows = trial.suggest_categorical(f"{f.name}.{row}.rows",
-                                             ["regs", *factor_choices(max(ext, 1))])
+                                             ["regs", *row_choices(max(ext, 1))])
             if rows == "regs":
                 regs = True
                 rows = min(ext, accumulator_rows(self._row_vectors(f, factor.get(args[-1]),
