@@ -554,8 +554,9 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     """(rows, blocking, tiles per row block) of a packed tile over a row loop of ``extent``:
     the model's tile rows first, even where they leave remainder rows (loop partitioning runs
     them as a piece of their own: a 6-row tile, a divisor of 900, measured slower than 8 rows
-    and a 4-row remainder, docs/performance.md), then the divisor ``near`` it, then other row
-    counts nearest it, up to ``BALANCE_ACCUMULATORS`` accumulators where the registers allow;
+    and a 4-row remainder, docs/performance.md), then the other row counts nearest it (``near``,
+    a divisor of the extent, among them), up to ``BALANCE_ACCUMULATORS`` accumulators where the
+    registers allow;
     the first whose row blocks have at least ``MIN_BLOCK_ROWS`` rows and share out over
     ``threads`` with at least ``MIN_BALANCE`` of the threads' time busy (1000 rows on 2 threads:
     8-row tiles give 5 blocks, 10-row tiles 4), else the best shared of those.
@@ -570,7 +571,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     most = max(full, min(extent, max(accs, min(free, BALANCE_ACCUMULATORS)) // vectors))
     others = sorted(range(2, most + 1), key=lambda r: (abs(r - full), -r))
     best: tuple[float, int, GemmBlocking, int] | None = None
-    for rows in dict.fromkeys([full, near, *others]):
+    for rows in dict.fromkeys([full, *others]):
         blocking = packed_blocking(f, rows, width, target)
         tiles = extent // rows
         mb = row_block(tiles, rows, blocking.mc, threads)

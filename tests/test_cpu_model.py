@@ -96,9 +96,11 @@ def test_host_caches_read_from_sysfs(tmp_path):
 
 
 @pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "sapphirerapids", "znver4"])
-def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu):
+def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu, monkeypatch):
     # GEMM 480 x 512 x 1024 (480 rows: whole 6- and 8-row tiles) made for each described CPU:
-    # the register tile and kc the model gives
+    # the register tile and kc the model gives. Two threads: the row blocks are shared out over
+    # the threads, and the row count may move to share them evenly (not on 2 threads here)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
     out = gemm()
     s = heuristic_schedule(out, {"M": 480, "N": 512, "K": 1024}, _target(cpu))
     rows, cols, kc, _ = (EXPECTED.get((cpu, 4)) or EXPECTED[("skylake-avx512", 4)])
@@ -107,6 +109,25 @@ def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu):
     # kc moved to the closest divisor of K = 1024 (Haswell's 170 -> 128): no partial k block
     assert f"split('k', {cm.closest_divisor(1024, kc)})" in text and "cache_read('B'" in text
     assert "cache_read('A'" in text  # the row block of A too, at the reduction block loop
+
+
+@pytest.mark.parametrize("threads,rows", [(1, 8), (2, 10)])
+def test_the_row_tile_moves_so_the_row_blocks_share_out_over_the_threads(threads, rows,
+                                                                         monkeypatch):
+    # 1000 rows in 8-row tiles: 125 tiles, 5 blocks of 25, one thread idle a fifth of the time
+    # on 2 threads; 10-row tiles (20 of AVX-512's 32 registers) make 4 blocks. One thread: the
+    # model's 8 rows. The schedule stays right on the odd sizes around it
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", str(threads))
+    out = gemm(tl.float64)
+    s = heuristic_schedule(out, {"M": 1000, "N": 1100, "K": 1200}, _target("skylake-avx512"))
+    assert f"split('i', {rows})" in s.to_python()
+    monkeypatch.delenv("TENSORLANG_NUM_THREADS")
+    s = heuristic_schedule(out, {"M": 1000, "N": 1100, "K": 1200})
+    rng = np.random.default_rng(5)
+    kern = tl.compile(out, s)
+    for m, n, k in [(1000, 1100, 1200), (1003, 1109, 1201), (9, 17, 5)]:
+        a, b = rng.random((m, k)), rng.random((k, n))
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-10)
 
 
 def test_packing_is_left_out_where_the_operand_fits_in_l1():
