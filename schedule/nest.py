@@ -51,6 +51,9 @@ class Leaf:
     full_extent: Expr | None = None  # the extent before tail bounds were tightened
     full_min: Expr | None = None  # the min before an RDom condition raised it
     scalar: bool = False  # a serial loop LLVM must not vectorize (a short tail)
+    #: the range the initialisation of a reduction runs over, where an RDom condition of pure
+    #: Vars narrowed this loop (it is inside the first reduction loop): ``(min, extent)``
+    init_range: tuple[Expr, Expr] | None = None
 
 
 @dataclass
@@ -217,11 +220,11 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             if part is None:  # not an affine comparison: a guard as written
                 core_guards.append(cond)
                 continue
-            placed = _place_bound(part, leaves, pos, st.update is not None, splits)
+            placed = _place_bound(part, leaves, pos, st.update is not None, splits, first_red)
             if placed is None:
                 guard = _le_zero(part)
                 core_guards.append(guard)
-                hull = _hull_bound(part, leaves, pos, st.update is not None, splits)
+                hull = _hull_bound(part, leaves, pos, st.update is not None, splits, first_red)
                 if hull is not None:
                     bounded[hull[0]] = bounded.get(hull[0], 0) + 1
                     if peel is None and hull[1] is not None:
@@ -286,10 +289,15 @@ def _le_zero(form: Affine) -> Expr:
 
 
 def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok: bool,
-                 splits: dict[str, tuple[str, int]]) -> tuple[str, tuple[str, Expr] | None] | None:
+                 splits: dict[str, tuple[str, int]], inside: int | None = None
+                 ) -> tuple[str, tuple[str, Expr] | None] | None:
     """Make ``form <= 0`` a bound of the innermost loop it mentions, when that loop may carry
     one: not unrolled (its extent stays a constant), and a reduction loop unless ``pure_ok`` (a
-    pure loop of a reduction stage also runs the cells' initialisation). Returns that loop and,
+    pure loop of a reduction stage also runs the cells' initialisation) or it is inside the
+    first reduction loop, position ``inside``, and serial (the initialisation runs before that
+    loop, over the loop's ``init_range``: syrk's ``r.where(j <= i)`` skips the tiles above the
+    diagonal and still sets them to the reduction's identity; a vector loop keeps its constant
+    extent, the tile's hull bounds the loops outside it, ``_hull_bound``). Returns that loop and,
     for an upper bound on the inner loop of a split, ``(outer loop, iterations of it with a
     whole inner loop)`` for loop partitioning; the outer loop is bounded too (a triangle's
     tiles past the diagonal are not visited)."""
@@ -298,8 +306,11 @@ def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok:
         return None
     inner = max(mentioned, key=lambda v: pos[v])
     lf = leaves[pos[inner]]
-    if lf.kind is ForKind.UNROLLED or not (lf.reduction or pure_ok):
+    nested = inside is not None and pos[inner] > inside and lf.kind is ForKind.SERIAL
+    if lf.kind is ForKind.UNROLLED or not (lf.reduction or pure_ok or nested):
         return None
+    if nested and not lf.reduction and not pure_ok and lf.init_range is None:
+        lf.init_range = (lf.min, lf.extent)
     c = form.coeff(inner)
     rest = form.drop(inner).to_expr()
     end = sadd(lf.min, lf.extent)
@@ -320,14 +331,15 @@ def _place_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok:
 
 
 def _hull_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok: bool,
-                splits: dict[str, tuple[str, int]]
+                splits: dict[str, tuple[str, int]], inside: int | None = None
                 ) -> tuple[str, tuple[Expr, bool] | None] | None:
     """Where ``form <= 0`` stays a guard because the innermost loop it mentions is unrolled (a
-    register tile's rows), bound the next loop ``L`` it mentions by what some iteration of the
-    unrolled loops allows: each unrolled ``u`` in ``[min, min + extent)`` replaced by the end
-    that makes ``form`` smallest. The guard stays exact; the loop no longer visits the points
-    where every row of the tile fails it (trmm's ``k > i`` over 5-row tiles skips the triangle
-    above each tile instead of guarding it; the split's outer loop is bounded too).
+    register tile's rows) or a vector loop of constant extent (its columns), bound the next
+    loop ``L`` it mentions by what some iteration of those loops allows: each such ``u`` in
+    ``[min, min + extent)`` replaced by the end that makes ``form`` smallest. The guard stays
+    exact; the loop no longer visits the points where every point of the tile fails it (trmm's
+    ``k > i`` over 5-row tiles skips the triangle above each tile instead of guarding it; the
+    split's outer loop is bounded too; syrk's ``j <= i`` skips whole tiles above the diagonal).
 
     Returns ``L`` and, when ``L`` is a serial loop, where the guard starts to hold for every
     unrolled iteration (each ``u`` at its other end): ``(point, guarded_first)`` — ``L`` below
@@ -340,7 +352,10 @@ def _hull_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok: 
             return None
         inner = max(mentioned, key=lambda v: pos[v])
         lf = leaves[pos[inner]]
-        if lf.kind is not ForKind.UNROLLED:
+        if lf.kind is ForKind.VECTORIZED and (const_value(lf.min) is None
+                                              or const_value(lf.extent) is None):
+            break
+        if lf.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED):
             break
         lo, ext = const_value(lf.min), const_value(lf.extent)
         if lo is None or ext is None or ext < 1:
@@ -355,9 +370,12 @@ def _hull_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok: 
         return None
     lf = leaves[pos[inner]]
     kind = lf.kind
-    placed = _place_bound(relaxed, leaves, pos, pure_ok, splits)  # (no partition: guarded)
+    lo, ext = const_value(lf.min), const_value(lf.extent)
+    placed = _place_bound(relaxed, leaves, pos, pure_ok, splits, inside)  # (guarded: no partition)
     if placed is None:
         return None
+    if inside is not None and pos[inner] > inside and lo is not None and ext is not None:
+        _bound_outward(relaxed, inner, lo, ext, leaves, pos, splits, inside)
     c = strong.coeff(inner)
     if kind is not ForKind.SERIAL or c == 0 or any(
             pos[v] > pos[inner] for v in strong.vars if v != inner):
@@ -367,6 +385,28 @@ def _hull_bound(form: Affine, leaves: list[Leaf], pos: dict[str, int], pure_ok: 
         return placed[0], (sceildiv(rest, -c), True)
     # holds where inner <= floor(-rest / c): up to that point, guarded after it
     return placed[0], (sadd(sfloordiv(ssub(sconst(0), rest), c), sconst(1)), False)
+
+
+def _bound_outward(form: Affine, inner: str, lo: int, ext: int, leaves: list[Leaf],
+                   pos: dict[str, int], splits: dict[str, tuple[str, int]], inside: int) -> None:
+    """After ``form <= 0`` bounded loop ``inner`` (whose range was the constant ``[lo, lo +
+    ext)``), bound the next loop out that ``form`` mentions by what some iteration of ``inner``
+    allows, and so on while each loop's range is constant: syrk's column panels to the right
+    of a row block's last row are not visited (nor their operand copied)."""
+    while True:
+        c = form.coeff(inner)
+        form = form.drop(inner) + Affine((), (), c * (lo if c > 0 else lo + ext - 1))
+        mentioned = [v for v in form.vars if v in pos]
+        if not mentioned or any(v not in pos for v in form.vars):
+            return
+        inner = max(mentioned, key=lambda v: pos[v])
+        lf = leaves[pos[inner]]
+        lo, ext = const_value(lf.min), const_value(lf.extent)
+        if pos[inner] <= inside or _place_bound(form, leaves, pos, False, splits,
+                                                inside) is None:
+            return
+        if lo is None or ext is None:
+            return
 
 
 def _outer_ranges(leaves: list[Leaf], k: int) -> dict[str, tuple[Expr, Expr]]:
@@ -583,7 +623,8 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
             return core
         lf = leaves[k]
         body = guarded(lf, go_plain(k + 1, leaves, core))
-        return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
+        lo, ext = lf.init_range or (lf.min, lf.extent)
+        return For(lf.var, lo, ext, lf.kind, body, _width(lf))
 
     steady = None  # the store without the peeled guard (nest.peel)
     if nest.peel is not None:

@@ -301,3 +301,33 @@ def test_triangle_inside_a_register_tile_is_peeled(cond, m, n, rows, kc, rng):
     # the full-tile versions run each k block as corner + steady state (a ragged remainder of
     # rows, not unrolled to a constant, keeps one guarded loop)
     assert outer >= 1 and inner > outer, text
+
+
+@pytest.mark.parametrize("n,m", [(1, 3), (13, 7), (37, 29), (240, 300)])
+def test_a_condition_of_pure_vars_skips_whole_tiles_and_keeps_the_identity(n, m, rng):
+    # S[i, j] = sum_r A[i, r] A[j, r] where j <= i (syrk's triangle): under the rule-based
+    # packed tile the tiles above the diagonal are skipped (the row tile loop is bounded and
+    # peeled; the column panels past a row block are not visited), the diagonal tiles keep the
+    # condition, and every point of S still starts at 0 — read whole here, above the diagonal
+    # too, where the sum is empty
+    from tensorlang.autotuner.heuristic import heuristic_schedule
+
+    N, M = tl.sizes("N M")
+    A = tl.Input("A", (N, M), tl.float64)
+    i, j = tl.vars("i j")
+    r = tl.RDom((0, M), name="r")
+    r.where(j <= i)
+    S, out = tl.Func("S"), tl.Func("out")
+    S[i, j] = tl.sum(A[i, r] * A[j, r])
+    out[i, j] = S[i, j] + 1.0
+    a = rng.random((n, m))
+    want = np.tril(a @ a.T) + 1.0
+    s = heuristic_schedule(out, {"N": n, "M": m})
+    kern = tl.compile(out, s)
+    np.testing.assert_allclose(kern(a), want, rtol=1e-12)
+    if n == 240:  # whole tiles: packed, and the steady state's accumulators in registers
+        text = kern.loop_nest()
+        assert "cache_read('A'" in s.to_python() and "S.acc" in text, s.to_python()
+        lines = [x.strip() for x in text.splitlines()]
+        assert any(x.startswith("S.acc") and "+=" in x for x in lines), text  # steady state
+        assert any(x.startswith("if j") for x in lines), text  # the diagonal's tiles
