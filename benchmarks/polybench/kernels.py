@@ -4,9 +4,10 @@ Every kernel is a ``Kernel``: its outputs (one Func each; a C kernel with severa
 has several, compiled as one pipeline with several outputs: ``Kernel.handle``), its sizes
 (PolyBench's SMALL and LARGE datasets), its inputs, and a NumPy function
 computing the same live-out arrays. Data are float64 (PolyBench's default ``DATA_TYPE``);
-``alpha``/``beta`` are the constants of PolyBench's ``init_array``. Where the C code fills one
-triangle of a symmetric result and mirrors it (covariance, correlation), the algorithm computes
-the whole matrix, as NumPy does. The inputs are seeded random arrays, not PolyBench's
+``alpha``/``beta`` are the constants of PolyBench's ``init_array``. Where the C code computes
+one triangle of a symmetric product (syrk, syr2k) or computes one and mirrors it (covariance,
+correlation), so does the port (``_triangle_products``: an RDom restricted to the triangle).
+The inputs are seeded random arrays, not PolyBench's
 ``init_array`` patterns: a reference check is stronger on unstructured data.
 
 All 30 kernels of PolyBench/C 4.2. Where the C loop body runs several statements on different
@@ -184,7 +185,9 @@ def _covariance() -> list[tl.Func]:
     mean, d, cov = tl.Func("mean"), tl.Func("centered"), tl.Func("covariance")
     mean[j] = tl.sum(data[i, j]) / tl.cast(F64, N)
     d[i, j] = data[i, j] - mean[j]
-    cov[i, j] = tl.sum(d[k, i] * d[k, j]) / (tl.cast(F64, N) - 1.0)
+    # C computes cov[i][j] for j >= i and copies it to cov[j][i]
+    upper = _triangle_products("dtd", N, lambda i, j, k: d[k, i] * d[k, j], upper=True)
+    cov[i, j] = tl.where(j >= i, upper[i, j], upper[j, i]) / (tl.cast(F64, N) - 1.0)
     return [cov]
 
 
@@ -208,7 +211,10 @@ def _correlation() -> list[tl.Func]:
     dev = tl.sqrt(tl.sum((data[i, j] - mean[j]) * (data[i, j] - mean[j])) / fn)
     sd[j] = tl.where(dev <= EPS, 1.0, dev)
     dn[i, j] = (data[i, j] - mean[j]) / (tl.sqrt(fn) * sd[j])
-    corr[i, j] = tl.where(i == j, 1.0, tl.sum(dn[k, i] * dn[k, j]))
+    # C sets corr[i][i] = 1, computes corr[i][j] for j > i and copies it to corr[j][i]
+    upper = _triangle_products("dtd", N, lambda i, j, k: dn[k, i] * dn[k, j], upper=True,
+                               diagonal=False)
+    corr[i, j] = tl.where(i == j, 1.0, tl.where(j > i, upper[i, j], upper[j, i]))
     return [corr]
 
 
@@ -245,29 +251,47 @@ def _symm_np(a: dict[str, np.ndarray], s: dict[str, int]) -> list[np.ndarray]:
     return [BETA * a["C"] + ALPHA * (sym @ a["B"])]
 
 
+def _triangle_products(name: str, depth: tl.Size, value, upper: bool = False,
+                       diagonal: bool = True) -> tl.Func:
+    """``name[i, j] = sum_k value(i, j, k)`` for ``k < depth`` over one triangle only, as C's
+    loops (``j <= i``; ``upper``: ``j >= i``; without the ``diagonal``: strict): the points
+    outside it keep the sum's identity. A GEMM-like stage whose tiles outside the triangle the
+    rule-based schedule does not run."""
+    i, j = tl.vars("i j")
+    k = tl.RDom((0, depth), name="k")
+    if upper:
+        k.where(j >= i if diagonal else j > i)
+    else:
+        k.where(j <= i if diagonal else j < i)
+    f = tl.Func(name)
+    f[i, j] = tl.sum(value(i, j, k))
+    return f
+
+
 def _syrk() -> list[tl.Func]:
     N, M = tl.sizes("N M")
     C, A = tl.Input("C", (N, N), F64), tl.Input("A", (N, M), F64)
-    i, j, k = tl.vars("i j k")
+    i, j = tl.vars("i j")
     out = tl.Func("syrk", shape=(N, N))  # the lower triangle is updated, the upper one kept
     out[i, j] = C[i, j]
     t = tl.RDom((0, N), (0, N), name="t")  # j, i
     t.where(t.x <= t.y)
-    # the inline reduction is its own Func over (i, j): a GEMM-like stage, then the triangle
-    out[t.y, t.x] = BETA * out[t.y, t.x] + ALPHA * tl.sum(A[t.y, k] * A[t.x, k])
+    # A A^T over the triangle: a GEMM-like stage whose tiles above the diagonal are skipped
+    aat = _triangle_products("aat", M, lambda i, j, k: A[i, k] * A[j, k])
+    out[t.y, t.x] = BETA * out[t.y, t.x] + ALPHA * aat[t.y, t.x]
     return [out]
 
 
 def _syr2k() -> list[tl.Func]:
     N, M = tl.sizes("N M")
     C, A, B = tl.Input("C", (N, N), F64), tl.Input("A", (N, M), F64), tl.Input("B", (N, M), F64)
-    i, j, k = tl.vars("i j k")
+    i, j = tl.vars("i j")
     out = tl.Func("syr2k", shape=(N, N))
     out[i, j] = C[i, j]
     t = tl.RDom((0, N), (0, N), name="t")
     t.where(t.x <= t.y)
-    out[t.y, t.x] = BETA * out[t.y, t.x] + ALPHA * tl.sum(A[t.x, k] * B[t.y, k]
-                                                          + B[t.x, k] * A[t.y, k])
+    ab = _triangle_products("abt", M, lambda i, j, k: A[j, k] * B[i, k] + B[j, k] * A[i, k])
+    out[t.y, t.x] = BETA * out[t.y, t.x] + ALPHA * ab[t.y, t.x]
     return [out]
 
 
