@@ -95,7 +95,7 @@ ACCUMULATORS_AVX2 = 12
 MAX_TILE_VECTORS = 4
 #: row blocks of a packed GEMM per thread at least (the parallel loop claims them dynamically)
 BLOCKS_PER_THREAD = 2
-#: the largest ``kc`` taken above the model's (``space.MAX_FACTOR``, the largest split factor)
+#: the largest ``kc`` (``space.MAX_FACTOR``, the search space's largest split factor)
 MAX_KC = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
@@ -106,6 +106,10 @@ MIN_BALANCE = 0.9
 #: over the threads (Xeon AVX-512, 2 threads, float64 1000 x 1100 x 1200: a 10-row tile, 20
 #: accumulators, in 4 blocks 166 GFLOP/s; 8 rows in 5 blocks 129, docs/performance.md)
 BALANCE_ACCUMULATORS = 20
+#: rows of a packed row block below which a later row count with bigger blocks is preferred:
+#: each copied panel of B serves them (doitgen, 140 rows per batch: 45-row blocks 11.9 ms,
+#: 70-row 8.7-9.3 ms)
+REUSE_ROWS = 64
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x)
 ROW_VECTORS = 4
 #: the largest expression (nodes, counted as a tree) that inlining may build in one Func
@@ -554,12 +558,13 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     """(rows, blocking, tiles per row block) of a packed tile over a row loop of ``extent``:
     the model's tile rows first, even where they leave remainder rows (loop partitioning runs
     them as a piece of their own: a 6-row tile, a divisor of 900, measured slower than 8 rows
-    and a 4-row remainder, docs/performance.md), then the other row counts nearest it (``near``,
-    a divisor of the extent, among them), up to ``BALANCE_ACCUMULATORS`` accumulators where the
-    registers allow;
-    the first whose row blocks have at least ``MIN_BLOCK_ROWS`` rows and share out over
-    ``threads`` with at least ``MIN_BALANCE`` of the threads' time busy (1000 rows on 2 threads:
-    8-row tiles give 5 blocks, 10-row tiles 4), else the best shared of those.
+    and a 4-row remainder, docs/performance.md), then more rows, up to
+    ``BALANCE_ACCUMULATORS`` accumulators where the registers allow, then fewer (``near``, a
+    divisor of the extent, among them). Of those whose row blocks have at least
+    ``MIN_BLOCK_ROWS`` rows, the ones that share out over ``threads`` with at least
+    ``MIN_BALANCE`` of the threads' time busy (1000 rows on 2 threads: 8-row tiles give 5
+    blocks, 10-row tiles 4), else the best shared; among them the first whose blocks have at
+    least ``REUSE_ROWS`` rows, else the first.
 
     Raises:
         ScheduleError: no row count gives whole row blocks.
@@ -569,9 +574,10 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     full = max(near, min(extent, accs // vectors))
     free = cpu.vector_registers - vectors - BROADCAST_REGISTERS
     most = max(full, min(extent, max(accs, min(free, BALANCE_ACCUMULATORS)) // vectors))
-    others = sorted(range(2, most + 1), key=lambda r: (abs(r - full), -r))
-    best: tuple[float, int, GemmBlocking, int] | None = None
-    for rows in dict.fromkeys([full, *others]):
+    # more rows first (more accumulators, each copied panel of B serving more rows), then fewer
+    others = [*range(full + 1, most + 1), *range(full - 1, 1, -1)]
+    found: list[tuple[float, int, int, GemmBlocking, int]] = []
+    for n, rows in enumerate(dict.fromkeys([full, *others])):
         blocking = packed_blocking(f, rows, width, target)
         tiles = extent // rows
         mb = row_block(tiles, rows, blocking.mc, threads)
@@ -579,13 +585,15 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             continue
         blocks = tiles // mb
         shared = blocks / (-(-blocks // threads) * threads)
-        if shared >= MIN_BALANCE:
-            return rows, blocking, mb
-        if best is None or shared > best[0]:
-            best = (shared, rows, blocking, mb)
-    if best is None:
+        found.append((shared, mb * rows, -n, blocking, mb))
+    if not found:
         raise ScheduleError(f"{f.name}: no row block for the packed tile")
-    return best[1], best[2], best[3]
+    # balanced ones first, then those whose copied panels of B serve REUSE_ROWS rows, in order
+    balanced = [c for c in found if c[0] >= MIN_BALANCE]
+    pick = max(balanced, key=lambda c: (c[1] >= REUSE_ROWS, c[2])) if balanced else \
+        max(found, key=lambda c: (c[0], c[2]))
+    rows = list(dict.fromkeys([full, *others]))[-pick[2]]
+    return rows, pick[3], pick[4]
 
 
 def block_threads(outer: list[str], ext: dict[str, int]) -> int:
@@ -641,9 +649,9 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)
     rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target)
-    # (not past the search space's largest split factor unless the model asks for more: the
-    # rule-based schedule stays a point of the space)
-    kc = closest_divisor(ext[k], blocking.kc, most=max(blocking.kc, MAX_KC))
+    # (not past the search space's largest split factor: the rule-based schedule stays a point
+    # of the space)
+    kc = closest_divisor(ext[k], min(blocking.kc, MAX_KC), most=MAX_KC)
     if kc is None or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
     count = {**ext, "blocks": ext[i] // rows // mb}
