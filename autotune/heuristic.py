@@ -457,48 +457,17 @@ class Packed(NamedTuple):
     layout: tuple[int, ...] | None
 
 
-def packed_operands(f: Func) -> list[Packed]:
-    """The operand reads of a GEMM-like reduction that a packed register tile copies into
-    contiguous panels: ``f`` has one reduction Var ``k``, and the read has ``k`` and ``f``'s
-    innermost pure Var ``j`` as two of its indices (``B[k, j]`` of ``C[i, j] += A[i, k] *
-    B[k, j]``; ``B[b, k, j]`` of a batched GEMM; ``A[j, k]`` of ``C[i, j] += A[i, k] * A[j, k]``,
-    packed transposed). Each read is packed alone (``cache_read(..., index=)``): covariance's
-    ``d[k, i] * d[k, j]`` packs the panel ``d[k, j]``, not the union of both tiles."""
+def _tile_reads(f: Func, var: str, last: str, exclude: str | None = None) -> list[Packed]:
+    """The reads of GEMM-like reduction ``f`` (one reduction Var ``k``, two pure Vars or more)
+    with ``k`` and pure Var ``var`` as plain indices of their own (no other index mentions
+    either), none mentioning ``exclude``, and no boundary mode: each as a ``Packed`` whose
+    layout puts index ``last`` (``var`` or ``k``) last, ``index`` counting the reads of its name
+    in ``f``'s value."""
     d = f.definition
     assert d is not None
     if len(d.rvars) != 1 or len(d.args) < 2:
         return []
-    k, x = d.rvars[0].name, d.args[-1].name
-    seen: dict[str, int] = {}
-    found: list[Packed] = []
-    for a in walk(d.value):
-        if not isinstance(a, Access):
-            continue
-        index = seen.get(a.name, 0)
-        seen[a.name] = index + 1
-        pos = {e.name: n for n, e in enumerate(a.indices) if isinstance(e, Var)}
-        if x not in pos or k not in pos or a.boundary is not None:
-            continue
-        others = [e for n, e in enumerate(a.indices) if n not in (pos[x], pos[k])]
-        if any(v.name in (x, k) for e in others for v in walk(e) if isinstance(v, Var)):
-            continue
-        last = len(a.indices) - 1
-        layout = None if pos[x] == last else \
-            tuple(n for n in range(len(a.indices)) if n != pos[x]) + (pos[x],)
-        found.append(Packed(a.name, k, index, layout))
-    return found
-
-
-def row_operands(f: Func, row: str) -> list[Packed]:
-    """The operand reads of a GEMM-like reduction ``f`` that a packed register tile copies as
-    its row block (BLIS's ``mc x kc`` block of A): indexed by the reduction Var ``k`` and the
-    row Var ``row`` (``row_var``), not by the vector Var; stored with ``k`` last, so the block's
-    rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed)."""
-    d = f.definition
-    assert d is not None
-    if len(d.rvars) != 1 or len(d.args) < 2:
-        return []
-    k, x = d.rvars[0].name, d.args[-1].name
+    k = d.rvars[0].name
     seen: dict[str, int] = {}
     found: list[Packed] = []
     for a in walk(d.value):
@@ -508,16 +477,38 @@ def row_operands(f: Func, row: str) -> list[Packed]:
         seen[a.name] = index + 1
         pos = {e.name: n for n, e in enumerate(a.indices) if isinstance(e, Var)}
         used = {v.name for e in a.indices for v in walk(e) if isinstance(v, Var)}
-        if row not in pos or k not in pos or x in used or a.boundary is not None:
+        if var not in pos or k not in pos or exclude in used or a.boundary is not None:
             continue
-        others = [e for n, e in enumerate(a.indices) if n not in (pos[row], pos[k])]
-        if any(v.name in (row, k) for e in others for v in walk(e) if isinstance(v, Var)):
+        others = [e for n, e in enumerate(a.indices) if n not in (pos[var], pos[k])]
+        if any(v.name in (var, k) for e in others for v in walk(e) if isinstance(v, Var)):
             continue
-        last = len(a.indices) - 1
-        layout = None if pos[k] == last else \
-            tuple(n for n in range(len(a.indices)) if n != pos[k]) + (pos[k],)
+        at = pos[k if last == "k" else var]
+        layout = None if at == len(a.indices) - 1 else \
+            tuple(n for n in range(len(a.indices)) if n != at) + (at,)
         found.append(Packed(a.name, k, index, layout))
     return found
+
+
+def packed_operands(f: Func) -> list[Packed]:
+    """The operand reads of a GEMM-like reduction that a packed register tile copies into
+    contiguous panels: ``f`` has one reduction Var ``k``, and the read has ``k`` and ``f``'s
+    innermost pure Var ``j`` as two of its indices (``B[k, j]`` of ``C[i, j] += A[i, k] *
+    B[k, j]``; ``B[b, k, j]`` of a batched GEMM; ``A[j, k]`` of ``C[i, j] += A[i, k] * A[j, k]``,
+    packed transposed). Each read is packed alone (``cache_read(..., index=)``): covariance's
+    ``d[k, i] * d[k, j]`` packs the panel ``d[k, j]``, not the union of both tiles."""
+    d = f.definition
+    assert d is not None
+    return _tile_reads(f, d.args[-1].name, last="var") if d.args else []
+
+
+def row_operands(f: Func, row: str) -> list[Packed]:
+    """The operand reads of a GEMM-like reduction ``f`` that a packed register tile copies as
+    its row block (BLIS's ``mc x kc`` block of A): indexed by the reduction Var ``k`` and the
+    row Var ``row`` (``row_var``), not by the vector Var; stored with ``k`` last, so the block's
+    rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed)."""
+    d = f.definition
+    assert d is not None
+    return _tile_reads(f, row, last="k", exclude=d.args[-1].name) if d.args else []
 
 
 def packed_operand(f: Func) -> Packed | None:
