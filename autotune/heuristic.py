@@ -567,7 +567,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     most = max(full, min(extent, max(accs, min(free, BALANCE_ACCUMULATORS)) // vectors))
     # more rows first (more accumulators, each copied panel of B serving more rows), then fewer
     others = [*range(full + 1, most + 1), *range(full - 1, 1, -1)]
-    found: list[tuple[float, int, int, GemmBlocking, int]] = []
+    found: list[tuple[float, int, int, int, GemmBlocking, int]] = []
     for n, rows in enumerate(dict.fromkeys([full, *others])):
         blocking = packed_blocking(f, rows, width, target)
         tiles = extent // rows
@@ -576,15 +576,14 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             continue
         blocks = tiles // mb
         shared = blocks / (-(-blocks // threads) * threads)
-        found.append((shared, mb * rows, -n, blocking, mb))
+        found.append((shared, mb * rows, -n, rows, blocking, mb))
     if not found:
         raise ScheduleError(f"{f.name}: no row block for the packed tile")
     # balanced ones first, then those whose copied panels of B serve REUSE_ROWS rows, in order
     balanced = [c for c in found if c[0] >= MIN_BALANCE]
     pick = max(balanced, key=lambda c: (c[1] >= REUSE_ROWS, c[2])) if balanced else \
         max(found, key=lambda c: (c[0], c[2]))
-    rows = list(dict.fromkeys([full, *others]))[-pick[2]]
-    return rows, pick[3], pick[4]
+    return pick[3], pick[4], pick[5]
 
 
 def block_threads(outer: list[str], ext: dict[str, int]) -> int:
