@@ -171,9 +171,11 @@ def test_each_operand_read_is_packed_alone_and_transposed_reads_get_a_layout():
 
 @pytest.mark.parametrize("size", [(240, 300), (61, 97)])
 @pytest.mark.parametrize("form", ["XtX", "XXt", "syr2k"])
-def test_packed_reads_of_one_array_match_numpy(form, size):
+def test_packed_reads_of_one_array_match_numpy(form, size, monkeypatch):
     # 240 rows (whole register tiles, kc a divisor of 300): the packed nest, with its index= and
-    # layout= copies; 61 x 97 (no whole tiles): whatever the rules pick; both against NumPy
+    # layout= copies; 61 x 97 (no whole tiles): whatever the rules pick; both against NumPy.
+    # Two threads: on many, 240 rows' blocks would be too small to pack
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
     rows, depth = size
     N, M = tl.sizes("N M")
     X, Y = tl.Input("X", (N, M), tl.float64), tl.Input("Y", (N, M), tl.float64)
