@@ -501,14 +501,17 @@ def packed_operands(f: Func) -> list[Packed]:
     return _tile_reads(f, d.args[-1].name, last="var") if d.args else []
 
 
-def row_operands(f: Func, row: str) -> list[Packed]:
+def row_operands(f: Func, row: str, split: bool = True) -> list[Packed]:
     """The operand reads of a GEMM-like reduction ``f`` that a packed register tile copies as
     its row block (BLIS's ``mc x kc`` block of A): indexed by the reduction Var ``k`` and the
     row Var ``row`` (``row_var``), not by the vector Var; stored with ``k`` last, so the block's
-    rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed)."""
+    rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed). With the
+    reduction not ``split`` into blocks, only transposed reads: rows already contiguous in
+    ``k`` are read as they are (a copy would only move them)."""
     d = f.definition
     assert d is not None
-    return _tile_reads(f, row, last="k", exclude=d.args[-1].name) if d.args else []
+    found = _tile_reads(f, row, last="k", exclude=d.args[-1].name) if d.args else []
+    return found if split else [p for p in found if p.layout is not None]
 
 
 def packed_operand(f: Func) -> Packed | None:
@@ -651,7 +654,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     st = s[f]
     io, ii = st.split(i, rows)
     ioo, ioi = st.split(io, mb)
-    blocks = row_operands(f, i)
+    blocks = row_operands(f, i, split=kc < ext[k])
     if kc < ext[k]:
         # BLIS's order: the mc x kc block of A (packed) stays in L2 for every column panel;
         # column panels inside the reduction blocks need a guarded tail (ShiftInwards would add
@@ -661,9 +664,6 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         st.reorder(*outer, ioo, ko, xo, ioi, ki, ii, xi)
         pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ko.name] * len(blocks))
     else:
-        # the whole reduction in one block: A's rows are read as they are when k is contiguous
-        # in them (a copy would only move them), transposed reads are packed
-        blocks = [b for b in blocks if b.layout is not None]
         xo, xi = st.split(x, width, tail="ShiftInwards")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
         pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ioo.name] * len(blocks))

@@ -329,10 +329,9 @@ class SearchSpace:
             loops = outer_p + outer_r + inner_p + inner_r
         stage.reorder(*loops)
         if order == "packed":
-            blocks = row_operands(f, row)  # the row block at the k block (the row block) loop
+            # the row block at the k block loop (at the row block loop: the whole reduction)
+            blocks = row_operands(f, row, split=rvars[0] in factor)
             at = outer_r[0] if rvars[0] in factor else outer_of[row]
-            if rvars[0] not in factor:  # (as heuristic._packed_tile: only transposed reads)
-                blocks = [b for b in blocks if b.layout is not None]
             pack(s, stage, [*packed, *blocks], [outer_of[args[-1]]] * len(packed)
                  + [at] * len(blocks))
         pure_order = [lp for lp in loops if lp in outer_p + mid + inner_p]

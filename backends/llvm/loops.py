@@ -108,18 +108,13 @@ class LoopGen:
             self.vars[s.var] = saved
 
     def _chunk(self, s: For, width: int, rest: ir.Value | None = None) -> None:
-        """The body for ``width`` lanes from ``self._vbase``; with ``rest``, only the lanes
-        below it are live (``self.mask``)."""
+        """The body for ``width`` lanes from ``self._vbase``; with ``rest`` (known positive),
+        only the lanes below it are live (``self.mask``)."""
         outer_mask = self.mask
-        if width == 1:
+        if width == 1:  # (its one lane is live: rest > 0)
             self.vec = None
             self.mask = None
-            if rest is None:
-                self.stmt(s.body)
-            else:
-                with self.builder.if_then(self.builder.icmp_signed(">", rest,
-                                                                   ir.Constant(I64, 0))):
-                    self.stmt(s.body)
+            self.stmt(s.body)
         else:
             self.vec = (s.var, width)
             self.mask = None if rest is None else self.builder.icmp_signed(
