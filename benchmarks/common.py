@@ -1,11 +1,11 @@
 """Helpers shared by the benchmarks: ``median_seconds`` (the package's, ``autotune.measure``) and a
-plain-text table; the host CPU's name."""
+plain-text table; the host CPU's name; which BLAS NumPy calls, and with which kernels."""
 
 from __future__ import annotations
 
 from tensorlang.autotuner.measure import median_seconds
 
-__all__ = ["cpu_name", "median_seconds", "table"]
+__all__ = ["cpu_name", "median_seconds", "numpy_blas", "table"]
 
 
 def table(rows: list[tuple], head: tuple[str, ...]) -> str:
@@ -41,3 +41,24 @@ def cpu_name() -> str:
     t = host_target()
     isa = "AVX-512" if t.has_avx512 else "AVX2" if "+avx2" in t.features else "SSE"
     return f"{name} ({t.cpu}, {isa})"
+
+
+def numpy_blas() -> str:
+    """The BLAS library behind NumPy's matmul, its version and the kernel set it picked for this
+    CPU ("OpenBLAS 0.3.31, Haswell kernels"), from ``threadpoolctl`` (installed with
+    scikit-learn). OpenBLAS picks its kernels by CPU model at load time, and a CPU newer than the
+    build gets an older kernel set (on Zen 5, 0.3.31 picks its AVX2 Haswell kernels; the
+    environment variable ``OPENBLAS_CORETYPE=SkylakeX`` selects the AVX-512 ones): a ratio
+    against NumPy means little without it."""
+    try:
+        import numpy as np  # noqa: F401  (loads the BLAS)
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "unknown BLAS"
+    for info in threadpool_info():
+        if info.get("user_api") == "blas":
+            name = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS"}.get(
+                info.get("internal_api", ""), info.get("internal_api", "BLAS"))
+            arch = info.get("architecture")
+            return f"{name} {info.get('version', '')}" + (f", {arch} kernels" if arch else "")
+    return "unknown BLAS"

@@ -17,6 +17,9 @@ from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.heuristic import lanes as heuristic_lanes
 from tensorlang.autotuner.timing import Stats, interleaved
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import cpu_name, numpy_blas  # noqa: E402
+
 m, nn, kk = map(int, sys.argv[1].split("x")); dt = sys.argv[2]; variants = sys.argv[3].split(",")
 dtype = tl.float32 if dt == "f32" else tl.float64
 npd = np.float32 if dt == "f32" else np.float64
@@ -81,5 +84,6 @@ for v in variants:
     if os.environ.get("NEST"): print(kern.loop_nest())
 res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('ROUNDS', '7')), runs=5, warmup=1, settle=["numpy"]).items()}
 flops = 2 * m * nn * kk
+print(f"{m}x{nn}x{kk} {dt} on {cpu_name()}, {os.environ.get('TENSORLANG_NUM_THREADS', os.cpu_count())} threads; NumPy calls {numpy_blas()}")
 for name, st in res.items():
     print(f"{name:14s} median {st.median*1e3:8.3f} ms  IQR/med {st.iqr/st.median:5.1%}  {flops/st.median/1e9:7.1f} GFLOP/s")
