@@ -14,9 +14,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Callable
 
-from tensorlang.affine import sadd
+from tensorlang.affine import const_value, sadd
 from tensorlang.dtypes import DType
-from tensorlang.expr import Expr
+from tensorlang.expr import BinOp, Expr
 from tensorlang.printer import expr_str
 
 
@@ -54,12 +54,28 @@ GPU_KINDS = frozenset({ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
 MAX_UNROLL = 256
 
 
+def lane_cap(extent: Expr) -> int | None:
+    """The constant bound ``c`` of a vector loop extent ``min(c, e)`` or ``min(e, c)`` with
+    ``1 < c <= 64`` (the tail of a ``GuardWithIf`` split: ``min(8, N - 8 * x.o)``), or None.
+    Code generation runs such a loop as ``c`` lanes under a mask."""
+    if isinstance(extent, BinOp) and extent.op == "min":
+        for c in (const_value(extent.a), const_value(extent.b)):
+            if c is not None and 1 < c <= 64:
+                return int(c)
+    return None
+
+
 @dataclass(frozen=True, eq=False)
 class Buffer:
     """A buffer: ``dtype`` elements, row-major over ``extents``, indexed from ``mins``.
 
     ``kind`` is ``input`` (a kernel argument, read-only), ``output`` (a kernel argument, written)
     or ``internal`` (allocated by the kernel). Extents and mins are size expressions.
+
+    ``register``: a register tile (``promote_accumulators``): constant extents that cover every
+    lane of every vector access, including the dead lanes of a masked vector loop (its extents
+    are the loops' lane caps), so code generation accesses it without the lane mask and LLVM
+    can keep it in registers; what dead lanes hold is never stored anywhere else.
     """
 
     name: str
@@ -67,6 +83,7 @@ class Buffer:
     mins: tuple[Expr, ...]
     extents: tuple[Expr, ...]
     kind: str
+    register: bool = False
 
     @property
     def rank(self) -> int:

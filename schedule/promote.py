@@ -26,8 +26,8 @@ import dataclasses
 from tensorlang.affine import const_value, sconst
 from tensorlang.expr import BinOp, Expr, Var, walk
 
-from .ir import (CONCURRENT, Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt,
-                 Store, map_stmt)
+from .ir import (CONCURRENT, Allocate, Block, Buffer, For, ForKind, IfThenElse, Load, LoweredFunc,
+                 Stmt, Store, lane_cap, map_stmt)
 
 MAX_TILE_ELEMENTS = 1024
 
@@ -93,15 +93,20 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         return None
     if any(ld.buffer == store.buffer for ld in _loads(loop.body)):
         return None
-    if any(not isinstance(f, For) for f in path):
-        return None  # a guarded store: whole-tile loads could leave the buffer
+    # the path holds loops and guards (``if`` without ``else``: a GuardWithIf tail row), no
+    # other statement
+    if any(not isinstance(f, (For, IfThenElse)) for f in path):
+        return None
+    if any(isinstance(f, IfThenElse) and f.otherwise is not None for f in path):
+        return None
     idx_vars = set().union(*(_vars(i) for i in store.indices)) if store.indices else set()
     if loop.var in idx_vars:
         return None
+    loops = [f for f in path if isinstance(f, For)]
     # the tile: the loops inside L that select the cell; the others (inner reduction loops)
     # stay where they are
-    chain = [f for f in path if f.var in idx_vars]
-    others = [f for f in path if f.var not in idx_vars]
+    chain = [f for f in loops if f.var in idx_vars]
+    others = [f for f in loops if f.var not in idx_vars]
     # no chain: one cell of an internal buffer (an rfactor stage's partial sum), which LLVM
     # cannot keep in a register itself (the buffer may alias the inputs; arguments are noalias)
     if not chain and buffers[store.buffer].kind != "internal":
@@ -110,7 +115,7 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         return None
     if any(f.kind in CONCURRENT or f.kind is ForKind.VECTORIZED for f in others):
         return None
-    exts = [const_value(f.extent) for f in chain]
+    exts = [_tile_extent(f) for f in chain]
     if any(e is None or e < 1 for e in exts):
         return None
     size = 1
@@ -118,10 +123,9 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         size *= e  # type: ignore[operator]
     if size > MAX_TILE_ELEMENTS:
         return None
-    chain_vars = {f.var for f in chain}
-    inner_bound = {loop.var} | {f.var for f in path}
-    if any(_vars(f.min) & inner_bound or _vars(f.extent) & inner_bound for f in chain):
+    if not _bounds_hoistable(loop, path, set(idx_vars)):
         return None
+    chain_vars = {f.var for f in chain}
     # the tile must map one-to-one onto cells: every chain variable appears in exactly one index,
     # alone among the chain variables there or in a mixed-radix combination (``x.i.i + 8 * x.i.o``
     # of a vectorized split)
@@ -139,13 +143,16 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     counter[0] += 1
     cbuf = buffers[store.buffer]
     acc = Buffer(f"{store.buffer}.acc{counter[0]}", cbuf.dtype, tuple(f.min for f in chain),
-                 tuple(_c(e) for e in exts), "internal")  # type: ignore[arg-type]
+                 tuple(_c(e) for e in exts), "internal", register=True)  # type: ignore[arg-type]
     buffers[acc.name] = acc
     acc_idx = tuple(Var(f.var) for f in chain)
+    # the copy nests: the chain loops and the guards, in their order on the path
+    tile = [f for f in path if isinstance(f, IfThenElse) or f.var in chain_vars]
 
     def nest(core: Stmt) -> Stmt:
-        for f in reversed(chain):
-            core = dataclasses.replace(f, body=core)
+        for f in reversed(tile):
+            core = dataclasses.replace(f, then=core) if isinstance(f, IfThenElse) \
+                else dataclasses.replace(f, body=core)
         return core
 
     load_in = nest(Store(acc.name, acc_idx, Load(store.buffer, store.indices, cbuf.dtype)))
@@ -153,6 +160,40 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     new_store = Store(acc.name, acc_idx, store.value, store.reduce_op)
     new_loop = dataclasses.replace(loop, body=_replace(loop.body, store, new_store))
     return Allocate(acc, Block((load_in, new_loop, write_out)))
+
+
+def _tile_extent(f: For) -> int | None:
+    """The accumulator's extent along chain loop ``f``: its constant extent, or the lane cap of
+    a masked vector loop (``min(8, N - 8 * x.o)``: 8)."""
+    n = const_value(f.extent)
+    if n is None and f.kind is ForKind.VECTORIZED:
+        return lane_cap(f.extent)
+    return n
+
+
+def _bounds_hoistable(loop: For, path: tuple, idx_vars: set[str]) -> bool:
+    """Whether the chain loops and guards on ``path`` can be copied out of ``loop`` in their
+    order: a chain loop's min is invariant in ``loop``, its extent and a guard's condition
+    mention, of the variables bound inside ``loop``, only the chain loops enclosing them
+    (``min(8, N - 8 * j.i.o - t)`` inside ``j.i.o``; ``if i.i + t < M``), and none reads memory
+    (a buffer written inside ``loop`` could change between the copies)."""
+    inner = {loop.var} | {f.var for f in path if isinstance(f, For)}
+    enclosing: set[str] = set()
+    for f in path:
+        if isinstance(f, IfThenElse):
+            if _vars(f.cond) & (inner - enclosing) or _reads(f.cond):
+                return False
+        elif f.var in idx_vars:
+            if _vars(f.min) & inner or _reads(f.min):
+                return False
+            if _vars(f.extent) & (inner - enclosing) or _reads(f.extent):
+                return False
+            enclosing.add(f.var)
+    return True
+
+
+def _reads(e: Expr) -> bool:
+    return any(isinstance(n, Load) for n in walk(e))
 
 
 def _linear(e: Expr, vars_: set[str]) -> dict[str, int] | None:

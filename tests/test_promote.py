@@ -3,6 +3,8 @@ every tile shape the schedules produce, and never when cells of the tile could a
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from algorithms import matmul
@@ -20,6 +22,12 @@ def _accumulators(C, s) -> list[str]:
     return [b for b in lower(C, s).buffers if ".acc" in b]
 
 
+def _updates_of_c(nest: str) -> list[str]:
+    """The update statements of a printed loop nest that still accumulate into C itself (not
+    into a register tile)."""
+    return [ln for ln in nest.splitlines() if re.match(r"\s*C\[.*\] \+=", ln)]
+
+
 def _check(C, s, arrays):
     kern = tl.compile(C, s)
     rng = np.random.default_rng(3)
@@ -34,7 +42,10 @@ def test_gemm_register_tile_is_promoted_and_correct():
     io, ii = s[C].split("i", 4)
     jo, ji = s[C].split("j", 16)
     s[C].reorder(io, jo, "k", ii, ji).unroll(ii).vectorize(ji)
-    assert len(_accumulators(C, s)) == 1
+    # one per piece of the partitioned nest: full tiles, the column tail (a masked vector loop),
+    # the row tail (rows under a guard)
+    assert len(_accumulators(C, s)) == 3
+    assert _updates_of_c(tl.compile(C, s).loop_nest()) == []
     _check(C, s, arrays)
 
 
@@ -47,8 +58,9 @@ def test_a_tile_of_several_vectors_is_promoted(tail):
     jo, ji = s[C].split("j", 32, tail=tail)
     s[C].reorder(io, jo, "k", ii, ji).vectorize(ji, 16)
     s[C].unroll("j.i.o").unroll(ii)
-    if tail == "ShiftInwards":
-        assert len(_accumulators(C, s)) == 1
+    assert _accumulators(C, s)
+    if tail == "GuardWithIf":  # (ShiftInwards leaves N < 32 to a scalar loop)
+        assert _updates_of_c(tl.compile(C, s).loop_nest()) == []
     _check(C, s, arrays)
 
 
@@ -88,7 +100,57 @@ def test_guarded_tail_is_partitioned_so_full_tiles_keep_the_register_tile():
     main, rest = kern.loop_nest().split("\nif M - M // 8 * 8 > 0:")
     assert main.startswith("if M // 8 * 8 > 0:") and "C.acc" in main
     assert "if i.i + " in rest  # the remainder is guarded row by row
+    assert "C.acc" in rest and _updates_of_c(rest) == []  # its rows too accumulate in registers
     rng = np.random.default_rng(5)
     for size in [(37, 41, 13), (8, 32, 3), (7, 33, 2), (1, 40, 1)]:
         arrs = arrays(rng, *size)
         np.testing.assert_allclose(kern(**arrs), tl.reference(C, **arrs), rtol=1e-4, atol=1e-5)
+
+
+def _gemm_tile(guard=None, extent=None, otherwise=None):
+    """``for k: unrolled for i.i in [0, 4): [if guard:] vectorized for j in [0, extent):
+    C[i.i, j] += A[i.i, k] * B[k, j]`` as loop-nest IR (extent default ``min(8, N - 8)``)."""
+    from tensorlang.dtypes import float64
+    from tensorlang.expr import Size
+    from tensorlang.schedule.ir import Buffer, For, ForKind, IfThenElse, Load, Store
+
+    ii, j, k, n = Var("i.i"), Var("j"), Var("k"), Size("N")
+    zero = Const(0, int64)
+    extent = extent if extent is not None else BinOp(
+        "min", Const(8, int64), BinOp("sub", n, Const(8, int64), int64), int64)
+    prod = BinOp("mul", Load("A", (ii, k), float64), Load("B", (k, j), float64), float64)
+    body = For("j", zero, extent, ForKind.VECTORIZED, Store("C", (ii, j), prod, "sum"))
+    if guard is not None:
+        body = IfThenElse(guard, body, otherwise)
+    loop = For("k", zero, Size("K"), ForKind.SERIAL,
+               For("i.i", zero, Const(4, int64), ForKind.UNROLLED, body))
+    buffers = {name: Buffer(name, float64, (zero, zero), (n, n), kind)
+               for name, kind in (("A", "input"), ("B", "input"), ("C", "output"),
+                                  ("X", "input"))}
+    return loop, buffers
+
+
+def test_masked_vector_loops_and_row_guards_keep_a_register_tile():
+    from tensorlang.dtypes import float64
+    from tensorlang.expr import Size
+    from tensorlang.schedule.ir import Load, Store
+    from tensorlang.schedule.promote import _try_promote
+
+    def promoted(**kw):
+        loop, buffers = _gemm_tile(**kw)
+        out = _try_promote(loop, buffers, [0])
+        return out is not None and out.buffer.register and [
+            int(e.value) for e in out.buffer.extents] == [4, 8]
+
+    lt = lambda a, b: BinOp("lt", a, b, tl.bool_)  # noqa: E731
+    m = Size("M")
+    assert promoted()  # the lane cap 8 of min(8, N - 8) is the tile's extent
+    assert promoted(guard=lt(Var("i.i"), m))  # a tail row's guard: copied into the copy nests
+    # a guard or an extent that changes inside the reduction loop, or reads memory, or a guard
+    # with an else branch: the copy nests could not reproduce it
+    assert not promoted(guard=lt(Var("k"), m))
+    assert not promoted(guard=lt(Const(0.0, float64), Load("X", (Var("i.i"), Var("i.i")), float64)))
+    assert not promoted(extent=BinOp("min", Const(8, int64), BinOp("sub", m, Var("k"), int64),
+                                     int64))
+    assert not promoted(guard=lt(Var("i.i"), m),
+                        otherwise=Store("X", (Var("i.i"), Var("j")), Const(0.0, float64)))

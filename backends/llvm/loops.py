@@ -8,7 +8,7 @@ import llvmlite.ir as ir
 
 from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
-from tensorlang.expr import BinOp, Expr, Var, walk
+from tensorlang.expr import Expr, Var, walk
 from tensorlang.schedule.ir import (
     GPU_KINDS,
     MAX_UNROLL,
@@ -22,6 +22,7 @@ from tensorlang.schedule.ir import (
     ProducerConsumer,
     Stmt,
     Store,
+    lane_cap,
 )
 
 from .types import I1, I32, I64
@@ -219,16 +220,6 @@ class LoopGen:
                                          ir.Constant(I32, width)]))
         node = m.add_metadata([ir.MetaDataString(m, f"TL_LOOP_{self._loop_md}"), *props])
         br.set_metadata("llvm.loop", node)
-
-
-def lane_cap(extent: Expr) -> int | None:
-    """The constant bound of a vector loop extent ``min(c, e)`` or ``min(e, c)`` with ``1 < c <=
-    64``, or None."""
-    if isinstance(extent, BinOp) and extent.op == "min":
-        for c in (const_value(extent.a), const_value(extent.b)):
-            if c is not None and 1 < c <= 64:
-                return int(c)
-    return None
 
 
 def _buffers_in(s: Stmt) -> set[str]:

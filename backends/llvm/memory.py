@@ -79,7 +79,7 @@ class MemoryGen:
         pattern = self._pattern(e.indices)
         if pattern == "scalar":
             v = b.load(self.address(e.buffer, e.indices), align=e.dtype.itemsize)
-        elif self.mask is not None:
+        elif self._masked(e.buffer):
             v = self._masked_load(e, pattern, mt)
         elif pattern == "contiguous":
             lanes = self.vec[1]  # type: ignore[index]
@@ -128,7 +128,7 @@ class MemoryGen:
             value = self.bf16_bits(value)
         if pattern == "scalar":
             b.store(value, self.address(s.buffer, s.indices), align=d.itemsize)
-        elif self.mask is not None:
+        elif self._masked(s.buffer):
             self._masked_store(s, pattern, value, d.itemsize)
         elif pattern == "contiguous":
             self._lane(0)
@@ -141,6 +141,12 @@ class MemoryGen:
                 ptr = self.address(s.buffer, s.indices)
                 self._end_lane()
                 b.store(b.extract_element(value, ir.Constant(I32, lane)), ptr, align=d.itemsize)
+
+    def _masked(self, name: str) -> bool:
+        """Whether a vector access of ``name`` takes the lane mask: inside a masked vector loop,
+        unless ``name`` is a register tile, whose shape covers the dead lanes too (a plain
+        access lets LLVM keep it in registers; a masked one pins it to memory)."""
+        return self.mask is not None and not self.buffer(name).register
 
     def _lane_pointers(self, name: str, indices: tuple[Expr, ...], elem: ir.Type) -> ir.Value:
         """The vector of each lane's element address (a gather's or scatter's)."""
