@@ -93,8 +93,12 @@ ACCUMULATORS = 16  # vector registers a register tile accumulates in (of 32 on A
 #: the same with 16 vector registers (AVX2): 4 stay free for the loaded and broadcast operands
 ACCUMULATORS_AVX2 = 12
 MAX_TILE_VECTORS = 4
-#: row blocks of a packed GEMM per thread at least (the parallel loop claims them dynamically)
-BLOCKS_PER_THREAD = 2
+#: row blocks of a packed GEMM per thread at least: each block copies every panel of B again,
+#: so one per thread, as large as the model's ``mc`` allows (docs/performance.md) ...
+BLOCKS_PER_THREAD = 1
+#: ... but two where rows differ in work (a triangle: ``RDom.where(k > i)``), so that the
+#: parallel loop, which hands out blocks as threads free up, can even the threads' time out
+UNEVEN_BLOCKS_PER_THREAD = 2
 #: the largest ``kc`` (``space.MAX_FACTOR``, the search space's largest split factor)
 MAX_KC = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
@@ -532,23 +536,35 @@ def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str
         done[op.name] = done.get(op.name, 0) + 1
 
 
-def row_block(tiles: int, rows: int, mc: int, threads: int) -> int:
+def row_block(tiles: int, rows: int, mc: int, threads: int,
+              per_thread: int = BLOCKS_PER_THREAD) -> int:
     """Register tiles per row block of a packed GEMM: the model's ``mc`` rows, fewer where
-    the row blocks would not give each of ``threads`` threads ``BLOCKS_PER_THREAD`` blocks,
-    moved down to a divisor of ``tiles`` of at least a quarter of that when there is one (no
-    partial block; a smaller block only packs B more often).
+    the row blocks would not give each of ``threads`` threads ``per_thread`` blocks
+    (``blocks_per_thread``), moved down to a divisor of ``tiles`` of at least a quarter of that
+    when there is one (no partial block; a smaller block only packs B more often).
 
     >>> row_block(128, 8, 1536, 2), row_block(125, 8, 1536, 2), row_block(128, 8, 96, 16)
-    (32, 25, 4)
-    >>> row_block(125, 8, 768, 1), row_block(127, 8, 768, 1)
-    (25, 63)
+    (64, 25, 8)
+    >>> row_block(125, 8, 768, 1), row_block(127, 8, 768, 1), row_block(128, 8, 1536, 2, 2)
+    (25, 96, 32)
     """
-    per_block = max(1, min(mc // rows, tiles // (BLOCKS_PER_THREAD * threads)))
+    per_block = max(1, min(mc // rows, tiles // (per_thread * threads)))
     return near_divisor(tiles, per_block, shrink=4) or per_block
 
 
+def blocks_per_thread(f: Func, row: str) -> int:
+    """Row blocks per thread of ``f``'s packed tile over its row Var ``row``:
+    ``UNEVEN_BLOCKS_PER_THREAD`` where the reduction's condition (``RDom.where``) mentions
+    ``row``, so rows differ in work, else ``BLOCKS_PER_THREAD``."""
+    conds = f.definition.predicate if f.definition is not None else ()
+    if any(isinstance(n, Var) and n.name == row for c in conds for n in walk(c)):
+        return UNEVEN_BLOCKS_PER_THREAD
+    return BLOCKS_PER_THREAD
+
+
 def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads: int,
-                 target: Target | None) -> tuple[int, GemmBlocking, int]:
+                 target: Target | None, per_thread: int = BLOCKS_PER_THREAD,
+                 ) -> tuple[int, GemmBlocking, int]:
     """(rows, blocking, tiles per row block) of a packed tile over a row loop of ``extent``:
     the model's tile rows first, even where they leave remainder rows (loop partitioning runs
     them as a piece of their own: a 6-row tile, a divisor of 900, measured slower than 8 rows
@@ -574,19 +590,23 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     for n, rows in enumerate(dict.fromkeys([full, *others])):
         blocking = packed_blocking(f, rows, width, target)
         tiles = extent // rows
-        mb = row_block(tiles, rows, blocking.mc, threads)
+        mb = row_block(tiles, rows, blocking.mc, threads, per_thread)
         if tiles % mb or (mb * rows < MIN_BLOCK_ROWS and mb != tiles):
             continue
         blocks = tiles // mb
         shared = blocks / (-(-blocks // threads) * threads)
-        found.append((shared, mb * rows, -n, rows, blocking, mb))
+        # remainder rows run after the row blocks, as a partitioned piece of their own on one
+        # thread that copies every panel of B again; a tile of the model's rows or more that
+        # leaves none is preferred
+        whole = extent % rows == 0 and rows >= full
+        found.append((shared, whole, mb * rows, -n, rows, blocking, mb))
     if not found:
         raise ScheduleError(f"{f.name}: no row block for the packed tile")
     # balanced ones first, then those whose copied panels of B serve REUSE_ROWS rows, in order
     balanced = [c for c in found if c[0] >= MIN_BALANCE]
-    pick = max(balanced, key=lambda c: (c[1] >= REUSE_ROWS, c[2])) if balanced else \
-        max(found, key=lambda c: (c[0], c[2]))
-    return pick[3], pick[4], pick[5]
+    pick = max(balanced, key=lambda c: (c[1], c[2] >= REUSE_ROWS, c[3])) if balanced else \
+        max(found, key=lambda c: (c[0], c[3]))
+    return pick[4], pick[5], pick[6]
 
 
 def block_threads(outer: list[str], ext: dict[str, int]) -> int:
@@ -641,7 +661,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     width, near = register_tile(ext[x], ext[i], lanes, accs)
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)
-    rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target)
+    rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target,
+                                      blocks_per_thread(f, i))
     # (not past the search space's largest split factor: the rule-based schedule stays a point
     # of the space)
     kc = closest_divisor(ext[k], min(blocking.kc, MAX_KC), most=MAX_KC)

@@ -32,8 +32,8 @@ Func computed at root or at a consumer loop):
   block loop (at the row block loop when the reduction is not split), the operand's ``kc x nr``
   panel at the column panel loop (``cache_read``), into contiguous buffers read from L2 and L1.
 - ``<F>.<row>.block``, with ``packed``: register tiles per row block (``mc / mr``): ``"model"``
-  (``heuristic.row_block``: the analytical model's ``mc``, at least ``BLOCKS_PER_THREAD`` blocks per
-  thread) or 1 to 64.
+  (``heuristic.row_block``: the analytical model's ``mc``, at least ``blocks_per_thread`` blocks
+  per thread) or 1 to 64.
 - ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not. An inner split loop
   of constant extent up to 4 widths (``x.i`` of 32 at width 16) becomes that many unrolled
   vectors: the register tile of the split, kept in registers. When that extent is not a multiple
@@ -99,6 +99,7 @@ from .heuristic import (
     accumulator_rows,
     accumulators,
     block_threads,
+    blocks_per_thread,
     lanes,
     pack,
     packed_blocking,
@@ -424,7 +425,8 @@ class SearchSpace:
         args = [v.name for v in f.definition.args]  # type: ignore[union-attr]
         outer = [a for a in args[:-1] if a != row]
         threads = block_threads(outer, {a: self.extent(f.name, a) for a in outer})
-        return row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc, threads)
+        return row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc, threads,
+                         blocks_per_thread(f, row))
 
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split
