@@ -130,6 +130,51 @@ def test_the_row_tile_moves_so_the_row_blocks_share_out_over_the_threads(threads
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-10)
 
 
+def _row_split(text: str) -> tuple[int, int]:
+    """(rows per register tile, tiles per row block) of a packed nest's schedule text."""
+    import re
+
+    rows = int(re.search(r"split\('i', (\d+)\)", text).group(1))
+    return rows, int(re.search(r"split\('i\.o', (\d+)\)", text).group(1))
+
+
+@pytest.mark.parametrize("cpu", ["skylake-avx512", "znver4"])
+def test_a_row_tile_that_leaves_no_remainder_piece_comes_first(cpu, monkeypatch):
+    # 900 rows: the model's 8-row tile leaves 4 rows, a piece that runs after the row blocks on
+    # one thread and copies B again; 9 rows (18 of 32 registers) divide 900. One row block per
+    # thread (each block copies every panel of B)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    text = heuristic_schedule(gemm(tl.float64), {"M": 900, "N": 1100, "K": 1200},
+                              _target(cpu)).to_python()
+    rows, per_block = _row_split(text)
+    assert 900 % rows == 0 and rows >= 8
+    assert 900 // rows // per_block == 2
+
+
+def test_rows_of_unequal_work_get_two_row_blocks_per_thread(monkeypatch):
+    # trmm's A^T B over k > i: later rows have less work; four blocks on two threads let the
+    # parallel loop hand the short ones to whichever thread frees up first
+    from tensorlang.autotuner.heuristic import blocks_per_thread
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    M, N = tl.sizes("M N")
+    A, B = tl.Input("A", (M, M), tl.float64), tl.Input("B", (M, N), tl.float64)
+    i, j = tl.vars("i j")
+    k = tl.RDom((0, M), name="k")
+    k.where(k.x > i)
+    T = tl.Func("T")
+    T[i, j] = A[k, i] * B[k, j]
+    assert blocks_per_thread(T, "i") == 2 and blocks_per_thread(gemm(), "i") == 1
+    s = heuristic_schedule(T, {"M": 1000, "N": 1200}, _target("skylake-avx512"))
+    rows, per_block = _row_split(s.to_python())
+    assert 1000 // rows // per_block == 4
+    rng = np.random.default_rng(2)
+    kern = tl.compile(T, s)
+    for m, n in [(1000, 1200), (37, 41)]:
+        a, b = rng.random((m, m)), rng.random((m, n))
+        np.testing.assert_allclose(kern(a, b), np.tril(a, -1).T @ b, rtol=1e-10)
+
+
 def test_packing_is_left_out_where_the_operand_fits_in_l1():
     text = heuristic_schedule(gemm(), {"M": 64, "N": 48, "K": 32}).to_python()
     assert "cache_read" not in text
