@@ -333,3 +333,29 @@ def test_a_condition_of_pure_vars_skips_whole_tiles_and_keeps_the_identity(n, m,
         lines = [x.strip() for x in text.splitlines()]
         assert any(x.startswith("S.acc") and "+=" in x for x in lines), text  # steady state
         assert any(x.startswith("if j") for x in lines), text  # the diagonal's tiles
+
+
+@pytest.mark.parametrize("upper", [False, True])
+def test_a_condition_on_the_vector_lanes_predicates_them(upper, rng):
+    # the diagonal's tiles of a triangle over pure Vars: the `if` inside the vector loop varies
+    # across its lanes; it becomes a lane mask (masked loads and stores), the loop stays vector
+    # code (no scalar j.i loop left for LLVM), and the register tile stays promoted
+    N, K = tl.sizes("N K")
+    A = tl.Input("A", (N, K), tl.float64)
+    i, j = tl.vars("i j")
+    k = tl.RDom((0, K), name="k")
+    k.where(j >= i if upper else j <= i)
+    S = tl.Func("S")
+    S[i, j] = A[i, k] * A[j, k]
+    s = tl.Schedule(S)
+    jo, ji = s[S].split("j", 8)
+    s[S].reorder(i, jo, "k_x", ji).vectorize(ji)
+    kern = tl.compile(S, s)
+    nest = kern.loop_nest()
+    assert "S.acc" in nest and any(ln.strip().startswith("if ") and "j.i" in ln
+                                   for ln in nest.splitlines())
+    assert "j.i.header" not in kern.llvm_ir() and "llvm.masked.store" in kern.llvm_ir()
+    tri = np.triu if upper else np.tril
+    for n, kk in [(1, 1), (7, 3), (16, 5), (37, 11)]:
+        a = rng.random((n, kk))
+        np.testing.assert_allclose(kern(a), tri(a @ a.T), rtol=1e-12)

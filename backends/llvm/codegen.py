@@ -29,6 +29,7 @@ import re
 
 import llvmlite.ir as ir
 
+from tensorlang.expr import Expr
 from tensorlang.schedule.ir import Buffer, LoweredFunc
 
 from .expressions import ExpressionGen
@@ -82,6 +83,9 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
         #: the live lanes (<lanes x i1>) of a masked vector loop's chunk; None: all
         self.mask: ir.Value | None = None
         self.lane0 = False  # evaluate the vector loop variable as a scalar (addresses, lanes)
+        #: the expressions of the enclosing ``let``s, by name: a vector loop's extent hoisted
+        #: into one (``let t = min(8, N - 8 * x.o)``) keeps its lane cap
+        self.lets: dict[str, Expr] = {}
 
     def declare(self, arg_types: list[ir.Type]) -> ir.Function:
         """The entry function: ``i32 @name(buffers..., sizes...)``; a subclass may add

@@ -44,9 +44,17 @@ class LoopGen:
             self.store(s)
         elif isinstance(s, LetStmt):
             self.vars[s.var] = self.expr(s.value)
+            outer_let = self.lets.get(s.var)
+            self.lets[s.var] = s.value
             self.stmt(s.body)
             del self.vars[s.var]
+            if outer_let is None:
+                del self.lets[s.var]
+            else:
+                self.lets[s.var] = outer_let
         elif isinstance(s, IfThenElse):
+            if self.vec is not None and not self.lane0 and _mentions(s.cond, self.vec[0]):
+                return self.predicated(s)
             cond = self.expr(s.cond)
             if s.otherwise is None:
                 with b.if_then(cond):
@@ -61,6 +69,20 @@ class LoopGen:
             self.allocate(s)
         else:
             raise CompileError(f"codegen: unsupported statement {type(s).__name__}")
+
+    def predicated(self, s: IfThenElse) -> None:
+        """An ``if`` (no ``else``) whose condition varies across the lanes of the vector loop
+        around it (a triangle's diagonal tile: ``if j.i + t <= i``): its stores run under the
+        lanes where it holds, ANDed into the lane mask (masked loads and stores), as Halide's
+        vectorizer predicates them, instead of leaving the whole loop scalar."""
+        b = self.builder
+        cond = self.expr(s.cond)
+        if not isinstance(cond.type, ir.VectorType):
+            cond = self.splat(cond, self.vec[1])  # type: ignore[index]
+        outer = self.mask
+        self.mask = cond if outer is None else b.and_(outer, cond)
+        self.stmt(s.then)
+        self.mask = outer
 
     def masked_vector_loop(self, s: For, cap: int) -> None:
         """A vectorized loop whose extent is not a constant but at most ``cap`` (a GuardWithIf
@@ -126,7 +148,14 @@ class LoopGen:
 
     def _vectorizable(self, s: For, lanes: int) -> bool:
         def mentions(e: Expr) -> bool:
-            return any(isinstance(n, Var) and n.name == s.var for n in walk(e))
+            return _mentions(e, s.var)
+
+        def stores_only(st: Stmt) -> bool:  # what a lane predicate may guard
+            if isinstance(st, Block):
+                return all(stores_only(c) for c in st.stmts)
+            if isinstance(st, IfThenElse):
+                return st.otherwise is None and stores_only(st.then)
+            return isinstance(st, Store)
 
         def ok(st: Stmt) -> bool:
             if isinstance(st, Block):
@@ -139,8 +168,9 @@ class LoopGen:
                 return (st.kind in (ForKind.SERIAL, ForKind.UNROLLED) and not mentions(st.min)
                         and not mentions(st.extent) and ok(st.body))
             if isinstance(st, IfThenElse):
-                return (not mentions(st.cond) and ok(st.then)
-                        and (st.otherwise is None or ok(st.otherwise)))
+                if mentions(st.cond):  # a lane predicate
+                    return st.otherwise is None and stores_only(st.then) and ok(st.then)
+                return ok(st.then) and (st.otherwise is None or ok(st.otherwise))
             return False
 
         return self.vec is None and 1 < lanes <= 64 and ok(s.body)
@@ -159,7 +189,10 @@ class LoopGen:
             lanes = const_value(s.extent)
             if lanes is not None and self._vectorizable(s, lanes):
                 return self.vector_loop(s, lanes)
-            cap = lane_cap(s.extent)
+            ext = s.extent
+            if isinstance(ext, Var) and ext.name in self.lets:
+                ext = self.lets[ext.name]
+            cap = lane_cap(ext)
             if lanes is None and cap is not None and self._vectorizable(s, cap):
                 return self.masked_vector_loop(s, cap)
         b = self.builder
@@ -220,6 +253,10 @@ class LoopGen:
                                          ir.Constant(I32, width)]))
         node = m.add_metadata([ir.MetaDataString(m, f"TL_LOOP_{self._loop_md}"), *props])
         br.set_metadata("llvm.loop", node)
+
+
+def _mentions(e: Expr, var: str) -> bool:
+    return any(isinstance(n, Var) and n.name == var for n in walk(e))
 
 
 def _buffers_in(s: Stmt) -> set[str]:
