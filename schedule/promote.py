@@ -17,6 +17,13 @@ registers; C is read and written once per tile instead of once per ``k``. This
 is what TVM's ``cache_write(C, "local")`` and Halide's register blocking achieve, done automatically:
 without it LLVM cannot keep the tile in registers when C's row stride is symbolic (the rows might
 overlap). It changes no result: C is touched by nothing else inside ``L``.
+
+The remainder pieces of loop partitioning keep their tile too: a masked vector loop
+(``min(8, N - 8 * x.o)``, possibly inside another loop of the tile) takes its lane cap as the
+tile's extent, and a guard on the path (``if i.i + t < M``: a tail row; ``if j.i + t <= i``: a
+triangle's diagonal) is copied into the nests that load and store the tile, provided it reads
+no memory and mentions, of the variables bound inside ``L``, only the tile's loops around it.
+The accumulator is a ``register`` buffer: code generation accesses it without the lane mask.
 """
 
 from __future__ import annotations
