@@ -565,16 +565,18 @@ def blocks_per_thread(f: Func, row: str) -> int:
 def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads: int,
                  target: Target | None, per_thread: int = BLOCKS_PER_THREAD,
                  ) -> tuple[int, GemmBlocking, int]:
-    """(rows, blocking, tiles per row block) of a packed tile over a row loop of ``extent``:
-    the model's tile rows first, even where they leave remainder rows (loop partitioning runs
-    them as a piece of their own: a 6-row tile, a divisor of 900, measured slower than 8 rows
-    and a 4-row remainder, docs/performance.md), then more rows, up to
-    ``BALANCE_ACCUMULATORS`` accumulators where the registers allow, then fewer (``near``, a
-    divisor of the extent, among them). Of those whose row blocks have at least
-    ``MIN_BLOCK_ROWS`` rows, the ones that share out over ``threads`` with at least
-    ``MIN_BALANCE`` of the threads' time busy (1000 rows on 2 threads: 8-row tiles give 5
-    blocks, 10-row tiles 4), else the best shared; among them the first whose blocks have at
-    least ``REUSE_ROWS`` rows, else the first.
+    """(rows, blocking, tiles per row block) of a packed tile over a row loop of ``extent``,
+    with ``per_thread`` row blocks per thread (``blocks_per_thread``): the model's tile rows
+    first, even where they leave remainder rows (loop partitioning runs them as a piece of their
+    own: a 6-row tile, a divisor of 900, measured slower than 8 rows and a 4-row remainder,
+    docs/performance.md), then more rows, up to ``BALANCE_ACCUMULATORS`` accumulators where the
+    registers allow, then fewer (``near``, a divisor of the extent, among them). Of those whose
+    row blocks have at least ``MIN_BLOCK_ROWS`` rows, the ones that share out over ``threads``
+    with at least ``MIN_BALANCE`` of the threads' time busy (1000 rows on 2 threads: 8-row tiles
+    give 5 blocks, 10-row tiles 4), else the best shared; among them one of the model's rows or
+    more that leaves no remainder piece (900 rows: 9, not 8 and a 4-row piece, which runs on
+    one thread after the blocks and copies B again), then the first whose blocks have at least
+    ``REUSE_ROWS`` rows, else the first.
 
     Raises:
         ScheduleError: no row count gives whole row blocks.
