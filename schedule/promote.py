@@ -130,7 +130,7 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         size *= e  # type: ignore[operator]
     if size > MAX_TILE_ELEMENTS:
         return None
-    if not _bounds_hoistable(loop, path, set(idx_vars)):
+    if not _bounds_hoistable(loop, path, idx_vars):
         return None
     chain_vars = {f.var for f in chain}
     # the tile must map one-to-one onto cells: every chain variable appears in exactly one index,
