@@ -101,6 +101,12 @@ BLOCKS_PER_THREAD = 1
 UNEVEN_BLOCKS_PER_THREAD = 2
 #: the largest ``kc`` (``space.MAX_FACTOR``, the search space's largest split factor)
 MAX_KC = 256
+#: the smallest ``kc`` a packed tile takes where the model's L1 bound gives less. The bound
+#: keeps A's sliver and B's panel in L1 together; BLIS's x86 configurations ship more (Haswell
+#: 256, Skylake-X 384, Zen 4 512 for float64), their A sliver streaming from L2, and on Zen 4
+#: and an AVX-512 Xeon 256 measured faster than the model's 128 (docs/performance.md): fewer
+#: loads and stores of the C tile and fewer short k loops per flop
+MIN_KC = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
 MIN_BLOCK_ROWS = 32
@@ -619,12 +625,15 @@ def block_threads(outer: list[str], ext: dict[str, int]) -> int:
 
 def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None) -> GemmBlocking:
     """The analytical model's blocking (``cpu_model.gemm_blocking``) of ``f`` on ``target``
-    (default: the host) for a register tile of ``rows`` x ``width`` elements."""
+    (default: the host) for a register tile of ``rows`` x ``width`` elements, with ``kc`` raised
+    to ``MIN_KC`` where the L1 bound gives less; ``mc`` and ``nc`` stay the model's (derived
+    from the smaller ``kc``, they would halve the row blocks: twice the copies of B)."""
     cpu = cpu_model(target)
     size = f.dtype.numpy.itemsize
     tile = model_tile(cpu, size)
-    return gemm_blocking(cpu, size, replace(tile, rows=rows,
-                                            vectors=max(1, width // tile.lanes)))
+    tile = replace(tile, rows=rows, vectors=max(1, width // tile.lanes))
+    blocking = gemm_blocking(cpu, size, tile)
+    return replace(blocking, kc=max(blocking.kc, MIN_KC))
 
 
 def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,

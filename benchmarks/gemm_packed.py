@@ -4,7 +4,9 @@ rules without packing ("old") and NumPy's BLAS, interleaved in one process.
 Run: python benchmarks/gemm_packed.py MxNxK f32|f64 old,auto[,q8k128m16...]
      (TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for one thread; ROUNDS=n, default 7)
 Prints per contender n-round medians, IQR / median and GFLOP/s. ``q<rows>k<kc>m<tiles per
-block>[u]`` is a hand-made packed nest (``u``: without the copy) for exploring the blocking.
+block>[u]`` is a hand-made packed nest (``u``: without the copy) for exploring the blocking;
+``auto:NAME=VALUE`` is the rule-based schedule with ``heuristic.NAME`` set to VALUE (e.g.
+``auto:BLOCKS_PER_THREAD=2``).
 """
 import os
 import sys
@@ -32,6 +34,15 @@ lanes = heuristic_lanes(C)  # the host's native SIMD lanes of this dtype
 def sched(v):
     if v == "auto":
         return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+    if v.startswith("auto:"):  # auto:NAME=VALUE sets heuristic.NAME while scheduling
+        import tensorlang.autotuner.heuristic as H
+        name, value = v[5:].split("=")
+        keep = getattr(H, name)
+        setattr(H, name, type(keep)(value))
+        try:
+            return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+        finally:
+            setattr(H, name, keep)
     if v == "old":
         import tensorlang.autotuner.heuristic as H
         from tensorlang.errors import ScheduleError

@@ -106,8 +106,10 @@ def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu, 
     rows, cols, kc, _ = (EXPECTED.get((cpu, 4)) or EXPECTED[("skylake-avx512", 4)])
     text = s.to_python()
     assert f"split('i', {rows})" in text and f"split('j', {cols}" in text
-    # kc moved to the closest divisor of K = 1024 (Haswell's 170 -> 128): no partial k block
-    assert f"split('k', {cm.closest_divisor(1024, kc)})" in text and "cache_read('B'" in text
+    # kc raised to MIN_KC where the model's is smaller (every float32 tile here), then moved
+    # to the closest divisor of K = 1024: no partial k block
+    want = cm.closest_divisor(1024, max(kc, heuristic.MIN_KC), most=heuristic.MAX_KC)
+    assert f"split('k', {want})" in text and "cache_read('B'" in text
     assert "cache_read('A'" in text  # the row block of A too, at the reduction block loop
 
 
