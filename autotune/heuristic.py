@@ -101,11 +101,13 @@ BLOCKS_PER_THREAD = 1
 UNEVEN_BLOCKS_PER_THREAD = 2
 #: the largest ``kc`` (``space.MAX_FACTOR``, the search space's largest split factor)
 MAX_KC = 256
-#: the smallest ``kc`` a packed tile takes where the model's L1 bound gives less. The bound
-#: keeps A's sliver and B's panel in L1 together; BLIS's x86 configurations ship more (Haswell
-#: 256, Skylake-X 384, Zen 4 512 for float64), their A sliver streaming from L2, and on Zen 4
-#: and an AVX-512 Xeon 256 measured faster than the model's 128 (docs/performance.md): fewer
-#: loads and stores of the C tile and fewer short k loops per flop
+#: the smallest ``kc`` of a packed tile with one packed panel where the model's L1 bound gives
+#: less (with two, as syr2k's, half each: both panels stay in L1). The bound keeps A's sliver
+#: and B's panel in L1 together; BLIS's x86 configurations ship more (Haswell 256, Skylake-X
+#: 384, Zen 4 512 for float64), A's sliver streaming from L2, and on Zen 4 and an AVX-512 Xeon
+#: 256 measured faster than the model's 128 (docs/performance.md): half the loads and stores of
+#: the C tile, and of the short k loops' starts, per flop. ``mc`` stays the model's (derived
+#: from the larger ``kc`` it would halve the row blocks: twice the copies of B)
 MIN_KC = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
@@ -625,15 +627,12 @@ def block_threads(outer: list[str], ext: dict[str, int]) -> int:
 
 def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None) -> GemmBlocking:
     """The analytical model's blocking (``cpu_model.gemm_blocking``) of ``f`` on ``target``
-    (default: the host) for a register tile of ``rows`` x ``width`` elements, with ``kc`` raised
-    to ``MIN_KC`` where the L1 bound gives less; ``mc`` and ``nc`` stay the model's (derived
-    from the smaller ``kc``, they would halve the row blocks: twice the copies of B)."""
+    (default: the host) for a register tile of ``rows`` x ``width`` elements."""
     cpu = cpu_model(target)
     size = f.dtype.numpy.itemsize
     tile = model_tile(cpu, size)
-    tile = replace(tile, rows=rows, vectors=max(1, width // tile.lanes))
-    blocking = gemm_blocking(cpu, size, tile)
-    return replace(blocking, kc=max(blocking.kc, MIN_KC))
+    return gemm_blocking(cpu, size, replace(tile, rows=rows,
+                                            vectors=max(1, width // tile.lanes)))
 
 
 def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
@@ -644,9 +643,10 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     A of ``A[i, k] * B[k, j]``) is copied with ``k`` contiguous and stays in L2, then for each
     ``nr``-wide column panel the ``kc x nr`` panel of the packed operand is copied into a
     contiguous buffer (``cache_read``) that every ``mr``-row register tile of the block reads from
-    L1. ``kc`` is the divisor of the reduction's extent closest to the model's; the row tile is the
-    model's even where it leaves remainder rows (loop partitioning runs them, and the columns
-    past the last whole panel, as pieces of their own). A reduction of at most ``kc`` is not
+    L1. ``kc`` is the divisor of the reduction's extent closest to the model's or ``MIN_KC``
+    (shared among the packed panels), whichever is larger; the row tile is the model's even
+    where it leaves remainder rows (loop partitioning runs them, and the columns past the last
+    whole panel, as pieces of their own). A reduction of at most ``kc`` is not
     split: the row block is packed per row block, the whole ``K x nr`` panel per column panel.
 
     Raises:
@@ -676,7 +676,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
                                       blocks_per_thread(f, i))
     # (not past the search space's largest split factor: the rule-based schedule stays a point
     # of the space)
-    kc = closest_divisor(ext[k], min(blocking.kc, MAX_KC), most=MAX_KC)
+    kc = closest_divisor(ext[k], min(max(blocking.kc, MIN_KC // len(operands)), MAX_KC),
+                         most=MAX_KC)
     if kc is None or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
     count = {**ext, "blocks": ext[i] // rows // mb}

@@ -140,6 +140,27 @@ def _row_split(text: str) -> tuple[int, int]:
     return rows, int(re.search(r"split\('i\.o', (\d+)\)", text).group(1))
 
 
+def test_kc_is_at_least_min_kc_shared_among_the_packed_panels(monkeypatch):
+    # Zen 4 float64, K = 1000: the model's L1 bound gives kc = 128 (8 x 16 tile); one packed
+    # panel (gemm) takes MIN_KC = 256 -> the divisor 250; syr2k's A B^T + B A^T packs two
+    # panels per column panel, 128 each -> 125, as the model's
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    assert cm.gemm_blocking(cm.DESCRIBED["znver4"], 8).kc == 128
+    assert heuristic.MIN_KC == 256
+    sizes = {"M": 1200, "N": 1200, "K": 1000}
+    text = heuristic_schedule(gemm(tl.float64), sizes, _target("znver4")).to_python()
+    assert "split('k', 250)" in text
+    M, K = tl.sizes("M K")
+    A, B = tl.Input("A", (M, K), tl.float64), tl.Input("B", (M, K), tl.float64)
+    i, j = tl.vars("i j")
+    k = tl.RDom((0, K), name="k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[j, k] + B[i, k] * A[j, k]
+    assert len(heuristic.packed_operands(C)) == 2
+    text = heuristic_schedule(C, {"M": 1200, "K": 1000}, _target("znver4")).to_python()
+    assert "split('k_x', 125)" in text and text.count("layout=(1, 0)") >= 2
+
+
 @pytest.mark.parametrize("cpu", ["skylake-avx512", "znver4"])
 def test_a_row_tile_that_leaves_no_remainder_piece_comes_first(cpu, monkeypatch):
     # 900 rows: the model's 8-row tile leaves 4 rows, a piece that runs after the row blocks on
