@@ -30,6 +30,7 @@ class FakeDevice:
     programs: dict[str, tuple] = field(default_factory=dict)
     kernels: list = field(default_factory=list)
     freed: int = 0
+    copies: int = 0  # device-to-device copies
 
     def register(self, kernel) -> None:
         """Make ``kernel``'s device kernels runnable here (before its first call)."""
@@ -74,6 +75,12 @@ class FakeDevice:
     def to_device(self, ptr: int, host) -> None:
         assert ptr in self.buffers and len(self.buffers[ptr]) >= host.nbytes
         ctypes.memmove(ptr, host.ctypes.data, host.nbytes)
+
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        for p in (dst, src):  # inside one allocation (a view may start past its beginning)
+            assert any(b <= p and p + nbytes <= b + len(buf) for b, buf in self.buffers.items())
+        ctypes.memmove(dst, src, nbytes)
+        self.copies += 1
 
     def to_host(self, host, ptr: int) -> None:
         assert ptr in self.buffers and len(self.buffers[ptr]) >= host.nbytes

@@ -234,6 +234,60 @@ def test_a_vector_loop_of_a_partial_tile_is_masked_in_the_kernel():
         np.testing.assert_array_equal(emulate(f, s)(a), a * 2.0)
 
 
+def _doubling(block: int = 256, lanes: int = 4) -> tuple[tl.Func, tl.Schedule]:
+    """f[i] = 2 A[i], float32: blocks of ``block`` elements, each thread a ``lanes`` vector."""
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N,), tl.float32)
+    i = tl.Var("i")
+    f = tl.Func("f")
+    f[i] = A[i] * 2.0
+    s = tl.Schedule(f)
+    io, ii = s[f].split(i, block)
+    s[f].gpu_blocks(io)
+    t, v = s[f].split(ii, lanes)
+    s[f].gpu_threads(t).vectorize(v, lanes)
+    return f, s
+
+
+def test_a_vector_loop_loads_and_stores_four_floats_in_one_instruction():
+    # buffer parameters are 16-byte aligned and each thread's 4 lanes start at a multiple of 4:
+    # one ld.global.v4 and one st.global.v4 per thread in the full tiles' kernel, where LLVM
+    # had split them into four 4-byte accesses; the partial tile's masked lanes stay scalar
+    f, s = _doubling()
+    ptx = tl.compile(f, s, target="cuda").ptx()
+    assert "ld.global.nc.v4.b32" in ptx or "ld.global.nc.v4.f32" in ptx
+    assert "st.global.v4.b32" in ptx or "st.global.v4.f32" in ptx
+    assert ".ptr .align 16" in ptx  # the parameters' alignment, stated to ptxas too
+    if HAS_PTXAS:
+        ptxas(ptx, "sm_90")
+
+
+def test_gpu_arrays_not_aligned_for_vector_loads_go_through_an_aligned_copy(monkeypatch):
+    import fake_cuda
+    from tensorlang.backends.cuda.arrays import DeviceArray
+
+    f, s = _doubling()
+    kern = tl.compile(f, s, target="cuda")
+    dev = fake_cuda.install(monkeypatch, kern)
+    n = 1027
+    a = np.random.default_rng(0).random(n + 1).astype(np.float32)
+    da, dout = DeviceArray.from_host(a), DeviceArray((n + 1,), np.float32)
+    assert da.ptr % 16 == 0 and dout.ptr % 16 == 0
+
+    class View:  # elements 1..n of a GPU array: 4 bytes past an aligned address
+        def __init__(self, d):
+            self.__cuda_array_interface__ = {"shape": (n,), "typestr": "<f4", "version": 3,
+                                             "data": (d.ptr + 4, False), "strides": None}
+    dout.fill(-1.0)
+    kern(View(da), out=View(dout))
+    got = dout.copy_to_host()
+    np.testing.assert_array_equal(got[1:], a[1:] * 2.0)
+    assert got[0] == -1.0  # nothing written before the view
+    assert dev.copies == 2  # the input copied in, the output copied out
+    kern(da, out=DeviceArray((n + 1,), np.float32))  # aligned: in place, no copy
+    assert dev.copies == 2
+
+
 def test_serial_host_loop_around_launches():
     # an update over time steps whose pure loop is mapped: the host loops over t, launching
     # one kernel per step (the dependence between steps is carried by the host loop)

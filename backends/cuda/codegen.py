@@ -8,7 +8,8 @@ and stores, serial / unrolled / vector loops) and change what differs on a GPU:
   its variable ``min + ctaid.<axis>`` / ``min + tid.<axis>`` (NVVM's special registers), guarded
   where the launch used an upper bound; buffers allocated inside a thread are fixed-size stack
   arrays (local memory); float32 ``exp``/``log`` are the code generator's polynomials (no
-  libdevice).
+  libdevice); buffer parameters carry ``align 16`` (``CUDATarget.buffer_align``), from which
+  LLVM proves a vector loop's accesses aligned and emits ``ld.global.v4`` / ``st.global.v4``.
 - :class:`HostGen`, the host program: ``i32 @name(buffers..., sizes..., launch, alloc, free)``
   where the last three are callbacks (``kernel.py``): it evaluates the launch dimensions,
   allocates root buffers on the device and launches the kernels in order, returning the first
@@ -61,6 +62,9 @@ class DeviceGen(CodeGen):
         self.launch = launch
         self.emulate = emulate
         super().__init__(f, target, module)
+        if not emulate:  # (on the host, NumPy arrays are only as aligned as their dtype)
+            for arg in self.fn.args[:len(bufs)]:
+                arg.attributes.align = target.buffer_align
         first = len(bufs) + len(lowered.sizes)
         for name, arg in zip(launch.scalars, self.fn.args[first:]):
             arg.name = name

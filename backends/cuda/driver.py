@@ -138,6 +138,10 @@ class Device:
         """Copy the C-contiguous NumPy array ``host`` to device address ``ptr``."""
         _check(self._drv.cuMemcpyHtoD(ptr, host.ctypes.data, host.nbytes), "cuMemcpyHtoD")
 
+    def copy(self, dst: int, src: int, nbytes: int) -> None:
+        """Copy ``nbytes`` bytes of device memory from ``src`` to ``dst`` (on the GPU)."""
+        _check(self._drv.cuMemcpyDtoD(dst, src, nbytes), "cuMemcpyDtoD")
+
     def to_host(self, host: Any, ptr: int) -> None:
         """Copy device memory at ``ptr`` into the C-contiguous NumPy array ``host``."""
         _check(self._drv.cuMemcpyDtoH(host.ctypes.data, ptr, host.nbytes), "cuMemcpyDtoH")

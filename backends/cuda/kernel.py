@@ -61,7 +61,9 @@ class CUDAKernel:
     copied to the GPU and back on each call; arrays already on the GPU (anything exposing
     ``__cuda_array_interface__``: ``DeviceArray``, CuPy, PyTorch CUDA tensors) are read and
     written in place, and when the inputs are on the GPU the outputs stay there
-    (``DeviceArray``).
+    (``DeviceArray``). The kernels assume buffers aligned to ``target.buffer_align`` bytes (16:
+    vector loads); a GPU array that is not (a view starting inside an allocation) goes through
+    an aligned copy on the GPU.
 
     Attributes:
         launches: per device kernel, ``(name, number of arguments)`` in launch order.
@@ -204,13 +206,21 @@ class CUDAKernel:
             results.append(o)
         _refuse_overlap(arrays, on_gpu, results, self._out_names)
         ptrs: list[int] = []
-        owned: list[int] = []  # device memory this call allocated (the NumPy arrays' copies)
+        owned: list[int] = []  # device memory this call allocated (copies of its arrays)
         times: list[float] = []
         size_args = [bound.sizes[n] for n in self.signature.sizes]
+        align = self.target.buffer_align
+        unaligned: list[tuple[int, int, int]] = []  # (user's pointer, aligned copy, bytes)
         try:
             for name, a in arrays.items():
                 if name in on_gpu:
-                    ptrs.append(on_gpu[name])
+                    p = on_gpu[name]
+                    if p % align:  # the kernels assume aligned buffers: an aligned copy
+                        q = dev.alloc(a.size * a.dtype.itemsize)
+                        owned.append(q)
+                        dev.copy(q, p, a.size * a.dtype.itemsize)
+                        p = q
+                    ptrs.append(p)
                     continue
                 a = np.ascontiguousarray(a)
                 p = dev.alloc(a.nbytes)
@@ -219,7 +229,13 @@ class CUDAKernel:
                 dev.to_device(p, a)
             for r in results:
                 gpu = cuda_array(r)
-                if gpu is not None:
+                if gpu is not None and gpu[0] % align:  # computed aligned, copied out after
+                    nbytes = int(np.prod(gpu[1], dtype=np.int64)) * gpu[2].itemsize
+                    q = dev.alloc(nbytes)
+                    owned.append(q)
+                    unaligned.append((gpu[0], q, nbytes))
+                    ptrs.append(q)
+                elif gpu is not None:
                     ptrs.append(gpu[0])
                 else:
                     p = dev.alloc(r.nbytes)
@@ -240,6 +256,8 @@ class CUDAKernel:
                 if timed:
                     dev.record(end)
                     times.append(dev.elapsed(start, end))
+            for user, q, nbytes in unaligned:
+                dev.copy(user, q, nbytes)
             dev.synchronize()
             for r, p in zip(results, ptrs[len(arrays):]):
                 if isinstance(r, np.ndarray):

@@ -44,6 +44,12 @@ class CUDATarget:
     triple = TRIPLE
     #: the widest load or store of one thread (``ld.global.v4.f32``), for vector loops
     vector_bits = 128
+    #: bytes every buffer argument of a kernel is aligned to (``align`` on its parameter), so
+    #: that a vector loop's loads and stores at multiples of their width are single
+    #: ``ld.global.v4`` / ``st.global.v4`` instructions (PTX requires a vector access aligned
+    #: to its size). ``cuMemAlloc`` returns 256-byte-aligned memory; a zero-copy array that is
+    #: not aligned is copied (``kernel.py``)
+    buffer_align = 16
     #: NVPTX's 64-bit data layout (what its target machine reports)
     data_layout = "e-p6:32:32-i64:64-i128:128-i256:256-v16:16-v32:32-n16:32:64"
 
