@@ -471,6 +471,74 @@ def test_arrays_on_the_gpu_are_used_in_place(monkeypatch):
     assert len(dev.buffers) < n  # DeviceArrays free their memory
 
 
+_DLTENSOR = b"dltensor"  # PyCapsule keeps a pointer to its name: it must outlive the capsule
+
+
+class _DLPackOnGPU:
+    """An array on the (fake) GPU that exposes only DLPack, as a JAX array does: device type
+    kDLCUDA, a legacy ``dltensor`` capsule over a DLManagedTensor built here."""
+
+    def __init__(self, d, shape=None, strides=None, code=2):
+        import ctypes
+
+        from tensorlang.backends.cuda.arrays import _DLDataType, _DLDevice, _DLTensor
+
+        self.base = d  # keeps the memory
+        shape = d.shape if shape is None else shape
+        self._shape = (ctypes.c_int64 * len(shape))(*shape)
+        self._strides = None if strides is None else (ctypes.c_int64 * len(shape))(*strides)
+
+        class Managed(ctypes.Structure):
+            _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                        ("deleter", ctypes.c_void_p)]
+
+        self._managed = Managed(_DLTensor(
+            d.ptr, _DLDevice(2, 0), len(shape),
+            _DLDataType(code, 8 * d.dtype.itemsize, 1), self._shape,
+            self._strides, 0), None, None)
+        self.streams = []
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, stream=None):
+        import ctypes
+
+        self.streams.append(stream)
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                       ctypes.c_void_p]
+        return new(ctypes.addressof(self._managed), _DLTENSOR, None)
+
+
+def test_dlpack_arrays_on_the_gpu_are_used_in_place(monkeypatch):
+    import fake_cuda
+    from tensorlang.backends.cuda.arrays import DeviceArray, cuda_array
+
+    f = W.BUILTIN["matmul"].build()
+    kern = tl.compile(f, gpu_schedule(f), target="cuda")
+    dev = fake_cuda.install(monkeypatch, kern)
+    a = _arrays(f, dict(M=5, N=7, K=3))
+    da, db = _DLPackOnGPU(DeviceArray.from_host(a["A"])), _DLPackOnGPU(
+        DeviceArray.from_host(a["B"]))
+    assert cuda_array(da) == (da.base.ptr, (5, 3), np.dtype(np.float32))
+    assert da.streams == [1]  # the legacy default stream, which the kernels run on
+    allocated = len(dev.buffers)
+    c = kern(A=da, B=db)  # no copies of the inputs: the output stays on the GPU
+    assert isinstance(c, DeviceArray) and len(dev.buffers) == allocated + 1
+    np.testing.assert_allclose(np.asarray(c), a["A"] @ a["B"], rtol=1e-5)
+    out = _DLPackOnGPU(DeviceArray((5, 7), np.float32))
+    kern(A=da, B=db, out=out)
+    np.testing.assert_allclose(np.asarray(out.base), a["A"] @ a["B"], rtol=1e-5)
+    # a transposed view is refused with the fix; a dimension of extent 1 may have any stride
+    with pytest.raises(ShapeError, match="not C-contiguous"):
+        kern(A=_DLPackOnGPU(da.base, shape=(3, 5), strides=(1, 3)), B=db)
+    row = _DLPackOnGPU(DeviceArray.from_host(a["A"][:1]), strides=(99, 1))
+    np.testing.assert_allclose(np.asarray(kern(A=row, B=db)), a["A"][:1] @ a["B"], rtol=1e-5)
+    with pytest.raises(ShapeError, match="no NumPy dtype"):  # complex (kDLComplex)
+        kern(A=_DLPackOnGPU(da.base, code=5), B=db)
+
+
 def test_a_launch_over_the_limits_is_refused_before_it_runs(monkeypatch):
     import fake_cuda
 

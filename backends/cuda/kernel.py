@@ -59,11 +59,11 @@ class CUDAKernel:
     Called like ``tl.Kernel``: input arrays (exactly the declared dtypes) positionally or by
     name, sizes no input fixes by name, ``out=`` for preallocated outputs. NumPy arrays are
     copied to the GPU and back on each call; arrays already on the GPU (anything exposing
-    ``__cuda_array_interface__``: ``DeviceArray``, CuPy, PyTorch CUDA tensors) are read and
-    written in place, and when the inputs are on the GPU the outputs stay there
-    (``DeviceArray``). The kernels assume buffers aligned to ``target.buffer_align`` bytes (16:
-    vector loads); a GPU array that is not (a view starting inside an allocation) goes through
-    an aligned copy on the GPU.
+    ``__cuda_array_interface__``: ``DeviceArray``, CuPy, PyTorch CUDA tensors; or DLPack on a
+    CUDA device: JAX arrays, ``arrays.py``) are read and written in place, and when the inputs
+    are on the GPU the outputs stay there (``DeviceArray``). The kernels assume buffers aligned
+    to ``target.buffer_align`` bytes (16: vector loads); a GPU array that is not (a view
+    starting inside an allocation) goes through an aligned copy on the GPU.
 
     Attributes:
         launches: per device kernel, ``(name, number of arguments)`` in launch order.
