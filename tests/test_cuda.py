@@ -213,27 +213,6 @@ def test_partial_tiles_launch_the_full_block_and_guard_the_threads():
                                    rtol=1e-5)
 
 
-@needs_ptxas
-def test_a_vector_loop_of_a_partial_tile_is_masked_in_the_kernel():
-    # each thread's 4-lane vector of a 256-wide block; the last block's lanes past N are masked
-    (N,) = tl.sizes("N")
-    A = tl.Input("A", (N,), tl.float32)
-    i = tl.Var("i")
-    f = tl.Func("f")
-    f[i] = A[i] * 2.0
-    s = tl.Schedule(f)
-    io, ii = s[f].split(i, 256)
-    s[f].gpu_blocks(io)
-    t, lanes = s[f].split(ii, 4)
-    s[f].gpu_threads(t).vectorize(lanes, 4)
-    kern = tl.compile(f, s, target="cuda")
-    assert "min(4, " in kern.loop_nest()
-    ptxas(kern.ptx(), "sm_90")
-    for n in (1, 5, 256, 1027):
-        a = np.random.default_rng(n).random(n).astype(np.float32)
-        np.testing.assert_array_equal(emulate(f, s)(a), a * 2.0)
-
-
 def _doubling(block: int = 256, lanes: int = 4) -> tuple[tl.Func, tl.Schedule]:
     """f[i] = 2 A[i], float32: blocks of ``block`` elements, each thread a ``lanes`` vector."""
     (N,) = tl.sizes("N")
@@ -247,6 +226,18 @@ def _doubling(block: int = 256, lanes: int = 4) -> tuple[tl.Func, tl.Schedule]:
     t, v = s[f].split(ii, lanes)
     s[f].gpu_threads(t).vectorize(v, lanes)
     return f, s
+
+
+@needs_ptxas
+def test_a_vector_loop_of_a_partial_tile_is_masked_in_the_kernel():
+    # each thread's 4-lane vector of a 256-wide block; the last block's lanes past N are masked
+    f, s = _doubling()
+    kern = tl.compile(f, s, target="cuda")
+    assert "min(4, " in kern.loop_nest()
+    ptxas(kern.ptx(), "sm_90")
+    for n in (1, 5, 256, 1027):
+        a = np.random.default_rng(n).random(n).astype(np.float32)
+        np.testing.assert_array_equal(emulate(f, s)(a), a * 2.0)
 
 
 def test_a_vector_loop_loads_and_stores_four_floats_in_one_instruction():
