@@ -493,13 +493,20 @@ class _DLPackOnGPU:
         return (2, 0)
 
     def __dlpack__(self, stream=None):
-        import ctypes
-
         self.streams.append(stream)
-        new = ctypes.pythonapi.PyCapsule_New
-        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
-                                                       ctypes.c_void_p]
-        return new(ctypes.addressof(self._managed), _DLTENSOR, None)
+        return _capsule(self, _DLTENSOR)
+
+
+_USED = b"used_dltensor"  # the name a consumer gives a capsule it took
+
+
+def _capsule(arr: _DLPackOnGPU, name: bytes):
+    import ctypes
+
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                   ctypes.c_void_p]
+    return new(ctypes.addressof(arr._managed), name, None)  # name: a module constant
 
 
 def test_dlpack_arrays_on_the_gpu_are_used_in_place(monkeypatch):
@@ -528,6 +535,10 @@ def test_dlpack_arrays_on_the_gpu_are_used_in_place(monkeypatch):
     np.testing.assert_allclose(np.asarray(kern(A=row, B=db)), a["A"][:1] @ a["B"], rtol=1e-5)
     with pytest.raises(ShapeError, match="no NumPy dtype"):  # complex (kDLComplex)
         kern(A=_DLPackOnGPU(da.base, code=5), B=db)
+    used = _DLPackOnGPU(da.base)
+    used.__dlpack__ = lambda stream=None: _capsule(used, _USED)  # consumed before
+    with pytest.raises(ShapeError, match="not a fresh 'dltensor'"):
+        kern(A=used, B=db)
 
 
 def test_a_launch_over_the_limits_is_refused_before_it_runs(monkeypatch):

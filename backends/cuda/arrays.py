@@ -69,7 +69,8 @@ def _dlpack_array(obj: Any) -> tuple[int, tuple[int, ...], np.dtype, tuple[int, 
     kernel stays alive through the call) and frees the capsule's record when it is dropped.
 
     Raises:
-        ShapeError: a dtype NumPy has no equivalent of (complex, vectors of lanes).
+        ShapeError: a dtype NumPy has no equivalent of (complex, vectors of lanes), or the
+            capsule is not an unconsumed ``dltensor``.
     """
     device = getattr(obj, "__dlpack_device__", None)
     if device is None or not hasattr(obj, "__dlpack__"):
@@ -82,7 +83,11 @@ def _dlpack_array(obj: Any) -> tuple[int, tuple[int, ...], np.dtype, tuple[int, 
         capsule = obj.__dlpack__()
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
-    t = _DLTensor.from_address(get(capsule, b"dltensor"))  # DLManagedTensor starts with it
+    try:
+        t = _DLTensor.from_address(get(capsule, b"dltensor"))  # DLManagedTensor starts with it
+    except ValueError as exc:  # a consumed capsule ("used_dltensor"), or a versioned one
+        raise ShapeError(f"the DLPack capsule of a {type(obj).__name__} is not a fresh "
+                         f"'dltensor' ({exc}); pass the array itself, not its capsule") from exc
     dtype = _dl_dtype(t.dtype)
     if dtype is None:
         raise ShapeError(f"a {type(obj).__name__} of DLPack type (code {t.dtype.code}, "
