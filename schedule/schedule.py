@@ -212,7 +212,7 @@ class Schedule:
     # -- staging primitives (they add a stage) ---------------------------------------------------
     def cache_read(self, tensor: Input | Func | str, consumer: Stage, loop: LoopLike,
                    index: int | None = None, layout: tuple[int, ...] | None = None,
-                   scope: str | None = None) -> Stage:
+                   scope: str | None = None, panel: tuple[int, int] | None = None) -> Stage:
         """Copy the tile of ``tensor`` that one iteration of ``consumer``'s ``loop`` reads into a
         local buffer computed at that loop, and make ``consumer`` read the copy.
 
@@ -233,6 +233,14 @@ class Schedule:
                 copy, so that ``C[i, j] += A[i, k] * A[j, k]`` reads ``A_local[k, j]`` with
                 ``j`` innermost: BLIS's packing of a transposed operand (Van Zee and van de
                 Geijn, TOMS 2015), Halide's ``Func::in`` + ``reorder_storage``.
+            panel: ``(dim, size)``: store ``tensor``'s dimension ``dim`` in panels of
+                ``size``: the copy's element at ``x`` of that dimension is at ``x // size``
+                there, and ``x % size`` is the copy's last dimension.
+                ``cache_read(A, s[C], "k.o", panel=(0, 8))`` stores each 8-row sliver
+                of ``A[i, k]`` with the 8 rows of each ``k`` adjacent: BLIS's micro-panels of A
+                (Van Zee and van de Geijn, TOMS 2015), which a register tile of 8 rows reads
+                one cache line per ``k`` step from. Reads past ``tensor``'s extent in the last
+                panel (the extent not a multiple of ``size``) copy zeros.
             scope: on a GPU (``target="cuda"``), where the copy lives: ``"shared"`` (the copy
                 is ``<tensor>_shared``, computed at a loop of the block outside its thread
                 loops and staged by the block's threads: map its loops with ``gpu_threads``) or
@@ -242,7 +250,9 @@ class Schedule:
         Raises:
             ScheduleError: ``consumer`` does not read ``tensor``, the loop is not its loop,
                 ``index`` is out of range, ``layout`` is not a permutation of ``tensor``'s
-                dimensions, or a permuted read goes through a boundary condition.
+                dimensions, ``panel`` names no dimension or a size below 1 or a dimension
+                not starting at 0, or a permuted or panelled read goes through a boundary
+                condition.
         See also: TVM ``cache_read``, Halide ``Func::in``.
         """
         name = tensor if isinstance(tensor, str) else tensor.name
@@ -257,6 +267,9 @@ class Schedule:
                            if isinstance(layout, (tuple, list)) else layout))
         if scope is not None:
             params.append(("scope", scope))
+        if panel is not None:
+            params.append(("panel", tuple(_int(d) for d in panel)
+                           if isinstance(panel, (tuple, list)) else panel))
         new = self.apply(Step("cache_read", consumer.func, tuple(params)))
         return Stage(self, new)
 

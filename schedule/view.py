@@ -74,11 +74,13 @@ class AlgorithmView:
         self._reads.clear()
 
     def redirect(self, consumer: str, old: str, new: Func, index: int | None = None,
-                 layout: tuple[int, ...] | None = None) -> None:
+                 layout: tuple[int, ...] | None = None,
+                 panel: tuple[int, int] | None = None) -> None:
         """Make ``consumer`` read ``new`` wherever it read ``old`` (same indices, boundary), or
         only at its ``index``-th read of ``old`` (0-based, in ``walk`` order). With ``layout``
         (``new``'s dimension ``d`` is ``old``'s dimension ``layout[d]``), the read's indices are
-        permuted to match."""
+        permuted to match; with ``panel`` ``(dim, size)``, ``old``'s index ``x`` of dimension
+        ``dim`` becomes ``x // size`` and ``x % size`` is appended."""
         count = 0
 
         def go(e: Expr) -> Expr:
@@ -89,7 +91,12 @@ class AlgorithmView:
                 e = map_children(e, go)
                 if not hit:
                     return e
-                indices = e.indices if layout is None else tuple(e.indices[d] for d in layout)
+                order = layout or tuple(range(len(e.indices)))
+                indices = tuple(e.indices[d] for d in order)
+                if panel is not None:
+                    x = e.indices[panel[0]]
+                    indices = tuple(x // panel[1] if order[n] == panel[0] else v
+                                    for n, v in enumerate(indices)) + (x % panel[1],)
                 return dataclasses.replace(e, name=new.name, producer=new, indices=indices)
             return map_children(e, go)
 

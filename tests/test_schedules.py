@@ -309,6 +309,61 @@ def test_cache_read_of_one_read_in_another_layout(rng):
         t.cache_read(A, t[X], "i", layout=(1, 0))
 
 
+@pytest.mark.parametrize("m,n,k", [(64, 32, 64), (37, 19, 41), (1, 1, 1), (13, 17, 5)])
+def test_cache_read_in_panels_interleaves_the_rows_of_each_sliver(m, n, k, rng):
+    """``panel=(0, 8)`` stores A's row block as 8-row slivers with the 8 rows of each ``k``
+    adjacent (BLIS's micro-panels of A); a row count that 8 does not divide copies zeros past
+    the last row; the step survives to_python and JSON."""
+    from algorithms import gemm
+
+    C = gemm(tl.float64)
+    s = tl.Schedule(C)
+    h = s[C]
+    h.split("i", 8)
+    h.split("j", 16)
+    h.split("k", 4)
+    h.reorder("i.o", "k.o", "j.o", "k.i", "i.i", "j.i")
+    s.cache_read("A", h, "k.o", panel=(0, 8))
+    h.unroll("i.i").vectorize("j.i", 8)
+    text = s.to_python()
+    assert "s.cache_read('A', s[\"C\"], 'k.o', panel=(0, 8))" in text
+    kern = tl.compile(C, s)
+    nest = kern.loop_nest()
+    # per k.o: the slivers of the rows i.o covers (one), k.i, the sliver's 8 rows innermost
+    assert re.search(r"allocate A_local\[float64, \w+, 4, 8\]", nest)
+    a, b = rng.random((m, k)), rng.random((k, n))
+    np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-12)
+    again = tl.Schedule.from_json(C, s.to_json())
+    assert again.to_python() == text
+    np.testing.assert_allclose(tl.compile(C, again)(a, b), a @ b, rtol=1e-12)
+
+
+def test_cache_read_panels_are_checked():
+    from algorithms import gemm
+
+    C = gemm(tl.float64)
+    for panel, why in (((2, 8), "panel \\(2, 8\\) must be"), ((0, 0), "size >= 1"),
+                       ((0, -1), "pair of non-negative ints"), ((0,), "pair")):
+        with pytest.raises(tl.ScheduleError, match=why):
+            t = tl.Schedule(C)
+            t.cache_read("A", t[C], "i", panel=panel)
+    N = tl.sizes("N")[0]
+    A = tl.Input("A", (N,), tl.float64)
+    x = tl.Var("x")
+    F = tl.Func("F")
+    F[x] = A[x - 1] + A[x + 1]  # domain [1, N - 1)
+    G = tl.Func("G")
+    G[x] = F[x] * 2.0
+    with pytest.raises(tl.ScheduleError, match="does not start at 0"):
+        t = tl.Schedule(G)
+        t.cache_read(F, t[G], "x", panel=(0, 4))
+    X = tl.Func("X", shape=(N,))
+    X[x] = tl.clamp_edge(A)[x + 1] * 2.0
+    with pytest.raises(tl.ScheduleError, match="boundary condition"):
+        t = tl.Schedule(X)
+        t.cache_read(A, t[X], "x", panel=(0, 4))
+
+
 def test_a_copy_of_a_schedule_has_its_own_view(rng):
     """cache_read on a copy (the rule-based schedule tries variants on copies) must leave the
     original's algorithm view as it was: it once redirected the original's reads too."""

@@ -35,8 +35,9 @@ class Param:
     """One parameter of a primitive, as stored in a ``Step``: its name, its kind (which fixes
     the check: ``loop`` a loop name, ``loops`` a non-empty tuple of them, ``factor`` a positive
     int, ``tail`` a ``TailStrategy`` value, ``func`` a Func name, ``tensor`` an Input or Func
-    name, ``index`` a non-negative int, ``layout`` a tuple of ints, ``scope`` a GPU memory:
-    ``"shared"`` or ``"local"``), whether it is needed, its
+    name, ``index`` a non-negative int, ``layout`` a tuple of ints, ``panel`` a pair of
+    non-negative ints, ``scope`` a GPU memory: ``"shared"`` or ``"local"``), whether it is
+    needed, its
     default, and whether the stage method takes it by keyword."""
 
     name: str
@@ -64,6 +65,10 @@ def _check_value(kind: str, value: Any) -> str | None:
         return None if ok else f"one of {', '.join(t.value for t in TailStrategy)}"
     if kind == "scope":
         return None if value in ("shared", "local") else '"shared" or "local"'
+    if kind == "panel":
+        ok = isinstance(value, tuple) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+        return None if ok else "a (dimension, size) pair of non-negative ints"
     if kind == "layout":
         ok = isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool)
                                               for v in value)

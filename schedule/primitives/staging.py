@@ -24,7 +24,7 @@ from typing import Any
 from tensorlang.affine import const_value, sadd, sceildiv, sconst, smul, ssub
 from tensorlang.errors import ScheduleError
 from tensorlang.expr import Access, BinOp, Cmp, Expr, Var, substitute, walk
-from tensorlang.func import Definition, Func, Update, parse_stage_id
+from tensorlang.func import Definition, Func, Update, constant_exterior, parse_stage_id
 from tensorlang.rdom import RVar
 
 from ..ir import ForKind
@@ -44,14 +44,15 @@ def _rel_names(rel: Split | Fuse) -> tuple[str, ...]:
 
 @register
 class CacheRead(Primitive):
-    """``s.cache_read(tensor, s[consumer], loop, index=None, layout=None)``; the step's
-    ``func`` is the consumer."""
+    """``s.cache_read(tensor, s[consumer], loop, index=None, layout=None, scope=None,
+    panel=None)``; the step's ``func`` is the consumer."""
 
     name, family = "cache_read", "staging"
     params = (Param("tensor", "tensor"), Param("loop", "loop"),
               Param("index", "index", required=False, keyword=True),
               Param("layout", "layout", required=False, keyword=True),
-              Param("scope", "scope", required=False, keyword=True))
+              Param("scope", "scope", required=False, keyword=True),
+              Param("panel", "panel", required=False, keyword=True))
     obligations = frozenset({"placement"})
 
     def check(self, sched, st: StageState, step: Step) -> None:
@@ -74,13 +75,13 @@ class CacheRead(Primitive):
             raise ScheduleError.in_schedule(
                 st.func, f"{st.func} reads {tensor} {len(reads)} time(s); index must be in "
                 f"0..{len(reads) - 1}", step)
+        copied = reads if index is None else [reads[index]]
         if layout is not None:
             layout = tuple(layout)
             if sorted(layout) != list(range(rank)):
                 raise ScheduleError.in_schedule(
                     st.func, f"layout {layout} is not a permutation of {tensor}'s {rank} "
                     f"dimensions (0..{rank - 1})", step)
-            copied = reads if index is None else [reads[index]]
             if any(a.boundary is not None for a in copied):
                 raise ScheduleError.in_schedule(
                     st.func, f"{st.func} reads {tensor} through a boundary condition; a copy "
@@ -88,14 +89,28 @@ class CacheRead(Primitive):
                     f"layout=None)", step)
             if layout == tuple(range(rank)):
                 layout = None
+        panel = step.get("panel")
+        if panel is not None:
+            _check_panel(st.func, tensor, src, tuple(panel), copied, step)
+            if panel[1] == 1:
+                panel = None
         scope = step.get("scope")
         name = sched.view.unique_name(f"{tensor}_{scope or 'local'}")
-        idx = tuple(Var(f"{name}_d{d}") for d in range(rank))
-        src_idx = idx if layout is None else tuple(idx[layout.index(d)] for d in range(rank))
-        copy_f = Func(name, shape=None, dtype=src.dtype)
-        copy_f[idx] = src[src_idx]
+        order = layout or tuple(range(rank))  # the copy's dimension d is tensor's order[d]
+        idx = tuple(Var(f"{name}_d{d}") for d in range(rank + (panel is not None)))
+        src_idx = [idx[order.index(d)] for d in range(rank)]
+        if panel is None:
+            copy_f = Func(name, shape=None, dtype=src.dtype)
+            copy_f[idx] = src[tuple(src_idx)]
+        else:  # whole panels: zeros past the extent of the panelled dimension
+            dim, size = panel
+            src_idx[dim] = src_idx[dim] * size + idx[rank]
+            shape = [src.bounds[order[d]][1] for d in range(rank)] + [size]
+            shape[order.index(dim)] = sceildiv(shape[order.index(dim)], size)
+            copy_f = Func(name, shape=tuple(shape), dtype=src.dtype)
+            copy_f[idx] = constant_exterior(src, 0)[tuple(src_idx)]
         sched.view.add_before(copy_f, st.func)
-        sched.view.redirect(st.func, tensor, copy_f, index, layout)
+        sched.view.redirect(st.func, tensor, copy_f, index, layout, panel)
         new = StageState.initial(copy_f)
         new.compute = Location("at", st.func, loop)
         new.memory = scope
@@ -106,6 +121,25 @@ class CacheRead(Primitive):
         tensor, *rest = self.python_args(step, schedule_name)
         return (f"{schedule_name}.cache_read({tensor}, {stage_expr(step.func, schedule_name)}, "
                 f"{', '.join(rest)})")
+
+
+def _check_panel(consumer: str, tensor: str, src, panel: tuple[int, int], copied, step) -> None:
+    """Refuse ``cache_read``'s ``panel`` where it names no dimension of ``tensor``, a size below
+    1, a dimension whose domain does not start at 0, or a read through a boundary condition."""
+    dim, size = panel
+    rank = len(src.bounds)
+    if dim >= rank or size < 1:
+        raise ScheduleError.in_schedule(
+            consumer, f"panel {panel} must be (dimension of {tensor} in 0..{rank - 1}, size >= "
+            f"1)", step)
+    if any(const_value(lo) != 0 for lo, _ in src.bounds):
+        raise ScheduleError.in_schedule(
+            consumer, f"panel: {tensor}'s domain does not start at 0 in every dimension; "
+            f"give it a shape=(...) or copy it without panels", step)
+    if any(a.boundary is not None for a in copied):
+        raise ScheduleError.in_schedule(
+            consumer, f"{consumer} reads {tensor} through a boundary condition; a copy in "
+            f"panels would move it off {tensor}'s dimensions (use panel=None)", step)
 
 
 @register
