@@ -37,8 +37,7 @@ class Param:
     int, ``tail`` a ``TailStrategy`` value, ``func`` a Func name, ``tensor`` an Input or Func
     name, ``index`` a non-negative int, ``layout`` a tuple of ints, ``panel`` a pair of
     non-negative ints, ``scope`` a GPU memory: ``"shared"`` or ``"local"``), whether it is
-    needed, its
-    default, and whether the stage method takes it by keyword."""
+    needed, its default, and whether the stage method takes it by keyword."""
 
     name: str
     kind: str
