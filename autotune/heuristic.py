@@ -109,6 +109,10 @@ MAX_KC = 256
 #: the C tile, and of the short k loops' starts, per flop. ``mc`` stays the model's (derived
 #: from the larger ``kc`` it would halve the row blocks: twice the copies of B)
 MIN_KC = 256
+#: whether a packed tile copies its row block of A in panels of the tile's rows
+#: (``row_operands``: BLIS's micro-panels of A; docs/performance.md) -- an int for
+#: ``benchmarks/gemm_packed.py``'s ``auto:A_PANELS=0``
+A_PANELS = 1
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
 MIN_BLOCK_ROWS = 32
@@ -461,20 +465,24 @@ def accumulator_rows(vectors: int, row_extent: int, accumulators: int = ACCUMULA
 class Packed(NamedTuple):
     """One operand read that a packed register tile copies into contiguous panels: the
     ``index``-th read of ``name`` in the reduction (``Schedule.cache_read``'s ``index``), over
-    reduction Var ``rvar``, stored in ``layout`` (None: as it is) so the row's Var is last."""
+    reduction Var ``rvar``, stored in ``layout`` (None: as it is) so the row's Var is last,
+    and in ``panel`` (``cache_read``'s: the dimension of the tile's rows and their count; None:
+    not in panels)."""
 
     name: str
     rvar: str
     index: int
     layout: tuple[int, ...] | None
+    panel: tuple[int, int] | None = None
 
 
-def _tile_reads(f: Func, var: str, last: str, exclude: str | None = None) -> list[Packed]:
+def _tile_reads(f: Func, var: str, last: str, exclude: str | None = None,
+                rows: int = 1) -> list[Packed]:
     """The reads of GEMM-like reduction ``f`` (one reduction Var ``k``, two pure Vars or more)
     with ``k`` and pure Var ``var`` as plain indices of their own (no other index mentions
     either), none mentioning ``exclude``, and no boundary mode: each as a ``Packed`` whose
     layout puts index ``last`` (``var`` or ``k``) last, ``index`` counting the reads of its name
-    in ``f``'s value."""
+    in ``f``'s value, in panels of ``rows`` along ``var``'s dimension where ``rows`` > 1."""
     d = f.definition
     assert d is not None
     if len(d.rvars) != 1 or len(d.args) < 2:
@@ -497,7 +505,7 @@ def _tile_reads(f: Func, var: str, last: str, exclude: str | None = None) -> lis
         at = pos[k if last == "k" else var]
         layout = None if at == len(a.indices) - 1 else \
             tuple(n for n in range(len(a.indices)) if n != at) + (at,)
-        found.append(Packed(a.name, k, index, layout))
+        found.append(Packed(a.name, k, index, layout, (pos[var], rows) if rows > 1 else None))
     return found
 
 
@@ -513,16 +521,21 @@ def packed_operands(f: Func) -> list[Packed]:
     return _tile_reads(f, d.args[-1].name, last="var") if d.args else []
 
 
-def row_operands(f: Func, row: str, split: bool = True) -> list[Packed]:
+def row_operands(f: Func, row: str, split: bool = True, rows: int = 1) -> list[Packed]:
     """The operand reads of a GEMM-like reduction ``f`` that a packed register tile copies as
     its row block (BLIS's ``mc x kc`` block of A): indexed by the reduction Var ``k`` and the
     row Var ``row`` (``row_var``), not by the vector Var; stored with ``k`` last, so the block's
-    rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed). With the
-    reduction not ``split`` into blocks, only transposed reads: rows already contiguous in
+    rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed); with the
+    reduction ``split`` into blocks and a tile of ``rows`` rows (more than one), in panels of
+    them where ``A_PANELS`` (BLIS's micro-panels of A: the tile's rows adjacent for each
+    ``k``). With the reduction not ``split``, only transposed reads: rows already contiguous in
     ``k`` are read as they are (a copy would only move them)."""
     d = f.definition
     assert d is not None
-    found = _tile_reads(f, row, last="k", exclude=d.args[-1].name) if d.args else []
+    if not d.args:
+        return []
+    rows = rows if split and A_PANELS else 1
+    found = _tile_reads(f, row, last="k", exclude=d.args[-1].name, rows=rows)
     return found if split else [p for p in found if p.layout is not None]
 
 
@@ -540,7 +553,7 @@ def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str
     # in read order: a packed read no longer counts among its name's reads
     for op, at in sorted(zip(operands, loops), key=lambda p: (p[0].name, p[0].index)):
         s.cache_read(op.name, stage, at, index=op.index - done.get(op.name, 0),
-                     layout=op.layout)
+                     layout=op.layout, panel=op.panel)
         done[op.name] = done.get(op.name, 0) + 1
 
 
@@ -687,7 +700,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     st = s[f]
     io, ii = st.split(i, rows)
     ioo, ioi = st.split(io, mb)
-    blocks = row_operands(f, i, split=kc < ext[k])
+    blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
     if kc < ext[k]:
         # BLIS's order: the mc x kc block of A (packed) stays in L2 for every column panel;
         # column panels inside the reduction blocks need a guarded tail (ShiftInwards would add

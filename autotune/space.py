@@ -331,7 +331,8 @@ class SearchSpace:
         stage.reorder(*loops)
         if order == "packed":
             # the row block at the k block loop (at the row block loop: the whole reduction)
-            blocks = row_operands(f, row, split=rvars[0] in factor)
+            blocks = row_operands(f, row, split=rvars[0] in factor,
+                                  rows=factor[row] if tile_rows is not None else 1)
             at = outer_r[0] if rvars[0] in factor else outer_of[row]
             pack(s, stage, [*packed, *blocks], [outer_of[args[-1]]] * len(packed)
                  + [at] * len(blocks))

@@ -3,14 +3,18 @@
 Folds integer arithmetic on constants (with NumPy's wrap-around for the type), and the identities
 ``x + 0``, ``x - 0``, ``x * 1``, ``x * 0`` (integers only: ``0.0 * x`` is NaN for an infinite ``x``),
 ``x // 1``, ``max/min`` of equal operands, and casts of constants. Floating-point expressions are
-left alone so that rounding stays exactly what the algorithm says.
+left alone so that rounding stays exactly what the algorithm says. Index arithmetic (int64)
+takes the variable terms of an affine dividend that a constant divisor ``c`` divides out of
+floor division and modulo: ``(c * x + r) // c = x + r // c`` and ``(c * x + r) % c = r % c`` (floor
+semantics, exact for every sign), so that a panel's ``(i.i + 8 * i.o) // 8`` is
+``i.o + i.i // 8``, which an unrolled ``i.i`` folds to a constant.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from tensorlang.affine import NonAffine, affine_form
+from tensorlang.affine import Affine, NonAffine, affine_form
 from tensorlang.dtypes import int64
 from tensorlang.expr import BinOp, Cast, Const, Expr, cast, map_children
 
@@ -59,6 +63,14 @@ def simplify_expr(e: Expr) -> Expr:
                 return a
             if n.op in ("max", "min") and a.same_as(b):
                 return a
+        if isinstance(n, BinOp) and n.dtype is int64 and n.op in ("floordiv", "mod") \
+                and isinstance(n.b, Const) and n.b.value > 1:
+            split = _divide_out(n.a, int(n.b.value))
+            if split is not None:
+                whole, rest = split
+                if n.op == "mod":
+                    return go(BinOp("mod", rest, n.b, int64))
+                return go(BinOp("add", whole, BinOp("floordiv", rest, n.b, int64), int64))
         if isinstance(n, BinOp) and n.dtype is int64 and n.op in ("add", "sub", "mul"):
             try:
                 return affine_form(n).to_expr()  # canonical order, constants combined
@@ -69,6 +81,23 @@ def simplify_expr(e: Expr) -> Expr:
         return n
 
     return go(e)
+
+
+def _divide_out(e: Expr, c: int) -> tuple[Expr, Expr] | None:
+    """``(x, r)`` with ``e == c * x + r`` where ``x`` holds every variable and size term of
+    ``e``'s affine form whose coefficient ``c`` divides, ``r`` the rest (with the constant);
+    None when ``e`` is not affine or no such term divides out."""
+    try:
+        fa = affine_form(e)
+    except NonAffine:
+        return None
+    whole = Affine.make({k: v // c for k, v in fa.coeffs if v % c == 0},
+                        {k: v // c for k, v in fa.params if v % c == 0}, 0)
+    if not whole.coeffs and not whole.params:
+        return None
+    rest = Affine.make({k: v for k, v in fa.coeffs if v % c}, {k: v for k, v in fa.params if v % c},
+                       fa.const)
+    return whole.to_expr(), rest.to_expr()
 
 
 def simplify(f: LoweredFunc) -> LoweredFunc:

@@ -260,14 +260,16 @@ def test_packed_reads_of_one_array_match_numpy(form, size, monkeypatch):
         sizes, shape = {"N": rows, "M": depth}, (rows, depth)
     s = heuristic_schedule(out, sizes)
     text = s.to_python()
-    if rows == 240:  # the column panel (at j.o) and the row block (at k.o), each read alone
-        for copy in {"XtX": ["'X', s[\"out\"], 'k.o', index=0, layout=(1, 0)",
+    if rows == 240:  # the column panel (at j.o) and the row block (at k.o), each read alone;
+        # the row block in panels of the tile's rows along the row Var's dimension
+        r = _row_split(text)[0]
+        for copy in {"XtX": [f"'X', s[\"out\"], 'k.o', index=0, layout=(1, 0), panel=(1, {r}))",
                              "'X', s[\"out\"], 'j.o', index=0)"],
-                     "XXt": ["'X', s[\"out\"], 'k.o', index=0)",
+                     "XXt": [f"'X', s[\"out\"], 'k.o', index=0, panel=(0, {r}))",
                              "'X', s[\"out\"], 'j.o', index=0, layout=(1, 0)"],
                      "syr2k": ["'X', s[\"out\"], 'j.o', index=0, layout=(1, 0)",
-                               "'X', s[\"out\"], 'k.o', index=0)",
-                               "'Y', s[\"out\"], 'k.o', index=0)",
+                               f"'X', s[\"out\"], 'k.o', index=0, panel=(0, {r}))",
+                               f"'Y', s[\"out\"], 'k.o', index=0, panel=(0, {r}))",
                                "'Y', s[\"out\"], 'j.o', index=0, layout=(1, 0)"]}[form]:
             assert f"cache_read({copy}" in text, text
     rng = np.random.default_rng(3)

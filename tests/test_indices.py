@@ -59,6 +59,44 @@ def test_floordiv_indices_scheduled(schedule, rng):
         np.testing.assert_allclose(k(a), updown_numpy(a), rtol=1e-12)
 
 
+def test_simplify_divides_the_divisible_terms_out_of_floordiv_and_mod():
+    # floor semantics: exact for negative terms too; a panel's (i.i + 8 i.o) // 8 is
+    # i.o + i.i // 8 (an unrolled i.i folds it to a constant)
+    import itertools
+
+    from tensorlang.dtypes import int64
+    from tensorlang.expr import BinOp, Const, Var
+    from tensorlang.schedule.simplify import simplify_expr
+
+    a, b = Var("a"), Var("b")
+    e = str(simplify_expr((a + b * 8 + 19) // 8))
+    assert e.count("//") == 1 and "8 * b" not in e and "b * 8" not in e  # b + 2 + (a + 3) // 8
+    for op in ("floordiv", "mod"):
+        for c in (2, 8, 3):
+            for coef_a, coef_b, k in itertools.product((1, -1, 2 * c, -c), (c, -2 * c, 5),
+                                                       (-7, 0, 19)):
+                expr = BinOp(op, a * coef_a + b * coef_b + k, Const(c, int64), int64)
+                simple = simplify_expr(expr)
+                for va, vb in itertools.product(range(-9, 10, 4), range(-5, 6, 3)):
+                    got = _eval(simple, {"a": va, "b": vb})
+                    x = coef_a * va + coef_b * vb + k
+                    assert got == (x // c if op == "floordiv" else x % c), (expr, simple)
+    assert "//" not in str(simplify_expr((a * 8 + 16) // 8))  # all of it divides: a + 2
+
+
+def _eval(e, env):
+    from tensorlang.expr import BinOp, Const, Var
+
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Var):
+        return env[e.name]
+    assert isinstance(e, BinOp), e
+    x, y = _eval(e.a, env), _eval(e.b, env)
+    return {"add": x + y, "sub": x - y, "mul": x * y, "floordiv": x // y if y else 0,
+            "mod": x % y if y else 0}[e.op]
+
+
 def test_mod_where_and_clamp_indices(rng):
     (N,) = tl.sizes("N")
     X = tl.Input("X", (N,), tl.int64)
