@@ -110,9 +110,10 @@ MAX_KC = 256
 #: from the larger ``kc`` it would halve the row blocks: twice the copies of B)
 MIN_KC = 256
 #: whether a packed tile copies its row block of A in panels of the tile's rows
-#: (``row_operands``: BLIS's micro-panels of A; docs/performance.md) -- an int for
-#: ``benchmarks/gemm_packed.py``'s ``auto:A_PANELS=0``
-A_PANELS = 1
+#: (``row_operands``: BLIS's micro-panels of A). Off: on Zen 4 it made GEMM 1024 float64 on one
+#: thread 5% faster but PolyBench's 3mm 7-10% and syr2k 3-12% slower (docs/performance.md).
+#: An int, for ``benchmarks/gemm_packed.py``'s ``auto:A_PANELS=1``
+A_PANELS = 0
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
 MIN_BLOCK_ROWS = 32

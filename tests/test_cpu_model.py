@@ -237,13 +237,16 @@ def test_each_operand_read_is_packed_alone_and_transposed_reads_get_a_layout():
     assert packed_operand(gemm())[:2] == ("B", "k")
 
 
+@pytest.mark.parametrize("panels", [0, 1])
 @pytest.mark.parametrize("size", [(240, 300), (61, 97)])
 @pytest.mark.parametrize("form", ["XtX", "XXt", "syr2k"])
-def test_packed_reads_of_one_array_match_numpy(form, size, monkeypatch):
+def test_packed_reads_of_one_array_match_numpy(form, size, panels, monkeypatch):
     # 240 rows (whole register tiles, kc a divisor of 300): the packed nest, with its index= and
-    # layout= copies; 61 x 97 (no whole tiles): whatever the rules pick; both against NumPy.
-    # Two threads: on many, 240 rows' blocks would be too small to pack
+    # layout= copies (and panel= with heuristic.A_PANELS); 61 x 97 (no whole tiles): whatever
+    # the rules pick; both against NumPy. Two threads: on many, 240 rows' blocks would be too
+    # small to pack
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    monkeypatch.setattr(heuristic, "A_PANELS", panels)
     rows, depth = size
     N, M = tl.sizes("N M")
     X, Y = tl.Input("X", (N, M), tl.float64), tl.Input("Y", (N, M), tl.float64)
@@ -261,15 +264,16 @@ def test_packed_reads_of_one_array_match_numpy(form, size, monkeypatch):
     s = heuristic_schedule(out, sizes)
     text = s.to_python()
     if rows == 240:  # the column panel (at j.o) and the row block (at k.o), each read alone;
-        # the row block in panels of the tile's rows along the row Var's dimension
+        # with A_PANELS the row block in panels of the tile's rows along the row Var's dimension
         r = _row_split(text)[0]
-        for copy in {"XtX": [f"'X', s[\"out\"], 'k.o', index=0, layout=(1, 0), panel=(1, {r}))",
+        p = f", panel=({{}}, {r}))" if panels else ")"
+        for copy in {"XtX": ["'X', s[\"out\"], 'k.o', index=0, layout=(1, 0)" + p.format(1),
                              "'X', s[\"out\"], 'j.o', index=0)"],
-                     "XXt": [f"'X', s[\"out\"], 'k.o', index=0, panel=(0, {r}))",
+                     "XXt": ["'X', s[\"out\"], 'k.o', index=0" + p.format(0),
                              "'X', s[\"out\"], 'j.o', index=0, layout=(1, 0)"],
                      "syr2k": ["'X', s[\"out\"], 'j.o', index=0, layout=(1, 0)",
-                               f"'X', s[\"out\"], 'k.o', index=0, panel=(0, {r}))",
-                               f"'Y', s[\"out\"], 'k.o', index=0, panel=(0, {r}))",
+                               "'X', s[\"out\"], 'k.o', index=0" + p.format(0),
+                               "'Y', s[\"out\"], 'k.o', index=0" + p.format(0),
                                "'Y', s[\"out\"], 'j.o', index=0, layout=(1, 0)"]}[form]:
             assert f"cache_read({copy}" in text, text
     rng = np.random.default_rng(3)
