@@ -40,6 +40,11 @@ class _DLTensor(ctypes.Structure):
                 ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
 
 
+#: ``PyCapsule_GetPointer`` with its own prototype (``ctypes.pythonapi``'s function object is
+#: shared: setting its argtypes would change them for every other user)
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", ctypes.pythonapi))
+
 #: DLPack type codes -> NumPy kinds (``kDLInt``, ``kDLUInt``, ``kDLFloat``, ``kDLBfloat``,
 #: ``kDLBool``)
 _DL_KINDS = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 6: "bool"}
@@ -81,10 +86,9 @@ def _dlpack_array(obj: Any) -> tuple[int, tuple[int, ...], np.dtype, tuple[int, 
         capsule = obj.__dlpack__(stream=DLPACK_STREAM)
     except TypeError:  # a producer from before the array API's stream argument
         capsule = obj.__dlpack__()
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
     try:
-        t = _DLTensor.from_address(get(capsule, b"dltensor"))  # DLManagedTensor starts with it
+        t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))  # DLManagedTensor
+        # starts with its DLTensor
     except ValueError as exc:  # a consumed capsule ("used_dltensor"), or a versioned one
         raise ShapeError(f"the DLPack capsule of a {type(obj).__name__} is not a fresh "
                          f"'dltensor' ({exc}); pass the array itself, not its capsule") from exc
