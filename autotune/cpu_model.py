@@ -220,18 +220,24 @@ def register_tile(cpu: CpuModel, itemsize: int) -> RegisterTile:
     return RegisterTile(rows, TILE_VECTORS, cpu.lanes(itemsize))
 
 
-def gemm_blocking(cpu: CpuModel, itemsize: int, tile: RegisterTile | None = None) -> GemmBlocking:
+def gemm_blocking(cpu: CpuModel, itemsize: int, tile: RegisterTile | None = None,
+                  kc: int | None = None) -> GemmBlocking:
     """Low et al.'s ``kc``, ``mc``, ``nc`` for ``tile`` (default: ``register_tile``) on ``cpu``,
-    elements of ``itemsize`` bytes (4: float32, 8: float64).
+    elements of ``itemsize`` bytes (4: float32, 8: float64); with ``kc`` given, the ``mc`` and
+    ``nc`` that keep blocks of that ``kc`` in L2 and L3 (a ``kc`` above the L1 bound, as
+    ``heuristic.MIN_KC`` sets, needs fewer rows of A in L2).
 
     >>> b = gemm_blocking(DESCRIBED["haswell"], 8, RegisterTile(6, 2, 4))
     >>> (b.tile.rows, b.tile.columns, b.kc)
     (6, 8, 256)
+    >>> gemm_blocking(DESCRIBED["znver4"], 8).mc, gemm_blocking(DESCRIBED["znver4"], 8, kc=256).mc
+    (768, 384)
     """
     t = tile or register_tile(cpu, itemsize)
     mr, nr = t.rows, t.columns
-    c_ar = max(1, math.floor((cpu.l1.ways - 1) / (1 + nr / mr)))
-    kc = max(1, c_ar * cpu.l1.sets * cpu.l1.line // (mr * itemsize))
+    if kc is None:
+        c_ar = max(1, math.floor((cpu.l1.ways - 1) / (1 + nr / mr)))
+        kc = max(1, c_ar * cpu.l1.sets * cpu.l1.line // (mr * itemsize))
     c_br2 = math.ceil(nr * kc * itemsize / (cpu.l2.sets * cpu.l2.line))
     c_ac = max(1, cpu.l2.ways - 1 - c_br2)
     mc = max(mr, c_ac * cpu.l2.sets * cpu.l2.line // (kc * itemsize) // mr * mr)

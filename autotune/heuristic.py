@@ -114,6 +114,21 @@ MIN_KC = 256
 #: thread 5% faster but PolyBench's 3mm 7-10% and syr2k 3-12% slower (docs/performance.md).
 #: An int, for ``benchmarks/gemm_packed.py``'s ``auto:A_PANELS=1``
 A_PANELS = 0
+#: whether a packed tile with a split reduction runs BLIS's loop order: for each ``kc`` block,
+#: the whole ``kc x N`` block of B is copied once, in ``nr``-wide panels (by the threads
+#: together), then the row blocks run in parallel, each copying its ``mc x kc`` block of A
+#: (Goto and van de Geijn, TOMS 2008, Fig. 8). Off: each row block copies B's ``kc x nr``
+#: panels itself, as many times as there are row blocks. An int, for
+#: ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=0``
+BLIS_ORDER = 0
+PARALLEL_B_COPY = 1
+#: rows of a row block in BLIS's order, as many blocks as that gives (at least one per
+#: thread): B is copied once per ``kc`` block whatever their number, so more, smaller blocks
+#: cost only reads of its panels from L3 again, each serving the block's rows, and keep less
+#: of A's block in L2 (on an AVX-512 Xeon with 2 MiB of L2, 256-row blocks of 1024 ran faster
+#: than 512 or 1024 on one thread, and 100-row blocks of 1000 slower than 250 or 500 on two,
+#: docs/performance.md)
+BLIS_BLOCK_ROWS = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
 MIN_BLOCK_ROWS = 32
@@ -510,16 +525,22 @@ def _tile_reads(f: Func, var: str, last: str, exclude: str | None = None,
     return found
 
 
-def packed_operands(f: Func) -> list[Packed]:
+def packed_operands(f: Func, width: int = 1) -> list[Packed]:
     """The operand reads of a GEMM-like reduction that a packed register tile copies into
     contiguous panels: ``f`` has one reduction Var ``k``, and the read has ``k`` and ``f``'s
     innermost pure Var ``j`` as two of its indices (``B[k, j]`` of ``C[i, j] += A[i, k] *
     B[k, j]``; ``B[b, k, j]`` of a batched GEMM; ``A[j, k]`` of ``C[i, j] += A[i, k] * A[j, k]``,
     packed transposed). Each read is packed alone (``cache_read(..., index=)``): covariance's
-    ``d[k, i] * d[k, j]`` packs the panel ``d[k, j]``, not the union of both tiles."""
+    ``d[k, i] * d[k, j]`` packs the panel ``d[k, j]``, not the union of both tiles. With
+    ``width`` > 1, stored as panels of ``width`` columns, ``k`` before the column in each
+    (``B_local[j // width, k, j % width]``: BLIS's packed block of B, many panels in one copy);
+    else with ``j`` last (one panel per copy)."""
     d = f.definition
     assert d is not None
-    return _tile_reads(f, d.args[-1].name, last="var") if d.args else []
+    if not d.args:
+        return []
+    x = d.args[-1].name
+    return _tile_reads(f, x, last="k", rows=width) if width > 1 else _tile_reads(f, x, "var")
 
 
 def row_operands(f: Func, row: str, split: bool = True, rows: int = 1) -> list[Packed]:
@@ -546,16 +567,27 @@ def packed_operand(f: Func) -> Packed | None:
     return found[0] if found else None
 
 
-def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str]) -> None:
+def _panel_dim(op: Packed) -> int:
+    """The dimension of ``op``'s copy that counts its panels (``cache_read``'s ``panel``: the
+    panelled dimension's place in the copy's ``layout``)."""
+    assert op.panel is not None
+    order = op.layout or tuple(range(op.panel[0] + 1))
+    return order.index(op.panel[0])
+
+
+def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str],
+         ) -> dict[Packed, Stage]:
     """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``); ``loop``:
-    one loop for all, or one per operand."""
+    one loop for all, or one per operand. Returns each operand's copy stage."""
     loops = [loop] * len(operands) if isinstance(loop, str) else loop
     done: dict[str, int] = {}
+    copies: dict[Packed, Stage] = {}
     # in read order: a packed read no longer counts among its name's reads
     for op, at in sorted(zip(operands, loops), key=lambda p: (p[0].name, p[0].index)):
-        s.cache_read(op.name, stage, at, index=op.index - done.get(op.name, 0),
-                     layout=op.layout, panel=op.panel)
+        copies[op] = s.cache_read(op.name, stage, at, index=op.index - done.get(op.name, 0),
+                                  layout=op.layout, panel=op.panel)
         done[op.name] = done.get(op.name, 0) + 1
+    return copies
 
 
 def row_block(tiles: int, rows: int, mc: int, threads: int,
@@ -641,12 +673,18 @@ def block_threads(outer: list[str], ext: dict[str, int]) -> int:
 
 def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None) -> GemmBlocking:
     """The analytical model's blocking (``cpu_model.gemm_blocking``) of ``f`` on ``target``
-    (default: the host) for a register tile of ``rows`` x ``width`` elements."""
+    (default: the host) for a register tile of ``rows`` x ``width`` elements, with ``kc`` at
+    least ``MIN_KC`` (shared among ``f``'s packed panels) and at most ``MAX_KC``, and ``mc`` the
+    model's for that ``kc``: a ``kc`` raised above the L1 bound with the bound's ``mc`` filled
+    all of L2 with A's block (2048 rows of float64 on an AVX-512 Xeon with 2 MiB of L2: 1024-row
+    blocks, 30% slower than 512, docs/performance.md)."""
     cpu = cpu_model(target)
     size = f.dtype.numpy.itemsize
     tile = model_tile(cpu, size)
-    return gemm_blocking(cpu, size, replace(tile, rows=rows,
-                                            vectors=max(1, width // tile.lanes)))
+    tile = replace(tile, rows=rows, vectors=max(1, width // tile.lanes))
+    model = gemm_blocking(cpu, size, tile)
+    kc = min(max(model.kc, MIN_KC // max(1, len(packed_operands(f)))), MAX_KC)
+    return model if kc == model.kc else gemm_blocking(cpu, size, tile, kc=kc)
 
 
 def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
@@ -666,7 +704,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     Raises:
         ScheduleError: the reduction is not GEMM-like, its operand fits in L1 (nothing to gain),
             the sizes have no near divisor for ``kc`` or the row block (a remainder would run
-            the nest's guarded version), or there is one row block only.
+            the nest's guarded version), or there is one row block only and more than one
+            thread.
     """
     d = f.definition
     assert d is not None
@@ -686,26 +725,45 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     width, near = register_tile(ext[x], ext[i], lanes, accs)
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)
-    rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target,
-                                      blocks_per_thread(f, i))
-    # (not past the search space's largest split factor: the rule-based schedule stays a point
-    # of the space)
-    kc = closest_divisor(ext[k], min(max(blocking.kc, MIN_KC // len(operands)), MAX_KC),
-                         most=MAX_KC)
+    per_thread = blocks_per_thread(f, i)
+    rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target, per_thread)
+    kc = _packed_kc(ext[k], blocking, len(operands))
+    more_per_thread = ext[i] // (BLIS_BLOCK_ROWS * threads)
+    if BLIS_ORDER and kc is not None and kc < ext[k] and per_thread < more_per_thread:
+        # B copied once per kc block: more row blocks only read its panels again from L3
+        more = _packed_rows(f, ext[i], near, width, accs, threads, target, more_per_thread)
+        more_kc = _packed_kc(ext[k], more[1], len(operands))
+        if more_kc is not None and more_kc < ext[k]:
+            (rows, blocking, mb), kc = more, more_kc
     if kc is None or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
     count = {**ext, "blocks": ext[i] // rows // mb}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
-    if par is None:
+    if par is None and num_threads() > 1:
+        # (on one thread a single row block is BLIS's nest still: packing is what it gains)
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")
     st = s[f]
     io, ii = st.split(i, rows)
     ioo, ioi = st.split(io, mb)
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
-    if kc < ext[k]:
-        # BLIS's order: the mc x kc block of A (packed) stays in L2 for every column panel;
-        # column panels inside the reduction blocks need a guarded tail (ShiftInwards would add
-        # a shifted panel's products twice), which loop partitioning keeps out of the full tiles
+    if kc < ext[k] and BLIS_ORDER:
+        # BLIS's order: for each kc block, B's kc x N block copied once in nr-wide panels
+        # (by all threads where the row blocks are the parallel loop), then the row blocks,
+        # each with its mc x kc block of A (packed) in L2 for every column panel; column
+        # panels need a guarded tail (ShiftInwards would add a shifted panel's products twice),
+        # which loop partitioning keeps out of the full tiles
+        xo, xi = st.split(x, width, tail="GuardWithIf")
+        ko, ki = st.split(k, kc)
+        st.reorder(*outer, ko, ioo, xo, ioi, ki, ii, xi)
+        panels = packed_operands(f, width)
+        copies = pack(s, st, [*panels, *blocks], [ko.name] * len(panels) + [ioo.name] * len(blocks))
+        if par == "blocks" and PARALLEL_B_COPY:
+            for op in panels:
+                # the copy's loop over the panels: the panel's dimension (``_tile_reads``)
+                copies[op].parallel(f"{copies[op].func}_d{_panel_dim(op)}")
+    elif kc < ext[k]:
+        # the mc x kc block of A (packed) stays in L2 for every column panel; each row block
+        # copies B's kc x nr panels itself
         xo, xi = st.split(x, width, tail="GuardWithIf")
         ko, ki = st.split(k, kc)
         st.reorder(*outer, ioo, ko, xo, ioi, ki, ii, xi)
@@ -719,7 +777,15 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
     else:
         st.vectorize(xi)
-    st.parallel(ioo.name if par == "blocks" else par)
+    if par is not None:
+        st.parallel(ioo.name if par == "blocks" else par)
+
+
+def _packed_kc(extent: int, blocking: GemmBlocking, panels: int) -> int | None:
+    """``kc`` of a packed tile over a reduction of ``extent`` with ``panels`` packed panels
+    (``_packed_tile``), or None where no divisor is near. Not past the search space's largest
+    split factor: the rule-based schedule stays a point of the space."""
+    return closest_divisor(extent, min(max(blocking.kc, MIN_KC // panels), MAX_KC), most=MAX_KC)
 
 
 def rfactor_possible(f: Func, extents: BoundExtents) -> bool:

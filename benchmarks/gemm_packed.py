@@ -6,7 +6,8 @@ Run: python benchmarks/gemm_packed.py MxNxK f32|f64 old,auto[,q8k128m16...]
 Prints per contender n-round medians, IQR / median and GFLOP/s. ``q<rows>k<kc>m<tiles per
 block>[u]`` is a hand-made packed nest (``u``: without the copy) for exploring the blocking;
 ``auto:NAME=VALUE`` is the rule-based schedule with ``heuristic.NAME`` set to VALUE (e.g.
-``auto:BLOCKS_PER_THREAD=2``).
+``auto:BLOCKS_PER_THREAD=2``; several joined by ``+``). ``b<rows>k<kc>m<tiles per block>``
+is a hand-made nest in BLIS's order (``p``: the copy of B in parallel, ``v``: vectorized).
 """
 import os
 import sys
@@ -36,13 +37,15 @@ def sched(v):
         return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
     if v.startswith("auto:"):  # auto:NAME=VALUE sets heuristic.NAME while scheduling
         import tensorlang.autotuner.heuristic as H
-        name, value = v[5:].split("=")
-        keep = getattr(H, name)
-        setattr(H, name, type(keep)(value))
+        sets = dict(a.split("=") for a in v[5:].split("+"))  # auto:A=1+B=2 sets both
+        keep = {name: getattr(H, name) for name in sets}
+        for name, value in sets.items():
+            setattr(H, name, type(keep[name])(value))
         try:
             return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
         finally:
-            setattr(H, name, keep)
+            for name, value in keep.items():
+                setattr(H, name, value)
     if v == "old":
         import tensorlang.autotuner.heuristic as H
         from tensorlang.errors import ScheduleError
@@ -62,6 +65,25 @@ def sched(v):
         s[C].reorder(xo, ko, io, ki, ii, xi)
         s.cache_read("B", s[C], ko)
         s[C].parallel(xo).unroll(ii).vectorize(xi, lanes).unroll(f"{xi.name}.o")
+        return s
+    if v.startswith("b"):  # b<rows>k<kc>m<tiles per block>: BLIS's order, B packed once per kc
+        rows = int(v[1:].split("k")[0]); kc = int(v.split("k")[1].split("m")[0])
+        mb = int(v.split("m")[1].rstrip("pv"))
+        s = tl.Schedule(C)
+        io, ii = s[C].split("i", rows)
+        ioo, ioi = s[C].split(io, mb)
+        xo, xi = s[C].split("j", 2 * lanes, tail="GuardWithIf")
+        ko, ki = s[C].split("k", kc)
+        s[C].reorder(ko, ioo, xo, ioi, ki, ii, xi)
+        bl = s.cache_read("B", s[C], ko, layout=(1, 0), panel=(1, 2 * lanes))
+        if "p" in v.split("m")[1]:
+            bl.parallel("B_local_d0")
+        if "v" in v.split("m")[1]:
+            bl.vectorize("B_local_d2", lanes)
+        s.cache_read("A", s[C], ioo, layout=(0, 1))
+        s[C].parallel(ioo)
+        s[C].unroll(ii)
+        s[C].vectorize(xi, lanes).unroll(f"{xi.name}.o")
         return s
     # q<rows>k<kc>m<mcblocks>[u]  (u: no pack)
     rows = int(v[1:].split("k")[0]); kc = int(v.split("k")[1].split("m")[0]); mb = int(v.split("m")[1].rstrip("u"))

@@ -516,16 +516,26 @@ class _Realizer:
         producers computed inside its loops: each one is computed at a loop at or inside the
         outermost loop over ``var`` (its region shrinks with the piece), or at a reduction loop
         (a panel per reduction block, such as a packed operand, which the reduction's work over
-        it outweighs). A producer computed further out would be computed whole by each piece
-        (softmax's row sum at its row loop, partitioned along the columns: twice)."""
+        it outweighs), or it is a copy (``cache_read``'s: one read, no arithmetic) feeding a
+        reduction (a packed row block of A at its row block loop, outside the column panels:
+        each piece copies it again, once per ``k`` of work on it per element). A producer
+        computed further out would be computed whole by each piece (softmax's row sum at its
+        row loop, partitioned along the columns: twice)."""
         st = self.states[f.name]
         over = [n for n, loop in enumerate(st.loops) if var in st.origin[loop]]
-        for (stage, loop), _ in self.computed_at.items():
+        for (stage, loop), gs in self.computed_at.items():
             if stage != f.name or loop not in st.loops:
                 continue
-            if not (over and st.loops.index(loop) >= over[0]) and not st.is_reduction_loop(loop):
+            if over and st.loops.index(loop) >= over[0] or st.is_reduction_loop(loop):
+                continue
+            if not (st.rvars and all(self._is_copy(g) for g in gs)):
                 return False
         return True
+
+    def _is_copy(self, g: Func) -> bool:
+        """Whether ``g``'s definition is a copy: one read of a tensor, no reduction."""
+        d = self.p.definition(g.name)
+        return not d.rvars and not g.updates and isinstance(d.value, Access)
 
     def run(self) -> Stmt:
         stages: list[Stmt] = []

@@ -84,20 +84,70 @@ def simplify_expr(e: Expr) -> Expr:
 
 
 def _divide_out(e: Expr, c: int) -> tuple[Expr, Expr] | None:
-    """``(x, r)`` with ``e == c * x + r`` where ``x`` holds every variable and size term of
-    ``e``'s affine form whose coefficient ``c`` divides, ``r`` the rest (with the constant);
-    None when ``e`` is not affine or no such term divides out."""
-    try:
-        fa = affine_form(e)
-    except NonAffine:
+    """``(x, r)`` with ``e == c * x + r`` where ``x`` holds every term of ``e`` (a sum) that
+    ``c`` divides: a variable or size term of an affine term's form whose coefficient it
+    divides, or any product of a constant it divides and another expression (a piece's start
+    ``N // 16 * 16``); ``r`` the rest (with the constant). None when no such term divides
+    out."""
+    whole: list[Expr] = []
+    rest: list[Expr] = []
+    affine: list[tuple[int, Expr]] = []
+    for sign, t in _terms(e, 1):
+        k = next((x for x in (t.a, t.b) if isinstance(x, Const)), None) \
+            if isinstance(t, BinOp) and t.op == "mul" else None
+        if k is not None and int(k.value) % c == 0:
+            other = t.b if t.a is k else t.a
+            whole.append(_times(other, sign * int(k.value) // c))
+        else:
+            affine.append((sign, t))
+    for sign, t in affine:
+        try:
+            fa = affine_form(t)
+        except NonAffine:
+            rest.append(_times(t, sign))
+            continue
+        part = Affine.make({k: v // c for k, v in fa.coeffs if v % c == 0},
+                           {k: v // c for k, v in fa.params if v % c == 0}, 0)
+        if part.coeffs or part.params:
+            whole.append(_times(part.to_expr(), sign))
+        rest.append(_times(Affine.make({k: v for k, v in fa.coeffs if v % c},
+                                       {k: v for k, v in fa.params if v % c},
+                                       fa.const).to_expr(), sign))
+    if not whole:
         return None
-    whole = Affine.make({k: v // c for k, v in fa.coeffs if v % c == 0},
-                        {k: v // c for k, v in fa.params if v % c == 0}, 0)
-    if not whole.coeffs and not whole.params:
-        return None
-    rest = Affine.make({k: v for k, v in fa.coeffs if v % c}, {k: v for k, v in fa.params if v % c},
-                       fa.const)
-    return whole.to_expr(), rest.to_expr()
+    return _sum(whole), _sum(rest)
+
+
+def _terms(e: Expr, sign: int) -> list[tuple[int, Expr]]:
+    """``e`` as a signed sum of terms (its ``add``/``sub`` nodes flattened)."""
+    if isinstance(e, BinOp) and e.op in ("add", "sub") and e.dtype is int64:
+        return [*_terms(e.a, sign), *_terms(e.b, sign if e.op == "add" else -sign)]
+    return [(sign, e)]
+
+
+def _times(e: Expr, k: int) -> Expr:
+    if k == -1:
+        return BinOp("sub", Const(0, int64), e, int64)
+    return e if k == 1 else BinOp("mul", e, Const(k, int64), int64)
+
+
+def _sum(parts: list[Expr]) -> Expr:
+    """The sum of ``parts``, its affine ones combined (``d - 2 * d`` is ``-d``)."""
+    out: Expr = Const(0, int64)
+    opaque: list[Expr] = []
+    for x in parts:
+        try:
+            affine_form(x)
+        except NonAffine:
+            opaque.append(x)
+            continue
+        out = BinOp("add", out, x, int64)
+    out = affine_form(out).to_expr()
+    for x in opaque:
+        negated = isinstance(x, BinOp) and x.op == "sub" and isinstance(x.a, Const) \
+            and x.a.value == 0
+        out = BinOp("sub", out, x.b, int64) if negated else BinOp("add", x, out, int64)
+    return out
 
 
 def simplify(f: LoweredFunc) -> LoweredFunc:

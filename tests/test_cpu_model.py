@@ -5,6 +5,7 @@ sizes."""
 from __future__ import annotations
 
 import doctest
+import re
 
 import numpy as np
 import pytest
@@ -165,13 +166,14 @@ def test_kc_is_at_least_min_kc_shared_among_the_packed_panels(monkeypatch):
 def test_a_row_tile_that_leaves_no_remainder_piece_comes_first(cpu, monkeypatch):
     # 900 rows: the model's 8-row tile leaves 4 rows, a piece that runs after the row blocks on
     # one thread and copies B again; 9 rows (18 of 32 registers) divide 900. One row block per
-    # thread (each block copies every panel of B)
+    # thread, or two where the mc x kc block of A would not fit L2's ways (at kc = 256, the 1 MiB
+    # of Skylake-X holds 448 rows, Zen 4's 384: fewer than half of 900)
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
     text = heuristic_schedule(gemm(tl.float64), {"M": 900, "N": 1100, "K": 1200},
                               _target(cpu)).to_python()
     rows, per_block = _row_split(text)
     assert 900 % rows == 0 and rows >= 8
-    assert 900 // rows // per_block == 2
+    assert 900 // rows // per_block == 4
 
 
 def test_rows_of_unequal_work_get_two_row_blocks_per_thread(monkeypatch):
@@ -281,3 +283,60 @@ def test_packed_reads_of_one_array_match_numpy(form, size, panels, monkeypatch):
     args = {"X": x} if form != "syr2k" else {"X": x, "Y": y}
     want = {"XtX": x.T @ x, "XXt": x @ x.T, "syr2k": x @ y.T + y @ x.T}[form]
     np.testing.assert_allclose(tl.compile(out, s)(**args), want, rtol=1e-10)
+
+
+def test_one_thread_packs_a_single_row_block(monkeypatch):
+    # on one thread a row block of all the rows (the model's mc at least M) is still BLIS's
+    # nest: packing, not parallelism, is what it gains (an AVX-512 Xeon's 2 MiB of L2 gave one
+    # block of 1024 rows, and the rules fell back to the unpacked nest at a third of the speed)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "1")
+    text = heuristic_schedule(gemm(tl.float64), {"M": 400, "N": 300, "K": 500},
+                              _target("skylake-avx512")).to_python()
+    assert "cache_read('B'" in text and "parallel" not in text, text
+    rng = np.random.default_rng(5)
+    C = gemm(tl.float64)
+    for m, n, k in [(64, 200, 300), (61, 97, 301), (1, 130, 257)]:
+        s = heuristic_schedule(C, {"M": m, "N": n, "K": k})
+        a, b = rng.random((m, k)), rng.random((k, n))
+        np.testing.assert_allclose(tl.compile(C, s)(a, b), a @ b, rtol=1e-10)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+@pytest.mark.parametrize("form", ["gemm", "XtX", "syr2k"])
+def test_blis_order_matches_numpy_on_odd_sizes(form, threads, monkeypatch):
+    # heuristic.BLIS_ORDER: for each kc block, B's kc x N block copied once in nr-wide panels
+    # (by the threads together), then the row blocks, each copying its block of A; the columns
+    # past the last whole panel and the rows past the last whole tile run as pieces of their
+    # own, each copying its own blocks
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    monkeypatch.setattr(heuristic, "BLIS_ORDER", 1)
+    N, M, K = tl.sizes("N M K")
+    X, Y = tl.Input("X", (N, K), tl.float64), tl.Input("Y", (N, K), tl.float64)
+    B = tl.Input("B", (K, M), tl.float64)
+    i, j, k = tl.vars("i j k")
+    out = tl.Func("out")
+    if form == "gemm":
+        out[i, j] = tl.sum(X[i, k] * B[k, j])
+    elif form == "XtX":
+        out[i, j] = tl.sum(B[k, i] * B[k, j])
+    else:
+        out[i, j] = tl.sum(X[j, k] * Y[i, k] + Y[j, k] * X[i, k])
+    rng = np.random.default_rng(6)
+    for n, m, kk in [(512, 300, 600), (263, 131, 600)]:
+        sizes = {"gemm": {"N": n, "M": m, "K": kk}, "XtX": {"M": n, "K": kk},
+                 "syr2k": {"N": n, "K": kk}}[form]
+        s = heuristic_schedule(out, sizes)
+        text = s.to_python()
+        assert "'k.o', 'i.o.o', 'j.o'" in text and "'i.o.o', index=0" in text, text
+        # (the copy of B in parallel where the row blocks are the parallel loop)
+        copy_parallel = re.search(r'_local\d*"\]\.parallel\(', text) is not None
+        assert copy_parallel == ("parallel('i.o.o')" in text), text
+        x, y, b = rng.random((n, kk)), rng.random((n, kk)), rng.random((kk, m))
+        if form == "gemm":
+            got, want = tl.compile(out, s)(X=x, B=b), x @ b
+        elif form == "XtX":
+            b = rng.random((kk, n))
+            got, want = tl.compile(out, s)(B=b), b.T @ b
+        else:
+            got, want = tl.compile(out, s)(X=x, Y=y), x @ y.T + y @ x.T
+        np.testing.assert_allclose(got, want, rtol=1e-10)

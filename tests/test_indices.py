@@ -84,6 +84,31 @@ def test_simplify_divides_the_divisible_terms_out_of_floordiv_and_mod():
     assert "//" not in str(simplify_expr((a * 8 + 16) // 8))  # all of it divides: a + 2
 
 
+def test_simplify_divides_products_of_opaque_terms_out():
+    # a partitioned piece starts at N // 16 * 16 (not affine): (N // 16 * 16 + 16 d + r) // 16 is
+    # N // 16 + d + r // 16, which a panel's index needs to stay contiguous in the piece
+    import itertools
+
+    from tensorlang.dtypes import int64
+    from tensorlang.expr import BinOp, Const, Var
+    from tensorlang.schedule.simplify import simplify_expr
+
+    n, d, r = Var("n"), Var("d"), Var("r")
+    c16 = Const(16, int64)
+    start = BinOp("mul", BinOp("floordiv", n, c16, int64), c16, int64)
+    for op in ("floordiv", "mod"):
+        for sign, k in itertools.product((1, -1), (0, 5, -21)):
+            x = start + d * 16 + r + k if sign == 1 else d * 32 - start + r + k
+            expr = BinOp(op, x, c16, int64)
+            simple = simplify_expr(expr)
+            assert "// 16 * 16" not in str(simple), simple
+            for vn, vd, vr in itertools.product((-17, 0, 5, 37), (-2, 0, 3), (0, 7, 15, -4)):
+                env = {"n": vn, "d": vd, "r": vr}
+                want = _eval(x, env)
+                assert _eval(simple, env) == (want // 16 if op == "floordiv" else want % 16), \
+                    (expr, simple)
+
+
 def _eval(e, env):
     from tensorlang.expr import BinOp, Const, Var
 
