@@ -121,7 +121,6 @@ A_PANELS = 0
 #: panels itself, as many times as there are row blocks. An int, for
 #: ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=0``
 BLIS_ORDER = 0
-PARALLEL_B_COPY = 1
 #: rows of a row block in BLIS's order, as many blocks as that gives (at least one per
 #: thread): B is copied once per ``kc`` block whatever their number, so more, smaller blocks
 #: cost only reads of its panels from L3 again, each serving the block's rows, and keep less
@@ -757,7 +756,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         st.reorder(*outer, ko, ioo, xo, ioi, ki, ii, xi)
         panels = packed_operands(f, width)
         copies = pack(s, st, [*panels, *blocks], [ko.name] * len(panels) + [ioo.name] * len(blocks))
-        if par == "blocks" and PARALLEL_B_COPY:
+        if par == "blocks":
             for op in panels:
                 # the copy's loop over the panels: the panel's dimension (``_tile_reads``)
                 copies[op].parallel(f"{copies[op].func}_d{_panel_dim(op)}")
