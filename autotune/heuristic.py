@@ -118,15 +118,15 @@ A_PANELS = 0
 #: the whole ``kc x N`` block of B is copied once, in ``nr``-wide panels (by the threads
 #: together), then the row blocks run in parallel, each copying its ``mc x kc`` block of A
 #: (Goto and van de Geijn, TOMS 2008, Fig. 8). Off: each row block copies B's ``kc x nr``
-#: panels itself, as many times as there are row blocks. An int, for
-#: ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=0``
+#: panels itself, as many times as there are row blocks. BLIS's order won on one thread on an
+#: AVX-512 Xeon and lost at mid sizes on two with the same blocks (600 x 704 x 800: 18%,
+#: docs/performance.md). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
 BLIS_ORDER = 0
 #: rows of a row block in BLIS's order, as many blocks as that gives (at least one per
 #: thread): B is copied once per ``kc`` block whatever their number, so more, smaller blocks
 #: cost only reads of its panels from L3 again, each serving the block's rows, and keep less
-#: of A's block in L2 (on an AVX-512 Xeon with 2 MiB of L2, 256-row blocks of 1024 ran faster
-#: than 512 or 1024 on one thread, and 100-row blocks of 1000 slower than 250 or 500 on two,
-#: docs/performance.md)
+#: of A's block in L2 (on the Xeon, 256-row blocks of 1024 ran faster than 512 or 1024 on one
+#: thread, 100-row blocks of 1000 slower than 250 or 500 on two)
 BLIS_BLOCK_ROWS = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)

@@ -32,6 +32,7 @@ import tensorlang as tl  # noqa: E402
 from common import cpu_name, numpy_blas  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
 from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
+from tensorlang.backends.llvm.runtime import num_threads  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
 
 
@@ -66,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"unknown kernels {unknown}; known: {', '.join(KERNELS)}", file=sys.stderr)
         return 2
     print(f"PolyBench/C 4.2, {args.size.upper()} datasets, float64, on {cpu_name()} "
-          f"({os.cpu_count()} CPUs); {args.rounds} interleaved rounds, medians; NumPy calls "
+          f"({os.cpu_count()} CPUs, tensorlang on {num_threads()} threads); {args.rounds} "
+          f"interleaved rounds, medians; NumPy calls "
           f"{numpy_blas()}")
     default = not args.no_default
     cols = ["numpy"] + (["default"] if default else []) + ["rule-based"] \
