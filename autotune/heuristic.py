@@ -225,10 +225,13 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                 if t is not None and recompute_factor(output, f, s, t, sizes) <= MAX_RECOMPUTE:
                     s = t
         nested = s.states[f.name].compute.kind == "at"
-        for variant in ("packed", "full", "guard", "simple", "parallel"):
+        for variant in ("packed", "lanes", "full", "guard", "simple", "parallel"):
             if variant == "packed":
                 t = None if nested else _try(s, lambda t, f=f: _packed_tile(
                     t, f, extents, lanes(f, target), target))
+            elif variant == "lanes":
+                t = None if nested else _try(s, lambda t, f=f: _rfactor_lanes_stage(
+                    t, f, extents, lanes(f, target), p.funcs))
             else:
                 t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(
                     t, f, v, extents, lanes(f, target), n, accumulators(target)))
@@ -370,6 +373,81 @@ def _contiguous_in(f: Func, var: str) -> bool:
     assert d is not None
     return any(isinstance(a, Access) and a.indices and isinstance(a.indices[-1], Var)
                and a.indices[-1].name == var for a in walk(d.value))
+
+
+def _contiguous_in_matrix(f: Func, var: str) -> bool:
+    """Some read of ``f`` with two indices or more has ``var`` alone as its last (contiguous)
+    index (``A[i, k]``: ``k``; a vector's ``x[k]`` does not count)."""
+    d = f.definition
+    assert d is not None
+    return any(isinstance(a, Access) and len(a.indices) >= 2 and isinstance(a.indices[-1], Var)
+               and a.indices[-1].name == var for a in walk(d.value))
+
+
+def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
+                           funcs: Sequence[Func] = ()) -> bool:
+    """Whether ``rfactor_lanes`` applies to ``f``: a pure definition's reduction over one RVar
+    ``k`` into one pure Var ``i`` (no ``RDom.where``, no update), ``k`` the contiguous index of
+    a matrix read and ``i`` of none (``tmp[i] = A[i, k] * x[k]``: a matrix-vector product, a
+    row sum), ``k`` at least ``2 * ROW_VECTORS`` vectors long and ``i`` at least as long as
+    there are threads (fewer rows: ``rfactor_chunks``), and no reduction among ``funcs`` (its
+    pipeline's) that ``fuse_siblings`` could compute with it: a row sum and a row max of one
+    matrix read it once together, which beat two passes in vector lanes."""
+    d = f.definition
+    assert d is not None
+    if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate or f.updates:
+        return False
+    if any(_siblings(f, g) for g in funcs):
+        return False
+    i, k = d.args[0].name, d.rvars[0].name
+    return (_contiguous_in_matrix(f, k) and not _contiguous_in_matrix(f, i)
+            and extents.extent(f.name, k) >= 2 * ROW_VECTORS * lanes
+            and extents.extent(f.name, i) >= max(2, num_threads()))
+
+
+def _siblings(f: Func, g: Func) -> bool:
+    """Whether reductions ``f`` and ``g`` share a read (an array at the same indices) and
+    neither reads the other: what ``fuse_siblings`` computes together."""
+    if g is f or g.definition is None or not g.definition.rvars or g.updates:
+        return False
+
+    def reads(h: Func) -> set[tuple[str, tuple]]:
+        return {(a.name, tuple(i.key for i in a.indices))
+                for a in walk(h.definition.value) if isinstance(a, Access)}  # type: ignore
+
+    mine, theirs = reads(f), reads(g)
+    if f.name in {n for n, _ in theirs} or g.name in {n for n, _ in mine}:
+        return False
+    return bool(mine & theirs)
+
+
+def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> None:
+    """Split ``f``'s reduction loop ``k`` by ``ROW_VECTORS * lanes`` and rfactor the inner
+    loop: ``<f>_rf[i, k.i]`` holds that many partial sums per row, accumulated in
+    ``ROW_VECTORS`` vector registers as ``k.o`` walks the row (contiguous loads, no chain of
+    dependent adds through one scalar: the form of a BLAS dot kernel), rows in parallel; ``f``
+    adds each row's partials up. The sum is reassociated (as ``rfactor`` always does). Needs
+    ``rfactor_lanes_possible``.
+
+    Raises:
+        ScheduleError: ``rfactor`` refuses the reduction."""
+    d = f.definition
+    assert d is not None
+    _, ki = s[f].split(d.rvars[0].name, ROW_VECTORS * lanes, tail="GuardWithIf")
+    rf = s.rfactor(f, ki)
+    row, lane, walk_loop = (lp.name for lp in rf.loops)
+    rf.reorder(row, walk_loop, lane)
+    rf.vectorize(lane, lanes).unroll(f"{lane}.o")
+    if extents.extent(f.name, d.args[0].name) >= 2 and num_threads() > 1:
+        rf.parallel(row)
+
+
+def _rfactor_lanes_stage(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
+                         funcs: Sequence[Func]) -> None:
+    """``rfactor_lanes`` where it applies, else ScheduleError."""
+    if not rfactor_lanes_possible(f, extents, lanes, funcs):
+        raise ScheduleError(f"{f.name}: not a row reduction along a contiguous index")
+    rfactor_lanes(s, f, extents, lanes)
 
 
 def _lowers(output: Func, s: Schedule) -> bool:

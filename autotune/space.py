@@ -45,6 +45,10 @@ Func computed at root or at a consumer loop):
   (``heuristic.rfactor_possible``): chunks of that loop made a parallel pure dimension of
   ``<F>_rf`` (``heuristic.rfactor_chunks``, the rule-based schedule's form), instead of the
   decisions above; or not.
+- ``<F>.rfactor_lanes``, next, for a root row reduction along a contiguous index
+  (``heuristic.rfactor_lanes_possible``: a matrix-vector product, a row sum): the reduction in
+  vector lanes of ``<F>_rf``, rows in parallel (``heuristic.rfactor_lanes``, the rule-based
+  schedule's form), instead of the decisions above; or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
   (computed at the k-th loop, outermost first, of its single consumer — or of the output when
   every reader is the output or computed inside it, as softmax's ``exp``, or when every reader is
@@ -94,6 +98,8 @@ from .heuristic import (
     RFACTOR_CHUNKS_PER_THREAD,
     fuse_siblings,
     rfactor_chunks,
+    rfactor_lanes,
+    rfactor_lanes_possible,
     rfactor_possible,
     rfactor_update_chunks,
     accumulator_rows,
@@ -249,6 +255,12 @@ class SearchSpace:
         if s.states[f.name].compute.kind == "root" and rfactor_possible(f, self.extents) \
                 and trial.suggest_categorical(f"{f.name}.rfactor", [False, True]):
             rfactor_chunks(s, f, self.extents)
+            return
+        width = lanes(f, self.target)
+        if s.states[f.name].compute.kind == "root" and \
+                rfactor_lanes_possible(f, self.extents, width, self.pipeline.funcs) and \
+                trial.suggest_categorical(f"{f.name}.rfactor_lanes", [False, True]):
+            rfactor_lanes(s, f, self.extents, width)
             return
         stage = s[f]
         args = [v.name for v in d.args]
@@ -527,8 +539,11 @@ class _Oracle:
         st = states[func]
         splits = {r.parent: r for r in st.relations if isinstance(r, Split)}
         kinds = st.kinds
-        if rest == "rfactor":
-            done = f"{func}_rf" in states
+        if rest in ("rfactor", "rfactor_lanes"):
+            # the two forms: the chunk loop in parallel, or the partial sums in vector lanes
+            rf = states.get(f"{func}_rf")
+            lanes_form = rf is not None and ForKind.VECTORIZED in rf.kinds.values()
+            done = rf is not None and lanes_form == (rest == "rfactor_lanes")
             return [done, not done]
         if rest in ("where", "where_root_or_inline"):
             loc = st.compute

@@ -526,8 +526,10 @@ def test_dlpack_arrays_on_the_gpu_are_used_in_place(monkeypatch):
     assert isinstance(c, DeviceArray) and len(dev.buffers) == allocated + 1
     np.testing.assert_allclose(np.asarray(c), a["A"] @ a["B"], rtol=1e-5)
     out = _DLPackOnGPU(DeviceArray((5, 7), np.float32))
+    da.streams.clear()
     kern(A=da, B=db, out=out)
     np.testing.assert_allclose(np.asarray(out.base), a["A"] @ a["B"], rtol=1e-5)
+    assert len(da.streams) == len(out.streams) == 1  # each array's capsule made once per call
     # a transposed view is refused with the fix; a dimension of extent 1 may have any stride
     with pytest.raises(ShapeError, match="not C-contiguous"):
         kern(A=_DLPackOnGPU(da.base, shape=(3, 5), strides=(1, 3)), B=db)

@@ -268,3 +268,42 @@ def test_rule_based_schedule_and_search_space_rfactor_a_big_histogram(rng, monke
     assert point is not None and point[0]["hist.update0.rfactor"] is True
     again = sp.sample(optuna.trial.FixedTrial(point[0]))
     assert sp.signature(again) == sp.signature(hs)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_rule_based_schedule_and_search_space_reduce_rows_in_vector_lanes(rng, monkeypatch,
+                                                                           threads):
+    # tmp[i] = A[i, k] * x[k] (PolyBench atax's first product): partial sums in vector lanes of
+    # tmp_rf, ROW_VECTORS vectors of them per row, rows in parallel; tmp adds them up. Odd
+    # sizes: k not a multiple of the lanes (a guarded last block), one row, one column
+    import optuna
+
+    from tensorlang.autotuner import heuristic, space as space_mod
+
+    monkeypatch.setattr(heuristic, "num_threads", lambda: threads)
+    monkeypatch.setattr(space_mod, "num_threads", lambda: threads)
+    M, N = tl.sizes("M N")
+    A, x = tl.Input("A", (M, N), tl.float64), tl.Input("x", (N,), tl.float64)
+    i, k = tl.vars("i k")
+    tmp = tl.Func("tmp")
+    tmp[i] = A[i, k] * x[k]
+    sizes = {"M": 1900, "N": 2100}
+    hs = heuristic.heuristic_schedule(tmp, sizes)
+    text = hs.to_python()
+    assert "s.rfactor('tmp', 'k.i')" in text and 's["tmp_rf"].vectorize(' in text, text
+    assert ('s["tmp_rf"].parallel(\'i\')' in text) == (threads == 2), text
+    kern = tl.compile(tmp, hs)
+    for m, n in [(37, 131), (1, 1), (3, 64), (2, 1000)]:
+        a, v = rng.random((m, n)), rng.random(n)
+        np.testing.assert_allclose(kern(a, v), a @ v, rtol=1e-12)
+    sp = space_mod.SearchSpace(tmp, sizes)
+    point = sp.point(hs)
+    assert point is not None and point[0]["tmp.rfactor_lanes"] is True
+    again = sp.sample(optuna.trial.FixedTrial(point[0]))
+    assert sp.signature(again) == sp.signature(hs)
+    assert list(point[1]["tmp.rfactor_lanes"]) == [False, True]  # the tuner may do without
+    # a short row, and A^T x (the pure Var contiguous): other rules
+    assert "rfactor" not in heuristic.heuristic_schedule(tmp, {"M": 1900, "N": 40}).to_python()
+    y = tl.Func("y")
+    y[k] = A[i, k] * x[i]
+    assert "rfactor" not in heuristic.heuristic_schedule(y, {"M": 2100, "N": 1900}).to_python()

@@ -30,10 +30,12 @@ ALLOC_CB = ctypes.CFUNCTYPE(ctypes.c_int64, ctypes.c_int64)
 FREE_CB = ctypes.CFUNCTYPE(None, ctypes.c_int64)
 
 
-def _refuse_overlap(arrays: dict[str, np.ndarray], on_gpu: dict[str, int], results: list[Any],
+def _refuse_overlap(arrays: dict[str, np.ndarray], on_gpu: dict[str, int],
+                    results_gpu: list[tuple[int, tuple[int, ...], np.dtype] | None],
                     out_names: tuple[str, ...]) -> None:
     """The kernels state that their buffers do not alias (``noalias``): an output on the GPU
-    that shares memory with an input or another output would be computed wrongly.
+    (``results_gpu``: each output's ``cuda_array``, None on the host) that shares memory with
+    an input or another output would be computed wrongly.
 
     Raises:
         ShapeError: naming the two arrays.
@@ -41,8 +43,7 @@ def _refuse_overlap(arrays: dict[str, np.ndarray], on_gpu: dict[str, int], resul
     spans = [(name, p, p + max(arrays[name].dtype.itemsize * int(np.prod(arrays[name].shape)),
                                1)) for name, p in on_gpu.items()]
     outs = []
-    for name, r in zip(out_names, results):
-        gpu = cuda_array(r)
+    for name, gpu in zip(out_names, results_gpu):
         if gpu is not None:
             n = max(gpu[2].itemsize * int(np.prod(gpu[1])), 1)
             outs.append((f"out ({name})", gpu[0], gpu[0] + n))
@@ -180,17 +181,21 @@ class CUDAKernel:
         if outs is not None and len(outs) != len(self._out_names):
             raise ShapeError(f"out= must give {len(self._out_names)} arrays, one per output "
                              f"({', '.join(self._out_names)})")
+        # each out= array read once (a DLPack object makes a new capsule per read)
+        outs_gpu = [None] * len(self._out_names) if outs is None else \
+            [cuda_array(o) for o in outs]
         given = None if outs is None else {
-            n: (o.shape if isinstance(o, np.ndarray) else cuda_array(o)[1])
-            for n, o in zip(self._out_names, outs)
-            if isinstance(o, np.ndarray) or cuda_array(o) is not None}
+            n: (o.shape if isinstance(o, np.ndarray) else gpu[1])
+            for n, o, gpu in zip(self._out_names, outs, outs_gpu)
+            if isinstance(o, np.ndarray) or gpu is not None}
         bound = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes, given)
         shapes = [tuple(ext for _, ext in bound.bounds[n]) for n in self._out_names]
         dev = self.load()
         results: list[Any] = []
+        results_gpu: list[tuple[int, tuple[int, ...], np.dtype] | None] = []
         for k, (shape, dt) in enumerate(zip(shapes, self._out_dtypes)):
             o = None if outs is None else outs[k]
-            gpu = None if o is None else cuda_array(o)
+            gpu = outs_gpu[k]
             if o is not None and gpu is None and (
                     not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dt or
                     not o.flags.c_contiguous or not o.flags.writeable):
@@ -203,8 +208,10 @@ class CUDAKernel:
                                  f"{np.dtype(dt)}")
             if o is None:  # on the GPU when the inputs were: no copy back
                 o = DeviceArray(shape, dt, dev) if on_gpu else np.empty(shape, dt)
+                gpu = cuda_array(o) if on_gpu else None
             results.append(o)
-        _refuse_overlap(arrays, on_gpu, results, self._out_names)
+            results_gpu.append(gpu)
+        _refuse_overlap(arrays, on_gpu, results_gpu, self._out_names)
         ptrs: list[int] = []
         owned: list[int] = []  # device memory this call allocated (copies of its arrays)
         times: list[float] = []
@@ -227,8 +234,7 @@ class CUDAKernel:
                 owned.append(p)
                 ptrs.append(p)
                 dev.to_device(p, a)
-            for r in results:
-                gpu = cuda_array(r)
+            for r, gpu in zip(results, results_gpu):
                 if gpu is not None and gpu[0] % align:  # computed aligned, copied out after
                     nbytes = int(np.prod(gpu[1], dtype=np.int64)) * gpu[2].itemsize
                     q = dev.alloc(nbytes)
