@@ -119,14 +119,13 @@ A_PANELS = 0
 #: together), then the row blocks run in parallel, each copying its ``mc x kc`` block of A
 #: (Goto and van de Geijn, TOMS 2008, Fig. 8). Off: each row block copies B's ``kc x nr``
 #: panels itself, as many times as there are row blocks. BLIS's order won on one thread on an
-#: AVX-512 Xeon and lost at mid sizes on two with the same blocks (600 x 704 x 800: 18%,
-#: docs/performance.md). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
+#: AVX-512 Xeon and lost at mid sizes on two with the same blocks (docs/performance.md, "BLIS's
+#: whole loop order"). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
 BLIS_ORDER = 0
 #: rows of a row block in BLIS's order, as many blocks as that gives (at least one per
 #: thread): B is copied once per ``kc`` block whatever their number, so more, smaller blocks
 #: cost only reads of its panels from L3 again, each serving the block's rows, and keep less
-#: of A's block in L2 (on the Xeon, 256-row blocks of 1024 ran faster than 512 or 1024 on one
-#: thread, 100-row blocks of 1000 slower than 250 or 500 on two)
+#: of A's block in L2; much smaller blocks measured slower (each reads all of B's panels)
 BLIS_BLOCK_ROWS = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
@@ -752,9 +751,8 @@ def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None
     """The analytical model's blocking (``cpu_model.gemm_blocking``) of ``f`` on ``target``
     (default: the host) for a register tile of ``rows`` x ``width`` elements, with ``kc`` at
     least ``MIN_KC`` (shared among ``f``'s packed panels) and at most ``MAX_KC``, and ``mc`` the
-    model's for that ``kc``: a ``kc`` raised above the L1 bound with the bound's ``mc`` filled
-    all of L2 with A's block (2048 rows of float64 on an AVX-512 Xeon with 2 MiB of L2: 1024-row
-    blocks, 30% slower than 512, docs/performance.md)."""
+    model's for that ``kc``: a ``kc`` raised above the L1 bound with the bound's ``mc`` could
+    fill all of L2 with A's block (docs/performance.md, "One row block on one thread")."""
     cpu = cpu_model(target)
     size = f.dtype.numpy.itemsize
     tile = model_tile(cpu, size)
