@@ -140,8 +140,10 @@ BALANCE_ACCUMULATORS = 20
 #: each copied panel of B serves them (doitgen, 140 rows per batch: 45-row blocks 11.9 ms,
 #: 70-row 8.7-9.3 ms)
 REUSE_ROWS = 64
-#: vectors in a row segment of a reduction read along its one pure Var (A^T x)
-ROW_VECTORS = 4
+#: vectors in a row segment of a reduction read along its one pure Var (A^T x), and of the
+#: partial sums of a row reduction in vector lanes (``rfactor_lanes``): 8 ran PolyBench's atax,
+#: bicg, mvt and gemver faster than 4 or 16 on an AVX-512 Xeon (docs/performance.md)
+ROW_VECTORS = 8
 #: the largest expression (nodes, counted as a tree) that inlining may build in one Func
 MAX_INLINE_NODES = 512
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
