@@ -42,12 +42,12 @@ Func computed at root or at a consumer loop):
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
 - ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
 - ``<F>.rfactor``, first, for a root reduction whose outermost reduction loop is long enough
-  (``heuristic.rfactor_possible``): chunks of that loop made a parallel pure dimension of
-  ``<F>_rf`` (``heuristic.rfactor_chunks``, the rule-based schedule's form), instead of the
+  (``rfactor_rules.rfactor_possible``): chunks of that loop made a parallel pure dimension of
+  ``<F>_rf`` (``rfactor_rules.rfactor_chunks``, the rule-based schedule's form), instead of the
   decisions above; or not.
 - ``<F>.rfactor_lanes``, next, for a root row reduction along a contiguous index
-  (``heuristic.rfactor_lanes_possible``: a matrix-vector product, a row sum): the reduction in
-  vector lanes of ``<F>_rf``, rows in parallel (``heuristic.rfactor_lanes``, the rule-based
+  (``rfactor_rules.rfactor_lanes_possible``: a matrix-vector product, a row sum): the reduction in
+  vector lanes of ``<F>_rf``, rows in parallel (``rfactor_rules.rfactor_lanes``, the rule-based
   schedule's form), instead of the decisions above; or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
   (computed at the k-th loop, outermost first, of its single consumer — or of the output when
@@ -56,7 +56,7 @@ Func computed at root or at a consumer loop):
   clamped to that Func's loops).
 - Update definitions keep their order; ``<F>.update<i>.rfactor``, for a reassociable update
   (``F[idx] = F[idx] op value``: a histogram) whose outermost RDom loop is long enough: chunks
-  of that loop become parts of ``<F>_rf`` updated in parallel (``heuristic.rfactor_update_chunks``,
+  of that loop become parts of ``<F>_rf`` updated in parallel (``rfactor_rules.rfactor_update_chunks``,
   the rule-based schedule's form), or not; ``<F>.update<i>.parallel`` runs their outermost pure
   loop in parallel when they have one.
 - ``<F>.with_<H>``, last, for root reductions that the rule-based schedule would fuse
@@ -95,13 +95,7 @@ from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
 from .heuristic import (
-    RFACTOR_CHUNKS_PER_THREAD,
     fuse_siblings,
-    rfactor_chunks,
-    rfactor_lanes,
-    rfactor_lanes_possible,
-    rfactor_possible,
-    rfactor_update_chunks,
     accumulator_rows,
     accumulators,
     block_threads,
@@ -114,6 +108,14 @@ from .heuristic import (
     row_block,
     row_operands,
     row_var,
+)
+from .rfactor_rules import (
+    RFACTOR_CHUNKS_PER_THREAD,
+    rfactor_chunks,
+    rfactor_lanes,
+    rfactor_lanes_possible,
+    rfactor_possible,
+    rfactor_update_chunks,
 )
 from .workloads import BoundExtents
 

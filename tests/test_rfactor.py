@@ -103,9 +103,10 @@ def test_rfactor_errors():
 
 
 def test_rule_based_schedule_rfactors_a_big_total(rng, monkeypatch):
-    from tensorlang.autotuner import heuristic
+    from tensorlang.autotuner import heuristic, rfactor_rules
 
     monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    monkeypatch.setattr(rfactor_rules, "num_threads", lambda: 2)
     (N,) = tl.sizes("N")
     X = tl.Input("X", (N,), tl.float64)
     r = tl.RDom((0, N))
@@ -123,9 +124,10 @@ def test_rule_based_schedule_rfactors_a_big_total(rng, monkeypatch):
 def test_the_search_space_draws_rfactor_and_places_the_rule_based_one(rng, monkeypatch):
     import optuna
 
-    from tensorlang.autotuner import heuristic, space as space_mod
+    from tensorlang.autotuner import heuristic, rfactor_rules, space as space_mod
 
     monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    monkeypatch.setattr(rfactor_rules, "num_threads", lambda: 2)
     (N,) = tl.sizes("N")
     X = tl.Input("X", (N,), tl.float64)
     r = tl.RDom((0, N))
@@ -249,9 +251,10 @@ def test_rfactor_refuses_an_update_it_cannot_reassociate(rhs, why):
 def test_rule_based_schedule_and_search_space_rfactor_a_big_histogram(rng, monkeypatch):
     import optuna
 
-    from tensorlang.autotuner import heuristic, space as space_mod
+    from tensorlang.autotuner import heuristic, rfactor_rules, space as space_mod
 
     monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    monkeypatch.setattr(rfactor_rules, "num_threads", lambda: 2)
     monkeypatch.setattr(space_mod, "num_threads", lambda: 2)
     hist, r = histogram()
     big = {"H": 2048, "W": 2048}
@@ -278,9 +281,10 @@ def test_rule_based_schedule_and_search_space_reduce_rows_in_vector_lanes(rng, m
     # sizes: k not a multiple of the lanes (a guarded last block), one row, one column
     import optuna
 
-    from tensorlang.autotuner import heuristic, space as space_mod
+    from tensorlang.autotuner import heuristic, rfactor_rules, space as space_mod
 
     monkeypatch.setattr(heuristic, "num_threads", lambda: threads)
+    monkeypatch.setattr(rfactor_rules, "num_threads", lambda: threads)
     monkeypatch.setattr(space_mod, "num_threads", lambda: threads)
     M, N = tl.sizes("M N")
     A, x = tl.Input("A", (M, N), tl.float64), tl.Input("x", (N,), tl.float64)

@@ -1,0 +1,192 @@
+"""The rule-based schedule's rfactor forms (Suriana, Adams and Kamil, CGO 2017; TVM's rfactor,
+Halide's ``Func::rfactor``), shared with the search space (``space.py``):
+
+- ``rfactor_chunks``: a big reduction with fewer pure points than threads (a total, a few long
+  rows): chunks of its outermost reduction loop become a parallel pure dimension of ``<F>_rf``;
+- ``rfactor_update_chunks``: the same for a reassociable update (a histogram of a whole image);
+- ``rfactor_lanes``: a row reduction along a contiguous index (a matrix-vector product, a row
+  sum): ``ROW_VECTORS`` native vectors of partial sums per row in ``<F>_rf``, rows in parallel.
+
+Each reassociates the reduction (the reduction policy of docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from tensorlang.backends.llvm.runtime import num_threads
+from tensorlang.errors import ScheduleError
+from tensorlang.expr import Access, Var, walk
+from tensorlang.func import Func
+from tensorlang.schedule.schedule import Schedule
+
+from .workloads import BoundExtents
+
+#: vectors in a row segment of a reduction read along its one pure Var (A^T x), and of the
+#: partial sums of a row reduction in vector lanes (``rfactor_lanes``): 8 ran PolyBench's atax,
+#: bicg, mvt and gemver faster than 4 or 16 on an AVX-512 Xeon (docs/performance.md)
+ROW_VECTORS = 8
+#: the fewest loop iterations one parallel region of an update must run (inside a time loop a
+#: region starts on every step: a small one costs more in thread wake-ups than it saves)
+MIN_PARALLEL_POINTS = 1 << 15
+#: chunks of a reduction's outermost loop per thread when rfactor parallelizes it
+RFACTOR_CHUNKS_PER_THREAD = 4
+
+
+def rfactor_possible(f: Func, extents: BoundExtents) -> bool:
+    """Whether ``rfactor_chunks`` applies to ``f``: a pure definition's reduction without an
+    ``RDom.where``, on a machine with threads, whose outermost reduction loop has at least two
+    chunks per ``RFACTOR_CHUNKS_PER_THREAD`` x threads."""
+    d = f.definition
+    assert d is not None
+    threads = max(1, num_threads())
+    if not d.rvars or d.predicate or f.updates or threads < 2:
+        return False
+    return extents.extent(f.name, d.rvars[0].name) >= 2 * RFACTOR_CHUNKS_PER_THREAD * threads
+
+
+def rfactor_chunks(s: Schedule, f: Func, extents: BoundExtents) -> None:
+    """Split ``f``'s outermost reduction loop into ``RFACTOR_CHUNKS_PER_THREAD`` chunks per
+    thread and rfactor the chunk loop, which ``<f>_rf`` runs in parallel (each chunk a serial,
+    LLVM-vectorized partial reduction); ``f`` adds the partials up (Suriana, Adams and Kamil,
+    CGO 2017; TVM's rfactor + parallel of a reduction). Needs ``rfactor_possible``."""
+    d = f.definition
+    assert d is not None
+    ext = extents.extent(f.name, d.rvars[0].name)
+    chunks = RFACTOR_CHUNKS_PER_THREAD * max(1, num_threads())
+    outer, _ = s[f].split(d.rvars[0].name, -(-ext // chunks))
+    rf = s.rfactor(f, outer)
+    rf.parallel(rf.loops[len(d.args)])  # its new pure dimension: the chunk
+
+
+def _rfactor_stage(s: Schedule, f: Func, extents: BoundExtents) -> bool:
+    """A big reduction with fewer pure points than threads (a total, a few long rows) runs
+    serially otherwise: ``rfactor_chunks``. Returns whether it applied."""
+    d = f.definition
+    assert d is not None
+    if not rfactor_possible(f, extents):
+        return False
+    threads = max(1, num_threads())
+    pure = 1
+    for a in d.args:
+        pure *= max(1, extents.extent(f.name, a.name))
+    work = pure
+    for v in d.rvars:
+        work *= max(1, extents.extent(f.name, v.name))
+    if pure >= threads or work < MIN_PARALLEL_POINTS * threads:
+        return False
+    rfactor_chunks(s, f, extents)
+    return True
+
+
+def _rfactor_update_stage(s: Schedule, f: Func, number: int, extents: BoundExtents) -> None:
+    """An update with fewer pure points than threads and a big RDom (a histogram of a whole
+    image: no pure loop at all) runs serially otherwise: ``rfactor_update_chunks``.
+
+    Raises:
+        ScheduleError: the rule does not apply, or rfactor refuses the update (not of the form
+            ``F[idx] = F[idx] op value``)."""
+    name = f"{f.name}.update({number})"
+    st = s.states[name]
+    threads = max(1, num_threads())
+    pure = math.prod(max(1, extents.extent(name, p)) for p in st.pure)
+    work = pure * math.prod(max(1, extents.extent(name, r)) for r in st.rvars)
+    outer = next((n for n in st.loops if st.is_reduction_loop(n)), None)
+    chunks = RFACTOR_CHUNKS_PER_THREAD * threads
+    if threads < 2 or outer is None or pure >= threads or \
+            work < MIN_PARALLEL_POINTS * threads or extents.extent(name, outer) < 2 * chunks:
+        raise ScheduleError(f"{name}: no rfactor (enough pure points, or too little work)")
+    rfactor_update_chunks(s, f, number, extents)
+
+
+def rfactor_update_chunks(s: Schedule, f: Func, number: int, extents: BoundExtents) -> None:
+    """Split update ``number`` of ``f``'s outermost RDom loop into ``RFACTOR_CHUNKS_PER_THREAD``
+    chunks per thread and rfactor the chunk loop: ``<f>_rf``'s update runs one part of ``f``
+    per chunk, in parallel (a histogram per block of rows), and ``f``'s update adds them up.
+
+    Raises:
+        ScheduleError: rfactor refuses the update (``Schedule.rfactor``)."""
+    name = f"{f.name}.update({number})"
+    st = s.states[name]
+    outer = next(n for n in st.loops if st.is_reduction_loop(n))
+    ext = extents.extent(name, outer)
+    chunks = RFACTOR_CHUNKS_PER_THREAD * max(1, num_threads())
+    o, _ = s[f].update(number).split(outer, -(-ext // chunks))
+    rf = s.rfactor(s[f].update(number), o)
+    rf.parallel(rf.loops[0])  # its new pure dimension: the chunk
+
+
+def _contiguous_in_matrix(f: Func, var: str) -> bool:
+    """Some read of ``f`` with two indices or more has ``var`` alone as its last (contiguous)
+    index (``A[i, k]``: ``k``; a vector's ``x[k]`` does not count)."""
+    d = f.definition
+    assert d is not None
+    return any(isinstance(a, Access) and len(a.indices) >= 2 and isinstance(a.indices[-1], Var)
+               and a.indices[-1].name == var for a in walk(d.value))
+
+
+def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
+                           funcs: Sequence[Func] = ()) -> bool:
+    """Whether ``rfactor_lanes`` applies to ``f``: a pure definition's reduction over one RVar
+    ``k`` into one pure Var ``i`` (no ``RDom.where``, no update), ``k`` the contiguous index of
+    a matrix read and ``i`` of none (``tmp[i] = A[i, k] * x[k]``: a matrix-vector product, a
+    row sum), ``k`` at least ``2 * ROW_VECTORS`` vectors long and ``i`` at least as long as
+    there are threads (fewer rows: ``rfactor_chunks``), and no reduction among ``funcs`` (its
+    pipeline's) that ``fuse_siblings`` could compute with it: a row sum and a row max of one
+    matrix read it once together, which beat two passes in vector lanes."""
+    d = f.definition
+    assert d is not None
+    if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate or f.updates:
+        return False
+    if any(_siblings(f, g) for g in funcs):
+        return False
+    i, k = d.args[0].name, d.rvars[0].name
+    return (_contiguous_in_matrix(f, k) and not _contiguous_in_matrix(f, i)
+            and extents.extent(f.name, k) >= 2 * ROW_VECTORS * lanes
+            and extents.extent(f.name, i) >= max(2, num_threads()))
+
+
+def _siblings(f: Func, g: Func) -> bool:
+    """Whether reductions ``f`` and ``g`` share a read (an array at the same indices) and
+    neither reads the other: what ``fuse_siblings`` computes together."""
+    if g is f or g.definition is None or not g.definition.rvars or g.updates:
+        return False
+
+    def reads(h: Func) -> set[tuple[str, tuple]]:
+        return {(a.name, tuple(i.key for i in a.indices))
+                for a in walk(h.definition.value) if isinstance(a, Access)}  # type: ignore
+
+    mine, theirs = reads(f), reads(g)
+    if f.name in {n for n, _ in theirs} or g.name in {n for n, _ in mine}:
+        return False
+    return bool(mine & theirs)
+
+
+def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> None:
+    """Split ``f``'s reduction loop ``k`` by ``ROW_VECTORS * lanes`` and rfactor the inner
+    loop: ``<f>_rf[i, k.i]`` holds that many partial sums per row, accumulated in
+    ``ROW_VECTORS`` vector registers as ``k.o`` walks the row (contiguous loads, no chain of
+    dependent adds through one scalar: the form of a BLAS dot kernel), rows in parallel; ``f``
+    adds each row's partials up. The sum is reassociated (as ``rfactor`` always does). Needs
+    ``rfactor_lanes_possible``.
+
+    Raises:
+        ScheduleError: ``rfactor`` refuses the reduction."""
+    d = f.definition
+    assert d is not None
+    _, ki = s[f].split(d.rvars[0].name, ROW_VECTORS * lanes, tail="GuardWithIf")
+    rf = s.rfactor(f, ki)
+    row, lane, walk_loop = (lp.name for lp in rf.loops)
+    rf.reorder(row, walk_loop, lane)
+    rf.vectorize(lane, lanes).unroll(f"{lane}.o")
+    if extents.extent(f.name, d.args[0].name) >= 2 and num_threads() > 1:
+        rf.parallel(row)
+
+
+def _rfactor_lanes_stage(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
+                         funcs: Sequence[Func]) -> None:
+    """``rfactor_lanes`` where it applies, else ScheduleError."""
+    if not rfactor_lanes_possible(f, extents, lanes, funcs):
+        raise ScheduleError(f"{f.name}: not a row reduction along a contiguous index")
+    rfactor_lanes(s, f, extents, lanes)
