@@ -66,35 +66,29 @@ def sched(v):
         s.cache_read("B", s[C], ko)
         s[C].parallel(xo).unroll(ii).vectorize(xi, lanes).unroll(f"{xi.name}.o")
         return s
-    if v.startswith("b"):  # b<rows>k<kc>m<tiles per block>: BLIS's order, B packed once per kc
-        rows = int(v[1:].split("k")[0]); kc = int(v.split("k")[1].split("m")[0])
-        mb = int(v.split("m")[1].rstrip("pv"))
-        s = tl.Schedule(C)
-        io, ii = s[C].split("i", rows)
-        ioo, ioi = s[C].split(io, mb)
-        xo, xi = s[C].split("j", 2 * lanes, tail="GuardWithIf")
-        ko, ki = s[C].split("k", kc)
-        s[C].reorder(ko, ioo, xo, ioi, ki, ii, xi)
-        bl = s.cache_read("B", s[C], ko, layout=(1, 0), panel=(1, 2 * lanes))
-        if "p" in v.split("m")[1]:
-            bl.parallel("B_local_d0")
-        if "v" in v.split("m")[1]:
-            bl.vectorize("B_local_d2", lanes)
-        s.cache_read("A", s[C], ioo, layout=(0, 1))
-        s[C].parallel(ioo)
-        s[C].unroll(ii)
-        s[C].vectorize(xi, lanes).unroll(f"{xi.name}.o")
-        return s
-    # q<rows>k<kc>m<mcblocks>[u]  (u: no pack)
-    rows = int(v[1:].split("k")[0]); kc = int(v.split("k")[1].split("m")[0]); mb = int(v.split("m")[1].rstrip("u"))
+    # b<rows>k<kc>m<tiles per block>[p][v]: BLIS's order, B packed once per kc (p: its copy in
+    # parallel, v: vectorized); q<rows>k<kc>m<tiles per block>[u]: B's panel per row block (u:
+    # no copy)
+    rows = int(v[1:].split("k")[0]); kc = int(v.split("k")[1].split("m")[0])
+    flags = v.split("m")[1].lstrip("0123456789"); mb = int(v.split("m")[1][:-len(flags) or None])
+    blis = v.startswith("b")
     s = tl.Schedule(C)
     io, ii = s[C].split("i", rows)
     ioo, ioi = s[C].split(io, mb)
-    xo, xi = s[C].split("j", 2 * lanes, tail="ShiftInwards")
+    xo, xi = s[C].split("j", 2 * lanes, tail="GuardWithIf" if blis else "ShiftInwards")
     ko, ki = s[C].split("k", kc)
-    s[C].reorder(ioo, xo, ko, ioi, ki, ii, xi)
-    if not v.endswith("u"):
-        s.cache_read("B", s[C], ko)
+    if blis:
+        s[C].reorder(ko, ioo, xo, ioi, ki, ii, xi)
+        bl = s.cache_read("B", s[C], ko, layout=(1, 0), panel=(1, 2 * lanes))
+        if "p" in flags:
+            bl.parallel("B_local_d0")
+        if "v" in flags:
+            bl.vectorize("B_local_d2", lanes)
+        s.cache_read("A", s[C], ioo, layout=(0, 1))
+    else:
+        s[C].reorder(ioo, xo, ko, ioi, ki, ii, xi)
+        if "u" not in flags:
+            s.cache_read("B", s[C], ko)
     s[C].parallel(ioo)
     s[C].unroll(ii)
     s[C].vectorize(xi, lanes).unroll(f"{xi.name}.o")
