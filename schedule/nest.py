@@ -434,6 +434,9 @@ def _bound_split_outer(form: Affine, inner: Leaf, split: tuple[str, int], leaves
             or o.kind is ForKind.UNROLLED:
         return None
     rest = rest_form.to_expr()
+    if inner.init_range is not None and not o.reduction and o.init_range is None:
+        # a pure loop inside the first reduction loop: the initialisation still covers the box
+        o.init_range = (o.min, o.extent)
     outer = _outer_ranges(leaves, pos[ov])
     end = sadd(o.min, o.extent)
     if c > 0:  # f * o + i + rest <= 0 with i >= 0

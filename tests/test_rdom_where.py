@@ -359,3 +359,25 @@ def test_a_condition_on_the_vector_lanes_predicates_them(upper, rng):
     for n, kk in [(1, 1), (7, 3), (16, 5), (37, 11)]:
         a = rng.random((n, kk))
         np.testing.assert_allclose(kern(a), tri(a @ a.T), rtol=1e-12)
+
+
+@pytest.mark.parametrize("factor", [1, 3])
+def test_a_bounded_split_outer_loop_keeps_its_whole_initialisation(factor, rng):
+    # r.x <= i with the reduction loop outermost and i split: the condition bounds i.i and then
+    # i.o (from r_x on); the initialisation, which runs before the reduction loop, must still
+    # cover every i (it read r_x outside its loop: a code-generation KeyError, found by the
+    # random-schedule property test at 200 examples)
+    N, M = tl.sizes("N M")
+    A = tl.Input("A", (N, M), tl.float32)
+    (i,) = tl.vars("i")
+    r = tl.RDom((0, M), name="r")
+    r.where(r.x <= i)
+    C = tl.Func("C")
+    C[i] = tl.sum(A[i, r])
+    s = tl.Schedule(C)
+    s[C].reorder("r_x", "i")
+    s[C].split("i", factor, tail="GuardWithIf")
+    kern = tl.compile(C, s)
+    for n, m in [(5, 7), (1, 1), (13, 4), (2, 11)]:
+        a = rng.random((n, m), dtype=np.float32)
+        np.testing.assert_allclose(kern(A=a), np.tril(a).sum(axis=1), rtol=1e-5)
