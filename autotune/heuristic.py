@@ -83,7 +83,7 @@ from .cpu_model import (BROADCAST_REGISTERS, accumulator_budget, closest_divisor
 from .cpu_model import register_tile as model_tile
 from .features import store_counts
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
-                            _rfactor_stage, _rfactor_update_stage)
+                            _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -360,15 +360,6 @@ def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
     return now / was if was else (1.0 if not now else float("inf"))
 
 
-def _contiguous_in(f: Func, var: str) -> bool:
-    """Some array or Func that ``f`` reads is indexed by ``var`` alone in its last (contiguous)
-    dimension."""
-    d = f.definition
-    assert d is not None
-    return any(isinstance(a, Access) and a.indices and isinstance(a.indices[-1], Var)
-               and a.indices[-1].name == var for a in walk(d.value))
-
-
 def _lowers(output: Func, s: Schedule) -> bool:
     try:
         lower(output, s)
@@ -386,7 +377,7 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
     if f.updates or not st.loops or st.kinds.get(st.loops[0]) != ForKind.PARALLEL:
         return None  # only the output's parallel outermost loop (else the producer loses its own)
     d = f.definition
-    if d is not None and d.rvars and (len(d.args) >= 2 or _contiguous_in(f, d.args[0].name)):
+    if d is not None and d.rvars and (len(d.args) >= 2 or contiguous_in(f, d.args[0].name)):
         return None  # a register-tiled reduction needs whole row blocks (gemm's sum per row: 1
         # row of accumulators streams all of B once per output row); so does a row segment
     loop = st.loops[0]
@@ -409,9 +400,8 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
 
 
 def _accesses(s: Schedule, name: str) -> set[tuple[str, tuple]]:
-    """The reads of Func ``name``'s definition: (array, index expressions) of each."""
-    return {(a.name, tuple(i.key for i in a.indices))
-            for a in walk(s.view.definition(name).value) if isinstance(a, Access)}
+    """The reads of Func ``name``'s definition as the schedule sees it (``accesses``)."""
+    return accesses(s.view.definition(name).value)
 
 
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
@@ -823,7 +813,7 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
             st.parallel(next((a for a in outer if count[a] >= 2), outer[0]))
         return
     if variant in ("full", "guard") and d.rvars and len(args) == 1 \
-            and ext[args[0]] >= 2 * ROW_VECTORS * lanes and _contiguous_in(f, args[0]):
+            and ext[args[0]] >= 2 * ROW_VECTORS * lanes and contiguous_in(f, args[0]):
         # a reduction over rows of a matrix read along its one pure Var (A^T x: y[j] += A[i, j]
         # * x[i]): the reduction loops outside, a row segment of ROW_VECTORS vectors inside, so
         # each reduction step reads contiguous memory into vector accumulators

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.errors import ScheduleError
-from tensorlang.expr import Access, Var, walk
+from tensorlang.expr import Access, Expr, Var, walk
 from tensorlang.func import Func
 from tensorlang.schedule.schedule import Schedule
 
@@ -117,13 +117,21 @@ def rfactor_update_chunks(s: Schedule, f: Func, number: int, extents: BoundExten
     rf.parallel(rf.loops[0])  # its new pure dimension: the chunk
 
 
-def _contiguous_in_matrix(f: Func, var: str) -> bool:
-    """Some read of ``f`` with two indices or more has ``var`` alone as its last (contiguous)
-    index (``A[i, k]``: ``k``; a vector's ``x[k]`` does not count)."""
+def contiguous_in(f: Func, var: str, rank: int = 1) -> bool:
+    """Some read of ``f`` with at least ``rank`` indices has ``var`` alone as its last
+    (contiguous) index (``A[i, k]``: ``k``; with ``rank`` 2 a vector's ``x[k]`` does not
+    count)."""
     d = f.definition
     assert d is not None
-    return any(isinstance(a, Access) and len(a.indices) >= 2 and isinstance(a.indices[-1], Var)
-               and a.indices[-1].name == var for a in walk(d.value))
+    return any(isinstance(a, Access) and len(a.indices) >= max(1, rank)
+               and isinstance(a.indices[-1], Var) and a.indices[-1].name == var
+               for a in walk(d.value))
+
+
+def accesses(value: Expr) -> set[tuple[str, tuple]]:
+    """The reads in ``value``: (array, index expressions) of each."""
+    return {(a.name, tuple(i.key for i in a.indices))
+            for a in walk(value) if isinstance(a, Access)}
 
 
 def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
@@ -142,7 +150,7 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
     if any(_siblings(f, g) for g in funcs):
         return False
     i, k = d.args[0].name, d.rvars[0].name
-    return (_contiguous_in_matrix(f, k) and not _contiguous_in_matrix(f, i)
+    return (contiguous_in(f, k, rank=2) and not contiguous_in(f, i, rank=2)
             and extents.extent(f.name, k) >= 2 * ROW_VECTORS * lanes
             and extents.extent(f.name, i) >= max(2, num_threads()))
 
@@ -152,12 +160,7 @@ def _siblings(f: Func, g: Func) -> bool:
     neither reads the other: what ``fuse_siblings`` computes together."""
     if g is f or g.definition is None or not g.definition.rvars or g.updates:
         return False
-
-    def reads(h: Func) -> set[tuple[str, tuple]]:
-        return {(a.name, tuple(i.key for i in a.indices))
-                for a in walk(h.definition.value) if isinstance(a, Access)}  # type: ignore
-
-    mine, theirs = reads(f), reads(g)
+    mine, theirs = accesses(f.definition.value), accesses(g.definition.value)  # type: ignore
     if f.name in {n for n, _ in theirs} or g.name in {n for n, _ in mine}:
         return False
     return bool(mine & theirs)
