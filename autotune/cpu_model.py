@@ -76,6 +76,10 @@ class CpuModel:
         fma_latency: cycles from an FMA's inputs to its result.
         l1, l2, l3: data caches per core (L3: the slice shared by a core complex, as sysfs
             reports it).
+        victim_l3: the L3 is filled by L2's evictions and serves them back quickly (AMD Zen;
+            AMD's Software Optimization Guide for family 19h, "L3 cache"): the packed GEMM's
+            row block of A is then sized for the L1 bound's ``kc`` even where ``kc`` is raised
+            past it, and may pass L2 (``heuristic.packed_blocking``, docs/performance.md).
     """
 
     name: str
@@ -86,14 +90,16 @@ class CpuModel:
     l1: Cache
     l2: Cache
     l3: Cache
+    victim_l3: bool = False
 
     def lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes per native vector."""
         return max(1, self.vector_bits // (8 * itemsize))
 
 
-def _avx512(name: str, units: int, l1: Cache, l2: Cache, l3: Cache) -> CpuModel:
-    return CpuModel(name, 512, 32, units, 4, l1, l2, l3)
+def _avx512(name: str, units: int, l1: Cache, l2: Cache, l3: Cache,
+            victim_l3: bool = False) -> CpuModel:
+    return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3)
 
 
 KiB, MiB = 1024, 1024 * 1024
@@ -107,7 +113,8 @@ DESCRIBED: dict[str, CpuModel] = {
                               Cache(int(38.5 * MiB), 11)),
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
-    "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16)),
+    "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16),
+                      victim_l3=True),
 }
 #: LLVM CPU names of the same core as a described one (Emerald Rapids: Sapphire Rapids' core)
 SAME_CORE = {"emeraldrapids": "sapphirerapids", "skx": "skylake-avx512",
@@ -130,7 +137,8 @@ def cpu_model(target: Target | None = None) -> CpuModel:
     regs = 32 if bits >= 512 else 16
     known = DESCRIBED.get(SAME_CORE.get(target.cpu, target.cpu))
     base = known or CpuModel(target.cpu, bits, regs, 2, 4, Cache(32 * KiB, 8),
-                             Cache(1 * MiB, 16), Cache(8 * MiB, 16))
+                             Cache(1 * MiB, 16), Cache(8 * MiB, 16),
+                             victim_l3=target.cpu.startswith("znver"))
     base = replace(base, vector_bits=bits, vector_registers=regs)
     if target != host:
         return base

@@ -662,14 +662,19 @@ def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None
     (default: the host) for a register tile of ``rows`` x ``width`` elements, with ``kc`` at
     least ``MIN_KC`` (shared among ``f``'s packed panels) and at most ``MAX_KC``, and ``mc`` the
     model's for that ``kc``: a ``kc`` raised above the L1 bound with the bound's ``mc`` could
-    fill all of L2 with A's block (docs/performance.md, "One row block on one thread")."""
+    fill all of L2 with A's block (docs/performance.md, "One row block on one thread"), except
+    on a CPU whose L3 is a victim cache of L2 (``CpuModel.victim_l3``), where the bound's
+    ``mc`` stays (docs/performance.md, "A's block past L2 on Zen 4")."""
     cpu = cpu_model(target)
     size = f.dtype.numpy.itemsize
     tile = model_tile(cpu, size)
     tile = replace(tile, rows=rows, vectors=max(1, width // tile.lanes))
     model = gemm_blocking(cpu, size, tile)
     kc = min(max(model.kc, MIN_KC // max(1, len(packed_operands(f)))), MAX_KC)
-    return model if kc == model.kc else gemm_blocking(cpu, size, tile, kc=kc)
+    if kc == model.kc:
+        return model
+    raised = gemm_blocking(cpu, size, tile, kc=kc)
+    return replace(raised, mc=model.mc) if cpu.victim_l3 else raised
 
 
 def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,

@@ -162,18 +162,35 @@ def test_kc_is_at_least_min_kc_shared_among_the_packed_panels(monkeypatch):
     assert "split('k_x', 125)" in text and text.count("layout=(1, 0)") >= 2
 
 
-@pytest.mark.parametrize("cpu", ["skylake-avx512", "znver4"])
-def test_a_row_tile_that_leaves_no_remainder_piece_comes_first(cpu, monkeypatch):
+@pytest.mark.parametrize("cpu, blocks", [("skylake-avx512", 4), ("znver4", 2)])
+def test_a_row_tile_that_leaves_no_remainder_piece_comes_first(cpu, blocks, monkeypatch):
     # 900 rows: the model's 8-row tile leaves 4 rows, a piece that runs after the row blocks on
     # one thread and copies B again; 9 rows (18 of 32 registers) divide 900. One row block per
     # thread, or two where the mc x kc block of A would not fit L2's ways (at kc = 256, the 1 MiB
-    # of Skylake-X holds 448 rows, Zen 4's 384: fewer than half of 900)
+    # of Skylake-X holds 448 rows: fewer than half of 900); Zen 4's victim L3 keeps the L1
+    # bound's mc (768 rows at its kc of 128): one block per thread
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
     text = heuristic_schedule(gemm(tl.float64), {"M": 900, "N": 1100, "K": 1200},
                               _target(cpu)).to_python()
     rows, per_block = _row_split(text)
     assert 900 % rows == 0 and rows >= 8
-    assert 900 // rows // per_block == 4
+    assert 900 // rows // per_block == blocks
+
+
+def test_a_victim_l3_keeps_the_l1_bounds_row_block():
+    # kc raised to MIN_KC: the mc of that kc (the L2 bound) on a CPU without a victim L3, the
+    # L1 bound's mc on one with it (docs/performance.md, "A's block past L2 on Zen 4")
+    zen4, spr = cm.DESCRIBED["znver4"], cm.DESCRIBED["sapphirerapids"]
+    assert zen4.victim_l3 and not spr.victim_l3
+    blocking = heuristic.packed_blocking(gemm(tl.float64), 8, 16, _target("znver4"))
+    assert blocking.kc == 256 and blocking.mc == cm.gemm_blocking(zen4, 8).mc == 768
+    blocking = heuristic.packed_blocking(gemm(tl.float64), 8, 16, _target("sapphirerapids"))
+    assert blocking.kc == 256 and blocking.mc == cm.gemm_blocking(spr, 8, kc=256).mc == 896
+    # a Zen core the table does not describe gets the flag from its LLVM name
+    host = _target("haswell")
+    for cpu, victim in [("znver3", True), ("znver5", True), ("icelake-client", False)]:
+        assert cm.cpu_model(Target(host.triple, cpu, AVX512, host.llvm_version,
+                                   host.llvmlite_version)).victim_l3 == victim
 
 
 def test_rows_of_unequal_work_get_two_row_blocks_per_thread(monkeypatch):
