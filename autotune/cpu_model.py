@@ -80,6 +80,10 @@ class CpuModel:
             AMD's Software Optimization Guide for family 19h, "L3 cache"): the packed GEMM's
             row block of A is then sized for the L1 bound's ``kc`` even where ``kc`` is raised
             past it, and may pass L2 (``heuristic.packed_blocking``, docs/performance.md).
+        packed_vectors: native vectors per row of the packed GEMM's register tile
+            (``heuristic._packed_tile``): ``TILE_VECTORS``, or 4 on Zen 4, where a tile of 4
+            rows x 4 vectors measured faster than 8 x 2 (one broadcast of A per four FMAs, not
+            two; docs/performance.md, "A wider register tile on Zen 4").
     """
 
     name: str
@@ -91,6 +95,7 @@ class CpuModel:
     l2: Cache
     l3: Cache
     victim_l3: bool = False
+    packed_vectors: int = TILE_VECTORS
 
     def lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes per native vector."""
@@ -98,8 +103,8 @@ class CpuModel:
 
 
 def _avx512(name: str, units: int, l1: Cache, l2: Cache, l3: Cache,
-            victim_l3: bool = False) -> CpuModel:
-    return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3)
+            victim_l3: bool = False, packed_vectors: int = TILE_VECTORS) -> CpuModel:
+    return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3, packed_vectors)
 
 
 KiB, MiB = 1024, 1024 * 1024
@@ -114,7 +119,7 @@ DESCRIBED: dict[str, CpuModel] = {
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
     "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16),
-                      victim_l3=True),
+                      victim_l3=True, packed_vectors=4),
 }
 #: LLVM CPU names of the same core as a described one (Emerald Rapids: Sapphire Rapids' core)
 SAME_CORE = {"emeraldrapids": "sapphirerapids", "skx": "skylake-avx512",

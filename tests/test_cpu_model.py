@@ -105,6 +105,9 @@ def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu, 
     out = gemm()
     s = heuristic_schedule(out, {"M": 480, "N": 512, "K": 1024}, _target(cpu))
     rows, cols, kc, _ = (EXPECTED.get((cpu, 4)) or EXPECTED[("skylake-avx512", 4)])
+    vectors = cm.DESCRIBED[cpu].packed_vectors
+    if vectors != cm.TILE_VECTORS:  # Zen 4's wider packed tile: as many accumulators
+        rows, cols = rows * cm.TILE_VECTORS // vectors, cols * vectors // cm.TILE_VECTORS
     text = s.to_python()
     assert f"split('i', {rows})" in text and f"split('j', {cols}" in text
     # kc raised to MIN_KC where the model's is smaller (every float32 tile here), then moved
@@ -165,7 +168,8 @@ def test_kc_is_at_least_min_kc_shared_among_the_packed_panels(monkeypatch):
 @pytest.mark.parametrize("cpu, blocks", [("skylake-avx512", 4), ("znver4", 2)])
 def test_a_row_tile_that_leaves_no_remainder_piece_comes_first(cpu, blocks, monkeypatch):
     # 900 rows: the model's 8-row tile leaves 4 rows, a piece that runs after the row blocks on
-    # one thread and copies B again; 9 rows (18 of 32 registers) divide 900. One row block per
+    # one thread and copies B again; 9 rows (18 of 32 registers) divide 900 (Zen 4's 4-vector
+    # tile: 5 rows, 20 registers, for whole blocks). One row block per
     # thread, or two where the mc x kc block of A would not fit L2's ways (at kc = 256, the 1 MiB
     # of Skylake-X holds 448 rows: fewer than half of 900); Zen 4's victim L3 keeps the L1
     # bound's mc (768 rows at its kc of 128): one block per thread
@@ -173,7 +177,8 @@ def test_a_row_tile_that_leaves_no_remainder_piece_comes_first(cpu, blocks, monk
     text = heuristic_schedule(gemm(tl.float64), {"M": 900, "N": 1100, "K": 1200},
                               _target(cpu)).to_python()
     rows, per_block = _row_split(text)
-    assert 900 % rows == 0 and rows >= 8
+    vectors = cm.DESCRIBED[cpu].packed_vectors  # 16 accumulators: 8 rows of 2, 4 of 4
+    assert 900 % rows == 0 and rows * vectors >= 16
     assert 900 // rows // per_block == blocks
 
 
