@@ -77,7 +77,7 @@ class CpuModel:
         l1, l2, l3: data caches per core (L3: the slice shared by a core complex, as sysfs
             reports it).
         victim_l3: the L3 is filled by L2's evictions and serves them back quickly (AMD Zen;
-            AMD's Software Optimization Guide for family 19h, "L3 cache"): the packed GEMM's
+            AMD's Software Optimization Guide for Family 19h Processors): the packed GEMM's
             row block of A is then sized for the L1 bound's ``kc`` even where ``kc`` is raised
             past it, and may pass L2 (``heuristic.packed_blocking``, docs/performance.md).
         packed_vectors: native vectors per row of the packed GEMM's register tile

@@ -435,7 +435,8 @@ def row_var(f: Func, args: list[str]) -> str:
 
 
 def register_tile(width_extent: int, row_extent: int, lanes: int,
-                  accumulators: int = ACCUMULATORS, vectors: int = 2) -> tuple[int, int]:
+                  accumulators: int = ACCUMULATORS, vectors: int = TILE_VECTORS
+                  ) -> tuple[int, int]:
     """(vector lanes, rows) of a register tile over a vector loop of ``width_extent`` and a row
     loop of ``row_extent``, for ``lanes`` native SIMD lanes, ``accumulators`` vector
     registers and ``vectors`` native vectors per row (see the module docstring).
