@@ -598,10 +598,13 @@ def blocks_per_thread(f: Func, row: str) -> int:
     """Row blocks per thread of ``f``'s packed tile over its row Var ``row``:
     ``UNEVEN_BLOCKS_PER_THREAD`` where the reduction's condition (``RDom.where``) mentions
     ``row``, so rows differ in work, else ``BLOCKS_PER_THREAD``."""
+    return UNEVEN_BLOCKS_PER_THREAD if condition_mentions(f, row) else BLOCKS_PER_THREAD
+
+
+def condition_mentions(f: Func, var: str) -> bool:
+    """Whether the condition of ``f``'s reduction (``RDom.where``) mentions the Var ``var``."""
     conds = f.definition.predicate if f.definition is not None else ()
-    if any(isinstance(n, Var) and n.name == row for c in conds for n in walk(c)):
-        return UNEVEN_BLOCKS_PER_THREAD
-    return BLOCKS_PER_THREAD
+    return any(isinstance(n, Var) and n.name == var for c in conds for n in walk(c))
 
 
 def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads: int,
@@ -714,9 +717,11 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     if ext[k] * ext[x] * size <= cpu.l1.size:
         raise ScheduleError(f"{operand} fits in L1: no packing")
     accs = model_tile(cpu, size).accumulators
-    # the CPU's packed tile width, but the model's where a triangle (RDom.where) bounds the
-    # tiles: wider tiles cross its edge more (syrk, syr2k 3-6% slower 4 vectors wide on Zen 4)
-    vectors = cpu.packed_vectors if not d.predicate else TILE_VECTORS
+    # the CPU's packed tile width, but the model's where a triangle over the columns
+    # (RDom.where mentioning them: syrk's j <= i) bounds the tiles: wider tiles cross its edge
+    # more (syrk, syr2k 3-10% slower 4 vectors wide on Zen 4); a triangle over the row and
+    # the reduction only (symm's, trmm's k > i) bounds every column of a tile alike
+    vectors = TILE_VECTORS if condition_mentions(f, args[-1]) else cpu.packed_vectors
     width, near = register_tile(ext[x], ext[i], lanes, accs, vectors)
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)

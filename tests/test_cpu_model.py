@@ -362,3 +362,36 @@ def test_blis_order_matches_numpy_on_odd_sizes(form, threads, monkeypatch):
         else:
             got, want = tl.compile(out, s)(X=x, Y=y), x @ y.T + y @ x.T
         np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+def test_a_triangle_over_the_columns_keeps_the_narrow_packed_tile(monkeypatch):
+    # Zen 4's 4-vector packed tile (CpuModel.packed_vectors) where the reduction's triangle
+    # bounds the rows and the reduction only (trmm's k > i: every column of a tile alike),
+    # the 2-vector tile where it bounds the columns (syrk's j <= i: a wider tile crosses the
+    # diagonal more); both still right on odd sizes
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    M, N = tl.sizes("M N")
+    A, B = tl.Input("A", (M, M), tl.float64), tl.Input("B", (M, N), tl.float64)
+    i, j = tl.vars("i j")
+    k = tl.RDom((0, M), name="k")
+    k.where(k.x > i)
+    trmm = tl.Func("trmm")
+    trmm[i, j] = B[i, j] + tl.sum(A[k, i] * B[k, j])
+    lanes = 8 * cm.DESCRIBED["znver4"].packed_vectors
+    text = heuristic_schedule(trmm, {"M": 1000, "N": 1200}, _target("znver4")).to_python()
+    assert f"split('j', {lanes})" in text
+    S = tl.Input("S", (M, N), tl.float64)
+    t = tl.RDom((0, N), name="t")
+    t.where(j <= i)
+    syrk = tl.Func("syrk")
+    syrk[i, j] = tl.sum(S[i, t] * S[j, t])
+    text = heuristic_schedule(syrk, {"M": 1000, "N": 1200}, _target("znver4")).to_python()
+    assert f"split('j', {8 * cm.TILE_VECTORS})" in text
+    rng = np.random.default_rng(7)
+    for f, want in [(trmm, lambda a, b, s: b + np.tril(a, -1).T @ b),
+                    (syrk, lambda a, b, s: np.tril(s @ s.T))]:
+        kern = tl.compile(f, heuristic_schedule(f, {"M": 1000, "N": 1200}))
+        for m, n in [(131, 67), (1, 5), (40, 33)]:
+            a, b, s = rng.random((m, m)), rng.random((m, n)), rng.random((m, n))
+            args = {"A": a, "B": b} if f is trmm else {"S": s}
+            np.testing.assert_allclose(kern(**args), want(a, b, s), rtol=1e-10)
