@@ -84,6 +84,11 @@ class CpuModel:
             (``heuristic._packed_tile``): ``TILE_VECTORS``, or 4 on Zen 4, where a tile of 4
             rows x 4 vectors measured faster than 8 x 2 (one broadcast of A per four FMAs, not
             two; docs/performance.md, "A wider register tile on Zen 4").
+        packed_kc: the least ``kc`` of the packed GEMM's reduction block where the model's L1
+            bound gives less (shared among its packed panels; ``heuristic.packed_blocking``):
+            0 for ``heuristic.MIN_KC``, or 512 on Zen 4, where 400-512 measured faster than
+            256 (fewer loads and stores of the C tile per flop; docs/performance.md, "A longer
+            reduction block on Zen 4").
     """
 
     name: str
@@ -96,6 +101,7 @@ class CpuModel:
     l3: Cache
     victim_l3: bool = False
     packed_vectors: int = TILE_VECTORS
+    packed_kc: int = 0
 
     def lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes per native vector."""
@@ -103,8 +109,9 @@ class CpuModel:
 
 
 def _avx512(name: str, units: int, l1: Cache, l2: Cache, l3: Cache,
-            victim_l3: bool = False, packed_vectors: int = TILE_VECTORS) -> CpuModel:
-    return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3, packed_vectors)
+            victim_l3: bool = False, packed_vectors: int = TILE_VECTORS,
+            packed_kc: int = 0) -> CpuModel:
+    return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3, packed_vectors, packed_kc)
 
 
 KiB, MiB = 1024, 1024 * 1024
@@ -119,7 +126,7 @@ DESCRIBED: dict[str, CpuModel] = {
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
     "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16),
-                      victim_l3=True, packed_vectors=4),
+                      victim_l3=True, packed_vectors=4, packed_kc=512),
 }
 #: LLVM CPU names of the same core as a described one (Emerald Rapids: Sapphire Rapids' core)
 SAME_CORE = {"emeraldrapids": "sapphirerapids", "skx": "skylake-avx512",

@@ -78,8 +78,8 @@ from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
-from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, accumulator_budget, closest_divisor,
-                        cpu_model, gemm_blocking, near_divisor)
+from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
+                        closest_divisor, cpu_model, gemm_blocking, near_divisor)
 from .cpu_model import register_tile as model_tile
 from .features import store_counts
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
@@ -101,15 +101,16 @@ BLOCKS_PER_THREAD = 1
 #: ... but two where rows differ in work (a triangle: ``RDom.where(k > i)``), so that the
 #: parallel loop, which hands out blocks as threads free up, can even the threads' time out
 UNEVEN_BLOCKS_PER_THREAD = 2
-#: the largest ``kc`` (``space.MAX_FACTOR``, the search space's largest split factor)
-MAX_KC = 256
+#: the largest ``kc`` (the search space's largest split factor of a GEMM-like reduction)
+MAX_KC = 512
 #: the smallest ``kc`` of a packed tile with one packed panel where the model's L1 bound gives
 #: less (with two, as syr2k's, half each: both panels stay in L1). The bound keeps A's sliver
 #: and B's panel in L1 together; BLIS's x86 configurations ship more (Haswell 256, Skylake-X
 #: 384, Zen 4 512 for float64), A's sliver streaming from L2, and on Zen 4 and an AVX-512 Xeon
 #: 256 measured faster than the model's 128 (docs/performance.md): half the loads and stores of
 #: the C tile, and of the short k loops' starts, per flop. ``mc`` stays the model's (derived
-#: from the larger ``kc`` it would halve the row blocks: twice the copies of B)
+#: from the larger ``kc`` it would halve the row blocks: twice the copies of B). A CPU's
+#: ``CpuModel.packed_kc`` replaces it where set (Zen 4: 512)
 MIN_KC = 256
 #: whether a packed tile copies its row block of A in panels of the tile's rows
 #: (``row_operands``: BLIS's micro-panels of A). Off: on Zen 4 it made GEMM 1024 float64 on one
@@ -665,7 +666,7 @@ def block_threads(outer: list[str], ext: dict[str, int]) -> int:
 def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None) -> GemmBlocking:
     """The analytical model's blocking (``cpu_model.gemm_blocking``) of ``f`` on ``target``
     (default: the host) for a register tile of ``rows`` x ``width`` elements, with ``kc`` at
-    least ``MIN_KC`` (shared among ``f``'s packed panels) and at most ``MAX_KC``, and ``mc`` the
+    least ``least_kc`` (shared among ``f``'s packed panels) and at most ``MAX_KC``, and ``mc`` the
     model's for that ``kc``: a ``kc`` raised above the L1 bound with the bound's ``mc`` could
     fill all of L2 with A's block (docs/performance.md, "One row block on one thread"), except
     on a CPU whose L3 is a victim cache of L2 (``CpuModel.victim_l3``), where the bound's
@@ -675,7 +676,7 @@ def packed_blocking(f: Func, rows: int, width: int, target: Target | None = None
     tile = model_tile(cpu, size)
     tile = replace(tile, rows=rows, vectors=max(1, width // tile.lanes))
     model = gemm_blocking(cpu, size, tile)
-    kc = min(max(model.kc, MIN_KC // max(1, len(packed_operands(f)))), MAX_KC)
+    kc = min(max(model.kc, least_kc(cpu) // max(1, len(packed_operands(f)))), MAX_KC)
     if kc == model.kc:
         return model
     raised = gemm_blocking(cpu, size, tile, kc=kc)
@@ -690,8 +691,9 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     A of ``A[i, k] * B[k, j]``) is copied with ``k`` contiguous and stays in L2, then for each
     ``nr``-wide column panel the ``kc x nr`` panel of the packed operand is copied into a
     contiguous buffer (``cache_read``) that every ``mr``-row register tile of the block reads from
-    L1. ``kc`` is the divisor of the reduction's extent closest to the model's or ``MIN_KC``
-    (shared among the packed panels), whichever is larger; the row tile is the model's even
+    L1. ``kc`` is the divisor of the reduction's extent closest to the model's or ``least_kc``
+    (``MIN_KC`` or the CPU's ``packed_kc``, shared among the packed panels), whichever is
+    larger; the row tile is the model's even
     where it leaves remainder rows (loop partitioning runs them, and the columns past the last
     whole panel, as pieces of their own). A reduction of at most ``kc`` is not
     split: the row block is packed per row block, the whole ``K x nr`` panel per column panel.
@@ -727,12 +729,12 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     threads = block_threads(outer, ext)
     per_thread = blocks_per_thread(f, i)
     rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target, per_thread)
-    kc = _packed_kc(ext[k], blocking, len(operands))
+    kc = _packed_kc(ext[k], blocking)
     more_per_thread = ext[i] // (BLIS_BLOCK_ROWS * threads)
     if BLIS_ORDER and kc is not None and kc < ext[k] and per_thread < more_per_thread:
         # B copied once per kc block: more row blocks only read its panels again from L3
         more = _packed_rows(f, ext[i], near, width, accs, threads, target, more_per_thread)
-        more_kc = _packed_kc(ext[k], more[1], len(operands))
+        more_kc = _packed_kc(ext[k], more[1])
         if more_kc is not None and more_kc < ext[k]:
             (rows, blocking, mb), kc = more, more_kc
     if kc is None or ext[x] < width:
@@ -781,11 +783,18 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         st.parallel(ioo.name if par == "blocks" else par)
 
 
-def _packed_kc(extent: int, blocking: GemmBlocking, panels: int) -> int | None:
-    """``kc`` of a packed tile over a reduction of ``extent`` with ``panels`` packed panels
-    (``_packed_tile``), or None where no divisor is near. Not past the search space's largest
-    split factor: the rule-based schedule stays a point of the space."""
-    return closest_divisor(extent, min(max(blocking.kc, MIN_KC // panels), MAX_KC), most=MAX_KC)
+def least_kc(cpu: CpuModel) -> int:
+    """The least ``kc`` of a packed tile with one packed panel on ``cpu``: its
+    ``CpuModel.packed_kc``, else ``MIN_KC``."""
+    return cpu.packed_kc or MIN_KC
+
+
+def _packed_kc(extent: int, blocking: GemmBlocking) -> int | None:
+    """``kc`` of a packed tile over a reduction of ``extent`` (``_packed_tile``): the divisor
+    closest to ``packed_blocking``'s, or None where no divisor is near. Not past the search
+    space's largest split factor of a packed reduction: the rule-based schedule stays a point
+    of the space."""
+    return closest_divisor(extent, min(blocking.kc, MAX_KC), most=MAX_KC)
 
 
 def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int,

@@ -95,6 +95,7 @@ from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
 from .heuristic import (
+    MAX_KC,
     fuse_siblings,
     accumulator_rows,
     accumulators,
@@ -137,9 +138,10 @@ class Trial(Protocol):
     def suggest_categorical(self, name: str, choices: Any) -> Any: ...
 
 
-def factor_choices(extent: int) -> list[int]:
-    """1 (no split), then powers of two and divisors of ``extent`` in ``[2, min(extent, 256)]``."""
-    top = min(extent, MAX_FACTOR)
+def factor_choices(extent: int, most: int = MAX_FACTOR) -> list[int]:
+    """1 (no split), then powers of two and divisors of ``extent`` in ``[2, min(extent, most)]``
+    (``most``: ``MAX_FACTOR``, or ``heuristic.MAX_KC`` for a GEMM-like reduction's ``kc``)."""
+    top = min(extent, most)
     out = {1}
     p = 2
     while p <= top:
@@ -284,7 +286,9 @@ class SearchSpace:
         for v in args + rvars:
             if v != row:
                 decide(v, trial.suggest_categorical(
-                    f"{f.name}.{v}.split", factor_choices(max(self.extent(f.name, v), 1))),
+                    f"{f.name}.{v}.split", factor_choices(
+                        max(self.extent(f.name, v), 1),
+                        MAX_KC if packed and v in rvars else MAX_FACTOR)),
                     v in args, f"{f.name}.{v}")
         order = "tile"
         if d.rvars:

@@ -110,9 +110,12 @@ def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu, 
         rows, cols = rows * cm.TILE_VECTORS // vectors, cols * vectors // cm.TILE_VECTORS
     text = s.to_python()
     assert f"split('i', {rows})" in text and f"split('j', {cols}" in text
-    # kc raised to MIN_KC where the model's is smaller (every float32 tile here), then moved
-    # to the closest divisor of K = 1024: no partial k block
-    want = cm.closest_divisor(1024, max(kc, heuristic.MIN_KC), most=heuristic.MAX_KC)
+    # kc raised to the CPU's least kc (MIN_KC, Zen 4's packed_kc) where the model's is
+    # smaller (every float32 tile here), then moved to the closest divisor of K = 1024: no
+    # partial k block
+    least = heuristic.least_kc(cm.DESCRIBED[cpu])
+    assert least == (512 if cpu == "znver4" else heuristic.MIN_KC)
+    want = cm.closest_divisor(1024, max(kc, least), most=heuristic.MAX_KC)
     assert f"split('k', {want})" in text and "cache_read('B'" in text
     assert "cache_read('A'" in text  # the row block of A too, at the reduction block loop
 
@@ -144,16 +147,18 @@ def _row_split(text: str) -> tuple[int, int]:
     return rows, int(re.search(r"split\('i\.o', (\d+)\)", text).group(1))
 
 
-def test_kc_is_at_least_min_kc_shared_among_the_packed_panels(monkeypatch):
-    # Zen 4 float64, K = 1000: the model's L1 bound gives kc = 128 (8 x 16 tile); one packed
-    # panel (gemm) takes MIN_KC = 256 -> the divisor 250; syr2k's A B^T + B A^T packs two
-    # panels per column panel, 128 each -> 125, as the model's
+@pytest.mark.parametrize("cpu, one, two", [("skylake-avx512", 250, 125), ("znver4", 500, 250)])
+def test_kc_is_at_least_min_kc_shared_among_the_packed_panels(cpu, one, two, monkeypatch):
+    # float64, K = 1000: the model's L1 bound gives kc = 128 (8 x 16 tile) on both; one packed
+    # panel (gemm) takes MIN_KC = 256 (Zen 4's packed_kc, 512) -> the divisor 250 (500);
+    # syr2k's A B^T + B A^T packs two panels per column panel, half each -> 125 (as the
+    # model's) and 250
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
-    assert cm.gemm_blocking(cm.DESCRIBED["znver4"], 8).kc == 128
-    assert heuristic.MIN_KC == 256
+    assert cm.gemm_blocking(cm.DESCRIBED[cpu], 8).kc == 128
+    assert heuristic.MIN_KC == 256 and cm.DESCRIBED["znver4"].packed_kc == 512
     sizes = {"M": 1200, "N": 1200, "K": 1000}
-    text = heuristic_schedule(gemm(tl.float64), sizes, _target("znver4")).to_python()
-    assert "split('k', 250)" in text
+    text = heuristic_schedule(gemm(tl.float64), sizes, _target(cpu)).to_python()
+    assert f"split('k', {one})" in text
     M, K = tl.sizes("M K")
     A, B = tl.Input("A", (M, K), tl.float64), tl.Input("B", (M, K), tl.float64)
     i, j = tl.vars("i j")
@@ -161,8 +166,8 @@ def test_kc_is_at_least_min_kc_shared_among_the_packed_panels(monkeypatch):
     C = tl.Func("C")
     C[i, j] = A[i, k] * B[j, k] + B[i, k] * A[j, k]
     assert len(heuristic.packed_operands(C)) == 2
-    text = heuristic_schedule(C, {"M": 1200, "K": 1000}, _target("znver4")).to_python()
-    assert "split('k_x', 125)" in text and text.count("layout=(1, 0)") >= 2
+    text = heuristic_schedule(C, {"M": 1200, "K": 1000}, _target(cpu)).to_python()
+    assert f"split('k_x', {two})" in text and text.count("layout=(1, 0)") >= 2
 
 
 @pytest.mark.parametrize("cpu, blocks", [("skylake-avx512", 4), ("znver4", 2)])
@@ -183,12 +188,13 @@ def test_a_row_tile_that_leaves_no_remainder_piece_comes_first(cpu, blocks, monk
 
 
 def test_a_victim_l3_keeps_the_l1_bounds_row_block():
-    # kc raised to MIN_KC: the mc of that kc (the L2 bound) on a CPU without a victim L3, the
-    # L1 bound's mc on one with it (docs/performance.md, "A's block past L2 on Zen 4")
+    # kc raised to MIN_KC (Zen 4: its packed_kc): the mc of that kc (the L2 bound) on a CPU
+    # without a victim L3, the L1 bound's mc on one with it (docs/performance.md, "A's block
+    # past L2 on Zen 4")
     zen4, spr = cm.DESCRIBED["znver4"], cm.DESCRIBED["sapphirerapids"]
     assert zen4.victim_l3 and not spr.victim_l3
     blocking = heuristic.packed_blocking(gemm(tl.float64), 8, 16, _target("znver4"))
-    assert blocking.kc == 256 and blocking.mc == cm.gemm_blocking(zen4, 8).mc == 768
+    assert blocking.kc == 512 and blocking.mc == cm.gemm_blocking(zen4, 8).mc == 768
     blocking = heuristic.packed_blocking(gemm(tl.float64), 8, 16, _target("sapphirerapids"))
     assert blocking.kc == 256 and blocking.mc == cm.gemm_blocking(spr, 8, kc=256).mc == 896
     # a Zen core the table does not describe gets the flag from its LLVM name
@@ -262,13 +268,13 @@ def test_each_operand_read_is_packed_alone_and_transposed_reads_get_a_layout():
 
 
 @pytest.mark.parametrize("panels", [0, 1])
-@pytest.mark.parametrize("size", [(240, 300), (61, 97)])
+@pytest.mark.parametrize("size", [(240, 600), (61, 97)])
 @pytest.mark.parametrize("form", ["XtX", "XXt", "syr2k"])
 def test_packed_reads_of_one_array_match_numpy(form, size, panels, monkeypatch):
-    # 240 rows (whole register tiles, kc a divisor of 300): the packed nest, with its index= and
-    # layout= copies (and panel= with heuristic.A_PANELS); 61 x 97 (no whole tiles): whatever
-    # the rules pick; both against NumPy. Two threads: on many, 240 rows' blocks would be too
-    # small to pack
+    # 240 rows (whole register tiles, kc a divisor of 600, below it on every CPU): the packed
+    # nest, with its index= and layout= copies (and panel= with heuristic.A_PANELS); 61 x 97
+    # (no whole tiles): whatever the rules pick; both against NumPy. Two threads: on many, 240
+    # rows' blocks would be too small to pack
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
     monkeypatch.setattr(heuristic, "A_PANELS", panels)
     rows, depth = size
