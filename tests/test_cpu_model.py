@@ -159,6 +159,21 @@ def test_kc_is_at_least_min_kc_shared_among_the_packed_panels(cpu, one, two, mon
     sizes = {"M": 1200, "N": 1200, "K": 1000}
     text = heuristic_schedule(gemm(tl.float64), sizes, _target(cpu)).to_python()
     assert f"split('k', {one})" in text
+    # the search space's split of a GEMM-like reduction reaches it: the rule stays a point of it
+    from tensorlang.autotuner.space import factor_choices
+
+    assert one in factor_choices(1000, heuristic.MAX_KC) and 500 not in factor_choices(1000)
+    from tensorlang.autotuner.space import SearchSpace
+
+    class First:  # a sampler taking every decision's first choice, keeping the choices
+        seen: dict[str, list] = {}
+
+        def suggest_categorical(self, name, choices):
+            self.seen[name] = list(choices)
+            return choices[0]
+
+    SearchSpace(gemm(tl.float64), sizes, _target(cpu)).sample(First())
+    assert one in First.seen["C.k.split"] and max(First.seen["C.j.split"]) == 256
     M, K = tl.sizes("M K")
     A, B = tl.Input("A", (M, K), tl.float64), tl.Input("B", (M, K), tl.float64)
     i, j = tl.vars("i j")
