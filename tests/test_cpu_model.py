@@ -219,12 +219,9 @@ def test_a_victim_l3_keeps_the_l1_bounds_row_block():
                                    host.llvmlite_version)).victim_l3 == victim
 
 
-def test_rows_of_unequal_work_get_two_row_blocks_per_thread(monkeypatch):
-    # trmm's A^T B over k > i: later rows have less work; four blocks on two threads let the
-    # parallel loop hand the short ones to whichever thread frees up first
-    from tensorlang.autotuner.heuristic import blocks_per_thread
-
-    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+def _trmm_product() -> tl.Func:
+    """trmm's ``T[i, j] = sum(A[k, i] * B[k, j])`` over ``k > i`` (``RDom.where``): NumPy's
+    ``np.tril(A, -1).T @ B``."""
     M, N = tl.sizes("M N")
     A, B = tl.Input("A", (M, M), tl.float64), tl.Input("B", (M, N), tl.float64)
     i, j = tl.vars("i j")
@@ -232,6 +229,16 @@ def test_rows_of_unequal_work_get_two_row_blocks_per_thread(monkeypatch):
     k.where(k.x > i)
     T = tl.Func("T")
     T[i, j] = A[k, i] * B[k, j]
+    return T
+
+
+def test_rows_of_unequal_work_get_two_row_blocks_per_thread(monkeypatch):
+    # trmm's A^T B over k > i: later rows have less work; four blocks on two threads let the
+    # parallel loop hand the short ones to whichever thread frees up first
+    from tensorlang.autotuner.heuristic import blocks_per_thread
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    T = _trmm_product()
     assert blocks_per_thread(T, "i") == 2 and blocks_per_thread(gemm(), "i") == 1
     s = heuristic_schedule(T, {"M": 1000, "N": 1200}, _target("skylake-avx512"))
     rows, per_block = _row_split(s.to_python())
@@ -391,13 +398,9 @@ def test_a_triangle_over_the_columns_keeps_the_narrow_packed_tile(monkeypatch):
     # the 2-vector tile where it bounds the columns (syrk's j <= i: a wider tile crosses the
     # diagonal more); both still right on odd sizes
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    trmm = _trmm_product()
     M, N = tl.sizes("M N")
-    A, B = tl.Input("A", (M, M), tl.float64), tl.Input("B", (M, N), tl.float64)
     i, j = tl.vars("i j")
-    k = tl.RDom((0, M), name="k")
-    k.where(k.x > i)
-    trmm = tl.Func("trmm")
-    trmm[i, j] = B[i, j] + tl.sum(A[k, i] * B[k, j])
     lanes = 8 * cm.DESCRIBED["znver4"].packed_vectors
     text = heuristic_schedule(trmm, {"M": 1000, "N": 1200}, _target("znver4")).to_python()
     assert f"split('j', {lanes})" in text
@@ -409,7 +412,7 @@ def test_a_triangle_over_the_columns_keeps_the_narrow_packed_tile(monkeypatch):
     text = heuristic_schedule(syrk, {"M": 1000, "N": 1200}, _target("znver4")).to_python()
     assert f"split('j', {8 * cm.TILE_VECTORS})" in text
     rng = np.random.default_rng(7)
-    for f, want in [(trmm, lambda a, b, s: b + np.tril(a, -1).T @ b),
+    for f, want in [(trmm, lambda a, b, s: np.tril(a, -1).T @ b),
                     (syrk, lambda a, b, s: np.tril(s @ s.T))]:
         kern = tl.compile(f, heuristic_schedule(f, {"M": 1000, "N": 1200}))
         for m, n in [(131, 67), (1, 5), (40, 33)]:
