@@ -128,6 +128,50 @@ def test_tiles_staged_in_shared_memory_with_barriers(name):
         assert "used 1 barriers" in ptxas(ptx, "sm_90")
 
 
+def test_a_block_tile_computed_per_block_with_its_operands_staged_per_k_step():
+    # cache_write at the block loop: C's 8 x 8 tile (C_local, in shared memory) accumulates
+    # over k steps whose A and B tiles are staged in shared memory by the block's threads.
+    # Loop partitioning makes a whole-tile and a partial-tile version of the k loop, so each
+    # staged copy is allocated twice in one kernel: two static arrays (one name each)
+    f = W.BUILTIN["matmul"].build()
+    s = tl.Schedule(f)
+    s[f].tile("i", "j", 8, 8)
+    local = s.cache_write(f, "j.o")
+    local.split("k", 4)
+    local.reorder("k.o", "i", "j", "k.i")
+    local.gpu_threads("i", "j")
+    for t in ("A", "B"):
+        c = s.cache_read(t, local, "k.o", scope="shared")
+        c.gpu_threads(*c.loops[-2:])
+    s[f].gpu_blocks("i.o", "j.o")
+    s[f].gpu_threads("i.i", "j.i")
+    for launch in plan(lower(f, s)).launches:  # the whole tiles' columns, then the last ones
+        assert set(launch.shared) == {"C_local", "A_shared", "B_shared"}
+    rng = np.random.default_rng(4)
+    for m, n, k in [(13, 17, 11), (1, 1, 1), (16, 24, 8)]:
+        a = rng.random((m, k), dtype=np.float32)
+        b = rng.random((k, n), dtype=np.float32)
+        np.testing.assert_allclose(emulate(f, s)(A=a, B=b), a @ b, rtol=1e-5)
+    ptx = tl.compile(f, s, target="cuda").ptx()
+    assert ptx.count(".shared .align 16 .b8") >= 5  # C_local, and A's and B's copies twice
+    if HAS_PTXAS:
+        ptxas(ptx, "sm_90")
+    # both versions' arrays count against the block's shared memory: 16 x 256 tiles of A and
+    # B take 32 KiB a version, 65 KiB with C's tile
+    s = tl.Schedule(f)
+    s[f].tile("i", "j", 16, 16)
+    local = s.cache_write(f, "j.o")
+    local.split("k", 256)
+    local.reorder("k.o", "i", "j", "k.i")
+    local.gpu_threads("i", "j")
+    for t in ("A", "B"):
+        s.cache_read(t, local, "k.o", scope="shared").gpu_threads(f"{t}_shared_d0")
+    s[f].gpu_blocks("i.o", "j.o")
+    s[f].gpu_threads("i.i", "j.i")
+    with pytest.raises(CompileError, match="need up to 66560 bytes"):
+        tl.compile(f, s, target="cuda")
+
+
 def test_shared_buffers_need_a_constant_size_and_the_scope_is_checked():
     f = W.BUILTIN["conv2d"].build()
     g = {h.name: h for h in tl.Pipeline(f).funcs}

@@ -164,7 +164,10 @@ class DeviceGen(CodeGen):
         n = self.launch.shared[buf.name]
         elem = memory_type(buf.dtype)
         arr = ir.ArrayType(elem, max(n, 1))
-        gv = ir.GlobalVariable(self.module, arr, f"{self.launch.name}.{buf.name}",
+        # one global per allocation: loop partitioning may allocate a buffer in two versions
+        # of a nest (a whole tile and a partial one), each its own array
+        gv = ir.GlobalVariable(self.module, arr,
+                               self.module.get_unique_name(f"{self.launch.name}.{buf.name}"),
                                addrspace=0 if self.emulate else 3)
         gv.linkage = "internal"
         gv.initializer = ir.Constant(arr, ir.Undefined)

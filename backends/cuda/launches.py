@@ -79,7 +79,8 @@ class Launch(Stmt):
     host variables ``scalars`` (int64). A cooperative kernel (``nests`` not empty: the outermost
     loop of each thread nest -> the axes it uses) synchronises the block after every nest;
     ``shared`` gives its buffers in shared memory, with the number of elements they are
-    allocated (a constant bound of their size)."""
+    allocated (a constant bound of their size; the largest where a buffer is allocated in
+    several versions of a nest, each version an array of its own)."""
 
     index: int
     name: str
@@ -303,6 +304,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
     dims = [1, 1, 1]
     nests: dict[str, frozenset[str]] = {}
     shared: dict[str, int] = {}
+    allocations: list[str] = []
     singles = [0]
 
     def nest(st: For, scope: dict[str, Expr]) -> None:
@@ -375,7 +377,10 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
                         f"constant bound; shared memory is sized when compiling: compute it at "
                         f"a loop whose tile has a constant size")
                 count *= max(bound, 0)
-            shared[st.buffer.name] = count
+            # the largest of its allocations (loop partitioning may allocate a buffer in
+            # several versions of a nest, each a static array of its own: all count)
+            shared[st.buffer.name] = max(shared.get(st.buffer.name, 0), count)
+            allocations.append(st.buffer.name)
             return Allocate(st.buffer, block_level(st.body, scope))
         if isinstance(st, LetStmt):
             return LetStmt(st.var, st.value, block_level(st.body, {**scope, st.var: st.value}))
@@ -388,7 +393,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
         raise CompileError(f"kernel {name}: a {type(st).__name__} holds GPU loops")
 
     new_body = block_level(body, dict(lets))
-    used_bytes = sum(n * lowered_itemsize(body, b) for b, n in shared.items())
+    used_bytes = sum(shared[b] * lowered_itemsize(body, b) for b in allocations)
     if used_bytes > MAX_SHARED_BYTES:
         raise CompileError(f"the buffers the threads of a block of kernel {name} share "
                            f"({', '.join(shared)}) need up to {used_bytes} bytes; shared memory "
