@@ -273,7 +273,7 @@ class Schedule:
         new = self.apply(Step("cache_read", consumer.func, tuple(params)))
         return Stage(self, new)
 
-    def cache_write(self, f: Func | str, loop: LoopLike) -> Stage:
+    def cache_write(self, f: Func | str, loop: LoopLike, scope: str | None = None) -> Stage:
         """Compute ``f``'s tile for one iteration of its ``loop`` into a local buffer (registers
         when small and constant), then write the tile out.
 
@@ -282,13 +282,26 @@ class Schedule:
         ``loop``; ``f`` becomes the copy ``f[...] = f_local[...]`` over the loops it had, minus
         its reduction loops. Call it before scheduling ``f``'s reduction loops.
 
+        Args:
+            scope: on a GPU (``target="cuda"``), where the tile lives when ``loop`` is a loop of
+                the block outside its thread loops: ``"shared"`` (the default there: the
+                block's threads share it) or ``"local"`` (each thread keeps the elements it
+                computes in its own memory, registers where the indices are constant, across
+                the block's serial loops: a GEMM's accumulators over the ``k`` blocks whose
+                operands the threads stage in shared memory; ``backends/cuda/private.py``).
+                The CPU ignores it.
+
         Raises:
-            ScheduleError: ``loop`` is a reduction loop, or ``f``'s reduction loops were
-                already split or fused.
-        See also: TVM ``cache_write``.
+            ScheduleError: ``loop`` is a reduction loop, ``f``'s reduction loops were
+                already split or fused, or ``scope`` is not ``"shared"`` or ``"local"``.
+        See also: TVM ``cache_write(..., "local")``; Halide's register allocations lifted out of
+            the thread loops (``FuseGPUThreadLoops``).
         """
         name = f if isinstance(f, str) else f.name
-        new = self.apply(Step("cache_write", name, (("loop", _name(loop, name, "cache_write")),)))
+        args: tuple = (("loop", _name(loop, name, "cache_write")),)
+        if scope is not None:
+            args += (("scope", scope),)
+        new = self.apply(Step("cache_write", name, args))
         return Stage(self, new)
 
 

@@ -172,6 +172,56 @@ def test_a_block_tile_computed_per_block_with_its_operands_staged_per_k_step():
         tl.compile(f, s, target="cuda")
 
 
+def _accumulated(f: tl.Func, scope: str | None, swap_copy: bool = False) -> tl.Schedule:
+    """matmul with C's 8 x 8 block tile computed per block (``cache_write`` at the block loop,
+    in ``scope``), one element per thread, its k loop in blocks of 4 whose A and B tiles the
+    threads stage in shared memory; ``swap_copy``: the copy out maps C's rows to threadIdx.x
+    where the tile's stages map them to threadIdx.y."""
+    s = tl.Schedule(f)
+    s[f].tile("i", "j", 8, 8)
+    local = s.cache_write(f, "j.o", scope=scope)
+    local.split("k", 4)
+    local.reorder("k.o", "i", "j", "k.i")
+    local.gpu_threads("i", "j")
+    for t in ("A", "B"):
+        c = s.cache_read(t, local, "k.o", scope="shared")
+        c.gpu_threads(*c.loops[-2:])
+    if swap_copy:
+        s[f].reorder("i.o", "j.o", "j.i", "i.i")
+    s[f].gpu_blocks("i.o", "j.o")
+    s[f].gpu_threads(*(("j.i", "i.i") if swap_copy else ("i.i", "j.i")))
+    return s
+
+
+def test_a_block_tile_kept_in_each_threads_registers_across_the_k_blocks():
+    # cache_write(..., scope="local") at the block loop: each thread keeps its element of C's
+    # tile in its own memory across the k blocks (registers: no stack frame), where "shared"
+    # (and no scope) keeps the whole tile in shared memory
+    f = W.BUILTIN["matmul"].build()
+    s = _accumulated(f, "local")
+    assert "s.cache_write('C', 'j.o', scope='local')" in s.to_python()
+    for launch in plan(lower(f, s), frozenset({"C_local"})).launches:
+        assert set(launch.shared) == {"A_shared", "B_shared"}
+    assert all("C_local" in lc.shared for lc in plan(lower(f, _accumulated(f, None))).launches)
+    rng = np.random.default_rng(6)
+    for m, n, k in [(13, 17, 11), (1, 1, 1), (16, 24, 8), (9, 8, 33)]:
+        a = rng.random((m, k), dtype=np.float32)
+        b = rng.random((k, n), dtype=np.float32)
+        np.testing.assert_allclose(emulate(f, s)(A=a, B=b), a @ b, rtol=1e-5)
+    ptx = tl.compile(f, s, target="cuda").ptx()
+    assert "C_local" not in ptx and ".shared .align 16 .b8" in ptx
+    if HAS_PTXAS:
+        info = ptxas(ptx, "sm_90")
+        assert "0 bytes stack frame" in info and "used 1 barriers" in info
+    # a copy out that maps the tile to the threads otherwise would read other threads' elements
+    s = _accumulated(f, "local", swap_copy=True)
+    with pytest.raises(CompileError, match="C_local is each thread's own buffer .* maps it to "
+                                           "the threads differently"):
+        tl.compile(f, s, target="cuda")
+    np.testing.assert_allclose(  # the same in shared memory is right
+        emulate(f, _accumulated(f, "shared", swap_copy=True))(A=a, B=b), a @ b, rtol=1e-5)
+
+
 def test_shared_buffers_need_a_constant_size_and_the_scope_is_checked():
     f = W.BUILTIN["conv2d"].build()
     g = {h.name: h for h in tl.Pipeline(f).funcs}

@@ -65,6 +65,14 @@ def unbundle(data: bytes) -> tuple[str, bytes, tuple[tuple[str, int], ...]]:
         raise CompileError(f"the cached object code is not a CUDA kernel bundle ({exc})") from exc
 
 
+def private_buffers(schedule: Schedule | None) -> frozenset[str]:
+    """The stages asked for in each thread's own memory (``scope="local"``): ``plan`` keeps
+    them per thread where they are computed at a loop of the block (``private.py``)."""
+    if schedule is None:
+        return frozenset()
+    return frozenset(n for n, st in schedule.states.items() if st.memory == "local")
+
+
 def check_scopes(schedule: Schedule, program) -> None:
     """Every ``cache_read(..., scope=)`` copy lives where its scope says.
 
@@ -117,7 +125,7 @@ class CUDABackend(Backend):
     def build(self, lowered: LoweredFunc, pipeline: Pipeline, schedule: Schedule | None, *,
               target: Any = None, opt_level: int = 3, emit_object: bool = False) -> CUDAKernel:
         tgt = parse_target(target)
-        program = plan(lowered)
+        program = plan(lowered, private_buffers(schedule))
         if schedule is not None:
             check_scopes(schedule, program)
         ptx = compile_ptx(module_text(device_module(program, tgt)), tgt, opt=opt_level,

@@ -24,6 +24,7 @@ from ..llvm.codegen import module_text
 from ..llvm.jit import CompiledModule, compile_ir
 from ..llvm.runtime import load_libgomp
 from ..llvm.target import host_target
+from .backend import private_buffers
 from .codegen import host_module
 from .launches import DeviceProgram, plan
 
@@ -60,7 +61,7 @@ def emulate(output: Func | Sequence[Func], schedule: Schedule | None = None, *,
             raise err
     pipeline = schedule.pipeline if schedule is not None else Pipeline(output)
     lowered = lower(output if schedule is not None else pipeline, schedule)
-    program = plan(lowered)
+    program = plan(lowered, private_buffers(schedule))
     if any(lc.cooperative for lc in program.launches):
         load_libgomp()  # a block's threads run as an OpenMP team (barriers)
     target = host_target()

@@ -57,6 +57,8 @@ from tensorlang.schedule.ir import (
     walk_stmts,
 )
 
+from .private import thread_private
+
 #: CUDA's limits on launch dimensions (compute capability 3.0 and later)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIMS = (1024, 1024, 64)
@@ -142,8 +144,10 @@ def _loop_names(s: Stmt) -> str:
     return ", ".join(n.var for n in walk_stmts(s) if isinstance(n, For) and n.kind in GPU_KINDS)
 
 
-def plan(lowered: LoweredFunc) -> DeviceProgram:
-    """Split ``lowered`` into its host program and device launches.
+def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset()) -> DeviceProgram:
+    """Split ``lowered`` into its host program and device launches; ``private``: buffers each
+    thread keeps its own share of where a block's threads would share them
+    (``cache_write(..., scope="local")``, ``private.thread_private``).
 
     Raises:
         CompileError: a mapped loop is where no launch can put it (inside a serial loop of a
@@ -155,7 +159,8 @@ def plan(lowered: LoweredFunc) -> DeviceProgram:
 
     def region(s: Stmt, host_vars: frozenset[str]) -> Stmt:
         index = len(launches)
-        launch = _region(lowered, s, index, f"{lowered.name}_k{index}", host_vars, order)
+        launch = _region(lowered, s, index, f"{lowered.name}_k{index}", host_vars, order,
+                         private)
         launches.append(launch)
         return launch
 
@@ -185,7 +190,7 @@ def plan(lowered: LoweredFunc) -> DeviceProgram:
 
 
 def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: frozenset[str],
-            order: list[str]) -> Launch:
+            order: list[str], private: frozenset[str] = frozenset()) -> Launch:
     blocks: list[For] = []
     threads: list[For] = []
     lets: dict[str, Expr] = {}
@@ -210,7 +215,8 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
             break
         node = node.body
     if _mapped(node) and blocks and not threads:
-        return _cooperative(lowered, s, blocks, lets, node, index, name, host_vars, order)
+        return _cooperative(lowered, s, blocks, lets, node, index, name, host_vars, order,
+                            private)
     if _mapped(node):
         inner = next(n for n in walk_stmts(node) if isinstance(n, For) and n.kind in GPU_KINDS)
         where = (f"inside the gpu_threads loops {', '.join(t.var for t in threads)}"
@@ -296,7 +302,7 @@ def _grid(blocks: list[For], lets: dict[str, Expr], mapped: set[str],
 
 def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[str, Expr],
                  body: Stmt, index: int, name: str, host_vars: frozenset[str],
-                 order: list[str]) -> Launch:
+                 order: list[str], private: frozenset[str] = frozenset()) -> Launch:
     """A kernel whose block runs several thread nests (see the module docstring)."""
     mapped = {n.var for n in walk_stmts(s) if isinstance(n, For) and n.kind in GPU_KINDS}
     axes: dict[str, tuple[str, str]] = {}
@@ -366,6 +372,10 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
             return Block(tuple(block_level(c, scope) for c in st.stmts))
         if isinstance(st, ProducerConsumer):
             return ProducerConsumer(st.func, block_level(st.body, scope))
+        if isinstance(st, Allocate) and st.buffer.name in private:
+            # each thread's share, in its own memory (after the nests inside: their axes)
+            return thread_private(Allocate(st.buffer, block_level(st.body, scope)), axes,
+                                  {**_lets_of(lowered.body), **scope}, name, blocks)
         if isinstance(st, Allocate):
             count = 1
             for ext in st.buffer.extents:
@@ -408,6 +418,17 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
     guarded = frozenset(v for v, (reg, _) in axes.items() if reg == "tid")
     return Launch(index, name, kernel, tuple(grid), tuple(Const(d, int64) for d in dims), axes,
                   guarded, buffers, scalars, nests, shared)
+
+
+def _lets_of(s: Stmt) -> dict[str, Expr]:
+    """Every ``let`` of ``s`` bound once (a name bound twice is left out)."""
+    seen: dict[str, Expr] = {}
+    twice: set[str] = set()
+    for n in walk_stmts(s):
+        if isinstance(n, LetStmt):
+            (twice.add if n.var in seen else lambda v: None)(n.var)
+            seen[n.var] = n.value
+    return {k: v for k, v in seen.items() if k not in twice}
 
 
 def lowered_itemsize(s: Stmt, buffer: str) -> int:

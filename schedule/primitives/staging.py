@@ -144,11 +144,11 @@ def _check_panel(consumer: str, tensor: str, src, panel: tuple[int, int], copied
 
 @register
 class CacheWrite(Primitive):
-    """``s.cache_write(f, loop)``: ``f``'s definition moves to ``<f>_local``, computed at
-    ``loop``; ``f`` becomes the copy."""
+    """``s.cache_write(f, loop, scope=None)``: ``f``'s definition moves to ``<f>_local``,
+    computed at ``loop``; ``f`` becomes the copy."""
 
     name, family = "cache_write", "staging"
-    params = (Param("loop", "loop"),)
+    params = (Param("loop", "loop"), Param("scope", "scope", required=False, keyword=True))
     obligations = frozenset(OBLIGATIONS)
 
     def check(self, sched, st: StageState, step: Step) -> None:
@@ -180,11 +180,13 @@ class CacheWrite(Primitive):
         _replace_reduction_loops(st, ())
         new = StageState.initial(local)
         new.compute = Location("at", st.func, loop)
+        new.memory = step.get("scope")
         sched.states[name] = new
         return name
 
     def to_python(self, step: Step, schedule_name: str = "s") -> str:
-        return f"{schedule_name}.cache_write({step.func!r}, {step.get('loop')!r})"
+        return f"{schedule_name}.cache_write({step.func!r}, " \
+               f"{', '.join(self.python_args(step, schedule_name))})"
 
 
 @register
