@@ -172,39 +172,51 @@ def test_a_block_tile_computed_per_block_with_its_operands_staged_per_k_step():
         tl.compile(f, s, target="cuda")
 
 
-def _accumulated(f: tl.Func, scope: str | None, swap_copy: bool = False) -> tl.Schedule:
-    """matmul with C's 8 x 8 block tile computed per block (``cache_write`` at the block loop,
-    in ``scope``), one element per thread, its k loop in blocks of 4 whose A and B tiles the
-    threads stage in shared memory; ``swap_copy``: the copy out maps C's rows to threadIdx.x
-    where the tile's stages map them to threadIdx.y."""
+def _accumulated(f: tl.Func, scope: str | None, swap_copy: bool = False,
+                 rows: int = 1) -> tl.Schedule:
+    """matmul with C's 8 x 8 block tile (16 x 8 with ``rows`` 2) computed per block
+    (``cache_write`` at the block loop, in ``scope``), ``rows`` rows per thread (unrolled: a
+    register tile), its k loop in blocks of 4 whose A and B tiles the threads stage in shared
+    memory; ``swap_copy``: the copy out maps C's rows to threadIdx.x where the tile's stages
+    map them to threadIdx.y."""
     s = tl.Schedule(f)
-    s[f].tile("i", "j", 8, 8)
+    s[f].tile("i", "j", 8 * rows, 8)
     local = s.cache_write(f, "j.o", scope=scope)
     local.split("k", 4)
-    local.reorder("k.o", "i", "j", "k.i")
-    local.gpu_threads("i", "j")
+    if rows > 1:
+        local.split("i", rows)
+        local.reorder("k.o", "i.o", "j", "k.i", "i.i")
+        local.unroll("i.i")
+        local.gpu_threads("i.o", "j")
+        s[f].split("i.i", rows)
+        s[f].reorder("i.o", "j.o", "i.i.o", "j.i", "i.i.i")
+    else:
+        local.reorder("k.o", "i", "j", "k.i")
+        local.gpu_threads("i", "j")
     for t in ("A", "B"):
         c = s.cache_read(t, local, "k.o", scope="shared")
         c.gpu_threads(*c.loops[-2:])
+    tile_rows = "i.i.o" if rows > 1 else "i.i"
     if swap_copy:
-        s[f].reorder("i.o", "j.o", "j.i", "i.i")
+        s[f].reorder("i.o", "j.o", "j.i", tile_rows)
     s[f].gpu_blocks("i.o", "j.o")
-    s[f].gpu_threads(*(("j.i", "i.i") if swap_copy else ("i.i", "j.i")))
+    s[f].gpu_threads(*(("j.i", tile_rows) if swap_copy else (tile_rows, "j.i")))
     return s
 
 
-def test_a_block_tile_kept_in_each_threads_registers_across_the_k_blocks():
-    # cache_write(..., scope="local") at the block loop: each thread keeps its element of C's
-    # tile in its own memory across the k blocks (registers: no stack frame), where "shared"
-    # (and no scope) keeps the whole tile in shared memory
+@pytest.mark.parametrize("rows", [1, 2])
+def test_a_block_tile_kept_in_each_threads_registers_across_the_k_blocks(rows):
+    # cache_write(..., scope="local") at the block loop: each thread keeps its elements of C's
+    # tile (1, or a register tile of 2 rows) in its own memory across the k blocks (registers:
+    # no stack frame), where "shared" (and no scope) keeps the whole tile in shared memory
     f = W.BUILTIN["matmul"].build()
-    s = _accumulated(f, "local")
+    s = _accumulated(f, "local", rows=rows)
     assert "s.cache_write('C', 'j.o', scope='local')" in s.to_python()
     for launch in plan(lower(f, s), frozenset({"C_local"})).launches:
         assert set(launch.shared) == {"A_shared", "B_shared"}
     assert all("C_local" in lc.shared for lc in plan(lower(f, _accumulated(f, None))).launches)
     rng = np.random.default_rng(6)
-    for m, n, k in [(13, 17, 11), (1, 1, 1), (16, 24, 8), (9, 8, 33)]:
+    for m, n, k in [(13, 17, 11), (1, 1, 1), (16, 24, 8), (9, 8, 33), (37, 41, 29)]:
         a = rng.random((m, k), dtype=np.float32)
         b = rng.random((k, n), dtype=np.float32)
         np.testing.assert_allclose(emulate(f, s)(A=a, B=b), a @ b, rtol=1e-5)
@@ -214,12 +226,22 @@ def test_a_block_tile_kept_in_each_threads_registers_across_the_k_blocks():
         info = ptxas(ptx, "sm_90")
         assert "0 bytes stack frame" in info and "used 1 barriers" in info
     # a copy out that maps the tile to the threads otherwise would read other threads' elements
-    s = _accumulated(f, "local", swap_copy=True)
+    s = _accumulated(f, "local", swap_copy=True, rows=rows)
     with pytest.raises(CompileError, match="C_local is each thread's own buffer .* maps it to "
                                            "the threads differently"):
         tl.compile(f, s, target="cuda")
     np.testing.assert_allclose(  # the same in shared memory is right
-        emulate(f, _accumulated(f, "shared", swap_copy=True))(A=a, B=b), a @ b, rtol=1e-5)
+        emulate(f, _accumulated(f, "shared", swap_copy=True, rows=rows))(A=a, B=b), a @ b,
+        rtol=1e-5)
+    # a tile left serial in the block runs in thread 0 only: no thread's own buffer
+    s = tl.Schedule(f)
+    s[f].tile("i", "j", 8, 8)
+    s.cache_write(f, "j.o", scope="local")
+    s[f].gpu_blocks("i.o", "j.o")
+    s[f].gpu_threads("i.i", "j.i")
+    with pytest.raises(CompileError, match="C_local is each thread's own buffer .* outside "
+                                           "the thread loops"):
+        tl.compile(f, s, target="cuda")
 
 
 def test_shared_buffers_need_a_constant_size_and_the_scope_is_checked():

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from tensorlang.affine import const_value, sadd, ssub
+from tensorlang.affine import const_value, sadd, smul, ssub
 from tensorlang.errors import CompileError
 from tensorlang.expr import BinOp, Const, Expr, Var, substitute, walk
 from tensorlang.dtypes import int64
@@ -481,6 +481,19 @@ def _bound(e: Expr) -> int | None:
         if e.op == "min":
             return b if a is None else a if b is None else min(a, b)
         return None if a is None or b is None else max(a, b)
+    c = _divisor(e)
+    if c is not None:  # floor division by a positive constant is monotone
+        a = _bound(e.a)  # type: ignore[attr-defined]
+        return None if a is None else a // c
+    return None
+
+
+def _divisor(e: Expr) -> int | None:
+    """``c`` where ``e`` is ``x // c`` for a positive constant ``c``, else None."""
+    if isinstance(e, BinOp) and e.op == "floordiv":
+        c = const_value(e.b)
+        if c is not None and c > 0:
+            return c
     return None
 
 
@@ -499,9 +512,22 @@ def _push_sums(e: Expr, depth: int = 0) -> Expr:
         return e
     if e.op in ("min", "max"):
         return _minmax(e.op, _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1))
+    if _divisor(e) is not None:
+        return BinOp("floordiv", _push_sums(e.a, depth + 1), e.b, e.dtype)
     if e.op not in ("add", "sub"):
         return e
     a, b = _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1)
+    # an integer sum moves into a floor division by c as c times itself: s + x // c is
+    # (c s + x) // c, x // c - s is (x - c s) // c (a split's tile count: (extent + 1) // 2)
+    c = _divisor(b) if e.op == "add" else None
+    if c is not None and _divisor(a) is None:
+        return _push_sums(BinOp("floordiv", sadd(smul(a, c), b.a), b.b, e.dtype),
+                          depth + 1)
+    c = _divisor(a)
+    if c is not None and _divisor(b) is None:
+        op = sadd if e.op == "add" else ssub
+        return _push_sums(BinOp("floordiv", op(a.a, smul(b, c)), a.b, e.dtype),
+                          depth + 1)
     if isinstance(a, BinOp) and a.op in ("min", "max"):
         op = sadd if e.op == "add" else ssub
         return _minmax(a.op, _push_sums(op(a.a, b), depth + 1),
