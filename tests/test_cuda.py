@@ -752,3 +752,13 @@ def test_the_backend_clock_reads_the_gpu_timeline(monkeypatch):
     clock = get_backend("cuda").clock()
     a, b = clock(), clock()
     assert 0 <= a <= b
+
+
+def test_constant_bounds_of_launch_extents():
+    # a split tile's count, (extent + 1) // 2 minus the block's start, is bounded by floor
+    # division of its dividend's bound (the register tiles of a thread's own buffer need it)
+    import doctest
+
+    from tensorlang.backends.cuda import bounds
+
+    assert doctest.testmod(bounds).failed == 0

@@ -24,9 +24,9 @@ variables, never another mapped loop's variable), a ``gpu_thread`` loop's extent
 varies from block to block (the partial tile of a split), its constant upper bound; the kernel
 then guards the thread loop with ``threadIdx < extent``.
 
-Not yet: keeping a thread's values in registers across the iterations of a serial loop of the
-block (``cache_write(..., scope="local")``): a cooperative kernel accumulates in the output
-buffer.
+A buffer of the block asked for in each thread's own memory (``cache_write(...,
+scope="local")``) is not shared: each thread keeps its elements, across the block's serial
+loops (``private.py``).
 
 See also: Halide ``src/CodeGen_GPU_Host.cpp``, ``src/FuseGPUThreadLoops.cpp``; TVM's
 ``SplitHostDevice`` pass.
@@ -37,9 +37,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from tensorlang.affine import const_value, sadd, smul, ssub
 from tensorlang.errors import CompileError
-from tensorlang.expr import BinOp, Const, Expr, Var, substitute, walk
+from tensorlang.expr import Const, Expr, Var, substitute, walk
 from tensorlang.dtypes import int64
 from tensorlang.schedule.ir import (
     GPU_KINDS,
@@ -57,7 +56,8 @@ from tensorlang.schedule.ir import (
     walk_stmts,
 )
 
-from .private import thread_private
+from .bounds import upper_bound
+from .private import AXES, thread_private
 
 #: CUDA's limits on launch dimensions (compute capability 3.0 and later)
 MAX_THREADS_PER_BLOCK = 1024
@@ -66,7 +66,6 @@ MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 #: static shared memory of one block (CUDA's limit without opting in to more)
 MAX_SHARED_BYTES = 48 * 1024
 
-AXES = ("x", "y", "z")
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,7 +243,7 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
             if not {v.name for v in walk_vars(ext)} & mapped:
                 dims[k] = ext
                 continue
-            bound = _upper_bound(ext) if reg == "tid" else None
+            bound = upper_bound(ext) if reg == "tid" else None
             if bound is None:
                 raise CompileError(
                     f"the extent of {'gpu_threads' if reg == 'tid' else 'gpu_blocks'} loop "
@@ -339,7 +338,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
                                    f"kernel {name}; give the nests distinct loop names")
             axes[lp.var] = ("tid", axis)
             used.add(axis)
-            bound = _upper_bound(_inline(lp.extent, inner))
+            bound = upper_bound(_inline(lp.extent, inner))
             if bound is None:
                 raise CompileError(
                     f"the extent of gpu_threads loop {lp.var} in kernel {name} has no constant "
@@ -379,7 +378,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
         if isinstance(st, Allocate):
             count = 1
             for ext in st.buffer.extents:
-                bound = _upper_bound(_inline(ext, scope))
+                bound = upper_bound(_inline(ext, scope))
                 if bound is None:
                     raise CompileError(
                         f"{st.buffer.name} is shared by the threads of a block of kernel {name} "
@@ -460,85 +459,6 @@ def _inline(e: Expr, lets: dict[str, Expr]) -> Expr:
             return e
         e = substitute(e, {n: lets[n] for n in names})
     return e
-
-
-def _upper_bound(e: Expr) -> int | None:
-    """A constant ``c >= e`` for every value of its variables, or None where none was found:
-    ``e`` with its additions moved below its ``min`` and ``max`` (:func:`_push_sums`) is a tree
-    of them over affine leaves; a leaf that folds to a constant bounds itself, ``min`` is
-    bounded by either side, ``max`` by both. This finds the tile size in the extents that
-    splits and bounds inference write (``min(factor, extent - factor * outer)``,
-    ``min(16 o + 15, M - 1) - 16 o + 1``)."""
-    return _bound(_push_sums(e))
-
-
-def _bound(e: Expr) -> int | None:
-    c = const_value(e)
-    if c is not None:
-        return c
-    if isinstance(e, BinOp) and e.op in ("min", "max"):
-        a, b = _bound(e.a), _bound(e.b)
-        if e.op == "min":
-            return b if a is None else a if b is None else min(a, b)
-        return None if a is None or b is None else max(a, b)
-    c = _divisor(e)
-    if c is not None:  # floor division by a positive constant is monotone
-        a = _bound(e.a)  # type: ignore[attr-defined]
-        return None if a is None else a // c
-    return None
-
-
-def _divisor(e: Expr) -> int | None:
-    """``c`` where ``e`` is ``x // c`` for a positive constant ``c``, else None."""
-    if isinstance(e, BinOp) and e.op == "floordiv":
-        c = const_value(e.b)
-        if c is not None and c > 0:
-            return c
-    return None
-
-
-def _minmax(op: str, a: Expr, b: Expr) -> Expr:
-    return BinOp(op, a, b, int64)
-
-
-_FLIP = {"min": "max", "max": "min"}
-
-
-def _push_sums(e: Expr, depth: int = 0) -> Expr:
-    """``e`` with ``x + min(a, b)`` as ``min(x + a, x + b)``, ``x - min(a, b)`` as
-    ``max(x - a, x - b)`` (and ``max`` alike), so sums of the same variables meet and cancel in
-    the leaves (``sadd`` / ``ssub`` fold affine terms)."""
-    if not isinstance(e, BinOp) or depth > 64:
-        return e
-    if e.op in ("min", "max"):
-        return _minmax(e.op, _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1))
-    if _divisor(e) is not None:
-        return BinOp("floordiv", _push_sums(e.a, depth + 1), e.b, e.dtype)
-    if e.op not in ("add", "sub"):
-        return e
-    a, b = _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1)
-    # an integer sum moves into a floor division by c as c times itself: s + x // c is
-    # (c s + x) // c, x // c - s is (x - c s) // c (a split's tile count: (extent + 1) // 2)
-    c = _divisor(b) if e.op == "add" else None
-    if c is not None and _divisor(a) is None:
-        return _push_sums(BinOp("floordiv", sadd(smul(a, c), b.a), b.b, e.dtype),
-                          depth + 1)
-    c = _divisor(a)
-    if c is not None and _divisor(b) is None:
-        op = sadd if e.op == "add" else ssub
-        return _push_sums(BinOp("floordiv", op(a.a, smul(b, c)), a.b, e.dtype),
-                          depth + 1)
-    if isinstance(a, BinOp) and a.op in ("min", "max"):
-        op = sadd if e.op == "add" else ssub
-        return _minmax(a.op, _push_sums(op(a.a, b), depth + 1),
-                       _push_sums(op(a.b, b), depth + 1))
-    if isinstance(b, BinOp) and b.op in ("min", "max"):
-        if e.op == "add":
-            return _minmax(b.op, _push_sums(sadd(a, b.a), depth + 1),
-                           _push_sums(sadd(a, b.b), depth + 1))
-        return _minmax(_FLIP[b.op], _push_sums(ssub(a, b.a), depth + 1),
-                       _push_sums(ssub(a, b.b), depth + 1))
-    return sadd(a, b) if e.op == "add" else ssub(a, b)
 
 
 def launch_error(name: str, grid: tuple[int, ...], block: tuple[int, ...]) -> str | None:

@@ -32,7 +32,10 @@ from tensorlang.expr import BinOp, Const, Expr, Size, Var, map_children, substit
 from tensorlang.schedule.ir import (Allocate, For, ForKind, LetStmt, Load, Stmt, Store, map_stmt,
                                     walk_stmts)
 
-#: thread axes, innermost first (``threadIdx.x`` is the innermost thread loop)
+from .bounds import upper_bound
+
+#: the axes of thread and block ids, innermost first (``threadIdx.x``: the innermost thread
+#: loop; ``launches`` maps loops to them)
 AXES = ("x", "y", "z")
 
 
@@ -221,15 +224,13 @@ def _combine(a: Linear, b: Linear, scale: int) -> Linear:
 def _range(form: Linear, sc: _Scope) -> tuple[int, int] | None:
     """The least and greatest value of ``form`` over its loops' ranges, or None where it has
     an atom that is no loop of constant bounds around the access."""
-    from .launches import _upper_bound  # (launches imports this module)
-
     lo = hi = form[1]
     for key, (_, c) in form[0].items():
         v = key[len(_VAR):]
         if not key.startswith(_VAR) or v not in sc.loops:
             return None
         start = const_value(sc.inline(sc.loops[v][0]))
-        ext = _upper_bound(sc.inline(sc.loops[v][1]))  # a partial tile's min(4, N - ...)
+        ext = upper_bound(sc.inline(sc.loops[v][1]))  # a partial tile's min(4, N - ...)
         if start is None or ext is None or ext < 1:
             return None
         a, b = c * start, c * (start + ext - 1)
