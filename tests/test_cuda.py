@@ -726,7 +726,10 @@ def test_cli_tune_for_the_gpu_without_one_exits_with_the_reason(tmp_path):
     assert "backend 'cuda' cannot run kernels here" in r.stderr
 
 
-def test_a_register_tiled_staged_gemm_point_of_the_space():
+@pytest.mark.parametrize("accumulate", ["output", "registers"])
+def test_a_register_tiled_staged_gemm_point_of_the_space(accumulate):
+    # the register tile accumulates in C at every k block, or in each thread's registers over
+    # the whole reduction (cache_write scope="local"), copied out by the same threads
     import optuna
 
     from tensorlang.backends.cuda.space import GPUSearchSpace
@@ -734,11 +737,23 @@ def test_a_register_tiled_staged_gemm_point_of_the_space():
     f = W.BUILTIN["matmul"].build()
     sizes = dict(M=37, N=70, K=19)
     s = GPUSearchSpace(f, sizes).sample(optuna.trial.FixedTrial(
-        {"C.tile": "8x16", "C.kblock": 8, "C.regtile": 4, "C.unroll": True}))
+        {"C.tile": "8x16", "C.kblock": 8, "C.regtile": 4, "C.accumulate": accumulate,
+         "C.unroll": True}))
     text = s.to_python()
-    assert "gpu_threads('i.i.o', 'j.i.o')" in text and "unroll('j.i.i')" in text
+    if accumulate == "output":
+        assert "gpu_threads('i.i.o', 'j.i.o')" in text and "unroll('j.i.i')" in text
+    else:
+        assert "cache_write('C', 'j.o', scope='local')" in text
+        assert "s[\"C\"].gpu_threads('i.i.o', 'j.i.o')" in text
+        assert "s[\"C_local\"].gpu_threads('i.o', 'j.o')" in text
+        from tensorlang.backends.cuda.backend import private_buffers
+
+        launches = plan(lower(f, s), private_buffers(s)).launches
+        assert launches and all("C_local" not in lc.shared for lc in launches)
     assert "scope='shared'" in text
     a = _arrays(f, sizes)
+    np.testing.assert_allclose(emulate(f, s)(**a), a["A"] @ a["B"], rtol=1e-5)
+    a = _arrays(f, dict(M=1, N=5, K=3), 2)
     np.testing.assert_allclose(emulate(f, s)(**a), a["A"] @ a["B"], rtol=1e-5)
     if HAS_PTXAS:
         report = ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")

@@ -15,6 +15,10 @@ back to the inputs:
   threads, each thread copying a strided share);
 - ``<f>.regtile``: for such a staged stage, 1, 2 or 4 outputs per thread along each pure loop
   (a register tile, its loops unrolled inside the reduction loop);
+- ``<f>.accumulate``: for such a staged stage, where the register tile accumulates across the
+  ``k`` blocks: ``output`` (loaded from and stored to ``f``'s buffer at every block) or
+  ``registers`` (``cache_write(f, block loop, scope="local")``: each thread's tile stays in its
+  registers over the whole reduction, written out once, ``private.py``);
 - ``<f>.unroll``: unroll the innermost reduction loop (inner part of the split) or not.
 
 Every point is a schedule ``tl.check`` then proves or refutes (a refuted one is pruned by the
@@ -43,6 +47,8 @@ TILES_1D = ("32", "64", "128", "256", "512")
 KBLOCKS = (0, 4, 8, 16, 32)
 #: outputs per thread along each of the two pure loops of a staged GEMM-like stage
 REG_TILES = (1, 2, 4)
+#: where a staged GEMM-like stage's register tile accumulates across its k blocks
+ACCUMULATE = ("output", "registers")
 
 
 class GPUSearchSpace:
@@ -96,13 +102,16 @@ class GPUSearchSpace:
             else None
         tile1 = trial.suggest_categorical(f"{f.name}.tile", TILES_1D) if len(pure) == 1 \
             else None
-        kblock, regs = 0, 1
+        kblock, regs, registers = 0, 1, False
         if len(pure) == 2 and len(red) == 1:
             kblock = trial.suggest_categorical(f"{f.name}.kblock", KBLOCKS)
             if kblock:
                 regs = trial.suggest_categorical(f"{f.name}.regtile", REG_TILES)
+                registers = trial.suggest_categorical(f"{f.name}.accumulate",
+                                                      ACCUMULATE) == "registers"
         unroll = bool(red) and trial.suggest_categorical(f"{f.name}.unroll", [False, True])
-        if kblock and _try(s, lambda t: _gemm_staged(t, f.name, tile2, kblock, unroll, regs)):
+        if kblock and _try(s, lambda t: _gemm_staged(t, f.name, tile2, kblock, unroll, regs,
+                                                     registers)):
             return
         _try(s, lambda t: map_pure_loops(t, f.name, _tile(tile2) if tile2 else TILE_2D,
                                          int(tile1) if tile1 else TILE_1D))
@@ -149,27 +158,50 @@ def _stage_in_block(s: Schedule, f: Func, consumer: str) -> None:
 
 
 def _gemm_staged(s: Schedule, name: str, tile2: str | None, kblock: int,
-                 unroll: bool, regs: int = 1) -> None:
+                 unroll: bool, regs: int = 1, registers: bool = False) -> None:
     """Tile a GEMM-like stage over its two pure loops (``regs x regs`` outputs per thread, its
     register tile, unrolled), split its reduction loop by ``kblock``, and stage the tiles of the
-    operands it reads in shared memory per step."""
+    operands it reads in shared memory per step; ``registers``: the block's tile computed in
+    each thread's registers (``cache_write(..., scope="local")`` at the block loop, that stage
+    tiled the same way) and copied out by the same threads."""
     ty, tx = _tile(tile2 or "16x16")
+    if registers:
+        st = s.states[name]
+        y, x = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
+        out = s[name]
+        yo, xo, yi, xi = out.tile(y, x, ty * regs, tx * regs)
+        name = s.cache_write(name, xo, scope="local").func
+        if regs > 1:  # the copy out: each thread its register tile, as computed
+            yt, yr = out.split(yi, regs)
+            xt, xr = out.split(xi, regs)
+            out.reorder(yo, xo, yt, xt, yr, xr)
+            out.unroll(yr)
+            out.unroll(xr)
+            yi, xi = yt, xt
+        out.gpu_blocks(yo, xo)
+        out.gpu_threads(yi, xi)
     st = s.states[name]
     y, x = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
     (k,) = [lp for lp in st.loops if st.is_reduction_loop(lp)]
     h = s[name]
-    yo, xo, yi, xi = h.tile(y, x, ty * regs, tx * regs)
+    if registers:  # the block's tile: y and x span it
+        yo = xo = None
+        yi, xi = y, x
+    else:
+        yo, xo, yi, xi = h.tile(y, x, ty * regs, tx * regs)
     ko, ki = h.split(k, kblock)
+    outer = [yo, xo] if yo is not None else []
     if regs > 1:
         yt, yr = h.split(yi, regs)
         xt, xr = h.split(xi, regs)
-        h.reorder(yo, xo, ko, yt, xt, ki, yr, xr)
+        h.reorder(*outer, ko, yt, xt, ki, yr, xr)
         h.unroll(yr)
         h.unroll(xr)
         yi, xi = yt, xt
     else:
-        h.reorder(yo, xo, ko, yi, xi, ki)
-    h.gpu_blocks(yo, xo)
+        h.reorder(*outer, ko, yi, xi, ki)
+    if outer:
+        h.gpu_blocks(*outer)
     h.gpu_threads(yi, xi)
     if unroll:
         h.unroll(ki)
