@@ -128,23 +128,46 @@ def test_tiles_staged_in_shared_memory_with_barriers(name):
         assert "used 1 barriers" in ptxas(ptx, "sm_90")
 
 
+def _accumulated(f: tl.Func, scope: str | None, swap_copy: bool = False, rows: int = 1,
+                 tile: int = 8, kblock: int = 4, copy_axes: int = 2) -> tl.Schedule:
+    """matmul with C's ``tile`` x ``tile`` block tile (``rows`` times as many rows) computed per
+    block (``cache_write`` at the block loop, in ``scope``), ``rows`` rows per thread
+    (unrolled: a register tile), its k loop in blocks of ``kblock`` whose A and B tiles the
+    threads stage in shared memory (their last ``copy_axes`` loops mapped to threads);
+    ``swap_copy``: the copy out maps C's rows to threadIdx.x where the tile's stages map them
+    to threadIdx.y."""
+    s = tl.Schedule(f)
+    s[f].tile("i", "j", tile * rows, tile)
+    local = s.cache_write(f, "j.o", scope=scope)
+    local.split("k", kblock)
+    if rows > 1:
+        local.split("i", rows)
+        local.reorder("k.o", "i.o", "j", "k.i", "i.i")
+        local.unroll("i.i")
+        local.gpu_threads("i.o", "j")
+        s[f].split("i.i", rows)
+        s[f].reorder("i.o", "j.o", "i.i.o", "j.i", "i.i.i")
+    else:
+        local.reorder("k.o", "i", "j", "k.i")
+        local.gpu_threads("i", "j")
+    for t in ("A", "B"):
+        c = s.cache_read(t, local, "k.o", scope="shared")
+        c.gpu_threads(*c.loops[-2:][:copy_axes])
+    tile_rows = "i.i.o" if rows > 1 else "i.i"
+    if swap_copy:
+        s[f].reorder("i.o", "j.o", "j.i", tile_rows)
+    s[f].gpu_blocks("i.o", "j.o")
+    s[f].gpu_threads(*(("j.i", tile_rows) if swap_copy else (tile_rows, "j.i")))
+    return s
+
+
 def test_a_block_tile_computed_per_block_with_its_operands_staged_per_k_step():
     # cache_write at the block loop: C's 8 x 8 tile (C_local, in shared memory) accumulates
     # over k steps whose A and B tiles are staged in shared memory by the block's threads.
     # Loop partitioning makes a whole-tile and a partial-tile version of the k loop, so each
     # staged copy is allocated twice in one kernel: two static arrays (one name each)
     f = W.BUILTIN["matmul"].build()
-    s = tl.Schedule(f)
-    s[f].tile("i", "j", 8, 8)
-    local = s.cache_write(f, "j.o")
-    local.split("k", 4)
-    local.reorder("k.o", "i", "j", "k.i")
-    local.gpu_threads("i", "j")
-    for t in ("A", "B"):
-        c = s.cache_read(t, local, "k.o", scope="shared")
-        c.gpu_threads(*c.loops[-2:])
-    s[f].gpu_blocks("i.o", "j.o")
-    s[f].gpu_threads("i.i", "j.i")
+    s = _accumulated(f, None)
     for launch in plan(lower(f, s)).launches:  # the whole tiles' columns, then the last ones
         assert set(launch.shared) == {"C_local", "A_shared", "B_shared"}
     rng = np.random.default_rng(4)
@@ -158,50 +181,9 @@ def test_a_block_tile_computed_per_block_with_its_operands_staged_per_k_step():
         ptxas(ptx, "sm_90")
     # both versions' arrays count against the block's shared memory: 16 x 256 tiles of A and
     # B take 32 KiB a version, 65 KiB with C's tile
-    s = tl.Schedule(f)
-    s[f].tile("i", "j", 16, 16)
-    local = s.cache_write(f, "j.o")
-    local.split("k", 256)
-    local.reorder("k.o", "i", "j", "k.i")
-    local.gpu_threads("i", "j")
-    for t in ("A", "B"):
-        s.cache_read(t, local, "k.o", scope="shared").gpu_threads(f"{t}_shared_d0")
-    s[f].gpu_blocks("i.o", "j.o")
-    s[f].gpu_threads("i.i", "j.i")
+    s = _accumulated(f, None, tile=16, kblock=256, copy_axes=1)
     with pytest.raises(CompileError, match="need up to 66560 bytes"):
         tl.compile(f, s, target="cuda")
-
-
-def _accumulated(f: tl.Func, scope: str | None, swap_copy: bool = False,
-                 rows: int = 1) -> tl.Schedule:
-    """matmul with C's 8 x 8 block tile (16 x 8 with ``rows`` 2) computed per block
-    (``cache_write`` at the block loop, in ``scope``), ``rows`` rows per thread (unrolled: a
-    register tile), its k loop in blocks of 4 whose A and B tiles the threads stage in shared
-    memory; ``swap_copy``: the copy out maps C's rows to threadIdx.x where the tile's stages
-    map them to threadIdx.y."""
-    s = tl.Schedule(f)
-    s[f].tile("i", "j", 8 * rows, 8)
-    local = s.cache_write(f, "j.o", scope=scope)
-    local.split("k", 4)
-    if rows > 1:
-        local.split("i", rows)
-        local.reorder("k.o", "i.o", "j", "k.i", "i.i")
-        local.unroll("i.i")
-        local.gpu_threads("i.o", "j")
-        s[f].split("i.i", rows)
-        s[f].reorder("i.o", "j.o", "i.i.o", "j.i", "i.i.i")
-    else:
-        local.reorder("k.o", "i", "j", "k.i")
-        local.gpu_threads("i", "j")
-    for t in ("A", "B"):
-        c = s.cache_read(t, local, "k.o", scope="shared")
-        c.gpu_threads(*c.loops[-2:])
-    tile_rows = "i.i.o" if rows > 1 else "i.i"
-    if swap_copy:
-        s[f].reorder("i.o", "j.o", "j.i", tile_rows)
-    s[f].gpu_blocks("i.o", "j.o")
-    s[f].gpu_threads(*(("j.i", tile_rows) if swap_copy else (tile_rows, "j.i")))
-    return s
 
 
 @pytest.mark.parametrize("rows", [1, 2])
