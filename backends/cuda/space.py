@@ -39,7 +39,7 @@ from tensorlang.func import Func, stage_id
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.schedule import Schedule
 
-from .rules import TILE_1D, TILE_2D, map_pure_loops
+from .rules import TILE_1D, TILE_2D, map_pure_loops, staged_gemm, tile_spec
 
 TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1x256",
             "16x32", "32x32", "8x8")
@@ -110,10 +110,11 @@ class GPUSearchSpace:
                 registers = trial.suggest_categorical(f"{f.name}.accumulate",
                                                       ACCUMULATE) == "registers"
         unroll = bool(red) and trial.suggest_categorical(f"{f.name}.unroll", [False, True])
-        if kblock and _try(s, lambda t: _gemm_staged(t, f.name, tile2, kblock, unroll, regs,
-                                                     registers)):
+        threads = tile_spec(tile2 or "16x16")
+        if kblock and _try(s, lambda t: staged_gemm(t, f.name, threads, kblock, unroll, regs,
+                                                    registers)):
             return
-        _try(s, lambda t: map_pure_loops(t, f.name, _tile(tile2) if tile2 else TILE_2D,
+        _try(s, lambda t: map_pure_loops(t, f.name, tile_spec(tile2) if tile2 else TILE_2D,
                                          int(tile1) if tile1 else TILE_1D))
         if unroll and not kblock:
             inner = s.states[f.name].loops[-1]
@@ -134,11 +135,6 @@ def _try(s: Schedule, apply) -> bool:
     return True
 
 
-def _tile(spec: str) -> tuple[int, int]:
-    ty, tx = spec.split("x")
-    return int(ty), int(tx)
-
-
 def _block_loop(s: Schedule, consumer: str) -> str | None:
     """The innermost gpu_blocks loop of ``consumer`` once mapped (None: not mapped yet)."""
     from tensorlang.schedule.ir import ForKind
@@ -155,61 +151,3 @@ def _stage_in_block(s: Schedule, f: Func, consumer: str) -> None:
     s[f].compute_at(s[consumer], loop)
     loops = s.states[f.name].loops
     s[f].gpu_threads(*loops[-2:])
-
-
-def _gemm_staged(s: Schedule, name: str, tile2: str | None, kblock: int,
-                 unroll: bool, regs: int = 1, registers: bool = False) -> None:
-    """Tile a GEMM-like stage over its two pure loops (``regs x regs`` outputs per thread, its
-    register tile, unrolled), split its reduction loop by ``kblock``, and stage the tiles of the
-    operands it reads in shared memory per step; ``registers``: the block's tile computed in
-    each thread's registers (``cache_write(..., scope="local")`` at the block loop, that stage
-    tiled the same way) and copied out by the same threads."""
-    ty, tx = _tile(tile2 or "16x16")
-    if registers:
-        st = s.states[name]
-        y, x = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
-        out = s[name]
-        yo, xo, yi, xi = out.tile(y, x, ty * regs, tx * regs)
-        name = s.cache_write(name, xo, scope="local").func
-        if regs > 1:  # the copy out: each thread its register tile, as computed
-            yt, yr = out.split(yi, regs)
-            xt, xr = out.split(xi, regs)
-            out.reorder(yo, xo, yt, xt, yr, xr)
-            out.unroll(yr)
-            out.unroll(xr)
-            yi, xi = yt, xt
-        out.gpu_blocks(yo, xo)
-        out.gpu_threads(yi, xi)
-    st = s.states[name]
-    y, x = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
-    (k,) = [lp for lp in st.loops if st.is_reduction_loop(lp)]
-    h = s[name]
-    if registers:  # the block's tile: y and x span it
-        yo = xo = None
-        yi, xi = y, x
-    else:
-        yo, xo, yi, xi = h.tile(y, x, ty * regs, tx * regs)
-    ko, ki = h.split(k, kblock)
-    outer = [yo, xo] if yo is not None else []
-    if regs > 1:
-        yt, yr = h.split(yi, regs)
-        xt, xr = h.split(xi, regs)
-        h.reorder(*outer, ko, yt, xt, ki, yr, xr)
-        h.unroll(yr)
-        h.unroll(xr)
-        yi, xi = yt, xt
-    else:
-        h.reorder(*outer, ko, yi, xi, ki)
-    if outer:
-        h.gpu_blocks(*outer)
-    h.gpu_threads(yi, xi)
-    if unroll:
-        h.unroll(ki)
-    for tensor in s.view.reads(name):
-        c = s.cache_read(tensor, h, ko, scope="shared")
-        # the block's ty x tx threads copy the tile, each a strided share of it
-        r, q = c.loops[-2:]
-        ro, ri = c.split(r, ty)
-        qo, qi = c.split(q, tx)
-        c.reorder(ri, qi, ro, qo)
-        c.gpu_threads(ri, qi)
