@@ -759,3 +759,17 @@ def test_constant_bounds_of_launch_extents():
     from tensorlang.backends.cuda import bounds
 
     assert doctest.testmod(bounds).failed == 0
+
+
+def test_the_rule_based_gpu_gemm_stages_its_operands_and_keeps_register_tiles():
+    # rule 3 of rules.py: the GEMM-like stage gets 16 x 16 threads of 4 x 4 register tiles
+    # (cache_write scope="local") over k blocks staged in shared memory; other stages do not
+    f = W.BUILTIN["matmul"].build()
+    text = gpu_schedule(f).to_python()
+    assert "cache_write('C', 'j.o', scope='local')" in text
+    assert text.count("scope='shared'") == 2 and "split('k', 16)" in text
+    assert "cache_write" not in gpu_schedule(W.BUILTIN["softmax"].build()).to_python()
+    for sizes in (dict(M=1, N=1, K=1), dict(M=70, N=37, K=19)):
+        a = _arrays(f, sizes, 3)
+        np.testing.assert_allclose(emulate(f, gpu_schedule(f))(**a), a["A"] @ a["B"],
+                                   rtol=1e-5)
