@@ -122,12 +122,17 @@ def tile_spec(spec: str) -> tuple[int, int]:
 
 def staged_gemm(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
                 unroll: bool, regs: int = 1, registers: bool = False) -> None:
-    """Tile a GEMM-like stage over its two pure loops, ``threads`` (ty, tx) a block
-    (``regs x regs`` outputs per thread, its
-    register tile, unrolled), split its reduction loop by ``kblock``, and stage the tiles of the
-    operands it reads in shared memory per step; ``registers``: the block's tile computed in
-    each thread's registers (``cache_write(..., scope="local")`` at the block loop, that stage
-    tiled the same way) and copied out by the same threads."""
+    """Tile a GEMM-like stage over its two pure loops, ``threads`` (ty, tx) a block and
+    ``regs x regs`` outputs a thread (its register tile, unrolled), split its reduction loop by
+    ``kblock``, and stage the tiles of the operands it reads in shared memory per step (rule 3,
+    and the search space's staged points); ``unroll``: unroll the inner reduction loop;
+    ``registers``: the block's tile computed in each thread's registers (``cache_write(...,
+    scope="local")`` at the block loop, that stage tiled the same way) and copied out by the
+    same threads.
+
+    Raises:
+        ScheduleError: a primitive does not apply (the callers keep the schedule as it was).
+    """
     ty, tx = threads
     if registers:
         st = s.states[name]
