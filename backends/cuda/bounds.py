@@ -1,12 +1,23 @@
 """Constant upper bounds of the integer expressions a launch needs as constants: a thread
 loop's extent in a cooperative kernel (the block's size), a shared buffer's size, a thread's
-own buffer's index (``private.py``)."""
+own buffer's index (``private.py``); and the ``let`` values inlined into them."""
 
 from __future__ import annotations
 
 from tensorlang.affine import const_value, sadd, smul, ssub
 from tensorlang.dtypes import int64
-from tensorlang.expr import BinOp, Expr
+from tensorlang.expr import BinOp, Expr, Var, substitute, walk
+
+
+def inline_lets(e: Expr, lets: dict[str, Expr]) -> Expr:
+    """``e`` with the ``let`` variables ``lets`` names replaced by their values (those
+    values' own ``let`` variables too)."""
+    for _ in range(len(lets) + 1):
+        names = {n.name for n in walk(e) if isinstance(n, Var)} & set(lets)
+        if not names:
+            return e
+        e = substitute(e, {n: lets[n] for n in names})
+    return e
 
 
 def upper_bound(e: Expr) -> int | None:

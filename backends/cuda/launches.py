@@ -38,7 +38,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from tensorlang.errors import CompileError
-from tensorlang.expr import Const, Expr, Var, substitute, walk
+from tensorlang.expr import Const, Expr, Var, walk
 from tensorlang.dtypes import int64
 from tensorlang.schedule.ir import (
     GPU_KINDS,
@@ -56,7 +56,7 @@ from tensorlang.schedule.ir import (
     walk_stmts,
 )
 
-from .bounds import upper_bound
+from .bounds import inline_lets, upper_bound
 from .private import AXES, thread_private
 
 #: CUDA's limits on launch dimensions (compute capability 3.0 and later)
@@ -65,7 +65,6 @@ MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 #: static shared memory of one block (CUDA's limit without opting in to more)
 MAX_SHARED_BYTES = 48 * 1024
-
 
 
 @dataclass(frozen=True, eq=False)
@@ -239,7 +238,7 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
     for reg, loops, dims in (("ctaid", blocks, grid), ("tid", threads, block)):
         for k, lp in enumerate(reversed(loops)):
             axes[lp.var] = (reg, AXES[k])
-            ext = _inline(lp.extent, lets)
+            ext = inline_lets(lp.extent, lets)
             if not {v.name for v in walk_vars(ext)} & mapped:
                 dims[k] = ext
                 continue
@@ -291,7 +290,7 @@ def _grid(blocks: list[For], lets: dict[str, Expr], mapped: set[str],
     grid: list[Expr] = [ONE, ONE, ONE]
     for k, lp in enumerate(reversed(blocks)):
         axes[lp.var] = ("ctaid", AXES[k])
-        ext = _inline(lp.extent, lets)
+        ext = inline_lets(lp.extent, lets)
         if {v.name for v in walk_vars(ext)} & mapped:
             raise CompileError(f"the extent of gpu_blocks loop {lp.var} ({ext}) depends on "
                                f"another GPU loop; map loops of fixed extent to blocks")
@@ -338,11 +337,11 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
                                    f"kernel {name}; give the nests distinct loop names")
             axes[lp.var] = ("tid", axis)
             used.add(axis)
-            bound = upper_bound(_inline(lp.extent, inner))
+            bound = upper_bound(inline_lets(lp.extent, inner))
             if bound is None:
                 raise CompileError(
                     f"the extent of gpu_threads loop {lp.var} in kernel {name} has no constant "
-                    f"bound ({_inline(lp.extent, inner)}); the threads of a block that runs "
+                    f"bound ({inline_lets(lp.extent, inner)}); the threads of a block that runs "
                     f"several stages need constant tile sizes: split by a constant factor")
             dims[k] = max(dims[k], bound)
         nests[st.var] = frozenset(used)
@@ -378,7 +377,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
         if isinstance(st, Allocate):
             count = 1
             for ext in st.buffer.extents:
-                bound = upper_bound(_inline(ext, scope))
+                bound = upper_bound(inline_lets(ext, scope))
                 if bound is None:
                     raise CompileError(
                         f"{st.buffer.name} is shared by the threads of a block of kernel {name} "
@@ -425,7 +424,8 @@ def _lets_of(s: Stmt) -> dict[str, Expr]:
     twice: set[str] = set()
     for n in walk_stmts(s):
         if isinstance(n, LetStmt):
-            (twice.add if n.var in seen else lambda v: None)(n.var)
+            if n.var in seen:
+                twice.add(n.var)
             seen[n.var] = n.value
     return {k: v for k, v in seen.items() if k not in twice}
 
@@ -449,16 +449,6 @@ def _replace_body(s: Stmt, old: Stmt, new: Stmt) -> Stmt:
 
 def walk_vars(e: Expr) -> list[Var]:
     return [n for n in walk(e) if isinstance(n, Var)]
-
-
-def _inline(e: Expr, lets: dict[str, Expr]) -> Expr:
-    """``e`` with the region's ``let`` variables replaced by their values (innermost first)."""
-    for _ in range(len(lets) + 1):
-        names = {v.name for v in walk_vars(e)} & set(lets)
-        if not names:
-            return e
-        e = substitute(e, {n: lets[n] for n in names})
-    return e
 
 
 def launch_error(name: str, grid: tuple[int, ...], block: tuple[int, ...]) -> str | None:

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from tensorlang.affine import Affine, const_value
 from tensorlang.dtypes import int64
 from tensorlang.errors import CompileError
-from tensorlang.expr import BinOp, Const, Expr, Size, Var, map_children, substitute, walk
+from tensorlang.expr import BinOp, Const, Expr, Size, Var, map_children
 from tensorlang.schedule.ir import (Allocate, For, ForKind, LetStmt, Load, Stmt, Store, map_stmt,
                                     walk_stmts)
 
-from .bounds import upper_bound
+from .bounds import inline_lets, upper_bound
 
 #: the axes of thread and block ids, innermost first (``threadIdx.x``: the innermost thread
 #: loop; ``launches`` maps loops to them)
@@ -49,12 +49,7 @@ class _Scope:
     loops: dict[str, tuple[Expr, Expr]] = field(default_factory=dict)
 
     def inline(self, e: Expr) -> Expr:
-        for _ in range(len(self.lets) + 1):
-            names = {n.name for n in walk(e) if isinstance(n, Var)} & set(self.lets)
-            if not names:
-                return e
-            e = substitute(e, {n: self.lets[n] for n in names})
-        return e
+        return inline_lets(e, self.lets)
 
 
 def thread_private(alloc: Allocate, axes: dict[str, tuple[str, str]],

@@ -141,11 +141,8 @@ def staged_gemm(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
         yo, xo, yi, xi = out.tile(y, x, ty * regs, tx * regs)
         name = s.cache_write(name, xo, scope="local").func
         if regs > 1:  # the copy out: each thread its register tile, as computed
-            yt, yr = out.split(yi, regs)
-            xt, xr = out.split(xi, regs)
+            yt, xt, yr, xr = _register_tile(out, yi, xi, regs)
             out.reorder(yo, xo, yt, xt, yr, xr)
-            out.unroll(yr)
-            out.unroll(xr)
             yi, xi = yt, xt
         out.gpu_blocks(yo, xo)
         out.gpu_threads(yi, xi)
@@ -161,11 +158,8 @@ def staged_gemm(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
     ko, ki = h.split(k, kblock)
     outer = [yo, xo] if yo is not None else []
     if regs > 1:
-        yt, yr = h.split(yi, regs)
-        xt, xr = h.split(xi, regs)
+        yt, xt, yr, xr = _register_tile(h, yi, xi, regs)
         h.reorder(*outer, ko, yt, xt, ki, yr, xr)
-        h.unroll(yr)
-        h.unroll(xr)
         yi, xi = yt, xt
     else:
         h.reorder(*outer, ko, yi, xi, ki)
@@ -182,3 +176,13 @@ def staged_gemm(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
         qo, qi = c.split(q, tx)
         c.reorder(ri, qi, ro, qo)
         c.gpu_threads(ri, qi)
+
+
+def _register_tile(h, y, x, regs: int) -> tuple:
+    """Split ``y`` and ``x`` of stage ``h`` by ``regs`` and unroll the inner loops (a thread's
+    ``regs x regs`` register tile); returns the outer loops, then the inner ones."""
+    yt, yr = h.split(y, regs)
+    xt, xr = h.split(x, regs)
+    h.unroll(yr)
+    h.unroll(xr)
+    return yt, xt, yr, xr
