@@ -378,3 +378,22 @@ def test_a_copy_of_a_schedule_has_its_own_view(rng):
     a, b = rng.random((5, 7)), rng.random((7, 3))
     np.testing.assert_allclose(tl.compile(C, s)(a, b), a @ b, rtol=1e-12)
     np.testing.assert_allclose(tl.compile(C, t)(a, b), a @ b, rtol=1e-12)
+
+
+def test_a_producer_computed_inside_a_fused_loop_is_computed_for_that_point_only():
+    # bounds inference of a fused loop held fixed: its parts (fused // W, fused % W) are one
+    # point each, so g is computed 1 x 1 per iteration (it was the whole H x W array each time)
+    H, W = tl.sizes("H W")
+    A = tl.Input("A", (H, W), tl.float32)
+    y, x = tl.vars("y x")
+    g, f = tl.Func("g"), tl.Func("f")
+    g[y, x] = A[y, x] * 2.0
+    f[y, x] = g[y, x] + g[y, x] * 3.0
+    s = tl.Schedule(f)
+    s[g].compute_at(s[f], s[f].fuse("y", "x"))
+    kern = tl.compile(f, s)
+    assert "allocate g[float32, 1, 1]" in kern.loop_nest()
+    rng = np.random.default_rng(3)
+    for shape in [(1, 1), (5, 7), (13, 2)]:
+        a = rng.random(shape, dtype=np.float32)
+        np.testing.assert_allclose(kern(A=a), a * 8, rtol=1e-6)
