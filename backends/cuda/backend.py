@@ -30,6 +30,7 @@ from ..llvm.target import host_target as cpu_target
 from .codegen import device_module, host_module
 from .kernel import CUDAKernel
 from .launches import plan
+from .private import private_buffers
 from .ptx import compile_ptx
 from .target import TRIPLE, CUDATarget, parse_target
 
@@ -63,14 +64,6 @@ def unbundle(data: bytes) -> tuple[str, bytes, tuple[tuple[str, int], ...]]:
         return body[:n_ptx].decode(), body[n_ptx:], launches
     except (ValueError, KeyError, TypeError, UnicodeDecodeError) as exc:
         raise CompileError(f"the cached object code is not a CUDA kernel bundle ({exc})") from exc
-
-
-def private_buffers(schedule: Schedule | None) -> frozenset[str]:
-    """The stages asked for in each thread's own memory (``scope="local"``): ``plan`` keeps
-    them per thread where they are computed at a loop of the block (``private.py``)."""
-    if schedule is None:
-        return frozenset()
-    return frozenset(n for n, st in schedule.states.items() if st.memory == "local")
 
 
 def check_scopes(schedule: Schedule, program) -> None:

@@ -164,14 +164,18 @@ class DeviceGen(CodeGen):
         n = self.launch.shared[buf.name]
         elem = memory_type(buf.dtype)
         arr = ir.ArrayType(elem, max(n, 1))
-        # one global per allocation: loop partitioning may allocate a buffer in two versions
-        # of a nest (a whole tile and a partial one), each its own array
-        gv = ir.GlobalVariable(self.module, arr,
-                               self.module.get_unique_name(f"{self.launch.name}.{buf.name}"),
-                               addrspace=0 if self.emulate else 3)
-        gv.linkage = "internal"
-        gv.initializer = ir.Constant(arr, ir.Undefined)
-        gv.align = 16
+        # one array per buffer of the kernel, sized by its largest allocation: loop
+        # partitioning may allocate a buffer in several versions of a nest (a whole tile's and
+        # a partial one's), of which one runs (an allocation inside one of the same buffer,
+        # were there one, gets an array of its own)
+        name = f"{self.launch.name}.{buf.name}"
+        gv = self.module.globals.get(name) if buf.name not in self.ptrs else None
+        if gv is None:
+            gv = ir.GlobalVariable(self.module, arr, self.module.get_unique_name(name),
+                                   addrspace=0 if self.emulate else 3)
+            gv.linkage = "internal"
+            gv.initializer = ir.Constant(arr, ir.Undefined)
+            gv.align = 16
         first = self.builder.gep(gv, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
         ptr = first if self.emulate else self.builder.addrspacecast(first, elem.as_pointer())
         self.scoped.setdefault(buf.name, []).append(buf)

@@ -37,8 +37,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
-from tensorlang.expr import Const, Expr, Var, walk
+from tensorlang.expr import Cmp, Const, Expr, Var, walk
 from tensorlang.dtypes import int64
 from tensorlang.schedule.ir import (
     GPU_KINDS,
@@ -385,8 +386,9 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
                         f"constant bound; shared memory is sized when compiling: compute it at "
                         f"a loop whose tile has a constant size")
                 count *= max(bound, 0)
-            # the largest of its allocations (loop partitioning may allocate a buffer in
-            # several versions of a nest, each a static array of its own: all count)
+            # the largest of its allocations: loop partitioning may allocate a buffer in
+            # several versions of a nest (a whole tile's, a partial one's), never two at once,
+            # so they share one array (codegen._shared)
             shared[st.buffer.name] = max(shared.get(st.buffer.name, 0), count)
             allocations.append(st.buffer.name)
             return Allocate(st.buffer, block_level(st.body, scope))
@@ -395,13 +397,20 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
         if isinstance(st, IfThenElse):
             return IfThenElse(st.cond, block_level(st.then, scope), None if st.otherwise is None
                               else block_level(st.otherwise, scope))
+        if isinstance(st, For) and upper_bound(inline_lets(st.extent, scope)) == 1:
+            # at most one iteration (a point of a fused block loop): its variable is a value,
+            # so that a thread's own buffer indexed by it has constant indices (private.py)
+            once = block_level(st.body, {**scope, st.var: st.min})
+            if const_value(inline_lets(st.extent, scope)) != 1:
+                once = IfThenElse(Cmp("ge", st.extent, Const(1, int64)), once, None)
+            return LetStmt(st.var, st.min, once)
         if isinstance(st, For):
             return For(st.var, st.min, st.extent, ForKind.SERIAL, block_level(st.body, scope),
                        st.width)
         raise CompileError(f"kernel {name}: a {type(st).__name__} holds GPU loops")
 
     new_body = block_level(body, dict(lets))
-    used_bytes = sum(shared[b] * lowered_itemsize(body, b) for b in allocations)
+    used_bytes = sum(shared[b] * lowered_itemsize(body, b) for b in dict.fromkeys(allocations))
     if used_bytes > MAX_SHARED_BYTES:
         raise CompileError(f"the buffers the threads of a block of kernel {name} share "
                            f"({', '.join(shared)}) need up to {used_bytes} bytes; shared memory "

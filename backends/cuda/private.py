@@ -31,6 +31,7 @@ from tensorlang.errors import CompileError
 from tensorlang.expr import BinOp, Const, Expr, Size, Var, map_children
 from tensorlang.schedule.ir import (Allocate, For, ForKind, LetStmt, Load, Stmt, Store, map_stmt,
                                     walk_stmts)
+from tensorlang.schedule.schedule import Schedule
 
 from .bounds import inline_lets, upper_bound
 
@@ -192,7 +193,7 @@ def _linear(e: Expr, nonneg: Callable[[str], bool]) -> Linear:
 def _nonneg(form: Linear, nonneg: Callable[[str], bool]) -> bool:
     """Whether ``form`` is at least 0 for every value of its atoms: a non-negative constant and
     positive multiples of non-negative atoms (Vars ``nonneg`` names, sizes, their floor
-    division by a positive constant)."""
+    division and remainder by a positive constant or a size)."""
     return form[1] >= 0 and all(c > 0 and _atom_nonneg(atom, nonneg)
                                 for atom, c in form[0].values())
 
@@ -202,8 +203,8 @@ def _atom_nonneg(atom: Expr, nonneg: Callable[[str], bool]) -> bool:
         return nonneg(atom.name)
     if isinstance(atom, Size):
         return True
-    if isinstance(atom, BinOp) and atom.op == "floordiv":
-        c = const_value(atom.b)
+    if isinstance(atom, BinOp) and atom.op in ("floordiv", "mod"):  # by a size: >= 1
+        c = 1 if isinstance(atom.b, Size) else const_value(atom.b)
         return c is not None and c > 0 and _nonneg(_linear(atom.a, nonneg), nonneg)
     return False
 
@@ -231,3 +232,11 @@ def _range(form: Linear, sc: _Scope) -> tuple[int, int] | None:
         a, b = c * start, c * (start + ext - 1)
         lo, hi = lo + min(a, b), hi + max(a, b)
     return lo, hi
+
+
+def private_buffers(schedule: Schedule | None) -> frozenset[str]:
+    """The stages asked for in each thread's own memory (``scope="local"``): ``plan`` keeps
+    them per thread where they are computed at a loop of the block (``thread_private``)."""
+    if schedule is None:
+        return frozenset()
+    return frozenset(n for n, st in schedule.states.items() if st.memory == "local")
