@@ -3,8 +3,9 @@
     python benchmarks/gpu.py [--repeat 50] [--workloads sgemm,softmax,conv2d,blur]
 
 Per workload: the rule-based GPU schedule (``schedule="auto"`` with an empty cache; for sgemm
-64 x 64 block tiles, 4 x 4 register tiles per thread kept across k blocks staged in shared
-memory) and a hand schedule that stages tiles in shared memory, timed with CUDA events around the launches (inputs
+and conv2d, an implicit GEMM there, 64 x 64 block tiles, 4 x 4 register tiles per thread kept
+across reduction blocks staged in shared memory) and a hand schedule that stages tiles in
+shared memory, timed with CUDA events around the launches (inputs
 already on the GPU, ``CUDAKernel.benchmark``), against torch (cuBLAS with TF32 off, cuDNN,
 ``torch.softmax``) and, for softmax, a one-row-per-program Triton kernel when Triton is
 installed. Prints n, median and IQR, the GPU's name, and the ratio to the fastest peer; every

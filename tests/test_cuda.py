@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import numpy as np
@@ -165,23 +166,27 @@ def test_a_block_tile_computed_per_block_with_its_operands_staged_per_k_step():
     # cache_write at the block loop: C's 8 x 8 tile (C_local, in shared memory) accumulates
     # over k steps whose A and B tiles are staged in shared memory by the block's threads.
     # Loop partitioning makes a whole-tile and a partial-tile version of the k loop, so each
-    # staged copy is allocated twice in one kernel: two static arrays (one name each)
+    # staged copy is allocated twice in one kernel, in versions of which one runs: one static
+    # array a buffer, sized by the larger
     f = W.BUILTIN["matmul"].build()
     s = _accumulated(f, None)
     for launch in plan(lower(f, s)).launches:  # the whole tiles' columns, then the last ones
         assert set(launch.shared) == {"C_local", "A_shared", "B_shared"}
     rng = np.random.default_rng(4)
+    kern = emulate(f, s)
     for m, n, k in [(13, 17, 11), (1, 1, 1), (16, 24, 8)]:
         a = rng.random((m, k), dtype=np.float32)
         b = rng.random((k, n), dtype=np.float32)
-        np.testing.assert_allclose(emulate(f, s)(A=a, B=b), a @ b, rtol=1e-5)
+        np.testing.assert_allclose(kern(A=a, B=b), a @ b, rtol=1e-5)
     ptx = tl.compile(f, s, target="cuda").ptx()
-    assert ptx.count(".shared .align 16 .b8") >= 5  # C_local, and A's and B's copies twice
+    kernels = tl.compile(f, s, target="cuda")
+    ptx = kernels.ptx()
+    # C_local, A's copy and B's copy: three arrays a kernel
+    assert ptx.count(".shared .align 16 .b8") == 3 * len(kernels.launches)
     if HAS_PTXAS:
         ptxas(ptx, "sm_90")
-    # both versions' arrays count against the block's shared memory: 16 x 256 tiles of A and
-    # B take 32 KiB a version, 65 KiB with C's tile
-    s = _accumulated(f, None, tile=16, kblock=256, copy_axes=1)
+    # 16 x 512 tiles of A and B take 64 KiB, 65 KiB with C's tile
+    s = _accumulated(f, None, tile=16, kblock=512, copy_axes=1)
     with pytest.raises(CompileError, match="need up to 66560 bytes"):
         tl.compile(f, s, target="cuda")
 
@@ -198,10 +203,11 @@ def test_a_block_tile_kept_in_each_threads_registers_across_the_k_blocks(rows):
         assert set(launch.shared) == {"A_shared", "B_shared"}
     assert all("C_local" in lc.shared for lc in plan(lower(f, _accumulated(f, None))).launches)
     rng = np.random.default_rng(6)
+    kern = emulate(f, s)
     for m, n, k in [(13, 17, 11), (1, 1, 1), (16, 24, 8), (9, 8, 33), (37, 41, 29)]:
         a = rng.random((m, k), dtype=np.float32)
         b = rng.random((k, n), dtype=np.float32)
-        np.testing.assert_allclose(emulate(f, s)(A=a, B=b), a @ b, rtol=1e-5)
+        np.testing.assert_allclose(kern(A=a, B=b), a @ b, rtol=1e-5)
     ptx = tl.compile(f, s, target="cuda").ptx()
     assert "C_local" not in ptx and ".shared .align 16 .b8" in ptx
     if HAS_PTXAS:
@@ -305,10 +311,10 @@ def test_partial_tiles_launch_the_full_block_and_guard_the_threads():
     # the tail tiles of GuardWithIf: thread extents min(16, N - 16 j.o) launched as 16, guarded
     guarded = [lc for lc in program.launches if lc.guarded]
     assert guarded and all(str(lc.block[0]) == "16" for lc in guarded)
+    kern = emulate(f, s)
     for m, n in ((1, 1), (4, 16), (5, 17), (3, 50)):
         arrays = _arrays(f, dict(M=m, N=n, K=3))
-        np.testing.assert_allclose(emulate(f, s)(**arrays), arrays["A"] @ arrays["B"],
-                                   rtol=1e-5)
+        np.testing.assert_allclose(kern(**arrays), arrays["A"] @ arrays["B"], rtol=1e-5)
 
 
 def _doubling(block: int = 256, lanes: int = 4) -> tuple[tl.Func, tl.Schedule]:
@@ -333,9 +339,10 @@ def test_a_vector_loop_of_a_partial_tile_is_masked_in_the_kernel():
     kern = tl.compile(f, s, target="cuda")
     assert "min(4, " in kern.loop_nest()
     ptxas(kern.ptx(), "sm_90")
+    emulated = emulate(f, s)
     for n in (1, 5, 256, 1027):
         a = np.random.default_rng(n).random(n).astype(np.float32)
-        np.testing.assert_array_equal(emulate(f, s)(a), a * 2.0)
+        np.testing.assert_array_equal(emulated(a), a * 2.0)
 
 
 def test_a_vector_loop_loads_and_stores_four_floats_in_one_instruction():
@@ -492,7 +499,9 @@ def test_auto_on_cuda_uses_the_rule_based_gpu_schedule(tmp_path, monkeypatch):
         warnings.simplefilter("ignore")
         kern = tl.compile(f, "auto", shapes=SHAPES["conv2d"], target="cuda")
     assert kern.schedule_source == "heuristic"
-    assert "gpu_tile" in kern.schedule.to_python()
+    # rule 3: the convolution as an implicit GEMM, its window's operands staged
+    text = kern.schedule.to_python()
+    assert "gpu_blocks" in text and "scope='shared'" in text
 
 
 @needs_gpu
@@ -728,15 +737,14 @@ def test_a_register_tiled_staged_gemm_point_of_the_space(accumulate):
         assert "cache_write('C', 'j.o', scope='local')" in text
         assert "s[\"C\"].gpu_threads('i.i.o', 'j.i.o')" in text
         assert "s[\"C_local\"].gpu_threads('i.o', 'j.o')" in text
-        from tensorlang.backends.cuda.backend import private_buffers
+        from tensorlang.backends.cuda.private import private_buffers
 
         launches = plan(lower(f, s), private_buffers(s)).launches
         assert launches and all("C_local" not in lc.shared for lc in launches)
     assert "scope='shared'" in text
-    a = _arrays(f, sizes)
-    np.testing.assert_allclose(emulate(f, s)(**a), a["A"] @ a["B"], rtol=1e-5)
-    a = _arrays(f, dict(M=1, N=5, K=3), 2)
-    np.testing.assert_allclose(emulate(f, s)(**a), a["A"] @ a["B"], rtol=1e-5)
+    kern = emulate(f, s)
+    for a in (_arrays(f, sizes), _arrays(f, dict(M=1, N=5, K=3), 2)):
+        np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
     if HAS_PTXAS:
         report = ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
         assert "0 bytes spill stores" in report
@@ -769,7 +777,59 @@ def test_the_rule_based_gpu_gemm_stages_its_operands_and_keeps_register_tiles():
     assert "cache_write('C', 'j.o', scope='local')" in text
     assert text.count("scope='shared'") == 2 and "split('k', 16)" in text
     assert "cache_write" not in gpu_schedule(W.BUILTIN["softmax"].build()).to_python()
+    kern = emulate(f, gpu_schedule(f))
     for sizes in (dict(M=1, N=1, K=1), dict(M=70, N=37, K=19)):
         a = _arrays(f, sizes, 3)
-        np.testing.assert_allclose(emulate(f, gpu_schedule(f))(**a), a["A"] @ a["B"],
-                                   rtol=1e-5)
+        np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
+
+
+#: PolyBench kernels of every kind: GEMM-like (staged by rule 3; doitgen batched), triangular
+#: reductions, in-place updates, stencils with time loops, scans, dynamic programming
+GPU_POLYBENCH = ("gemm", "doitgen", "covariance", "syrk", "lu", "floyd-warshall", "jacobi-2d",
+                 "adi", "deriche", "nussinov", "trisolv", "gemver")
+
+
+@pytest.mark.parametrize("name", GPU_POLYBENCH)
+def test_the_rule_based_gpu_schedule_of_polybench_kernels_computes_what_numpy_computes(name):
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from polybench.kernels import KERNELS
+
+    kern = KERNELS[name]
+    arrays = kern.inputs(kern.small, np.random.default_rng(7))
+    h = kern.handle(kern.build())
+    s = gpu_schedule(h)
+    assert ("scope='shared'" in s.to_python()) == (name in ("gemm", "doitgen"))
+    got = emulate(h, s)(**kern.call_args(h, arrays, kern.small))
+    for g, want in zip(got if isinstance(got, tuple) else (got,), kern.numpy(arrays, kern.small)):
+        tol = 1e-4 if want.dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(g, want, rtol=tol, atol=tol)
+
+
+def test_a_convolution_is_an_implicit_gemm_on_the_gpu():
+    # rule 3 on conv2d: output channels x columns in 16 x 16 threads of 4 x 4 registers, batch
+    # and rows on blockIdx.z; input rows (the padding inlined into their copy) and weights
+    # staged per 8 input channels (16 would take 49.5 KiB of shared memory)
+    from tensorlang.backends.cuda.private import private_buffers
+    from tensorlang.backends.cuda.rules import reduction_axes
+
+    f = W.BUILTIN["conv2d"].build()
+    assert reduction_axes(tl.Schedule(f), "O") == (["n", "y"], "co", "x", ["ci", "ry", "rx"])
+    s = gpu_schedule(f)
+    text = s.to_python()
+    assert "tile('co', 'x', 64, 64)" in text and "split('ci', 8)" in text
+    assert "cache_write('O', 'x.o', scope='local')" in text and 's["pad"].compute_inline()' in text
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    assert all(lc.shared == {"pad_shared": 8 * 3 * 66, "Wt_shared": 64 * 8 * 9}
+               for lc in launches)
+    kern = emulate(f, s)
+    for sizes in (dict(Nb=1, CI=1, H=1, W=1, CO=1), dict(Nb=2, CI=11, H=3, W=67, CO=66)):
+        a = _arrays(f, sizes, 5)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN["conv2d"].numpy(a)(), rtol=2e-5,
+                                   atol=1e-5)
+    if HAS_PTXAS:
+        report = ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+        # every kernel (one per version of the tiles) keeps its 16 outputs in registers
+        frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", report)
+        assert len(frames) == len(launches) and set(frames) == {("0", "0")}

@@ -12,14 +12,18 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    in a warp, so a row-major store is coalesced), any pure loops outside them fused into one
    loop mapped to ``blockIdx.z``; a stage with one pure loop by ``gpu_tile(x, 256)``. Reduction
    loops stay serial inside each thread.
-3. A root GEMM-like stage (two pure loops, one reduction loop: ``C[i, j] = sum_k ...``) is
-   the textbook GPU GEMM instead (``staged_gemm``; NVIDIA's CUDA C++ Programming Guide, "Shared
-   Memory"; Volkov and Demmel, SC 2008, for register tiles): blocks of ``GEMM_THREADS``
-   threads, each computing ``GEMM_REGS x GEMM_REGS`` outputs (a 64 x 64 tile per block), the
-   reduction in blocks of ``GEMM_KBLOCK`` whose tiles of the operands the threads stage in
-   shared memory, each thread's outputs kept in its registers across them
-   (``cache_write(..., scope="local")``). The sizes are the field's usual starting point, not
-   measured on a GPU here.
+3. A root reduction whose operands a tile of its outputs reads more than once (``GEMM``-like:
+   ``C[i, j] = sum_k A[i, k] B[k, j]``, batched or not; a convolution, read as an implicit
+   GEMM over its output channels and columns; ``reduction_axes`` finds the two loops) is the
+   textbook GPU GEMM instead (``staged_reduction``; NVIDIA's CUDA C++ Programming Guide,
+   "Shared Memory"; Volkov and Demmel, SC 2008, for register tiles): blocks of
+   ``GEMM_THREADS`` threads, each computing ``GEMM_REGS x GEMM_REGS`` outputs (a 64 x 64 tile
+   per block; other pure loops fused onto ``blockIdx.z``), the outermost reduction loop in
+   blocks of ``GEMM_KBLOCK`` (halved until the staged tiles fit a block's shared memory: a
+   convolution's hold its window) whose tiles of the operands the threads stage in shared
+   memory, each thread's outputs kept in its registers across them (``cache_write(...,
+   scope="local")``). The sizes are the field's usual starting point, not measured on a GPU
+   here.
 4. A step that ``tl.check`` refuses (a pure loop of an update that carries a dependence) is not
    taken; a stage with no mappable loop runs in one thread.
 
@@ -31,11 +35,15 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tensorlang.errors import ScheduleError
-from tensorlang.expr import accesses
+from tensorlang.errors import CompileError, ScheduleError
+from tensorlang.expr import accesses, free_vars
 from tensorlang.func import Func, stage_id
 from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule
+
+from .private import private_buffers
+from .launches import plan
 
 #: threads of a block for a 2-D tile (y, x) and for one pure loop
 TILE_2D = (8, 32)
@@ -69,9 +77,8 @@ def gpu_schedule(output: Func | Sequence[Func]) -> Schedule:
             if t is not s:
                 s = t
                 continue
-        if not f.updates and _gemm_like(s, f.name):
-            t = _try(s, lambda t, f=f: staged_gemm(t, f.name, GEMM_THREADS, GEMM_KBLOCK, True,
-                                                   GEMM_REGS, registers=True))
+        if not f.updates and reduction_axes(s, f.name) is not None:
+            t = _staged(s, f.name)
             if t is not s:
                 s = t
                 continue
@@ -80,12 +87,29 @@ def gpu_schedule(output: Func | Sequence[Func]) -> Schedule:
     return s
 
 
-def _gemm_like(s: Schedule, name: str) -> bool:
-    """Whether stage ``name`` is computed at root with two pure loops and one reduction loop
-    (rule 3)."""
-    st = s.states[name]
-    red = [lp for lp in st.loops if st.is_reduction_loop(lp)]
-    return st.compute.kind == "root" and len(red) == 1 and len(st.loops) == 3
+def _staged(s: Schedule, name: str) -> Schedule:
+    """Rule 3 on stage ``name``: ``s`` with the stage staged, its reduction block the largest of
+    ``GEMM_KBLOCK``, a half and a quarter of it whose shared tiles fit a block's shared memory
+    (a convolution's tiles hold its window too); ``s`` itself when none applies."""
+    for kblock in (GEMM_KBLOCK, GEMM_KBLOCK // 2, GEMM_KBLOCK // 4):
+        t = _try(s, lambda t: staged_reduction(t, name, GEMM_THREADS, kblock, True, GEMM_REGS,
+                                               registers=True))
+        if t is s:
+            return s
+        if launchable(t):
+            return t
+    return s
+
+
+def launchable(s: Schedule) -> bool:
+    """Whether the kernels of ``s`` can be launched as planned: their shared tiles fit a block
+    (``launches.MAX_SHARED_BYTES``), their thread nests and buffers have constant bounds
+    (``launches.plan`` raises no ``CompileError``)."""
+    try:
+        plan(lower(s.output, s), private_buffers(s))
+    except CompileError:
+        return False
+    return True
 
 
 def map_pure_loops(s: Schedule, stage: str, tile_2d: tuple[int, int] = TILE_2D,
@@ -120,62 +144,108 @@ def tile_spec(spec: str) -> tuple[int, int]:
     return int(ty), int(tx)
 
 
-def staged_gemm(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
-                unroll: bool, regs: int = 1, registers: bool = False) -> None:
-    """Tile a GEMM-like stage over its two pure loops, ``threads`` (ty, tx) a block and
-    ``regs x regs`` outputs a thread (its register tile, unrolled), split its reduction loop by
-    ``kblock``, and stage the tiles of the operands it reads in shared memory per step (rule 3,
-    and the search space's staged points); ``unroll``: unroll the inner reduction loop;
-    ``registers``: the block's tile computed in each thread's registers (``cache_write(...,
-    scope="local")`` at the block loop, that stage tiled the same way) and copied out by the
-    same threads.
+def reduction_axes(s: Schedule, name: str) -> tuple[list[str], str, str, list[str]] | None:
+    """The loops of root stage ``name`` (not yet transformed) as a GEMM sees them:
+    ``(outer, y, x, reduction)``. ``x`` is the innermost pure loop; ``y`` the innermost other
+    pure loop that an operand indexed by ``x`` does not index (``i`` of ``A[i, k] * B[k, j]``;
+    a convolution's output channel, as in an implicit GEMM), so that a block's ``y x x`` tile
+    reads each element of that operand along ``y`` and of another, not indexed by ``x``, along
+    ``x``; ``outer`` the remaining pure loops, outermost first. None: no such loops (fewer than
+    two pure loops, no reduction loop, no operand read more than once by a tile)."""
+    st = s.states[name]
+    if st.compute.kind != "root" or st.update is not None or st.loops != [*st.pure, *st.rvars]:
+        return None
+    pure, red = list(st.pure), list(st.rvars)
+    if len(pure) < 2 or not red:
+        return None
+    operands = [{v.name for e in a.indices for v in free_vars(e)}
+                for a in accesses(s.view.definition(name).value)]
+    x = pure[-1]
+    along_x = [o for o in operands if x in o]
+    across = [lp for lp in pure[:-1] if any(lp not in o for o in along_x)]
+    if not across or all(x in o for o in operands):
+        return None  # no operand a block's tile reads more than once: nothing to stage
+    return [lp for lp in pure if lp not in (across[-1], x)], across[-1], x, red
+
+
+def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
+                     unroll: bool, regs: int = 1, registers: bool = False) -> None:
+    """Tile a root reduction stage as a GPU GEMM (rule 3, and the search space's staged
+    points), in place. Its loops as ``reduction_axes`` sees them: ``y, x`` tiled by ``threads``
+    (ty, tx) a block and ``regs x regs`` outputs a thread (its register tile, unrolled); the
+    other pure loops fused onto ``blockIdx.z``; the outermost reduction loop split by
+    ``kblock``, and the tiles of the operands the stage reads for one such block (every other
+    reduction loop included: a convolution's window) staged in shared memory per step, each copy
+    spread over the block's threads. ``unroll``: unroll the inner reduction loops (the split's
+    and those of constant extent inside it); ``registers``: the block's tile computed in each
+    thread's registers (``cache_write(..., scope="local")`` at the block loop, that stage tiled
+    the same way) and copied out by the same threads.
 
     Raises:
-        ScheduleError: a primitive does not apply (the callers keep the schedule as it was).
+        ScheduleError: the stage has no such loops, or a primitive does not apply (the callers
+            keep the schedule as it was).
     """
+    axes = reduction_axes(s, name)
+    if axes is None:
+        raise ScheduleError(f"{name} is not a root stage with two pure loops and a reduction")
+    outer, y, x, red = axes
     ty, tx = threads
+    h = s[name]
+    yo, xo, yi, xi = h.tile(y, x, ty * regs, tx * regs)
+    h.reorder(*outer, yo, xo, yi, xi)
     if registers:
-        st = s.states[name]
-        y, x = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
-        out = s[name]
-        yo, xo, yi, xi = out.tile(y, x, ty * regs, tx * regs)
+        out = h
         name = s.cache_write(name, xo, scope="local").func
         if regs > 1:  # the copy out: each thread its register tile, as computed
             yt, xt, yr, xr = _register_tile(out, yi, xi, regs)
             out.reorder(yo, xo, yt, xt, yr, xr)
             yi, xi = yt, xt
-        out.gpu_blocks(yo, xo)
+        _map_blocks(out, outer, yo, xo)
         out.gpu_threads(yi, xi)
-    st = s.states[name]
-    y, x = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
-    (k,) = [lp for lp in st.loops if st.is_reduction_loop(lp)]
-    h = s[name]
-    if registers:  # the block's tile: y and x span it
-        yo = xo = None
+        # the block's tile, in the local stage: y and x span it, the outer loops one point
+        h = s[name]
         yi, xi = y, x
-    else:
-        yo, xo, yi, xi = h.tile(y, x, ty * regs, tx * regs)
+    k, rest = red[0], red[1:]
     ko, ki = h.split(k, kblock)
-    outer = [yo, xo] if yo is not None else []
+    inner = [ki, *rest]
     if regs > 1:
         yt, xt, yr, xr = _register_tile(h, yi, xi, regs)
-        h.reorder(*outer, ko, yt, xt, ki, yr, xr)
+        h.reorder(*outer, *([] if registers else [yo, xo]), ko, yt, xt, *inner, yr, xr)
         yi, xi = yt, xt
     else:
-        h.reorder(*outer, ko, yi, xi, ki)
-    if outer:
-        h.gpu_blocks(*outer)
+        h.reorder(*outer, *([] if registers else [yo, xo]), ko, yi, xi, *inner)
+    if not registers:
+        _map_blocks(h, outer, yo, xo)
     h.gpu_threads(yi, xi)
     if unroll:
-        h.unroll(ki)
+        for lp in (inner[1:] or inner):
+            try:
+                h.unroll(lp)
+            except ScheduleError:  # not of constant extent: kept a loop
+                pass
     for tensor in s.view.reads(name):
         c = s.cache_read(tensor, h, ko, scope="shared")
-        # the block's ty x tx threads copy the tile, each a strided share of it
-        r, q = c.loops[-2:]
-        ro, ri = c.split(r, ty)
-        qo, qi = c.split(q, tx)
-        c.reorder(ri, qi, ro, qo)
+        # the block's ty x tx threads copy the tile, each a strided share of it: its loops
+        # fused into one, consecutive elements on consecutive threads
+        loops = list(c.loops)
+        fused = loops[0]
+        for lp in loops[1:]:
+            fused = c.fuse(fused, lp)
+        fo, qi = c.split(fused, tx)
+        fo, ri = c.split(fo, ty)
+        c.reorder(ri, qi, fo)
         c.gpu_threads(ri, qi)
+
+
+def _map_blocks(h, outer: Sequence[str], yo, xo) -> None:
+    """Map ``yo, xo`` and the ``outer`` pure loops (fused into one, outermost) to blocks."""
+    if outer:
+        fused = outer[0]
+        for o in outer[1:]:
+            fused = h.fuse(fused, o)
+        h.gpu_blocks(fused, yo, xo)
+    else:
+        h.gpu_blocks(yo, xo)
 
 
 def _register_tile(h, y, x, regs: int) -> tuple:

@@ -9,10 +9,11 @@ back to the inputs:
 - ``<stage>.tile``: the thread block of a root stage, ``"ty x tx"`` over its two innermost pure
   loops (``gpu_tile``; 32 to 1024 threads), or ``tx`` for a stage with one pure loop; outer pure
   loops fused onto ``blockIdx.z``;
-- ``<f>.kblock``: for a root reduction with two pure loops and one reduction loop (GEMM-like),
-  none or a split of the reduction loop by 4-32 with both operands staged in shared memory per
-  step (``cache_read(..., scope="shared")``, each copy split onto the block's ``ty x tx``
-  threads, each thread copying a strided share);
+- ``<f>.kblock``: for a root reduction whose operands a tile reads more than once (GEMM-like,
+  batched or not, or a convolution: ``rules.reduction_axes``), none or a split of its
+  outermost reduction loop by 4-32 with its operands staged in shared memory per step
+  (``cache_read(..., scope="shared")``, each copy spread over the block's threads; a split
+  whose tiles do not fit a block's shared memory is not taken);
 - ``<f>.regtile``: for such a staged stage, 1, 2 or 4 outputs per thread along each pure loop
   (a register tile, its loops unrolled inside the reduction loop);
 - ``<f>.accumulate``: for such a staged stage, where the register tile accumulates across the
@@ -38,8 +39,10 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func, stage_id
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.schedule import Schedule
+from tensorlang.schedule.view import AlgorithmView
 
-from .rules import TILE_1D, TILE_2D, map_pure_loops, staged_gemm, tile_spec
+from .rules import (TILE_1D, TILE_2D, launchable, map_pure_loops, reduction_axes,
+                    staged_reduction, tile_spec)
 
 TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1x256",
             "16x32", "32x32", "8x8")
@@ -61,6 +64,7 @@ class GPUSearchSpace:
     def __init__(self, output: Func | Sequence[Func], sizes: dict[str, int]) -> None:
         self.output = output
         self.pipeline = Pipeline(output)
+        self.algorithm = AlgorithmView(self.pipeline)
         self.sizes = dict(sizes)
         #: the Inputs' shapes at these sizes (what the tuner's measuring workers allocate)
         self.shapes = {i.name: tuple(eval_size(e, self.sizes) for e in i.shape)
@@ -74,16 +78,18 @@ class GPUSearchSpace:
             assert d is not None
             readers = s.view.readers(f.name)
             if not p.is_output(f) and d.reduce_op is None and not f.updates:
-                options = ["root", "inline"]
+                # the same choices in every trial (Optuna's categorical parameters are fixed):
+                # "block" where the algorithm has one reader, taken where it is a root stage
+                # with block loops (not where an earlier choice inlined or staged it)
+                single = len(self.algorithm.readers(f.name)) == 1
+                options = ["root", "inline", *(["block"] if single else [])]
+                where = trial.suggest_categorical(f"{f.name}.place", options)
                 one = len(readers) == 1 and readers[0] in s.states and \
                     s.states[readers[0]].compute.kind == "root"
-                if one:
-                    options.append("block")
-                where = trial.suggest_categorical(f"{f.name}.place", options)
                 if where == "inline":
                     if _try(s, lambda t, f=f: t[f].compute_inline()):
                         continue
-                elif where == "block" and _block_loop(s, readers[0]) is not None:
+                elif where == "block" and one and _block_loop(s, readers[0]) is not None:
                     host = readers[0]
                     if _try(s, lambda t, f=f, h=host: _stage_in_block(t, f, h)):
                         continue
@@ -103,7 +109,7 @@ class GPUSearchSpace:
         tile1 = trial.suggest_categorical(f"{f.name}.tile", TILES_1D) if len(pure) == 1 \
             else None
         kblock, regs, registers = 0, 1, False
-        if len(pure) == 2 and len(red) == 1:
+        if reduction_axes(s, f.name) is not None:
             kblock = trial.suggest_categorical(f"{f.name}.kblock", KBLOCKS)
             if kblock:
                 regs = trial.suggest_categorical(f"{f.name}.regtile", REG_TILES)
@@ -111,8 +117,8 @@ class GPUSearchSpace:
                                                       ACCUMULATE) == "registers"
         unroll = bool(red) and trial.suggest_categorical(f"{f.name}.unroll", [False, True])
         threads = tile_spec(tile2 or "16x16")
-        if kblock and _try(s, lambda t: staged_gemm(t, f.name, threads, kblock, unroll, regs,
-                                                    registers)):
+        if kblock and _try(s, lambda t: _staged(t, f.name, threads, kblock, unroll, regs,
+                                                registers)):
             return
         _try(s, lambda t: map_pure_loops(t, f.name, tile_spec(tile2) if tile2 else TILE_2D,
                                          int(tile1) if tile1 else TILE_1D))
@@ -133,6 +139,15 @@ def _try(s: Schedule, apply) -> bool:
         return False
     s.__dict__.update(t.__dict__)  # t is a deep copy: s becomes it
     return True
+
+
+def _staged(s: Schedule, name: str, threads: tuple[int, int], kblock: int, unroll: bool,
+            regs: int, registers: bool) -> None:
+    """``staged_reduction`` in place, refused where its kernels could not launch (a
+    convolution's tiles over a block's shared memory)."""
+    staged_reduction(s, name, threads, kblock, unroll, regs, registers)
+    if not launchable(s):
+        raise ScheduleError(f"the tiles of {name} staged per {kblock} do not fit a block")
 
 
 def _block_loop(s: Schedule, consumer: str) -> str | None:
