@@ -64,8 +64,9 @@ def staged(name: str, f: tl.Func) -> tl.Schedule:
             s[g[n]].compute_at(s[f], "j.o")
     elif name == "conv2d":
         s[f].gpu_tile("y", "x", 8, 8)
-        s[f].gpu_blocks("co", "y.o", "x.o")  # n: a host loop of launches (a fused n.co
-        s[f].reorder("co", "y.o", "x.o", "ci", "y.i", "x.i", "ry", "rx")  # would stage all n)
+        z = s[f].fuse("n", "co")
+        s[f].gpu_blocks(z, "y.o", "x.o")
+        s[f].reorder(z, "y.o", "x.o", "ci", "y.i", "x.i", "ry", "rx")
         s[g["pad"]].compute_at(s[f], "ci")
         s[g["pad"]].gpu_threads("y", "x")
     return s
