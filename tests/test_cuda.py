@@ -677,24 +677,16 @@ def test_random_points_of_the_gpu_search_space_compute_what_numpy_computes(name)
     space = GPUSearchSpace(f, SHAPES[name])
     assert space.shapes == W.input_shapes(f, SHAPES[name])
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=7))
-    ran = 0
     for seed in range(6):
         trial = study.ask()
         s = space.sample(trial)
         assert s.check().ok  # every step the space takes is proven
-        try:
-            kern = emulate(f, s)
-        except CompileError as exc:  # a staged tile of unbounded size: pruned when tuning
-            assert "no constant bound" in str(exc)
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-            continue
+        kern = emulate(f, s)  # and launchable: no staged tile without a constant size
         arrays = _arrays(f, SHAPES[name], seed)
         np.testing.assert_allclose(kern(**arrays), w.numpy(arrays)(), rtol=2e-5, atol=1e-5)
         study.tell(trial, 1.0)
-        ran += 1
-        if HAS_PTXAS and ran == 1:
+        if HAS_PTXAS and seed == 0:
             ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
-    assert ran >= 3
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the refusal on machines without a GPU")

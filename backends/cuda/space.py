@@ -5,7 +5,8 @@ back to the inputs:
 
 - ``<f>.place``: a pure Func other than an output is ``inline``, ``root`` (its own kernel), or
   ``block`` — computed at the block loop of its one consumer and staged in shared memory by the
-  block's threads (a cooperative kernel, ``launches.py``);
+  block's threads (a cooperative kernel, ``launches.py``; ``root`` where that tile has no
+  constant size or does not fit);
 - ``<stage>.tile``: the thread block of a root stage, ``"ty x tx"`` over its two innermost pure
   loops (``gpu_tile``; 32 to 1024 threads), or ``tx`` for a stage with one pure loop; outer pure
   loops fused onto ``blockIdx.z``;
@@ -166,3 +167,5 @@ def _stage_in_block(s: Schedule, f: Func, consumer: str) -> None:
     s[f].compute_at(s[consumer], loop)
     loops = s.states[f.name].loops
     s[f].gpu_threads(*loops[-2:])
+    if not launchable(s):  # its tile has no constant size (a whole row), or is too large
+        raise ScheduleError(f"{f.name} computed per block of {consumer} cannot be staged")
