@@ -64,8 +64,11 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
     return t if t.check(realize=False).ok else s
 
 
-def gpu_schedule(output: Func | Sequence[Func]) -> Schedule:
-    """The rule-based GPU schedule of ``output`` (see the module docstring); proven legal."""
+def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
+                 kblock: int = GEMM_KBLOCK) -> Schedule:
+    """The rule-based GPU schedule of ``output`` (see the module docstring); proven legal.
+    ``regs`` and ``kblock``: rule 3's register tile (``regs x regs`` outputs a thread) and
+    reduction block (halved while its tiles do not fit)."""
     p = Pipeline(output)
     s = Schedule(output)
     for f in reversed(p.funcs):
@@ -78,7 +81,7 @@ def gpu_schedule(output: Func | Sequence[Func]) -> Schedule:
                 s = t
                 continue
         if not f.updates and reduction_axes(s, f.name) is not None:
-            t = _staged(s, f.name)
+            t = _staged(s, f.name, regs, kblock)
             if t is not s:
                 s = t
                 continue
@@ -87,12 +90,12 @@ def gpu_schedule(output: Func | Sequence[Func]) -> Schedule:
     return s
 
 
-def _staged(s: Schedule, name: str) -> Schedule:
+def _staged(s: Schedule, name: str, regs: int, kblock: int) -> Schedule:
     """Rule 3 on stage ``name``: ``s`` with the stage staged, its reduction block the largest of
-    ``GEMM_KBLOCK``, a half and a quarter of it whose shared tiles fit a block's shared memory
-    (a convolution's tiles hold its window too); ``s`` itself when none applies."""
-    for kblock in (GEMM_KBLOCK, GEMM_KBLOCK // 2, GEMM_KBLOCK // 4):
-        t = _try(s, lambda t: staged_reduction(t, name, GEMM_THREADS, kblock, True, GEMM_REGS,
+    ``kblock``, a half and a quarter of it whose shared tiles fit a block's shared memory (a
+    convolution's tiles hold its window too); ``s`` itself when none applies."""
+    for kb in (kblock, kblock // 2, kblock // 4):
+        t = _try(s, lambda t: staged_reduction(t, name, GEMM_THREADS, max(kb, 1), True, regs,
                                                registers=True))
         if t is s:
             return s
