@@ -709,8 +709,9 @@ def test_cli_tune_for_the_gpu_without_one_exits_with_the_reason(tmp_path):
     assert "backend 'cuda' cannot run kernels here" in r.stderr
 
 
-@pytest.mark.parametrize("accumulate", ["output", "registers"])
-def test_a_register_tiled_staged_gemm_point_of_the_space(accumulate):
+@pytest.mark.parametrize("accumulate, regs", [("output", 4), ("registers", 4),
+                                              ("registers", 8)])
+def test_a_register_tiled_staged_gemm_point_of_the_space(accumulate, regs):
     # the register tile accumulates in C at every k block, or in each thread's registers over
     # the whole reduction (cache_write scope="local"), copied out by the same threads
     import optuna
@@ -720,7 +721,7 @@ def test_a_register_tiled_staged_gemm_point_of_the_space(accumulate):
     f = W.BUILTIN["matmul"].build()
     sizes = dict(M=37, N=70, K=19)
     s = GPUSearchSpace(f, sizes).sample(optuna.trial.FixedTrial(
-        {"C.tile": "8x16", "C.kblock": 8, "C.regtile": 4, "C.accumulate": accumulate,
+        {"C.tile": "8x16", "C.kblock": 8, "C.regtile": regs, "C.accumulate": accumulate,
          "C.unroll": True}))
     text = s.to_python()
     if accumulate == "output":

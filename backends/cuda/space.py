@@ -15,8 +15,8 @@ back to the inputs:
   outermost reduction loop by 4-32 with its operands staged in shared memory per step
   (``cache_read(..., scope="shared")``, each copy spread over the block's threads; a split
   whose tiles do not fit a block's shared memory is not taken);
-- ``<f>.regtile``: for such a staged stage, 1, 2 or 4 outputs per thread along each pure loop
-  (a register tile, its loops unrolled inside the reduction loop);
+- ``<f>.regtile``: for such a staged stage, 1, 2, 4 or 8 outputs per thread along each pure
+  loop (a register tile, its loops unrolled inside the reduction loop);
 - ``<f>.accumulate``: for such a staged stage, where the register tile accumulates across the
   ``k`` blocks: ``output`` (loaded from and stored to ``f``'s buffer at every block) or
   ``registers`` (``cache_write(f, block loop, scope="local")``: each thread's tile stays in its
@@ -50,7 +50,7 @@ TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1
 TILES_1D = ("32", "64", "128", "256", "512")
 KBLOCKS = (0, 4, 8, 16, 32)
 #: outputs per thread along each of the two pure loops of a staged GEMM-like stage
-REG_TILES = (1, 2, 4)
+REG_TILES = (1, 2, 4, 8)
 #: where a staged GEMM-like stage's register tile accumulates across its k blocks
 ACCUMULATE = ("output", "registers")
 
