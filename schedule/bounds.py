@@ -47,10 +47,6 @@ def interval(e: Expr, ranges: dict[str, Interval]) -> Interval:
             return smax(a[0], b[0]), smax(a[1], b[1])
         if e.op == "min":
             return smin(a[0], b[0]), smin(a[1], b[1])
-        if e.op in ("mul", "floordiv", "mod") and a[0].same_as(a[1]) and b[0].same_as(b[1]):
-            # one value (a fused loop fixed outside: its parts are points too)
-            point = BinOp(e.op, a[0], b[0], e.dtype)
-            return point, point
         cb = const_value(b[0]) if b[0].same_as(b[1]) else None
         ca = const_value(a[0]) if a[0].same_as(a[1]) else None
         if e.op == "mul" and (cb is not None or ca is not None):
@@ -59,6 +55,10 @@ def interval(e: Expr, ranges: dict[str, Interval]) -> Interval:
             return (lo, hi) if c >= 0 else (hi, lo)
         if e.op == "floordiv" and cb is not None and cb > 0:
             return sfloordiv(a[0], cb), sfloordiv(a[1], cb)
+        if e.op in ("mul", "floordiv", "mod") and a[0].same_as(a[1]) and b[0].same_as(b[1]):
+            # one value: a fused loop held fixed makes its parts (fused // e, fused % e) points
+            point = BinOp(e.op, a[0], b[0], e.dtype)
+            return point, point
         if e.op == "mod" and cb is not None and cb > 0:
             return sconst(0), sconst(cb - 1)
     raise ScheduleError(f"bounds inference cannot bound the index expression {e}")
