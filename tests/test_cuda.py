@@ -826,3 +826,53 @@ def test_a_convolution_is_an_implicit_gemm_on_the_gpu():
         # every kernel (one per version of the tiles) keeps its 16 outputs in registers
         frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", report)
         assert len(frames) == len(launches) and set(frames) == {("0", "0")}
+
+
+def test_a_row_reduction_is_a_block_per_row_on_the_gpu():
+    # rule 4 of rules.py: softmax's max and sum each a block of 256 threads per row (rfactor:
+    # each thread a strided, coalesced share; the block combines 256 partials in shared
+    # memory); its exp(X - mx) inlined (read once per iteration by each consumer); where the
+    # sizes say rows are shorter than the block, a thread per row as before
+    from tensorlang.backends.cuda.private import private_buffers
+
+    f = W.BUILTIN["softmax"].build()
+    s = gpu_schedule(f)
+    text = s.to_python()
+    assert "s.rfactor('mx', 'k.i')" in text and "s.rfactor('sm', 'k.i')" in text
+    assert 's["e"].compute_inline()' in text and 's["mx"].gpu_blocks(\'i\')' in text
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    assert sorted(lc.shared.get(b, 0) for lc in launches for b in ("mx_rf", "sm_rf")
+                  if b in lc.shared) == [256, 256]
+    kern = emulate(f, s)
+    for sizes in (dict(R=1, S=1), dict(R=3, S=601), dict(R=2, S=256)):
+        a = _arrays(f, sizes, 8)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN["softmax"].numpy(a)(), rtol=2e-5,
+                                   atol=1e-6)
+    assert "rfactor" not in gpu_schedule(f, sizes=dict(R=4096, S=100)).to_python()
+    assert "rfactor" in gpu_schedule(f, sizes=dict(R=8, S=8192)).to_python()
+    if HAS_PTXAS:
+        assert "1024 bytes smem" in ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+
+
+def test_a_pointwise_func_is_inlined_on_the_gpu_where_each_consumer_reads_it_once():
+    # rule 1's pointwise_once: P[i, k] (two arrays) read by C[i, j] = sum_k P[i, k] B[k, j]
+    # would be recomputed for every j; staged as a GEMM, C's copy of P's tile reads it once per
+    # element, so P is inlined there (computed once per block and k step)
+    from tensorlang.backends.cuda.rules import pointwise_once
+
+    M, N, K = tl.sizes("M N K")
+    A = tl.Input("A", (M, K), tl.float32)
+    D = tl.Input("D", (K,), tl.float32)
+    B = tl.Input("B", (K, N), tl.float32)
+    i, j, k = tl.vars("i j k")
+    P, C = tl.Func("P"), tl.Func("C")
+    P[i, k] = A[i, k] * D[k]
+    C[i, j] = P[i, k] * B[k, j]
+    assert not pointwise_once(tl.Schedule(C), "P")
+    s = gpu_schedule(C)
+    assert pointwise_once(tl.Schedule(W.BUILTIN["softmax"].build()), "e")
+    text = s.to_python()
+    assert "cache_read('P'" in text and 's["P"].compute_inline()' in text
+    rng = np.random.default_rng(2)
+    a, d, b = (rng.random(n, dtype=np.float32) for n in ((5, 7), (7,), (7, 3)))
+    np.testing.assert_allclose(emulate(C, s)(A=a, D=d, B=b), (a * d) @ b, rtol=1e-5)

@@ -149,7 +149,7 @@ class CUDABackend(Backend):
                             sizes: dict[str, int]) -> Schedule:
         from .rules import gpu_schedule
 
-        return gpu_schedule(output)
+        return gpu_schedule(output, sizes=sizes)
 
     def unavailable(self) -> str | None:
         from .driver import DeviceError, device

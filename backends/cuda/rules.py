@@ -5,8 +5,10 @@ Rules, per Func from the output back to the inputs (Halide's "one thread per out
 starting point, as in its GPU schedules and the GPU autoschedulers' initial states):
 
 1. A pure Func other than an output whose definition reads at most one array element (a
-   boundary condition, a cast, a pointwise map of one input) is inlined: recomputing it costs
-   less than a round trip through GPU memory.
+   boundary condition, a cast, a pointwise map of one input), or at most one element of each
+   array where every consumer reads it once per iteration of its loops (softmax's
+   ``exp(X[i, k] - mx[i])``: ``pointwise_once``), is inlined: recomputing it costs less than a
+   round trip through GPU memory.
 2. Every other stage is computed at root and its pure loops are mapped to the GPU: the two
    innermost ``y, x`` by ``gpu_tile(y, x, 8, 32)`` (blocks of 256 threads; 32 consecutive ``x``
    in a warp, so a row-major store is coalesced), any pure loops outside them fused into one
@@ -24,7 +26,14 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    memory, each thread's outputs kept in its registers across them (``cache_write(...,
    scope="local")``). The sizes are the field's usual starting point, not measured on a GPU
    here.
-4. A step that ``tl.check`` refuses (a pure loop of an update that carries a dependence) is not
+4. A root reduction over one loop of the rows of its operand (one pure loop ``i``, the
+   reduction loop ``k`` their last, contiguous index: softmax's max and sum, a mean) gets a
+   block of ``ROW_THREADS`` threads per output (``row_reduction``): ``k`` split by it and
+   factored out (``rfactor``) so that each thread reduces a strided share (consecutive
+   threads, consecutive elements: coalesced), the block's partial results combined in shared
+   memory (the CUDA samples' ``reduction``; TVM's cross-thread reduction). Where the sizes are
+   known, only rows of at least ``ROW_THREADS`` elements.
+5. A step that ``tl.check`` refuses (a pure loop of an update that carries a dependence) is not
    taken; a stage with no mappable loop runs in one thread.
 
 See also: Halide's ``gpu_tile`` schedules in ``apps/``; Anderson et al., "Efficient automatic
@@ -35,8 +44,9 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from tensorlang.affine import eval_size
 from tensorlang.errors import CompileError, ScheduleError
-from tensorlang.expr import accesses, free_vars
+from tensorlang.expr import Expr, accesses, free_vars
 from tensorlang.func import Func, stage_id
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.lower import lower
@@ -53,6 +63,8 @@ TILE_1D = 256
 GEMM_THREADS = (16, 16)
 GEMM_REGS = 4
 GEMM_KBLOCK = 16
+#: rule 4: the threads of a block that reduce one row
+ROW_THREADS = 256
 
 
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
@@ -65,17 +77,26 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
 
 
 def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
-                 kblock: int = GEMM_KBLOCK) -> Schedule:
+                 kblock: int = GEMM_KBLOCK, sizes: dict[str, int] | None = None) -> Schedule:
     """The rule-based GPU schedule of ``output`` (see the module docstring); proven legal.
     ``regs`` and ``kblock``: rule 3's register tile (``regs x regs`` outputs a thread) and
-    reduction block (halved while its tiles do not fit)."""
+    reduction block (halved while its tiles do not fit); ``sizes`` (by size name, optional):
+    the sizes it will run at (rule 4 takes only long rows).
+
+    Raises:
+        ShapeError: ``sizes`` do not fit the algorithm.
+    """
     p = Pipeline(output)
     s = Schedule(output)
+    ranges = None
+    if sizes is not None:
+        shapes = {i.name: tuple(eval_size(e, sizes) for e in i.shape) for i in p.inputs}
+        ranges = p.bind(shapes, sizes).ranges
     for f in reversed(p.funcs):
         d = f.definition
         assert d is not None
         if not p.is_output(f) and d.reduce_op is None and not f.updates \
-                and len(accesses(d.value)) <= 1:
+                and (len(accesses(d.value)) <= 1 or pointwise_once(s, f.name)):
             t = _try(s, lambda t, f=f: t[f].compute_inline())
             if t is not s:
                 s = t
@@ -85,9 +106,73 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
             if t is not s:
                 s = t
                 continue
+        if not f.updates and row_like(s, f.name) and (ranges is None or ranges.get(
+                f.name, {}).get(s.states[f.name].rvars[0], (0, ROW_THREADS))[1] >= ROW_THREADS):
+            t = _try(s, lambda t, f=f: row_reduction(t, f.name))
+            if t is not s:
+                s = t
+                continue
         for stage in (f.name, *(stage_id(f.name, u.number) for u in f.updates)):
             s = _try(s, lambda t, st=stage: map_pure_loops(t, st))
     return s
+
+
+def pointwise_once(s: Schedule, name: str) -> bool:
+    """Whether pure Func ``name`` reads at most one element of each array and every consumer
+    reads it at indices naming every loop variable of that consumer (so that inlining computes
+    each element once per consumer, not once per iteration of a loop it does not depend on:
+    a GEMM's operand stays an array)."""
+    view = s.view
+    reads = [a.name for a in accesses(view.definition(name).value)]
+    if len(reads) != len(set(reads)):
+        return False
+    for consumer in view.readers(name):
+        d = view.definition(consumer)
+        loops = {v.name for v in (*d.args, *d.rvars)}
+        for a in accesses(d.value):
+            if a.name == name and not loops <= {v.name for e in a.indices for v in free_vars(e)}:
+                return False
+    return True
+
+
+def row_like(s: Schedule, name: str) -> bool:
+    """Whether root stage ``name`` (untransformed) reduces one loop of rows (rule 4): one pure
+    loop, one reduction loop that is the last index of every array of two or more dimensions
+    it reads along that loop."""
+    st = s.states[name]
+    if st.compute.kind != "root" or st.update is not None or st.loops != [*st.pure, *st.rvars] \
+            or len(st.pure) != 1 or len(st.rvars) != 1:
+        return False
+    k = st.rvars[0]
+
+    def along(e: Expr) -> bool:
+        return any(v.name == k for v in free_vars(e))
+
+    reads = [a for a in accesses(s.view.definition(name).value)
+             if any(along(e) for e in a.indices)]
+    # every array of rows it reads along k, k its last index (a column sum reads across rows:
+    # a thread per column is coalesced there, a block per column is not)
+    return any(along(a.indices[-1]) for a in reads) and \
+        all(along(a.indices[-1]) for a in reads if len(a.indices) >= 2)
+
+
+def row_reduction(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
+    """Rule 4 on stage ``name`` (see ``row_like``), in place: a block per output, its
+    reduction split by ``threads`` and factored out onto the block's threads (``<name>_rf``,
+    computed at the block loop), the partial results reduced by the block.
+
+    Raises:
+        ScheduleError: a primitive does not apply (the caller keeps the schedule as it was).
+    """
+    st = s.states[name]
+    (i,), (k,) = st.pure, st.rvars
+    h = s[name]
+    _, ki = h.split(k, threads)
+    rf = s.rfactor(name, ki)
+    h.gpu_blocks(i)
+    rf.compute_at(h, i)
+    pure = [lp for lp in s.states[rf.func].loops if not s.states[rf.func].is_reduction_loop(lp)]
+    rf.gpu_threads(pure[-1])
 
 
 def _staged(s: Schedule, name: str, regs: int, kblock: int) -> Schedule:

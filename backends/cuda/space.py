@@ -21,6 +21,9 @@ back to the inputs:
   ``k`` blocks: ``output`` (loaded from and stored to ``f``'s buffer at every block) or
   ``registers`` (``cache_write(f, block loop, scope="local")``: each thread's tile stays in its
   registers over the whole reduction, written out once, ``private.py``);
+- ``<f>.reduce``: for a root reduction over one loop of rows (``rules.row_like``), ``thread``
+  (each thread one output, as above) or ``block`` (a block of ``rules.ROW_THREADS`` threads per
+  output, the reduction factored onto them: ``rules.row_reduction``);
 - ``<f>.unroll``: unroll the innermost reduction loop (inner part of the split) or not.
 
 Every point is a schedule ``tl.check`` then proves or refutes (a refuted one is pruned by the
@@ -43,7 +46,7 @@ from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.view import AlgorithmView
 
 from .rules import (TILE_1D, TILE_2D, launchable, map_pure_loops, reduction_axes,
-                    staged_reduction, tile_spec)
+                    row_like, row_reduction, staged_reduction, tile_spec)
 
 TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1x256",
             "16x32", "32x32", "8x8")
@@ -109,6 +112,10 @@ class GPUSearchSpace:
             else None
         tile1 = trial.suggest_categorical(f"{f.name}.tile", TILES_1D) if len(pure) == 1 \
             else None
+        if not f.updates and row_like(s, f.name) and trial.suggest_categorical(
+                f"{f.name}.reduce", ("thread", "block")) == "block" \
+                and _try(s, lambda t: row_reduction(t, f.name)):
+            return
         kblock, regs, registers = 0, 1, False
         if reduction_axes(s, f.name) is not None:
             kblock = trial.suggest_categorical(f"{f.name}.kblock", KBLOCKS)
