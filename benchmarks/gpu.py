@@ -4,7 +4,8 @@
 
 Per workload: the rule-based GPU schedule (``schedule="auto"`` with an empty cache; for sgemm
 and conv2d, an implicit GEMM there, 64 x 64 block tiles, 4 x 4 register tiles per thread kept
-across reduction blocks staged in shared memory), a hand schedule that stages tiles in shared
+across reduction blocks staged in shared memory; for softmax a block of 256 threads per row
+for its max and its sum), a hand schedule that stages tiles in shared
 memory, and for sgemm the rule with 8 x 8 register tiles, timed with CUDA events around the
 launches (inputs already on the GPU, ``CUDAKernel.benchmark``), against torch (cuBLAS with TF32
 off, cuDNN, ``torch.softmax``) and, for softmax, a one-row-per-program Triton kernel when Triton is
