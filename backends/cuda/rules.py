@@ -52,8 +52,8 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule
 
-from .private import private_buffers
 from .launches import plan
+from .private import private_buffers
 
 #: threads of a block for a 2-D tile (y, x) and for one pure loop
 TILE_2D = (8, 32)
