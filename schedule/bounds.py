@@ -19,7 +19,9 @@ Interval = tuple[Expr, Expr]
 
 
 def interval(e: Expr, ranges: dict[str, Interval]) -> Interval:
-    """Inclusive symbolic bounds of integer expression ``e``.
+    """Inclusive symbolic bounds of integer expression ``e``. A product, floor division or
+    remainder of two single values is that single value: a fused loop held fixed gives its parts
+    (``fused // e``, ``fused % e``) one value each, not their whole ranges.
 
     Raises:
         ScheduleError: ``e`` is not bounded by this analysis (a product of two varying terms, a
