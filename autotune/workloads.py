@@ -51,25 +51,13 @@ class Workload:
 
 
 def input_shapes(output: Func, sizes: dict[str, int]) -> dict[str, tuple[int, ...]]:
-    """The shape of every Input of ``output``'s pipeline for concrete sizes (by size name).
+    """The shape of every Input of ``output``'s pipeline for concrete sizes (by size name):
+    ``Pipeline.input_shapes``.
 
     Raises:
         ShapeError: a size an input shape needs is missing from ``sizes``.
     """
-    out = {}
-    for inp in Pipeline(output).inputs:
-        dims = []
-        for d in inp.shape:
-            name = getattr(d, "name", None)
-            if name is not None:
-                if name not in sizes:
-                    raise ShapeError(f"no value for size {name} (input {inp.name}); give it as "
-                                     f"--shape {name}=...")
-                dims.append(int(sizes[name]))
-            else:
-                dims.append(int(d.value))  # type: ignore[attr-defined]
-        out[inp.name] = tuple(dims)
-    return out
+    return Pipeline(output).input_shapes(sizes)
 
 
 class BoundExtents:

@@ -186,6 +186,21 @@ class Pipeline:
         return cached[1]
 
     # -- binding -------------------------------------------------------------------------------
+    def input_shapes(self, sizes: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+        """The shape of every Input for concrete ``sizes`` (by size name), by Input name.
+
+        Raises:
+            ShapeError: a size an input shape needs is missing from ``sizes``.
+        """
+        out = {}
+        for inp in self.inputs:
+            for n in (n for e in inp.shape for n in walk(e) if isinstance(n, Size)):
+                if n.name not in sizes:
+                    raise ShapeError(f"no value for size {n.name} (input {inp.name}); give it "
+                                     f"as --shape {n.name}=...")
+            out[inp.name] = tuple(eval_size(e, dict(sizes)) for e in inp.shape)
+        return out
+
     def bind(self, shapes: Mapping[str, tuple[int, ...]], given: Mapping[str, int] | None = None,
              out_shapes: Mapping[str, tuple[int, ...]] | None = None) -> Binding:
         """Bind sizes from the input ``shapes`` (by Input name) and check every read.

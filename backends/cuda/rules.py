@@ -44,7 +44,6 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
-from tensorlang.affine import eval_size
 from tensorlang.errors import CompileError, ScheduleError
 from tensorlang.expr import Expr, accesses, free_vars
 from tensorlang.func import Func, stage_id
@@ -90,8 +89,7 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
     s = Schedule(output)
     ranges = None
     if sizes is not None:
-        shapes = {i.name: tuple(eval_size(e, sizes) for e in i.shape) for i in p.inputs}
-        ranges = p.bind(shapes, sizes).ranges
+        ranges = p.bind(p.input_shapes(sizes), sizes).ranges
     for f in reversed(p.funcs):
         d = f.definition
         assert d is not None

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from tensorlang.affine import eval_size
 from tensorlang.errors import ScheduleError
 from tensorlang.func import Func, stage_id
 from tensorlang.pipeline import Pipeline
@@ -71,8 +70,7 @@ class GPUSearchSpace:
         self.algorithm = AlgorithmView(self.pipeline)
         self.sizes = dict(sizes)
         #: the Inputs' shapes at these sizes (what the tuner's measuring workers allocate)
-        self.shapes = {i.name: tuple(eval_size(e, self.sizes) for e in i.shape)
-                       for i in self.pipeline.inputs}
+        self.shapes = self.pipeline.input_shapes(self.sizes)
 
     def sample(self, trial: Any) -> Schedule:
         p = self.pipeline
