@@ -238,6 +238,9 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
         for u in f.updates:
             s = _schedule_update(s, output, f, u.number, extents, lanes(f, target), nested,
                                  lower_each)
+            # an innermost loop accumulating into one cell runs as a SIMD reduction in a
+            # register (cholesky's dot products; schedule/cell_reduction.py)
+            s[f].update(u.number).atomic()
     return fuse_siblings(s, p, lambda f, h, t: _lowers(output, t))
 
 

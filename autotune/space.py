@@ -58,7 +58,9 @@ Func computed at root or at a consumer loop):
   (``F[idx] = F[idx] op value``: a histogram) whose outermost RDom loop is long enough: chunks
   of that loop become parts of ``<F>_rf`` updated in parallel (``rfactor_rules.rfactor_update_chunks``,
   the rule-based schedule's form), or not; ``<F>.update<i>.parallel`` runs their outermost pure
-  loop in parallel when they have one.
+  loop in parallel when they have one; ``<F>.update<i>.atomic`` marks the update ``atomic()``
+  (an innermost loop accumulating into one cell runs as a reduction in a register:
+  ``schedule/cell_reduction.py``; the rule-based schedule marks every update), or not.
 - ``<F>.with_<H>``, last, for root reductions that the rule-based schedule would fuse
   (``heuristic.fuse_siblings``: one array read at the same indices, the same outermost parallel
   loop): whether F is computed with H at that loop (``compute_with``), or not.
@@ -201,6 +203,8 @@ class SearchSpace:
                 if u.pure and trial.suggest_categorical(f"{f.name}.update{u.number}.parallel",
                                                         [False, True]):
                     st.parallel(u.pure[0])
+                if trial.suggest_categorical(f"{f.name}.update{u.number}.atomic", [True, False]):
+                    st.atomic()
         return fuse_siblings(s, self.pipeline, lambda f, h, t: trial.suggest_categorical(
             f"{f.name}.with_{h.name}", [False, True]))
 
@@ -540,6 +544,10 @@ class _Oracle:
             up = states.get(f"{func}.update({rest[6:-9]})")
             par = up is not None and ForKind.PARALLEL in up.kinds.values()
             return [par, not par]
+        if rest.startswith("update") and rest.endswith(".atomic"):
+            up = states.get(f"{func}.update({rest[6:-7]})")
+            done = up is not None and up.atomic
+            return [done, not done]
         if func not in states:
             return list(choices)  # a decision of a custom space: every choice, in order
         st = states[func]

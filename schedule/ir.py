@@ -123,12 +123,15 @@ class For(Stmt):
 @dataclass(frozen=True, eq=False)
 class Store(Stmt):
     """``buffer[indices] = value``; with ``reduce_op``, ``buffer[indices] = buffer[indices] op
-    value`` where the op is associative (reassociation allowed: the reduction policy)."""
+    value`` where the op is associative (reassociation allowed: the reduction policy).
+    ``reassociable``: the store of an ``atomic()`` update, whose accumulation into one cell
+    ``reduce_update_cells`` may turn into a reduction (``schedule/cell_reduction.py``)."""
 
     buffer: str
     indices: tuple[Expr, ...]
     value: Expr
     reduce_op: str | None = None
+    reassociable: bool = False
 
 
 @dataclass(frozen=True, eq=False)

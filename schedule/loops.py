@@ -76,6 +76,9 @@ class StageState:
     #: where a cache_read copy lives on a GPU (``"shared"`` by a block's threads, ``"local"``
     #: to one thread), as its ``scope`` asked; None: wherever its compute level puts it
     memory: str | None = None
+    #: atomic(): the update's accumulation into a cell may be reassociated (Halide's
+    #: ``Stage::atomic``; ``schedule/cell_reduction.py``)
+    atomic: bool = False
 
     @staticmethod
     def initial_update(f: Func, number: int) -> StageState:

@@ -9,7 +9,10 @@ Reading this file tells the whole story (Halide ``src/Lower.cpp``):
 3. ``check_loops`` — refuse unrolled loops without a constant extent;
 4. ``promote_accumulators`` — a reduction's register tile accumulates in a local buffer that
    LLVM keeps in registers (``schedule/promote.py``);
-5. ``hoist_invariants`` — loop-invariant index arithmetic computed once per loop, shared between
+5. ``reduce_update_cells`` — an ``atomic()`` update's innermost loop that accumulates into one
+   cell, split where a ``where`` on its variable changes, runs as a reduction in a register
+   (``schedule/cell_reduction.py``);
+6. ``hoist_invariants`` — loop-invariant index arithmetic computed once per loop, shared between
    equal expressions (``schedule/hoist.py``).
 
 Set ``TENSORLANG_DUMP=1`` to print the loop nest after each pass (on standard error).
@@ -28,6 +31,7 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
+from .cell_reduction import reduce_update_cells
 from .hoist import hoist_invariants
 from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
 from .promote import promote_accumulators
@@ -62,6 +66,7 @@ PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
     ("simplify", simplify),
     ("check_loops", check_loops),
     ("promote_accumulators", promote_accumulators),
+    ("reduce_update_cells", reduce_update_cells),
     ("hoist_invariants", hoist_invariants),
 ]
 

@@ -271,7 +271,8 @@ class _Realizer:
             value = substitute(self.values[name], nest.values)
             index = tuple(lower_reads(substitute(i, nest.values), self.domains)
                           for i in u.index)  # (a scatter's index reads data)
-            store = Store(f.name, index, lower_reads(value, self.domains))
+            store = Store(f.name, index, lower_reads(value, self.domains),
+                          reassociable=st.atomic)
             return emit_nest(nest, store, None, lambda lf: [], lambda lf, body: body,
                              partition=True, plain=lambda lf: True)
 

@@ -537,6 +537,20 @@ class Stage:
         self._do("serial", loop=_name(loop, self.func, "serial"))
         return self
 
+    def atomic(self) -> Stage:
+        """Let this update stage's accumulation into a cell be reassociated, as a reduction's
+        (Halide ``Stage::atomic``): an innermost loop that accumulates ``C = C op value`` (op
+        ``+ - * max min``) into one cell ``C`` that ``value`` provably never reads — after
+        splitting the loop where a ``tl.where`` condition on its variable changes (cholesky's
+        ``k < j``) — keeps ``C`` in a register and runs as a SIMD reduction
+        (``schedule/cell_reduction.py``). Results change only by the rounding of the
+        reassociated sum. Always legal.
+
+        Raises:
+            ScheduleError: the stage is a pure definition's."""
+        self._do("atomic")
+        return self
+
     def compute_root(self) -> Stage:
         """Compute this Func entirely before its consumers, into a buffer over its whole
         domain (the default). See also: Halide ``compute_root``."""

@@ -1,5 +1,6 @@
 """Loop-kind primitives: unroll, vectorize, parallel, serial, and the GPU mappings gpu_blocks,
-gpu_threads, gpu_tile — how a loop runs, not which loops exist.
+gpu_threads, gpu_tile — how a loop runs, not which loops exist; and ``atomic``, how an update's
+accumulation runs.
 
 With a factor each first splits the loop (``parallel`` marks the outer part, the others the inner
 part). ``vectorize`` and ``parallel`` oblige legality to prove that no dependence is carried by
@@ -86,6 +87,28 @@ class Serial(_LoopKind):
     # a serial loop runs every iteration in order: it carries any dependence the way the
     # default loop nest does, and shares no buffer between threads
     obligations = frozenset()
+
+
+@register
+class Atomic(Primitive):
+    """``atomic()`` on an update stage: its accumulation into a cell may be reassociated
+    (Halide's ``Stage::atomic``). Where the update's innermost loop adds into one cell that no
+    read of the loop touches — proven when lowering — the loop then runs as a reduction in a
+    register (``schedule/cell_reduction.py``). Changes no loop order: obliges nothing."""
+
+    name, family = "atomic", "loop kinds"
+    obligations = frozenset()
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        if st.update is None:
+            raise ScheduleError.in_schedule(
+                st.func, f"atomic() applies to an update definition's stage, and {st.func} is a "
+                f"pure definition (its reductions are reassociable already); use "
+                f"s[{st.func!r}].update(n).atomic()", step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        st.atomic = True
+        return None
 
 
 class _GPULoops(Primitive):

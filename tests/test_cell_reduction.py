@@ -1,0 +1,157 @@
+"""``atomic()`` and the ``reduce_update_cells`` lowering pass: an update's innermost loop that
+accumulates into one cell, split where a ``where`` on its variable changes, runs as a reduction
+in a register — only where isl proves no read of the loop touches the cell — and every result
+matches NumPy on odd sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.errors import ScheduleError
+from tensorlang.schedule.lower import lower
+
+SIZES = [1, 2, 7, 13, 31]
+
+
+def _cells(out, s) -> list[str]:
+    return [b for b in lower(out, s).buffers if ".cell" in b]
+
+
+def _cholesky():
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    ch = tl.Func("ch", shape=(N, N))
+    ch[i, j] = A[i, j]
+    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i: k <= j <= i
+    k, jj, ii = r.x, r.y, r.z
+    r.where((jj <= ii) & (k <= jj))
+    last = tl.where(jj == ii, tl.sqrt(ch[ii, jj]), ch[ii, jj] / ch[jj, jj])
+    ch[ii, jj] = tl.where(k < jj, ch[ii, jj] - ch[ii, k] * ch[jj, k], last)
+    return ch
+
+
+def _lu():
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    lu = tl.Func("lu", shape=(N, N))
+    lu[i, j] = A[i, j]
+    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i; k == j divides: a condition with 3 ranges
+    k, jj, ii = r.x, r.y, r.z
+    r.where((k < ii) & (k <= jj))
+    lu[ii, jj] = tl.where(k == jj, lu[ii, jj] / lu[jj, jj], lu[ii, jj] - lu[ii, k] * lu[k, jj])
+    return lu
+
+
+def _spd(n: int) -> np.ndarray:
+    b = np.random.default_rng(n).random((n, n))
+    return b @ b.T / n + np.eye(n)
+
+
+def _lu_np(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    for k in range(len(a)):
+        a[k + 1:, k] /= a[k, k]
+        a[k + 1:, k + 1:] -= np.outer(a[k + 1:, k], a[k, k + 1:])
+    return a
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_cholesky_dot_products_reduce_in_a_register(atomic):
+    ch = _cholesky()
+    s = tl.Schedule(ch)
+    if atomic:
+        s[ch].update(0).atomic()
+    assert bool(_cells(ch, s)) == atomic  # strict order unless the schedule allows it
+    kern = tl.compile(ch, s)
+    for n in SIZES:
+        a = _spd(n)
+        want = np.tril(np.linalg.cholesky(a)) + np.triu(a, 1)
+        np.testing.assert_allclose(kern(A=a), want, rtol=1e-10, atol=1e-12)
+
+
+def test_equality_condition_splits_into_three_ranges():
+    lu = _lu()
+    s = tl.Schedule(lu)
+    s[lu].update(0).atomic()
+    nest = str(lower(lu, s))
+    assert len(_cells(lu, s)) == 2, nest  # left of the diagonal and right of it
+    assert "where" not in nest.split("produce lu.update(0)")[1], nest
+    kern = tl.compile(lu, s)
+    for n in SIZES:
+        a = _spd(n)
+        np.testing.assert_allclose(kern(A=a), _lu_np(a), rtol=1e-9, atol=1e-12)
+
+
+def test_a_read_that_may_touch_the_cell_keeps_strict_order():
+    # F[i] += F[r] / 8 over every r: at r == i the loop reads the cell it accumulates into,
+    # so the sum cannot be reassociated (its later terms depend on its earlier ones)
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    F = tl.Func("F", shape=(N,))
+    F[i] = X[i]
+    r = tl.RDom((0, N), (0, N))  # r (inner), row
+    F[r.y] = F[r.y] + F[r.x] / 8.0
+    s = tl.Schedule(F)
+    s[F].update(0).atomic()
+    assert not _cells(F, s)
+    kern = tl.compile(F, s)
+    for n in SIZES:
+        x = np.random.default_rng(n).random(n)
+        want = x.copy()
+        for row in range(n):
+            for col in range(n):
+                want[row] += want[col] / 8.0
+        np.testing.assert_allclose(kern(X=x), want, rtol=1e-12)
+
+
+def test_a_read_of_another_cell_is_proven_apart():
+    # a triangular solve: x[i] -= L[i, j] x[j] for j < i reads x[j], never x[i]
+    (N,) = tl.sizes("N")
+    L, b = tl.Input("L", (N, N), tl.float64), tl.Input("b", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    x = tl.Func("x", shape=(N,))
+    x[i] = b[i]
+    r = tl.RDom((0, N), (0, N))  # j, i: j <= i
+    r.where(r.x <= r.y)
+    x[r.y] = tl.where(r.x < r.y, x[r.y] - L[r.y, r.x] * x[r.x], x[r.y] / L[r.y, r.y])
+    s = tl.Schedule(x)
+    s[x].update(0).atomic()
+    assert len(_cells(x, s)) == 1
+    kern = tl.compile(x, s)
+    for n in SIZES:
+        rng = np.random.default_rng(n)
+        lo = np.tril(rng.random((n, n))) + n * np.eye(n)
+        rhs = rng.random(n)
+        np.testing.assert_allclose(kern(L=lo, b=rhs), np.linalg.solve(lo, rhs), rtol=1e-10)
+
+
+def test_atomic_on_a_pure_stage_is_refused():
+    ch = _cholesky()
+    s = tl.Schedule(ch)
+    with pytest.raises(ScheduleError, match=r"update\(n\)\.atomic\(\)"):
+        s[ch].atomic()
+
+
+def test_atomic_round_trips_through_the_trace():
+    ch = _cholesky()
+    s = tl.Schedule(ch)
+    s[ch].update(0).atomic()
+    assert 's["ch"].update(0).atomic()' in str(s)
+    t = tl.Schedule.from_json(ch, s.to_json())
+    assert _cells(ch, t)
+
+
+def test_rule_based_schedule_marks_updates_atomic():
+    from tensorlang.autotuner.heuristic import heuristic_schedule
+
+    ch = _cholesky()
+    s = heuristic_schedule(ch, {"N": 64})
+    assert _cells(ch, s)
+    a = _spd(64)
+    np.testing.assert_allclose(tl.compile(ch, s)(A=a),
+                               np.tril(np.linalg.cholesky(a)) + np.triu(a, 1), rtol=1e-10)
