@@ -16,14 +16,16 @@ reassociated), this pass rewrites such a loop in two steps:
    Control Flow", SPE 1994) of each range whose store is ``C = C op value`` (op ``+ - * max
    min``; the cell ``C`` the same on every iteration) and whose ``value`` provably never reads
    ``C`` — isl proves the index equations of every read of ``C``'s buffer against the cell's
-   have no solution in the range: the cell is loaded once into a one-element register buffer,
-   the range accumulates into it as a reduction store (``reassoc``: LLVM's vectorizer turns it
-   into SIMD partial sums) and the cell is stored back once.
+   have no solution in the range, within the bounds of the enclosing loops and lets: the cell
+   is loaded once into a one-element register buffer, the range accumulates into it as a
+   reduction store (``reassoc``: LLVM's vectorizer turns it into SIMD partial sums) and the
+   cell is stored back once.
 
 Nothing else changes: a loop inside a vectorized loop or a GPU kernel, a loop whose body is
 not a single unguarded store, whose cell index moves with the loop or reads memory, or whose
-reads cannot be proven apart from the cell is left as it is. The results differ from the strict order only by the rounding of a reassociated
-sum, as every reduction of the language may.
+reads cannot be proven apart from the cell is left as it is. The results differ from the
+strict order only by the rounding of a reassociated sum, as every reduction of the language
+may.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ import islpy as isl
 from tensorlang.affine import sadd, sconst, smax, smin, ssub
 from tensorlang.expr import BinOp, Cmp, Const, Expr, Select, Size, Var, map_children, walk
 
-from .ir import Allocate, Block, Buffer, For, ForKind, Load, LoweredFunc, Stmt, Store, map_stmt
+from .ir import (Allocate, Block, Buffer, For, ForKind, LetStmt, Load, LoweredFunc, Stmt, Store,
+                 map_stmt)
 from .legality.isl_text import Unrepresentable, quasi_affine
 from .simplify import simplify_expr
 
@@ -109,7 +112,7 @@ def _accumulation(value: Expr, cell: Load) -> tuple[str, Expr] | None:
     for mine, other in ((value.a, value.b), (value.b, value.a)):
         if mine.same_as(cell):
             if value.op == "sub":
-                if mine is not value.a:
+                if mine is not value.a or value.dtype.is_unsigned or value.dtype.is_bool:
                     return None
                 neg = BinOp("mul", Const(-1.0 if value.dtype.is_float else -1, value.dtype),
                             other, value.dtype)
@@ -118,30 +121,46 @@ def _accumulation(value: Expr, cell: Load) -> tuple[str, Expr] | None:
     return None
 
 
-def _disjoint(reads: list[Load], cell: Load, x: str, start: Expr, end: Expr) -> bool:
+def _disjoint(reads: list[Load], cell: Load, x: str, start: Expr, end: Expr,
+              context: tuple[Stmt, ...]) -> bool:
     """Whether isl proves that no read in ``reads`` touches ``cell`` for any ``x`` in
-    ``[start, end)``, whatever the values of the other variables (isl parameters)."""
+    ``[start, end)``, for every value of the other variables (isl parameters) that the
+    enclosing loops and lets in ``context`` allow (a bound isl cannot state is left out: the set
+    only grows, so an empty one still proves it)."""
     names: dict[str, str] = {}
 
     def name(v: str) -> str:
         return names.setdefault(v, f"p{len(names)}")
 
+    def quasi(e: Expr) -> str:
+        return quasi_affine(e, name, name)
+
+    known: list[str] = []
+    for c in context:
+        try:
+            if isinstance(c, For):
+                v = name(c.var)
+                known.append(f"{quasi(c.min)} <= {v} < {quasi(c.min)} + {quasi(c.extent)}")
+            elif isinstance(c, LetStmt):
+                known.append(f"{name(c.var)} = {quasi(c.value)}")
+        except Unrepresentable:
+            continue
     try:
-        lo, hi = quasi_affine(start, name, name), quasi_affine(end, name, name)
         xs = name(x)
+        bounds = [f"{quasi(start)} <= {xs} < {quasi(end)}", *known]
         for r in reads:
-            eqs = " and ".join(f"{quasi_affine(a, name, name)} = {quasi_affine(b, name, name)}"
-                               for a, b in zip(r.indices, cell.indices))
+            eqs = [f"{quasi(a)} = {quasi(b)}" for a, b in zip(r.indices, cell.indices)]
             params = ", ".join(v for v in names.values() if v != xs)
-            if not isl.Set(f"[{params}] -> {{ [{xs}] : {lo} <= {xs} < {hi} and {eqs} }}") \
-                    .is_empty():
+            text = f"[{params}] -> {{ [{xs}] : {' and '.join(bounds + eqs)} }}"
+            if not isl.Set(text).is_empty():
                 return False
     except (Unrepresentable, isl.Error):
         return False
     return True
 
 
-def _try(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> Stmt | None:
+def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
+         context: tuple[Stmt, ...]) -> Stmt | None:
     st = loop.body
     if loop.kind is not ForKind.SERIAL or not isinstance(st, Store) or st.reduce_op is not None:
         return None
@@ -159,6 +178,8 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> Stmt | No
         pieces = [(a, b, simplify_expr(_resolve(st.value, cond, t)))
                   for a, b, t in _ranges(op, e, loop.min, end)]
     dtype = buffers[st.buffer].dtype
+    if dtype.is_bool:
+        return None
     cell = Load(st.buffer, st.indices, dtype)
     out: list[Stmt] = []
     reduced = False
@@ -168,7 +189,7 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> Stmt | No
         if acc is not None:
             rop, term = acc
             reads = [n for n in walk(term) if isinstance(n, Load) and n.buffer == st.buffer]
-            if _disjoint(reads, cell, x, a, b):
+            if _disjoint(reads, cell, x, a, b, context):
                 counter[0] += 1
                 buf = Buffer(f"{st.buffer}.cell{counter[0]}", dtype, (sconst(0),), (sconst(1),),
                              "internal", register=True)
@@ -192,14 +213,15 @@ def reduce_update_cells(f: LoweredFunc) -> LoweredFunc:
     buffers = dict(f.buffers)
     counter = [0]
 
-    def go(s: Stmt, lanes: bool = False) -> Stmt:
+    def go(s: Stmt, lanes: bool = False, context: tuple[Stmt, ...] = ()) -> Stmt:
         # not inside SIMD lanes or GPU threads: there the one-cell register would be shared
         if isinstance(s, For) and not lanes:
-            r = _try(s, buffers, counter)
+            r = _try(s, buffers, counter, context)
             if r is not None:
                 return r
         inner = lanes or (isinstance(s, For) and s.kind in _LANES)
-        return map_stmt(s, lambda c: go(c, inner), lambda e: e)
+        ctx = context + (s,) if isinstance(s, (For, LetStmt)) else context
+        return map_stmt(s, lambda c: go(c, inner, ctx), lambda e: e)
 
     body = go(f.body)
     if body is f.body:

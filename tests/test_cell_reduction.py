@@ -155,3 +155,56 @@ def test_rule_based_schedule_marks_updates_atomic():
     a = _spd(64)
     np.testing.assert_allclose(tl.compile(ch, s)(A=a),
                                np.tril(np.linalg.cholesky(a)) + np.triu(a, 1), rtol=1e-10)
+
+
+@pytest.mark.parametrize("op,dtype", [("add", tl.int32), ("sub", tl.float32),
+                                      ("max", tl.float32), ("min", tl.int16),
+                                      ("mul", tl.float64)])
+def test_each_reduction_op_on_a_strided_row(op, dtype):
+    # F[i] = F[i] op X[i, r] over a row of X: the cell is F[i], the reads X's
+    (M, N) = tl.sizes("M N")
+    X = tl.Input("X", (M, N), dtype)
+    (i,) = tl.vars("i")
+    F = tl.Func("F", shape=(M,))
+    F[i] = X[i, 0]
+    r = tl.RDom((1, N), (0, M))  # columns 1 to N - 1, rows
+    cur, x = F[r.y], X[r.y, r.x]
+    F[r.y] = {"add": cur + x, "sub": cur - x, "max": tl.maximum(cur, x),
+              "min": tl.minimum(cur, x), "mul": cur * x}[op]
+    s = tl.Schedule(F)
+    s[F].update(0).atomic()
+    assert _cells(F, s)
+    kern = tl.compile(F, s)
+    npf = {"add": np.add, "sub": np.subtract, "max": np.maximum, "min": np.minimum,
+           "mul": np.multiply}[op]
+    for m, n in [(1, 1), (1, 2), (3, 7), (5, 33)]:
+        rng = np.random.default_rng(m * n)
+        xs = (rng.integers(-50, 50, (m, n)) if dtype.is_int
+              else rng.random((m, n)) + 0.5).astype(dtype.numpy)
+        want = xs[:, 0].copy()
+        for c in range(1, n):
+            want = npf(want, xs[:, c])
+        np.testing.assert_allclose(kern(X=xs), want, rtol=1e-5)
+
+
+def test_enclosing_loop_bounds_prove_reads_apart():
+    # F[N] += F[i] / 2 for i < k < N: only k's loop bound (k < N) keeps i from reaching N
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (c,) = tl.vars("c")
+    F = tl.Func("F", shape=(N + 1,))
+    F[c] = tl.constant_exterior(X, 0.0)[c]
+    r = tl.RDom((0, N), (1, N))  # i, k
+    r.where(r.x < r.y)
+    F[N] = F[N] + F[r.x] / 2.0
+    s = tl.Schedule(F)
+    s[F].update(0).atomic()
+    assert _cells(F, s)
+    kern = tl.compile(F, s)
+    for n in SIZES:
+        x = np.random.default_rng(n).random(n)
+        want = np.append(x, 0.0)
+        for k in range(1, n):
+            for i in range(k):
+                want[n] += want[i] / 2.0
+        np.testing.assert_allclose(kern(X=x), want, rtol=1e-12)

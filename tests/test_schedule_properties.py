@@ -2,7 +2,7 @@
 
 Random compute locations (root / inline / at a random loop of a reader) and random loop primitives
 (split with either tail, reorder, fuse, unroll, vectorize and parallel on any loop, cache_read,
-cache_write, rfactor, on every stage including update stages). Whatever the isl check accepts must match the
+cache_write, rfactor, atomic, on every stage including update stages). Whatever the isl check accepts must match the
 reference (at three odd sizes, and the trace must replay from JSON); whatever it refuses must carry a
 witness pair that really depends — re-checked here from the index expressions, without isl.
 """
@@ -22,7 +22,7 @@ from tensorlang.expr import Access, walk
 from tensorlang.schedule.primitives.placement import transitive_readers
 
 OPS = ["split", "split", "reorder", "fuse", "unroll", "vectorize", "parallel", "cache_read",
-       "cache_write", "rfactor"]
+       "cache_write", "rfactor", "atomic"]
 
 
 def random_schedule(data, out):
@@ -76,6 +76,8 @@ def random_schedule(data, out):
                 s.cache_write(name, data.draw(st.sampled_from(loops)))
             elif op == "rfactor" and name in s.view.defs:
                 s.rfactor(name, data.draw(st.sampled_from(loops)))
+            elif op == "atomic":
+                stage.atomic()  # refused on a pure definition's stage
         except tl.ScheduleError:
             pass
     return s
