@@ -35,17 +35,19 @@ import dataclasses
 import islpy as isl
 
 from tensorlang.affine import sadd, sconst, smax, smin, ssub
-from tensorlang.expr import BinOp, Cmp, Const, Expr, Select, Size, Var, map_children, walk
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Not, Select, Size, Var, map_children, walk
 
-from .ir import (Allocate, Block, Buffer, For, ForKind, LetStmt, Load, LoweredFunc, Stmt, Store,
-                 map_stmt)
+from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc,
+                 Stmt, Store, map_stmt)
 from .legality.isl_text import Unrepresentable, quasi_affine
 from .simplify import simplify_expr
 
 #: the reduction ops a range may accumulate with (``sub`` accumulates the negated value)
 _OPS = {"add": "sum", "sub": "sum", "mul": "prod", "max": "max", "min": "min"}
 _LANES = frozenset({ForKind.VECTORIZED, ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
-_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq"}
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+#: the most comparisons of the loop variable a loop is cut by (each at most triples the ranges)
+MAX_CONDITIONS = 4
 
 
 def _vars(e: Expr) -> set[str]:
@@ -56,57 +58,65 @@ def _reads(e: Expr) -> bool:
     return any(isinstance(n, Load) for n in walk(e))
 
 
-def _split_condition(value: Expr, x: str) -> tuple[str, Expr, Cmp] | None:
-    """The one comparison of ``value``'s ``where`` conditions that involves loop variable
-    ``x``, as ``(op, e, cmp)`` meaning ``x op e`` with ``e`` free of ``x``; None if there is
-    none, several, or one of another shape."""
-    found: list[Cmp] = []
-    for n in walk(value):
-        if isinstance(n, Select):
-            for c in walk(n.cond):
-                if isinstance(c, Cmp) and x in _vars(c) and all(
-                        not c.same_as(o) for o in found):
-                    found.append(c)
-    if len(found) != 1:
-        return None
-    c = found[0]
-    if c.op not in _FLIP or not c.a.dtype.is_int or _reads(c.a) or _reads(c.b):
-        return None
-    for side, other, op in ((c.a, c.b, c.op), (c.b, c.a, _FLIP[c.op])):
-        if isinstance(side, Var) and side.name == x and x not in _vars(other):
-            return op, other, c
+def _split_condition(exprs: list[Expr], x: str) -> tuple[str, Expr, Cmp] | None:
+    """The first comparison in ``exprs`` of loop variable ``x`` with an expression free of
+    ``x`` (and of reads), as ``(op, e, cmp)`` meaning ``x op e``; None if there is none."""
+    for root in exprs:
+        for c in walk(root):
+            if not isinstance(c, Cmp) or c.op not in _FLIP or x not in _vars(c):
+                continue
+            if not c.a.dtype.is_int or _reads(c.a) or _reads(c.b):
+                continue
+            for side, other, op in ((c.a, c.b, c.op), (c.b, c.a, _FLIP[c.op])):
+                if isinstance(side, Var) and side.name == x and x not in _vars(other):
+                    return op, other, c
     return None
 
 
-def _ranges(op: str, e: Expr, lo: Expr, hi: Expr) -> list[tuple[Expr, Expr, bool]]:
-    """``[lo, hi)`` cut where ``x op e`` changes: (start, end, truth) per range, in order."""
-    def clamp(v: Expr) -> Expr:
-        return smax(lo, smin(hi, v))
-
+def _ranges(op: str, e: Expr, lo: Expr, hi: Expr, ctx: _Context
+            ) -> list[tuple[Expr, Expr, bool]]:
+    """``[lo, hi)`` cut where ``x op e`` changes: (start, end, truth) per range, in order,
+    leaving out those ``ctx`` proves empty."""
     e1 = sadd(e, sconst(1))
     cuts = {"lt": ([e], [True, False]), "le": ([e1], [True, False]),
             "gt": ([e1], [False, True]), "ge": ([e], [False, True]),
-            "eq": ([e, e1], [False, True, False])}[op]
-    points = [lo, *(clamp(p) for p in cuts[0]), hi]
-    return [(points[k], points[k + 1], truth) for k, truth in enumerate(cuts[1])]
+            "eq": ([e, e1], [False, True, False]), "ne": ([e, e1], [True, False, True])}[op]
+    points = [lo, *(ctx.clamp(p, lo, hi) for p in cuts[0]), hi]
+    return [(points[k], points[k + 1], truth) for k, truth in enumerate(cuts[1])
+            if not ctx.holds(f"{ctx.text(points[k])} >= {ctx.text(points[k + 1])}")]
 
 
 def _resolve(value: Expr, cond: Cmp, truth: bool) -> Expr:
-    """``value`` with ``cond`` replaced by ``truth`` and the ``where``s it decides folded."""
+    """``value`` with ``cond`` replaced by ``truth``, and the ``where``s, ``&``, ``|`` and
+    ``~`` it decides folded."""
     def go(n: Expr) -> Expr:
         if isinstance(n, Cmp) and n.same_as(cond):
             return Const(truth, n.dtype)
         n = map_children(n, go)
         if isinstance(n, Select) and isinstance(n.cond, Const):
             return n.t if n.cond.value else n.f
+        if isinstance(n, Not) and isinstance(n.a, Const):
+            return Const(not n.a.value, n.dtype)
+        if isinstance(n, BinOp) and n.op in ("and", "or"):
+            for k, other in ((n.a, n.b), (n.b, n.a)):
+                if isinstance(k, Const):
+                    decides = bool(k.value) == (n.op == "or")
+                    return k if decides else other
         return n
 
-    return go(value)
+    return simplify_expr(go(value))
 
 
 def _accumulation(value: Expr, cell: Load) -> tuple[str, Expr] | None:
     """``(reduce op, term)`` if ``value`` is ``cell op term`` (either order for the commutative
-    ops; ``cell - term`` as the sum of ``-term``)."""
+    ops; ``cell - term`` as the sum of ``-term``), or a ``where`` (whose condition reads no
+    memory) of two such with the same op: ``where(c, cell + a, cell - b)`` is ``cell +
+    where(c, a, -b)``."""
+    if isinstance(value, Select) and not _reads(value.cond):
+        t, f = _accumulation(value.t, cell), _accumulation(value.f, cell)
+        if t is None or f is None or t[0] != f[0]:
+            return None
+        return t[0], Select(value.cond, t[1], f[1], value.dtype)
     if not isinstance(value, BinOp) or value.op not in _OPS:
         return None
     for mine, other in ((value.a, value.b), (value.b, value.a)):
@@ -121,90 +131,164 @@ def _accumulation(value: Expr, cell: Load) -> tuple[str, Expr] | None:
     return None
 
 
-def _disjoint(reads: list[Load], cell: Load, x: str, start: Expr, end: Expr,
-              context: tuple[Stmt, ...]) -> bool:
-    """Whether isl proves that no read in ``reads`` touches ``cell`` for any ``x`` in
-    ``[start, end)``, for every value of the other variables (isl parameters) that the
-    enclosing loops and lets in ``context`` allow (a bound isl cannot state is left out: the set
-    only grows, so an empty one still proves it)."""
-    names: dict[str, str] = {}
+class _Context:
+    """What the enclosing loops and lets of a loop say about its variables, as isl
+    constraints (sizes are non-negative): the facts the pass proves its rewrites with. A bound
+    isl cannot state is left out: the sets only grow, so what is proven stays proven."""
 
-    def name(v: str) -> str:
-        return names.setdefault(v, f"p{len(names)}")
+    def __init__(self, context: tuple[Stmt, ...]) -> None:
+        self.names: dict[str, str] = {}
+        self.known: list[str] = []
+        for c in context:
+            try:
+                if isinstance(c, For):
+                    v, lo = self.text(Var(c.var)), self.text(c.min)
+                    self.known.append(f"{lo} <= {v} < {lo} + {self.text(c.extent)}")
+                elif isinstance(c, LetStmt):
+                    self.known.append(f"{self.text(Var(c.var))} = {self.text(c.value)}")
+            except Unrepresentable:
+                continue
 
-    def quasi(e: Expr) -> str:
-        return quasi_affine(e, name, name)
+    def _name(self, v: str) -> str:
+        return self.names.setdefault(v, f"p{len(self.names)}")
 
-    known: list[str] = []
-    for c in context:
+    def _size(self, v: str) -> str:
+        new = v not in self.names
+        out = self._name(v)
+        if new:
+            self.known.append(f"{out} >= 0")
+        return out
+
+    def text(self, e: Expr) -> str:
+        """``e`` in isl's syntax (raises Unrepresentable)."""
+        return quasi_affine(e, self._name, self._size)
+
+    def _empty(self, dims: list[str], constraints: list[str]) -> bool:
         try:
-            if isinstance(c, For):
-                v = name(c.var)
-                known.append(f"{quasi(c.min)} <= {v} < {quasi(c.min)} + {quasi(c.extent)}")
-            elif isinstance(c, LetStmt):
-                known.append(f"{name(c.var)} = {quasi(c.value)}")
+            params = ", ".join(v for v in self.names.values() if v not in dims)
+            text = f"[{params}] -> {{ [{', '.join(dims)}] : " \
+                   f"{' and '.join([*self.known, *constraints]) or 'true'} }}"
+            return isl.Set(text).is_empty()
+        except isl.Error:
+            return False
+
+    def holds(self, constraint: str) -> bool:
+        """Whether ``constraint`` (isl text over known names) holds wherever the context
+        does."""
+        return self._empty([], [f"not ({constraint})"])
+
+    def clamp(self, v: Expr, lo: Expr, hi: Expr) -> Expr:
+        """``max(lo, min(hi, v))``, without the bounds the context proves unneeded."""
+        try:
+            tv, tl, th = self.text(v), self.text(lo), self.text(hi)
         except Unrepresentable:
-            continue
+            return smax(lo, smin(hi, v))
+        if self.holds(f"{tv} <= {tl}"):
+            return lo
+        if self.holds(f"{tv} >= {th}"):
+            return hi
+        above, below = self.holds(f"{tv} >= {tl}"), self.holds(f"{tv} <= {th}")
+        return v if above and below else smin(hi, v) if above else smax(lo, v) if below \
+            else smax(lo, smin(hi, v))
+
+    def disjoint(self, reads: list[Load], cell: Load, x: str, start: Expr, end: Expr) -> bool:
+        """Whether no read in ``reads`` touches ``cell`` for any ``x`` in ``[start, end)``."""
+        try:
+            xs = self._name(x)
+            bounds = [f"{self.text(start)} <= {xs} < {self.text(end)}"]
+            for r in reads:
+                eqs = [f"{self.text(a)} = {self.text(b)}" for a, b in zip(r.indices, cell.indices)]
+                if not self._empty([xs], bounds + eqs):
+                    return False
+        except Unrepresentable:
+            return False
+        return True
+
+
+@dataclasses.dataclass(frozen=True)
+class _Piece:
+    """A range ``[start, end)`` of the loop with its store (and guard: None when there is
+    none) resolved for that range."""
+
+    start: Expr
+    end: Expr
+    guard: Expr | None
+    store: Store
+
+
+def _cut(p: _Piece, x: str, depth: int, ctx: _Context) -> list[_Piece]:
+    """``p`` cut where a comparison of ``x`` in its guard, indices or value changes, then each
+    range cut again (at most ``depth`` conditions deep); ranges whose guard is false dropped."""
+    exprs = [*([p.guard] if p.guard is not None else []), *p.store.indices, p.store.value]
+    split = _split_condition(exprs, x) if depth else None
+    if split is None:
+        return [p]
+    op, e, cond = split
+    out: list[_Piece] = []
     try:
-        xs = name(x)
-        bounds = [f"{quasi(start)} <= {xs} < {quasi(end)}", *known]
-        for r in reads:
-            eqs = [f"{quasi(a)} = {quasi(b)}" for a, b in zip(r.indices, cell.indices)]
-            params = ", ".join(v for v in names.values() if v != xs)
-            text = f"[{params}] -> {{ [{xs}] : {' and '.join(bounds + eqs)} }}"
-            if not isl.Set(text).is_empty():
-                return False
-    except (Unrepresentable, isl.Error):
-        return False
-    return True
+        ranges = _ranges(op, e, p.start, p.end, ctx)
+    except Unrepresentable:
+        return [p]
+    for a, b, truth in ranges:
+        if a.same_as(b):
+            continue
+        guard = None if p.guard is None else _resolve(p.guard, cond, truth)
+        if isinstance(guard, Const):
+            if not guard.value:
+                continue
+            guard = None
+        st = dataclasses.replace(p.store, indices=tuple(_resolve(i, cond, truth)
+                                                        for i in p.store.indices),
+                                 value=_resolve(p.store.value, cond, truth))
+        out.extend(_cut(_Piece(a, b, guard, st), x, depth - 1, ctx))
+    return out
 
 
 def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
          context: tuple[Stmt, ...]) -> Stmt | None:
-    st = loop.body
-    if loop.kind is not ForKind.SERIAL or not isinstance(st, Store) or st.reduce_op is not None:
+    body, guard = loop.body, None
+    if isinstance(body, IfThenElse) and body.otherwise is None:
+        body, guard = body.then, body.cond
+    if loop.kind is not ForKind.SERIAL or not isinstance(body, Store) \
+            or body.reduce_op is not None or not body.reassociable:
         return None
-    if not st.reassociable:
-        return None
-    x = loop.var
-    if any(x in _vars(i) or _reads(i) for i in st.indices):
-        return None
-    split = _split_condition(st.value, x)
-    end = sadd(loop.min, loop.extent)
-    if split is None:
-        pieces = [(loop.min, end, st.value)]
-    else:
-        op, e, cond = split
-        pieces = [(a, b, simplify_expr(_resolve(st.value, cond, t)))
-                  for a, b, t in _ranges(op, e, loop.min, end)]
-    dtype = buffers[st.buffer].dtype
+    dtype = buffers[body.buffer].dtype
     if dtype.is_bool:
         return None
-    cell = Load(st.buffer, st.indices, dtype)
+    x = loop.var
+    ctx = _Context(context)
+    pieces = _cut(_Piece(loop.min, sadd(loop.min, loop.extent), guard, body), x, MAX_CONDITIONS,
+                  ctx)
     out: list[Stmt] = []
     reduced = False
-    for a, b, value in pieces:
-        extent = smax(sconst(0), ssub(b, a))
-        acc = _accumulation(value, cell)
+    for p in pieces:
+        st = p.store
+        extent = smax(sconst(0), ssub(p.end, p.start))
+        cell = Load(st.buffer, st.indices, dtype)
+        acc = None
+        if not any(x in _vars(i) or _reads(i) for i in st.indices) and (
+                p.guard is None or not (x in _vars(p.guard) or _reads(p.guard))):
+            acc = _accumulation(st.value, cell)
         if acc is not None:
             rop, term = acc
             reads = [n for n in walk(term) if isinstance(n, Load) and n.buffer == st.buffer]
-            if _disjoint(reads, cell, x, a, b, context):
+            if ctx.disjoint(reads, cell, x, p.start, p.end):
                 counter[0] += 1
                 buf = Buffer(f"{st.buffer}.cell{counter[0]}", dtype, (sconst(0),), (sconst(1),),
                              "internal", register=True)
                 buffers[buf.name] = buf
                 reg = (sconst(0),)
-                body = Block((
+                nest: Stmt = Allocate(buf, Block((
                     Store(buf.name, reg, cell),
-                    dataclasses.replace(loop, min=a, extent=extent,
+                    dataclasses.replace(loop, min=p.start, extent=extent,
                                         body=Store(buf.name, reg, term, rop)),
-                    Store(st.buffer, st.indices, Load(buf.name, reg, dtype))))
-                out.append(Allocate(buf, body))
+                    Store(st.buffer, st.indices, Load(buf.name, reg, dtype)))))
+                # a guard free of x holds for the whole range: checked once, outside
+                out.append(nest if p.guard is None else IfThenElse(p.guard, nest))
                 reduced = True
                 continue
-        out.append(dataclasses.replace(loop, min=a, extent=extent,
-                                       body=dataclasses.replace(st, value=value)))
+        inner: Stmt = st if p.guard is None else IfThenElse(p.guard, st)
+        out.append(dataclasses.replace(loop, min=p.start, extent=extent, body=inner))
     return Block(tuple(out)) if reduced else None
 
 

@@ -341,27 +341,33 @@ def _gramschmidt() -> list[tl.Func]:
     A = tl.Input("A", (M, N), F64)
     c, x, y, i0, j0 = tl.vars("c x y i j")
     # The C code's three arrays, each stored transposed (column j of A at row j), as the planes
-    # of one buffer: A at plane 0, Q at 1, R at 2 (R[k][j] at [2, j, k]). Transposed, the C
-    # code's inner loops over i read and write contiguous rows.
-    g = tl.Func("qr", shape=(3, N, M + N))
-    g[c, y, x] = tl.where(c == 0, tl.constant_exterior(A, 0.0)[x, y], 0.0)
-    # One update over the C loops' points, k outermost: for j == k (phase 0) the norm of column
-    # k, summed over i < M, its square root at i == M, then (phase 1) Q's column k; for each
-    # j > k (phase 0) R[k][j] = Q[:, k] . A[:, j], then (phase 1) A[:, j] -= Q[:, k] R[k][j].
-    d = tl.RDom((0, M + 1), (0, 2), (0, N), (0, N))  # i, phase, j, k
-    i, ph, j, k = d.x, d.y, d.z, d.w
-    d.where((j >= k) & ((i < M) | ((ph == 0) & (j == k))))
-    r_kj, q_ik, a_ij = g[2, j, k], g[1, k, i], g[0, j, i]
+    # of one buffer: A at plane 0, Q at 1 (A[i][j] at [0, j, base + i]), R at 2 (R[k][j] at
+    # [2, j, k]). Transposed, the C code's inner loops over i read and write contiguous rows.
+    base = M + 1  # A's and Q's rows start here: every read of the update stays in the buffer
+    g = tl.Func("qr", shape=(3, N, 3 * M + N + 2))
+    g[c, y, x] = tl.where(c == 0, tl.constant_exterior(A, 0.0)[x - base, y], 0.0)
+    # One update over the C loops' points, k outermost, then j >= k; for each, i in two phases
+    # along one RDom dimension: i <= M (phase 0) and i > M (phase 1, row i - M - 1). For
+    # j == k, phase 0 sums the norm of column k over i < M and takes its square root at
+    # i == M, phase 1 writes Q's column k; for each j > k (skipping i == M), phase 0 sums
+    # R[k][j] = Q[:, k] . A[:, j], phase 1 does A[:, j] -= Q[:, k] R[k][j]. With the phases
+    # along i, each phase-0 sum accumulates into one cell over a range of i (an atomic()
+    # update's reduction: schedule/cell_reduction.py).
+    d = tl.RDom((0, 2 * M + 1), (0, N), (0, N))  # i, j, k
+    i, j, k = d.x, d.y, d.z
+    d.where((j >= k) & ((i != M) | (j == k)))
+    first = i <= M
+    r_kj, q_ik, a_ij = g[2, j, k], g[1, k, base + i], g[0, j, base + i]
     norm = tl.where(i == M, tl.sqrt(r_kj), r_kj + a_ij * a_ij)
     dot = tl.where(i == 0, 0.0, r_kj) + q_ik * a_ij  # R[k][j] = 0 before its sum
-    first = tl.where(j == k, norm, dot)
-    second = tl.where(j == k, a_ij / g[2, k, k], a_ij - q_ik * r_kj)
-    plane = tl.where(ph == 0, 2, tl.where(j == k, 1, 0))
-    g[plane, j, tl.where(ph == 0, k, i)] = tl.where(ph == 0, first, second)
+    a_row, q_row = g[0, j, i], g[1, k, i]  # row i - M - 1 in phase 1
+    second = tl.where(j == k, a_row / g[2, k, k], a_row - q_row * r_kj)
+    plane = tl.where(first, 2, tl.where(j == k, 1, 0))
+    g[plane, j, tl.where(first, k, i)] = tl.where(first, tl.where(j == k, norm, dot), second)
     outs = []
     for name, plane_of, rows in (("A", 0, M), ("R", 2, N), ("Q", 1, M)):
         o = tl.Func(f"gramschmidt_{name}", shape=(rows, N))
-        o[i0, j0] = g[plane_of, j0, i0]
+        o[i0, j0] = g[plane_of, j0, i0 + (base if plane_of < 2 else 0)]
         outs.append(o)
     return outs
 
