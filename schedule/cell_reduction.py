@@ -34,7 +34,7 @@ import dataclasses
 
 import islpy as isl
 
-from tensorlang.affine import sadd, sconst, smax, smin, ssub
+from tensorlang.affine import Affine, NonAffine, affine_form, sadd, sconst, smax, smin, ssub
 from tensorlang.expr import BinOp, Cmp, Const, Expr, Not, Select, Size, Var, map_children, walk
 
 from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc,
@@ -47,7 +47,7 @@ _OPS = {"add": "sum", "sub": "sum", "mul": "prod", "max": "max", "min": "min"}
 _LANES = frozenset({ForKind.VECTORIZED, ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 #: the most comparisons of the loop variable a loop is cut by (each at most triples the ranges)
-MAX_CONDITIONS = 4
+MAX_CONDITIONS = 6
 
 
 def _vars(e: Expr) -> set[str]:
@@ -59,17 +59,26 @@ def _reads(e: Expr) -> bool:
 
 
 def _split_condition(exprs: list[Expr], x: str) -> tuple[str, Expr, Cmp] | None:
-    """The first comparison in ``exprs`` of loop variable ``x`` with an expression free of
-    ``x`` (and of reads), as ``(op, e, cmp)`` meaning ``x op e``; None if there is none."""
+    """The first comparison in ``exprs`` that is affine in loop variable ``x`` with coefficient
+    +-1 (``k - i - 1 >= 0``), as ``(op, e, cmp)`` meaning ``x op e`` with ``e`` free of ``x``;
+    None if there is none."""
     for root in exprs:
         for c in walk(root):
             if not isinstance(c, Cmp) or c.op not in _FLIP or x not in _vars(c):
                 continue
             if not c.a.dtype.is_int or _reads(c.a) or _reads(c.b):
                 continue
-            for side, other, op in ((c.a, c.b, c.op), (c.b, c.a, _FLIP[c.op])):
-                if isinstance(side, Var) and side.name == x and x not in _vars(other):
-                    return op, other, c
+            try:
+                form = affine_form(ssub(c.a, c.b))  # a - b = k x + rest
+            except NonAffine:
+                continue
+            k = form.coeff(x)
+            if k not in (1, -1):
+                continue
+            rest = Affine.make({v: n for v, n in form.coeffs if v != x}, dict(form.params),
+                               form.const).to_expr()
+            # x + rest op 0: x op -rest;  -x + rest op 0: x (flipped op) rest
+            return (c.op, ssub(sconst(0), rest), c) if k == 1 else (_FLIP[c.op], rest, c)
     return None
 
 
@@ -172,10 +181,28 @@ class _Context:
         except isl.Error:
             return False
 
-    def holds(self, constraint: str) -> bool:
-        """Whether ``constraint`` (isl text over known names) holds wherever the context
-        does."""
-        return self._empty([], [f"not ({constraint})"])
+    def holds(self, constraint: str, given: tuple[str, ...] = ()) -> bool:
+        """Whether ``constraint`` (isl text over known names) holds wherever the context and
+        the constraints ``given`` do."""
+        return self._empty([], [*given, f"not ({constraint})"])
+
+    def fold(self, e: Expr, given: tuple[str, ...]) -> Expr:
+        """``e`` with each integer ``min`` / ``max`` whose outcome the context and ``given``
+        decide replaced by that operand (a clamp of a boundary condition inside its range)."""
+        def go(n: Expr) -> Expr:
+            n = map_children(n, go)
+            if isinstance(n, BinOp) and n.op in ("min", "max") and n.dtype.is_int:
+                try:
+                    a, b = self.text(n.a), self.text(n.b)
+                except Unrepresentable:
+                    return n
+                if self.holds(f"{a} <= {b}", given):
+                    return n.a if n.op == "min" else n.b
+                if self.holds(f"{b} <= {a}", given):
+                    return n.b if n.op == "min" else n.a
+            return n
+
+        return go(e)
 
     def clamp(self, v: Expr, lo: Expr, hi: Expr) -> Expr:
         """``max(lo, min(hi, v))``, without the bounds the context proves unneeded."""
@@ -262,7 +289,13 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
     out: list[Stmt] = []
     reduced = False
     for p in pieces:
-        st = p.store
+        try:
+            given = (f"{ctx.text(p.start)} <= {ctx.text(Var(x))} < {ctx.text(p.end)}",)
+            st = dataclasses.replace(p.store, indices=tuple(ctx.fold(i, given)
+                                                            for i in p.store.indices),
+                                     value=ctx.fold(p.store.value, given))
+        except Unrepresentable:
+            st = p.store
         extent = smax(sconst(0), ssub(p.end, p.start))
         cell = Load(st.buffer, st.indices, dtype)
         acc = None

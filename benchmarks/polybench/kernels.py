@@ -688,28 +688,31 @@ def _durbin() -> list[tl.Func]:
     (N,) = tl.sizes("N")
     r = tl.Input("r", (N,), F64)
     kv, c = tl.vars("k c")
-    # One update over (i, phase, k) carries the C code's state, a row per step k: y after step
-    # k at column base + 2i, step k's running sum of r[k-i-1] y[i] at base + 2i + 1, and beta
-    # at base + 2N + 1. Phase 0 writes the odd columns (the sum, then beta at i = N), phase 1
-    # the even ones (y): one affine left side for the two statements of the C loop body. The
-    # offset base keeps every read inside the buffer where tl.where masks it.
-    base = 2 * N + 2
-    st = tl.Func("state", shape=(N, 4 * N + 4))
-    st[kv, c] = tl.where((kv == 0) & (c == base), -r[0],
-                         tl.where((kv == 0) & (c == base + 2 * N + 1), 1.0, 0.0))
-    d = tl.RDom((0, N + 1), (0, 2), (1, N))  # i, phase, k
-    i, ph, k = d.x, d.y, d.z
+    # One update over (i, k) carries the C code's state in two rows, step k's at row k % 2:
+    # its running sum at column 0, beta at column 1, y[c] at column base + c. For each step k,
+    # i runs in two phases: i < k sums r[k - i - 1] y[i] (one cell: an atomic() update's
+    # reduction, schedule/cell_reduction.py) and i == k takes beta; then i = base + c for
+    # c <= k writes y[c] from the previous row (the C code's z, without a copy). The offset
+    # base keeps every read inside the buffer where tl.where masks it.
+    base = N + 1
+    st = tl.Func("state", shape=(2, 3 * N + 3))
+    st[kv, c] = tl.where(kv == 0, tl.where(c == base, -r[0], tl.where(c == 1, 1.0, 0.0)), 0.0)
+    d = tl.RDom((0, 2 * N + 2), (1, N))  # i, k
+    i, k = d.x, d.y
+    d.where((i <= k) | ((i >= base) & (i - base <= k)))
+    cur, prev = k % 2, (k + 1) % 2
     rk = tl.constant_exterior(r, 0.0)
-    alpha_prev = st[k - 1, base + 2 * k - 2]  # y[k - 1] after step k - 1
-    beta = (1.0 - alpha_prev * alpha_prev) * st[k - 1, base + 2 * N + 1]
-    running = tl.where(i < k, st[k, base + 2 * i - 1] + rk[k - i - 1] * st[k - 1, base + 2 * i],
-                       tl.where(i == N, beta, st[k, base + 2 * i + 1]))
-    alpha = -(r[k] + st[k, base + 2 * k - 1]) / st[k, base + 2 * N + 1]
-    y = tl.where(i < k, st[k - 1, base + 2 * i] + alpha * st[k - 1, base + 2 * (k - i - 1)],
-                 tl.where(i == k, alpha, st[k, base + 2 * i]))
-    st[k, base + 2 * i + 1 - ph] = tl.where(ph == 0, running, y)
+    alpha_prev = st[prev, base + k - 1]  # y[k - 1] after step k - 1
+    beta = (1.0 - alpha_prev * alpha_prev) * st[prev, 1]
+    running = tl.where(i == 0, 0.0, st[cur, 0]) + rk[k - i - 1] * st[prev, base + i]
+    alpha = -(r[k] + st[cur, 0]) / st[cur, 1]
+    c1 = i - base  # phase 1: y's index
+    y = tl.where(c1 < k, st[prev, i] + alpha * st[prev, base + k - c1 - 1], alpha)
+    first = i <= k
+    st[cur, tl.where(first, tl.where(i < k, 0, 1), i)] = \
+        tl.where(first, tl.where(i < k, running, beta), y)
     out = tl.Func("durbin", shape=(N,))
-    out[c] = st[N - 1, base + 2 * c]
+    out[c] = st[(N - 1) % 2, base + c]
     return [out]
 
 
