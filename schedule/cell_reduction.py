@@ -9,23 +9,30 @@ marks the update ``atomic()`` (Halide's ``Stage::atomic``: the update's accumula
 reassociated), this pass rewrites such a loop in two steps:
 
 1. **Index-set splitting** (Halide's loop partitioning of ``select`` conditions; Griebl, Feautrier
-   and Lengauer, "Index Set Splitting", IJPP 2000): a ``where`` condition comparing the loop
-   variable with an expression invariant in the loop (``k < j``, ``k == j``) splits the loop
-   into the ranges on which it is constant, each with the ``where`` resolved;
+   and Lengauer, "Index Set Splitting", IJPP 2000): a comparison affine in the loop variable
+   with coefficient +-1 (``k < j``, ``k == j``, a boundary condition's ``j - k - 1 >= 0``) in
+   the store's value, indices or guard cuts the loop into the ranges on which it is constant,
+   each with the comparison resolved and the ``where``s, ``&``, ``|`` it decides folded; each
+   range is cut again by the next comparison (``MAX_CONDITIONS`` deep). isl, given the bounds of
+   the enclosing loops and lets (sizes non-negative), drops the ranges it proves empty, keeps
+   the cut points free of clamps it proves unneeded, and folds each ``min`` / ``max`` that a
+   range decides (a boundary clamp). A guard a range makes false drops it; one left free of
+   the loop variable is checked once, outside the range's loop;
 2. **Scalar replacement** (Carr and Kennedy, "Scalar Replacement in the Presence of Conditional
    Control Flow", SPE 1994) of each range whose store is ``C = C op value`` (op ``+ - * max
-   min``; the cell ``C`` the same on every iteration) and whose ``value`` provably never reads
-   ``C`` — isl proves the index equations of every read of ``C``'s buffer against the cell's
-   have no solution in the range, within the bounds of the enclosing loops and lets: the cell
-   is loaded once into a one-element register buffer, the range accumulates into it as a
-   reduction store (``reassoc``: LLVM's vectorizer turns it into SIMD partial sums) and the
-   cell is stored back once.
+   min``, or a ``where`` of two such: ``C + where(c, a, b)``; the cell ``C`` the same on every
+   iteration) and whose ``value`` provably never reads ``C`` — isl proves the index equations
+   of every read of ``C``'s buffer against the cell's have no solution in the range, within
+   the bounds of the enclosing loops and lets: the cell is loaded once into a one-element
+   register buffer, the range accumulates into it as a reduction store (``reassoc``: LLVM's
+   vectorizer turns it into SIMD partial sums) and the cell is stored back once. The other
+   ranges run as before, in order.
 
-Nothing else changes: a loop inside a vectorized loop or a GPU kernel, a loop whose body is
-not a single unguarded store, whose cell index moves with the loop or reads memory, or whose
-reads cannot be proven apart from the cell is left as it is. The results differ from the
-strict order only by the rounding of a reassociated sum, as every reduction of the language
-may.
+The loop is rewritten only where some range becomes a reduction. Nothing else changes: a loop
+inside a vectorized loop or a GPU kernel, a loop whose body is not one store (under at most
+one guard), whose cell index moves with the loop or reads memory, or whose reads cannot be
+proven apart from the cell is left as it is. The results differ from the strict order only by
+the rounding of a reassociated sum, as every reduction of the language may.
 """
 
 from __future__ import annotations

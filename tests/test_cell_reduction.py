@@ -211,3 +211,51 @@ def test_enclosing_loop_bounds_prove_reads_apart():
             for i in range(k):
                 want[n] += want[i] / 2.0
         np.testing.assert_allclose(kern(X=x), want, rtol=1e-12)
+
+
+def test_boundary_condition_is_resolved_inside_the_range():
+    # Y[k] = sum over i < k of r[k - i - 1] x[i] (durbin's reversed dot product), r read through
+    # constant_exterior: inside i < k the clamp and its where fold away, so the sum is a plain
+    # reduction over contiguous (reversed) reads
+    (N,) = tl.sizes("N")
+    R, X = tl.Input("R", (N,), tl.float64), tl.Input("X", (N,), tl.float64)
+    (c,) = tl.vars("c")
+    Y = tl.Func("Y", shape=(N,))
+    Y[c] = 0.0 * X[c]
+    d = tl.RDom((0, N), (0, N))  # i, k
+    d.where(d.x < d.y)
+    Y[d.y] = Y[d.y] + tl.constant_exterior(R, 0.0)[d.y - d.x - 1] * X[d.x]
+    s = tl.Schedule(Y)
+    s[Y].update(0).atomic()
+    nest = str(lower(Y, s))
+    assert _cells(Y, s), nest
+    reduction = [ln for ln in nest.splitlines() if ".cell1[0] +=" in ln]
+    assert reduction and "where" not in reduction[0] and "max(" not in reduction[0], nest
+    kern = tl.compile(Y, s)
+    for n in SIZES:
+        rng = np.random.default_rng(n)
+        r, x = rng.random(n), rng.random(n)
+        want = np.array([sum(r[k - i - 1] * x[i] for i in range(k)) for k in range(n)])
+        np.testing.assert_allclose(kern(R=r, X=x), want, rtol=1e-12, atol=1e-15)
+
+
+def test_guard_from_rdom_where_is_resolved_per_range():
+    # RDom.where(i != n - 1 or k == 0) guards the store: the ranges i < n - 1 and i > n - 1
+    # have no guard left and the sum over them reduces; at i == n - 1 the guard is k == 0
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N, N), tl.float64)
+    (c,) = tl.vars("c")
+    S = tl.Func("S", shape=(N,))
+    S[c] = 0.0 * X[c, 0]
+    d = tl.RDom((0, N), (0, N))  # i, k
+    d.where((d.x != N - 1) | (d.y == 0))
+    S[d.y] = S[d.y] + X[d.y, d.x]
+    s = tl.Schedule(S)
+    s[S].update(0).atomic()
+    assert _cells(S, s)
+    kern = tl.compile(S, s)
+    for n in SIZES:
+        x = np.random.default_rng(n).random((n, n))
+        want = x[:, : n - 1].sum(axis=1)
+        want[0] += x[0, n - 1]
+        np.testing.assert_allclose(kern(X=x), want, rtol=1e-12)

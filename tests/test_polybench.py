@@ -192,3 +192,16 @@ def test_gramschmidt_and_adi_references_follow_the_c_loops():
                 u[i, j] = p[i, j] * u[i, j + 1] + qq[i, j]
     got = KERNELS["adi"].numpy({"u": u0}, {"N": n, "T": steps})[0]
     np.testing.assert_allclose(got, u, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name,cells", [("cholesky", 1), ("lu", 1), ("trisolv", 1),
+                                        ("gramschmidt", 1), ("durbin", 1)])
+def test_sequential_kernels_reduce_their_sums_in_registers(name, cells):
+    """The rule-based schedule marks updates atomic(): each sum of these recurrences runs as a
+    register reduction (schedule/cell_reduction.py), at least ``cells`` per kernel."""
+    from tensorlang.schedule.lower import lower
+
+    kern = KERNELS[name]
+    h = kern.handle(kern.build())
+    got = [b for b in lower(h, heuristic_schedule(h, kern.small)).buffers if ".cell" in b]
+    assert len(got) >= cells, got
