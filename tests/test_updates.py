@@ -293,3 +293,58 @@ def test_a_nested_reducer_over_only_iterated_rvars_is_refused():
     r = tl.RDom((0, M), (0, N), name="r")
     with pytest.raises(tl.DefinitionError, match="reduces over nothing"):
         F[r.x] = F[r.x] + tl.sum(A[r.x, r.y])
+
+
+def _two_planes():
+    """G[f, j] over two planes, plane 0 first: plane 0 reads plane 1 one cell to the right (not
+    yet updated), plane 1 reads plane 0 (updated): each tl.where branch reads only the plane
+    the other phase writes, or its own cell."""
+    (W,) = tl.sizes("W")
+    X = tl.Input("X", (2, W), tl.float64)
+    c, j = tl.vars("c j")
+    G = tl.Func("G", shape=(2, W))
+    G[c, j] = X[c, j]
+    r = tl.RDom((0, W - 1), (0, 2))  # j, f
+    G[r.y, r.x] = tl.where(r.y == 0, G[0, r.x] + G[1, r.x + 1], G[1, r.x] - 0.5 * G[0, r.x])
+    return G, r
+
+
+def _two_planes_np(x: np.ndarray) -> np.ndarray:
+    g = x.copy()
+    n = g.shape[1] - 1
+    for j in range(n):
+        g[0, j] = g[0, j] + g[1, j + 1]
+    for j in range(n):
+        g[1, j] = g[1, j] - 0.5 * g[0, j]
+    return g
+
+
+@pytest.mark.parametrize("how", ["vectorize", "parallel"])
+def test_read_in_an_untaken_branch_orders_nothing(how, rng):
+    # without the branch conditions, the f == 1 iterations would "read" G[1, j + 1], which the
+    # next iteration along j writes: a dependence carried by j. That read's value is thrown
+    # away there, so the legality model restricts it to f == 0 (schedule/legality/model.py)
+    G, r = _two_planes()
+    s = tl.Schedule(G)
+    st = s[G].update(0)
+    st.vectorize(r.x, 4) if how == "vectorize" else st.parallel(r.x)
+    assert s.check().ok
+    kern = tl.compile(G, s)
+    for n in (1, 2, 7, 13, 33):
+        x = rng.random((2, n + 1))
+        np.testing.assert_allclose(kern(X=x), _two_planes_np(x), rtol=1e-12)
+
+
+def test_read_in_a_taken_branch_still_orders():
+    # the same read in the branch every iteration takes: carried by j, so refused
+    (W,) = tl.sizes("W")
+    X = tl.Input("X", (W,), tl.float64)
+    (j,) = tl.vars("j")
+    G = tl.Func("G", shape=(W,))
+    G[j] = X[j]
+    r = tl.RDom((0, W - 1))
+    G[r.x] = tl.where(r.x >= 0, G[r.x] + G[r.x + 1], 0.0)
+    s = tl.Schedule(G)
+    with pytest.raises(tl.IllegalScheduleError):
+        s[G].update(0).vectorize(r.x, 4)
+        tl.compile(G, s)

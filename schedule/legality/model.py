@@ -8,6 +8,11 @@ to reorder, never run at once) and an update definition (``F[r] = F[r - 1] + X[r
 flow/anti/output dependences in the RDom's lexicographic order). Every other dependence in a
 pipeline is between stages, which the lowering orders by construction (producers run before their
 consumers; compute_at regions come from conservative bounds inference).
+
+A read inside a ``tl.where`` branch is modelled only at the instances where the branch is taken
+(``guarded_reads``): elsewhere its value is thrown away, so it orders nothing there (the
+may-reads of PPCG: Verdoolaege et al., "Polyhedral Parallel Code Generation for CUDA", TACO
+2013).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from tensorlang.expr import Access, walk
+from tensorlang.expr import Access, BinOp, Expr, Not, Select, children
 from tensorlang.func import Definition, Func
 
 from .isl_text import Unrepresentable, condition, lower_bounds, quasi_affine, upper_bounds
@@ -110,7 +115,15 @@ def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageMod
                        ).intersect_domain(domain)
 
     write = acc(write_idx)
-    reads = [acc(a.indices) for a in walk(value) if isinstance(a, Access) and a.name == f.name]
+    reads = []
+    for a, guards in guarded_reads(value, f.name):
+        r = acc(a.indices)
+        for g in guards:  # read only where its tl.where branch is taken
+            try:
+                r = r.intersect_domain(isl.Set(f"{sp} -> {{ S[{tup}] : {g(ren)} }}"))
+            except (Unrepresentable, isl.Error):
+                pass  # a condition isl cannot state: the read anywhere, conservatively
+        reads.append(r)
     if update is None:
         same = write.apply_range(write.reverse())
         ident = isl.Map(f"{sp} -> {{ S[{tup}] -> S[{tup}] }}")
@@ -132,6 +145,41 @@ def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageMod
     strict["output"] = write.apply_range(w_inv).intersect(before)
     strict = {k: v for k, v in strict.items() if v is not None}
     return StageModel(stage, allv, params, domain, strict, None)
+
+
+def guarded_reads(value: Expr, name: str) -> list[tuple[Access, list]]:
+    """Each read of ``name`` in ``value`` with the conditions of the ``tl.where`` branches it
+    sits in, each a function of the Var renaming giving isl text (raising Unrepresentable for
+    a condition isl cannot state: a read of data, a product of Vars). A read in the branch not
+    taken at an iteration gives a value that is thrown away, so it orders nothing there: the
+    model restricts each read to the iterations whose conditions hold (PPCG's may-reads)."""
+    out: list[tuple[Access, list]] = []
+
+    def go(n: Expr, guards: list) -> None:
+        if isinstance(n, Access) and n.name == name:
+            out.append((n, guards))
+        if isinstance(n, Select):
+            go(n.cond, guards)
+            go(n.t, guards + [functools.partial(_cond_text, n.cond, True)])
+            go(n.f, guards + [functools.partial(_cond_text, n.cond, False)])
+            return
+        for c in children(n):
+            go(c, guards)
+
+    go(value, [])
+    return out
+
+
+def _cond_text(c: Expr, holds: bool, ren: dict[str, str]) -> str:
+    """``c`` (``&``, ``|``, ``~`` of affine comparisons) or its negation as isl text."""
+    if isinstance(c, Not):
+        return _cond_text(c.a, not holds, ren)
+    if isinstance(c, BinOp) and c.op in ("and", "or") and c.dtype.is_bool:
+        a, b = _cond_text(c.a, holds, ren), _cond_text(c.b, holds, ren)
+        conj = (c.op == "and") == holds  # De Morgan when negated
+        return f"(({a}) {'and' if conj else 'or'} ({b}))"
+    text = condition(c, ren)
+    return text if holds else f"not ({text})"
 
 
 @functools.lru_cache(maxsize=256)
