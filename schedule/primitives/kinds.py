@@ -92,7 +92,7 @@ class Serial(_LoopKind):
 @register
 class Atomic(Primitive):
     """``atomic()`` on an update stage: its accumulation into a cell may be reassociated
-    (Halide's ``Stage::atomic``). Where the update's innermost loop adds into one cell that no
+    (Halide's ``Stage::atomic``). Where the update's innermost loop accumulates into one cell no
     read of the loop touches — proven when lowering — the loop then runs as a reduction in a
     register (``schedule/cell_reduction.py``). Changes no loop order: obliges nothing."""
 
