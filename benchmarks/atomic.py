@@ -26,9 +26,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
-from common import cpu_name, numpy_blas  # noqa: E402
+from common import cpu_name, numpy_blas, print_vs_numpy  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
-from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
+from tensorlang.autotuner.timing import interleaved  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
 
 DEFAULT = "cholesky,trisolv,gramschmidt,durbin,lu,ludcmp"
@@ -63,11 +63,7 @@ def _case(name: str, size: str, rounds: int) -> None:
         runs[label] = (lambda k=k, o=got: k(**args, out=o if len(o) > 1 else o[0]))
     times = interleaved({"numpy": lambda: kern.numpy(arrays, sizes), **runs}, rounds=rounds,
                         runs=1, settle=("numpy",))
-    base = Stats.of(times["numpy"]).median
-    for label, ts in times.items():
-        st = Stats.of(ts)
-        print(f"  {name:<12} {label:<20} {st.median * 1e3:10.2f} ms  IQR {st.iqr / st.median:5.1%}"
-              f"  NumPy/this {base / st.median:6.2f}x  (n={st.n})", flush=True)
+    print_vs_numpy(name, times)
 
 
 def main(argv: list[str] | None = None) -> int:

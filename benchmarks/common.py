@@ -1,11 +1,12 @@
 """Helpers shared by the benchmarks: ``median_seconds`` (the package's, ``autotune.measure``) and a
-plain-text table; the host CPU's name; which BLAS NumPy calls, and with which kernels."""
+plain-text table; the lines of interleaved times against NumPy; the host CPU's name; which BLAS
+NumPy calls, and with which kernels."""
 
 from __future__ import annotations
 
 from tensorlang.autotuner.measure import median_seconds
 
-__all__ = ["cpu_name", "median_seconds", "numpy_blas", "table"]
+__all__ = ["cpu_name", "median_seconds", "numpy_blas", "print_vs_numpy", "table"]
 
 
 def table(rows: list[tuple], head: tuple[str, ...]) -> str:
@@ -19,6 +20,19 @@ def table(rows: list[tuple], head: tuple[str, ...]) -> str:
         out.append("  ".join(str(c).rjust(w) if k else str(c).ljust(w) for k, (c, w) in
                              enumerate(zip(r, widths))))
     return "\n".join(out)
+
+
+def print_vs_numpy(case: str, times: dict[str, list[float]]) -> None:
+    """One line per contender of ``times`` (label -> raw times in seconds, one label
+    ``"numpy"``): median in ms, IQR / median, NumPy's median over this one, and n."""
+    from tensorlang.autotuner.timing import Stats
+
+    base = Stats.of(times["numpy"]).median
+    for label, ts in times.items():
+        st = Stats.of(ts)
+        print(f"  {case:<14} {label:<22} {st.median * 1e3:10.3f} ms  IQR "
+              f"{st.iqr / st.median:5.1%}  NumPy/this {base / st.median:6.2f}x  (n={st.n})",
+              flush=True)
 
 
 def cpu_name() -> str:

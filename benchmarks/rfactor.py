@@ -25,9 +25,9 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
-from common import cpu_name  # noqa: E402
+from common import cpu_name, print_vs_numpy  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
-from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
+from tensorlang.autotuner.timing import interleaved  # noqa: E402
 
 
 def total():
@@ -89,11 +89,7 @@ def _case(label: str, out, sizes: dict[str, int], arrays: dict, numpy_fn, rounds
     times = interleaved({"numpy": numpy_fn, "rule-based (rfactor)": lambda: kr(**arrays, out=o1),
                          "without rfactor": lambda: kp(**arrays, out=o2)},
                         rounds=rounds, runs=3, settle=("numpy",))
-    base = Stats.of(times["numpy"]).median
-    for name, ts in times.items():
-        st = Stats.of(ts)
-        print(f"  {label:<14} {name:<22} {st.median * 1e3:9.3f} ms  IQR {st.iqr / st.median:5.1%}"
-              f"  NumPy/this {base / st.median:5.2f}x  (n={st.n})", flush=True)
+    print_vs_numpy(label, times)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -689,11 +689,10 @@ def _durbin() -> list[tl.Func]:
     r = tl.Input("r", (N,), F64)
     kv, c = tl.vars("k c")
     # One update over (i, k) carries the C code's state in two rows, step k's at row k % 2:
-    # its running sum at column 0, beta at column 1, y[c] at column base + c. For each step k,
-    # i runs in two phases: i < k sums r[k - i - 1] y[i] (one cell: an atomic() update's
-    # reduction, schedule/cell_reduction.py) and i == k takes beta; then i = base + c for
-    # c <= k writes y[c] from the previous row (the C code's z, without a copy). The offset
-    # base keeps every read inside the buffer where tl.where masks it.
+    # its running sum at column 0, beta at 1, y[c] at base + c. Per step k, i < k sums r[k - i
+    # - 1] y[i] (one cell: an atomic() update's reduction, schedule/cell_reduction.py), i == k
+    # takes beta, then i = base + c (c <= k) writes y[c] from the previous row (the C code's
+    # z, without a copy). The offset base keeps every read inside the buffer.
     base = N + 1
     st = tl.Func("state", shape=(2, 3 * N + 3))
     st[kv, c] = tl.where(kv == 0, tl.where(c == base, -r[0], tl.where(c == 1, 1.0, 0.0)), 0.0)
