@@ -375,3 +375,32 @@ def test_a_bounded_split_outer_loop_keeps_its_whole_initialisation(factor, rng):
     for n in (1, 2, 5, 13):
         a = rng.random((n, n))
         np.testing.assert_allclose(kern(A=a), np.tril(a).sum(axis=1), rtol=1e-12)
+
+
+@pytest.mark.parametrize("cond", ["ne", "or"])
+def test_model_domain_states_ne_and_or_exactly(cond):
+    # RDom.where with != or |: the stage's isl domain leaves the excluded points out (they
+    # were a box over-approximation before), so they add no dependences
+    import islpy as isl
+
+    from tensorlang.schedule.legality.model import stage_model
+
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (c,) = tl.vars("c")
+    F = tl.Func("F", shape=(N,))
+    F[c] = X[c]
+    r = tl.RDom((0, N))
+    r.where(r.x != 3 if cond == "ne" else (r.x < 3) | (r.x > 3))
+    F[r.x] = F[r.x] * 2.0
+    m = stage_model(F, F.definition, F.updates[0], ("N",))
+    params = ", ".join(m.params)
+
+    def has(x: int) -> bool:
+        return not isl.Set(f"[{params}] -> {{ S[{x}] : N = 10 }}").intersect(m.domain).is_empty()
+
+    assert has(2) and has(4) and not has(3)
+    x = np.arange(10.0)
+    want = x * 2.0
+    want[3] = 3.0
+    np.testing.assert_allclose(tl.compile(F)(X=x), want)

@@ -66,9 +66,12 @@ _ISL_CMP = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "="}
 
 def condition(e: Expr, rename: dict[str, str] | None = None) -> str:
     """A comparison of affine integer expressions (an ``RDom.where`` condition) as an isl
-    constraint; anything else raises :class:`Unrepresentable`."""
+    constraint (``!=`` as ``<`` or ``>``); anything else raises :class:`Unrepresentable`."""
     if isinstance(e, Cmp) and e.op in _ISL_CMP and e.a.dtype.is_int and e.b.dtype.is_int:
         return f"({affine(e.a, rename)}) {_ISL_CMP[e.op]} ({affine(e.b, rename)})"
+    if isinstance(e, Cmp) and e.op == "ne" and e.a.dtype.is_int and e.b.dtype.is_int:
+        a, b = affine(e.a, rename), affine(e.b, rename)
+        return f"(({a}) < ({b}) or ({a}) > ({b}))"
     raise Unrepresentable("{} is not a comparison of affine expressions", e)
 
 

@@ -94,7 +94,7 @@ def stage_model(f: Func, definition, update, sizes: tuple[str, ...]) -> StageMod
             pass  # over-approximate: more instances can only add dependences
     for c in predicate:  # RDom.where: triangles and other polyhedra exactly
         try:
-            cons.append(condition(c, ren))
+            cons.append(_cond_text(c, True, ren))
         except Unrepresentable:
             pass  # (a condition isl cannot state: the whole box, conservatively)
     tup = ", ".join(ren[v] for v in allv)
