@@ -45,7 +45,7 @@ from tensorlang.affine import Affine, NonAffine, affine_form, sadd, sconst, smax
 from tensorlang.expr import BinOp, Cmp, Const, Expr, Not, Select, Size, Var, map_children, walk
 
 from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc,
-                 Stmt, Store, map_stmt)
+                 Stmt, Store, map_stmt, reads_memory)
 from .legality.isl_text import Unrepresentable, quasi_affine
 from .simplify import simplify_expr
 
@@ -61,10 +61,6 @@ def _vars(e: Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, (Var, Size))}
 
 
-def _reads(e: Expr) -> bool:
-    return any(isinstance(n, Load) for n in walk(e))
-
-
 def _split_condition(exprs: list[Expr], x: str) -> tuple[str, Expr, Cmp] | None:
     """The first comparison in ``exprs`` that is affine in loop variable ``x`` with coefficient
     +-1 (``k - i - 1 >= 0``), as ``(op, e, cmp)`` meaning ``x op e`` with ``e`` free of ``x``;
@@ -73,7 +69,7 @@ def _split_condition(exprs: list[Expr], x: str) -> tuple[str, Expr, Cmp] | None:
         for c in walk(root):
             if not isinstance(c, Cmp) or c.op not in _FLIP or x not in _vars(c):
                 continue
-            if not c.a.dtype.is_int or _reads(c.a) or _reads(c.b):
+            if not c.a.dtype.is_int or reads_memory(c.a) or reads_memory(c.b):
                 continue
             try:
                 form = affine_form(ssub(c.a, c.b))  # a - b = k x + rest
@@ -128,7 +124,7 @@ def _accumulation(value: Expr, cell: Load) -> tuple[str, Expr] | None:
     ops; ``cell - term`` as the sum of ``-term``), or a ``where`` (whose condition reads no
     memory) of two such with the same op: ``where(c, cell + a, cell - b)`` is ``cell +
     where(c, a, -b)``."""
-    if isinstance(value, Select) and not _reads(value.cond):
+    if isinstance(value, Select) and not reads_memory(value.cond):
         t, f = _accumulation(value.t, cell), _accumulation(value.f, cell)
         if t is None or f is None or t[0] != f[0]:
             return None
@@ -306,8 +302,8 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
         extent = smax(sconst(0), ssub(p.end, p.start))
         cell = Load(st.buffer, st.indices, dtype)
         acc = None
-        if not any(x in _vars(i) or _reads(i) for i in st.indices) and (
-                p.guard is None or not (x in _vars(p.guard) or _reads(p.guard))):
+        if not any(x in _vars(i) or reads_memory(i) for i in st.indices) and (
+                p.guard is None or not (x in _vars(p.guard) or reads_memory(p.guard))):
             acc = _accumulation(st.value, cell)
         if acc is not None:
             rop, term = acc

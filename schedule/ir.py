@@ -16,7 +16,7 @@ from typing import Callable
 
 from tensorlang.affine import const_value, sadd
 from tensorlang.dtypes import DType
-from tensorlang.expr import BinOp, Expr
+from tensorlang.expr import BinOp, Expr, walk
 from tensorlang.printer import expr_str
 
 
@@ -97,6 +97,11 @@ class Load(Expr):
     buffer: str
     indices: tuple[Expr, ...]
     dtype: DType
+
+
+def reads_memory(e: Expr) -> bool:
+    """Whether ``e`` loads from any buffer (its value may change when memory is written)."""
+    return any(isinstance(n, Load) for n in walk(e))
 
 
 class Stmt:

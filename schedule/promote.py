@@ -34,7 +34,7 @@ from tensorlang.affine import const_value, sconst
 from tensorlang.expr import BinOp, Expr, Var, walk
 
 from .ir import (CONCURRENT, Allocate, Block, Buffer, For, ForKind, IfThenElse, Load, LoweredFunc,
-                 Stmt, Store, lane_cap, map_stmt)
+                 Stmt, Store, lane_cap, map_stmt, reads_memory)
 
 MAX_TILE_ELEMENTS = 1024
 
@@ -188,19 +188,15 @@ def _bounds_hoistable(loop: For, path: tuple, idx_vars: set[str]) -> bool:
     enclosing: set[str] = set()
     for f in path:
         if isinstance(f, IfThenElse):
-            if _vars(f.cond) & (inner - enclosing) or _reads(f.cond):
+            if _vars(f.cond) & (inner - enclosing) or reads_memory(f.cond):
                 return False
         elif f.var in idx_vars:
-            if _vars(f.min) & inner or _reads(f.min):
+            if _vars(f.min) & inner or reads_memory(f.min):
                 return False
-            if _vars(f.extent) & (inner - enclosing) or _reads(f.extent):
+            if _vars(f.extent) & (inner - enclosing) or reads_memory(f.extent):
                 return False
             enclosing.add(f.var)
     return True
-
-
-def _reads(e: Expr) -> bool:
-    return any(isinstance(n, Load) for n in walk(e))
 
 
 def _linear(e: Expr, vars_: set[str]) -> dict[str, int] | None:

@@ -54,6 +54,7 @@ from tensorlang.schedule.ir import (
     ProducerConsumer,
     Stmt,
     Store,
+    reads_memory,
     walk_stmts,
 )
 
@@ -135,10 +136,6 @@ def _stmt_exprs(s: Stmt) -> list[Expr]:
     return []
 
 
-def _reads_memory(e: Expr) -> bool:
-    return any(isinstance(n, Load) for n in walk(e))
-
-
 def _loop_names(s: Stmt) -> str:
     return ", ".join(n.var for n in walk_stmts(s) if isinstance(n, For) and n.kind in GPU_KINDS)
 
@@ -170,9 +167,9 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset()) -> DeviceP
             return ProducerConsumer(s.func, host(s.body, host_vars))
         if isinstance(s, Allocate):
             return Allocate(s.buffer, host(s.body, host_vars))
-        if isinstance(s, LetStmt) and not _reads_memory(s.value):
+        if isinstance(s, LetStmt) and not reads_memory(s.value):
             return LetStmt(s.var, s.value, host(s.body, host_vars | {s.var}))
-        if isinstance(s, IfThenElse) and not _reads_memory(s.cond):
+        if isinstance(s, IfThenElse) and not reads_memory(s.cond):
             return IfThenElse(s.cond, host(s.then, host_vars),
                               None if s.otherwise is None else host(s.otherwise, host_vars))
         if isinstance(s, For) and s.kind not in GPU_KINDS and _mapped(s.body):
