@@ -3,7 +3,8 @@
 Every tensorlang kernel runs every shape; what differs between shapes is the schedule that is
 fastest for them. A ``DispatchKernel`` picks one per call from the sizes the arrays bind:
 
-- a shape seen before: the kernel it used (a dict lookup);
+- a shape seen before: the kernel it used (a dict lookup on the arrays' shapes; the
+  reads are checked against a shape once, by the first call with it);
 - a new shape with a tuned kernel in the cache (exact hit): that kernel, loaded
   (``compile_auto``);
 - else the kernel already compiled for its *shape bucket* — every size rounded up to a power of
@@ -55,6 +56,9 @@ class DispatchKernel:
         self.pipeline = Pipeline(output)
         self._cache, self._name, self._backend = cache, workload_name, backend
         self._by_sizes: dict[tuple, Any] = {}
+        self._inputs = tuple(i.name for i in self.pipeline.inputs)
+        #: the kernel per (input shapes, sizes given, output shapes) of a call seen before
+        self._by_shapes: dict[tuple, Any] = {}
         self._by_bucket: dict[tuple, Any] = {}
         #: per kernel held: how it was chosen and the shapes it served
         self._variants: list[dict[str, Any]] = []
@@ -68,15 +72,23 @@ class DispatchKernel:
         outs = None if out is None else dict(zip((o.name for o in self.pipeline.outputs),
                                                  out if isinstance(out, (tuple, list))
                                                  and len(self.pipeline.outputs) > 1 else (out,)))
-        b = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes,
-                               {k: np.shape(v) for k, v in (outs or {}).items()})
-        key = tuple(sorted(b.sizes.items()))
-        kern = self._by_sizes.get(key)
+        # the arrays' shapes decide the kernel: bind (which checks every read) once per shape
+        shapes = (tuple(arrays[n].shape for n in self._inputs), tuple(sorted(sizes.items())),
+                  None if outs is None else tuple(np.shape(v) for v in outs.values()))
+        kern = self._by_shapes.get(shapes)
         if kern is None:
-            kern = self._choose(dict(b.sizes))
-            self._by_sizes[key] = kern
-            next(v for v in self._variants if v["kernel"] is kern)["shapes"].append(dict(key))
-        return kern(**arrays, **sizes, out=out)
+            b = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes,
+                                   {k: np.shape(v) for k, v in (outs or {}).items()})
+            key = tuple(sorted(b.sizes.items()))
+            kern = self._by_sizes.get(key)
+            if kern is None:
+                kern = self._choose(dict(b.sizes))
+                self._by_sizes[key] = kern
+                next(v for v in self._variants if v["kernel"] is kern)["shapes"].append(
+                    dict(key))
+            self._by_shapes[shapes] = kern
+        # positionally, in Input order: the kernel's fast path for exactly what it takes
+        return kern(*(arrays[n] for n in self._inputs), **sizes, out=out)
 
     def _choose(self, sizes: dict[str, int]) -> Any:
         bucket = shape_bucket(sizes)

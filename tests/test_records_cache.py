@@ -426,3 +426,32 @@ def test_auto_without_shapes_dispatches_per_call_over_ten_shapes(tmp_path, rng):
     o = np.empty((5, 7), np.float32)
     assert kern(A=a, B=b, out=o) is o
     np.testing.assert_allclose(o, a @ b, rtol=1e-4)
+
+
+def test_dispatch_checks_the_reads_of_a_shape_once(tmp_path, rng, monkeypatch):
+    # a call with shapes seen before goes straight to their kernel: bind() (every read checked
+    # against the sizes) runs on the first call of each shape only; a bad shape raises each time
+    out = BUILTIN["matmul"].build()
+    kern = compile_auto(out, cache=KernelCache(tmp_path / "k.sqlite"))
+    binds = []
+    real = Pipeline.bind
+
+    def bind(self, *a, **kw):
+        binds.append(1)
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(Pipeline, "bind", bind)
+    a, b = rng.random((5, 3), dtype=np.float32), rng.random((3, 7), dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuningWarning)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4)
+        first = len(binds)
+        assert first >= 1
+        for _ in range(3):  # positionally and by name: one shape
+            np.testing.assert_allclose(kern(B=b, A=a), a @ b, rtol=1e-4)
+            np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4)
+    assert len(binds) == first
+    for _ in range(2):
+        with pytest.raises(tl.ShapeError):
+            kern(a, rng.random((4, 7), dtype=np.float32))
+    assert len(binds) == first + 2
