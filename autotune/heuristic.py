@@ -27,9 +27,13 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   block of A and each ``kc x nr`` panel of B copied into contiguous buffers; ``kc`` and the row
   block from the analytical model of ``cpu_model``); the register tile above where the sizes do
   not allow it;
+- a row reduction along a contiguous index (``tmp[i] = A[i, k] * x[k]``) accumulates a vector
+  of partial sums per row, ``LANE_ROWS`` rows together (``rfactor_rules.rfactor_lanes``);
 - a reduction with one pure Var that indexes the last (contiguous) dimension of what it reads
   (``y[j] = A[i, j] * x[i]``) runs its reduction loops outside a segment of ``ROW_VECTORS``
-  vectors of that Var: every reduction step then reads a contiguous row segment;
+  vectors of that Var: every reduction step then reads a contiguous row segment; where the
+  matrix streams from memory (larger than half the L3), each thread instead walks a wide band
+  of columns, about ``LANE_ROWS`` rows per step (``stream_rules.column_rows``);
 - a pointwise stage vectorizes its innermost pure Var by one native vector;
 - a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
   a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
@@ -84,6 +88,7 @@ from .cpu_model import register_tile as model_tile
 from .features import store_counts
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
+from .stream_rules import _column_rows_stage
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -220,13 +225,16 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                 if t is not None and recompute_factor(output, f, s, t, sizes) <= MAX_RECOMPUTE:
                     s = t
         nested = s.states[f.name].compute.kind == "at"
-        for variant in ("packed", "lanes", "full", "guard", "simple", "parallel"):
+        for variant in ("packed", "lanes", "columns", "full", "guard", "simple", "parallel"):
             if variant == "packed":
                 t = None if nested else _try(s, lambda t, f=f: _packed_tile(
                     t, f, extents, lanes(f, target), target))
             elif variant == "lanes":
                 t = None if nested else _try(s, lambda t, f=f: _rfactor_lanes_stage(
                     t, f, extents, lanes(f, target), p.funcs))
+            elif variant == "columns":
+                t = None if nested else _try(s, lambda t, f=f: _column_rows_stage(
+                    t, f, extents, lanes(f, target), cpu_model(target)))
             else:
                 t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(
                     t, f, v, extents, lanes(f, target), n, accumulators(target)))

@@ -5,7 +5,8 @@ Halide's ``Func::rfactor``), shared with the search space (``space.py``):
   rows): chunks of its outermost reduction loop become a parallel pure dimension of ``<F>_rf``;
 - ``rfactor_update_chunks``: the same for a reassociable update (a histogram of a whole image);
 - ``rfactor_lanes``: a row reduction along a contiguous index (a matrix-vector product, a row
-  sum): ``ROW_VECTORS`` native vectors of partial sums per row in ``<F>_rf``, rows in parallel.
+  sum): a native vector of partial sums per row in ``<F>_rf``, ``LANE_ROWS`` rows at a time,
+  blocks of rows in parallel.
 
 Each reassociates the reduction (the reduction policy of docs/architecture.md).
 """
@@ -27,6 +28,10 @@ from .workloads import BoundExtents
 #: partial sums of a row reduction in vector lanes (``rfactor_lanes``): 8 ran PolyBench's atax,
 #: bicg, mvt and gemver faster than 4 or 16 on an AVX-512 Xeon (docs/performance.md)
 ROW_VECTORS = 8
+#: rows of a row reduction in vector lanes that read their segments together
+#: (``rfactor_lanes``: one vector of partial sums per row, the rows' loads in flight at once, each
+#: load of the shared vector used by all; OpenBLAS's dgemv_t kernels take 4 to 8 rows)
+LANE_ROWS = 8
 #: the fewest loop iterations one parallel region of an update must run (inside a time loop a
 #: region starts on every step: a small one costs more in thread wake-ups than it saves)
 MIN_PARALLEL_POINTS = 1 << 15
@@ -167,23 +172,35 @@ def _siblings(f: Func, g: Func) -> bool:
 
 
 def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> None:
-    """Split ``f``'s reduction loop ``k`` by ``ROW_VECTORS * lanes`` and rfactor the inner
-    loop: ``<f>_rf[i, k.i]`` holds that many partial sums per row, accumulated in
-    ``ROW_VECTORS`` vector registers as ``k.o`` walks the row (contiguous loads, no chain of
-    dependent adds through one scalar: the form of a BLAS dot kernel), rows in parallel; ``f``
-    adds each row's partials up. The sum is reassociated (as ``rfactor`` always does). Needs
-    ``rfactor_lanes_possible``.
+    """Split ``f``'s reduction loop ``k`` by one native vector and rfactor the inner loop:
+    ``<f>_rf[i, k.i]`` holds a vector of partial sums per row; ``LANE_ROWS`` rows (``i``
+    split, unrolled inside ``k.o``) accumulate in as many vector registers as ``k.o`` walks
+    them together (contiguous loads, several rows' loads in flight, each load of ``x[k]`` used
+    by every row, no chain of dependent adds through one scalar: the form of BLAS's
+    ``dgemv_t`` kernels), blocks of rows in parallel; ``f`` adds each row's partials up. With
+    fewer than ``LANE_ROWS`` rows per thread (at least two blocks' worth), one row at a time
+    with ``ROW_VECTORS`` vectors of partial sums instead. The sum is reassociated (as
+    ``rfactor`` always does). Needs ``rfactor_lanes_possible``.
 
     Raises:
         ScheduleError: ``rfactor`` refuses the reduction."""
     d = f.definition
     assert d is not None
-    _, ki = s[f].split(d.rvars[0].name, ROW_VECTORS * lanes, tail="GuardWithIf")
+    rows = extents.extent(f.name, d.args[0].name)
+    block = LANE_ROWS if rows >= LANE_ROWS * max(2, num_threads()) else 1
+    _, ki = s[f].split(d.rvars[0].name, (ROW_VECTORS if block == 1 else 1) * lanes,
+                       tail="GuardWithIf")
     rf = s.rfactor(f, ki)
     row, lane, walk_loop = (lp.name for lp in rf.loops)
-    rf.reorder(row, walk_loop, lane)
-    rf.vectorize(lane, lanes).unroll(f"{lane}.o")
-    if extents.extent(f.name, d.args[0].name) >= 2 and num_threads() > 1:
+    if block > 1:
+        ro, ri = rf.split(row, block)
+        rf.reorder(ro, walk_loop, ri, lane).unroll(ri)
+        row = ro.name
+        rf.vectorize(lane)
+    else:
+        rf.reorder(row, walk_loop, lane)
+        rf.vectorize(lane, lanes).unroll(f"{lane}.o")
+    if rows >= 2 and num_threads() > 1:
         rf.parallel(row)
 
 

@@ -49,6 +49,10 @@ Func computed at root or at a consumer loop):
   (``rfactor_rules.rfactor_lanes_possible``: a matrix-vector product, a row sum): the reduction in
   vector lanes of ``<F>_rf``, rows in parallel (``rfactor_rules.rfactor_lanes``, the rule-based
   schedule's form), instead of the decisions above; or not.
+- ``<F>.column_rows``, next, for a root column reduction of a matrix streamed from memory
+  (``stream_rules.column_rows_possible``: ``A^T x`` of a matrix larger than half the L3): a band
+  of columns per thread, a few rows at a time along it (``stream_rules.column_rows``, the
+  rule-based schedule's form), instead of the decisions above; or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
   (computed at the k-th loop, outermost first, of its single consumer — or of the output when
   every reader is the output or computed inside it, as softmax's ``exp``, or when every reader is
@@ -96,6 +100,7 @@ from tensorlang.schedule.primitives.staging import associative_update
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
+from .cpu_model import cpu_model
 from .heuristic import (
     MAX_KC,
     fuse_siblings,
@@ -120,6 +125,7 @@ from .rfactor_rules import (
     rfactor_possible,
     rfactor_update_chunks,
 )
+from .stream_rules import column_rows, column_rows_possible
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -269,6 +275,11 @@ class SearchSpace:
                 rfactor_lanes_possible(f, self.extents, width, self.pipeline.funcs) and \
                 trial.suggest_categorical(f"{f.name}.rfactor_lanes", [False, True]):
             rfactor_lanes(s, f, self.extents, width)
+            return
+        if s.states[f.name].compute.kind == "root" and \
+                column_rows_possible(f, self.extents, width, cpu_model(self.target)) and \
+                trial.suggest_categorical(f"{f.name}.column_rows", [False, True]):
+            column_rows(s, f, self.extents, width)
             return
         stage = s[f]
         args = [v.name for v in d.args]
@@ -558,6 +569,12 @@ class _Oracle:
             rf = states.get(f"{func}_rf")
             lanes_form = rf is not None and ForKind.VECTORIZED in rf.kinds.values()
             done = rf is not None and lanes_form == (rest == "rfactor_lanes")
+            return [done, not done]
+        if rest == "column_rows":
+            # its form: a reduction loop unrolled between pure loops (a step of rows)
+            loops = st.loops
+            done = any(st.is_reduction_loop(lp) and kinds.get(lp) is ForKind.UNROLLED
+                       and not st.is_reduction_loop(loops[-1]) for lp in loops)
             return [done, not done]
         if rest in ("where", "where_root_or_inline"):
             loc = st.compute

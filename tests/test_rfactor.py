@@ -277,8 +277,9 @@ def test_rule_based_schedule_and_search_space_rfactor_a_big_histogram(rng, monke
 def test_rule_based_schedule_and_search_space_reduce_rows_in_vector_lanes(rng, monkeypatch,
                                                                            threads):
     # tmp[i] = A[i, k] * x[k] (PolyBench atax's first product): partial sums in vector lanes of
-    # tmp_rf, ROW_VECTORS vectors of them per row, rows in parallel; tmp adds them up. Odd
-    # sizes: k not a multiple of the lanes (a guarded last block), one row, one column
+    # tmp_rf, one vector per row, LANE_ROWS rows read together, blocks of rows in parallel; tmp
+    # adds them up. Odd sizes: k not a multiple of the lanes (a guarded last block), rows not a
+    # multiple of LANE_ROWS, one row, one column
     import optuna
 
     from tensorlang.autotuner import heuristic, rfactor_rules, space as space_mod
@@ -295,9 +296,10 @@ def test_rule_based_schedule_and_search_space_reduce_rows_in_vector_lanes(rng, m
     hs = heuristic.heuristic_schedule(tmp, sizes)
     text = hs.to_python()
     assert "s.rfactor('tmp', 'k.i')" in text and 's["tmp_rf"].vectorize(' in text, text
-    assert ('s["tmp_rf"].parallel(\'i\')' in text) == (threads == 2), text
+    assert f"s[\"tmp_rf\"].split('i', {rfactor_rules.LANE_ROWS})" in text, text
+    assert ('s["tmp_rf"].parallel(\'i.o\')' in text) == (threads == 2), text
     kern = tl.compile(tmp, hs)
-    for m, n in [(37, 131), (1, 1), (3, 64), (2, 1000)]:
+    for m, n in [(37, 131), (1, 1), (3, 64), (2, 1000), (19, 29)]:
         a, v = rng.random((m, n)), rng.random(n)
         np.testing.assert_allclose(kern(a, v), a @ v, rtol=1e-12)
     sp = space_mod.SearchSpace(tmp, sizes)

@@ -1,0 +1,105 @@
+"""The rule-based schedule's form for a column reduction that streams its matrix from memory
+(``y[j] = A[i, j] * x[i]``: PolyBench atax's ``A^T (A x)``, bicg's ``s``, a column mean),
+shared with the search space (``space.py``).
+
+Such a reduction reads its matrix once. Where the matrix fits in the last-level cache, the
+rule-based schedule keeps a segment of ``ROW_VECTORS`` vectors of ``y`` in registers and walks
+the rows under it (``heuristic._stage``). Where it does not, that walk visits a few cache lines
+of every row per segment and the hardware prefetchers, which follow one stream within a page,
+fetch each row anew: the kernel runs at a fraction of the memory bandwidth. ``column_rows``
+instead gives each thread one wide band of columns and walks ``LANE_ROWS`` rows at once along
+it: each row is read in long contiguous runs, eight of them in flight, and the band's ``y``
+(read and written once per step of rows) stays in L1/L2 — the order of the BLAS
+``dgemv_n`` kernels (Goto and van de Geijn, "High-performance implementation of the level-3
+BLAS", ACM TOMS 2008, describe the same row blocking for the level-2 kernels of GotoBLAS).
+The order of the sum over ``i`` is kept: no reassociation.
+"""
+
+from __future__ import annotations
+
+from tensorlang.backends.llvm.runtime import num_threads
+from tensorlang.errors import ScheduleError
+from tensorlang.func import Func
+from tensorlang.schedule.schedule import Schedule
+
+from .cpu_model import CpuModel, closest_divisor
+from .rfactor_rules import LANE_ROWS, contiguous_in
+from .workloads import BoundExtents
+
+#: native vectors of a band's columns per step of its ``LANE_ROWS`` rows (unrolled)
+COLUMN_VECTORS = 4
+#: the most rows a step takes (``rows_per_step``)
+MAX_LANE_ROWS = 12
+
+
+def streams_from_memory(nbytes: int, cpu: CpuModel) -> bool:
+    """Whether data of ``nbytes`` bytes, read once, comes from memory rather than cache: more
+    than half the last-level cache (the rest holds the other operands, and on a shared machine
+    other programs' data)."""
+    return nbytes > cpu.l3.size // 2
+
+
+def column_rows_possible(f: Func, extents: BoundExtents, lanes: int, cpu: CpuModel) -> bool:
+    """Whether ``column_rows`` applies to ``f``: a pure definition's reduction over one RVar
+    ``i`` (no ``RDom.where``) into one pure Var ``j``, ``j`` the contiguous index of a matrix
+    read and ``i`` of none, the matrix larger than ``streams_from_memory`` allows, its rows
+    split evenly into steps (``rows_per_step``), and a band of at least ``COLUMN_VECTORS``
+    vectors per thread."""
+    d = f.definition
+    assert d is not None
+    if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate:
+        return False
+    j, i = d.args[0].name, d.rvars[0].name
+    if not contiguous_in(f, j, rank=2) or contiguous_in(f, i, rank=2):
+        return False
+    cols, rows = extents.extent(f.name, j), extents.extent(f.name, i)
+    return (rows_per_step(rows) is not None and band(cols, lanes) > 0
+            and streams_from_memory(cols * rows * f.dtype.numpy.itemsize, cpu))
+
+
+def rows_per_step(rows: int) -> int | None:
+    """Rows per step: the divisor of ``rows`` in ``[LANE_ROWS // 2, MAX_LANE_ROWS]`` closest to
+    ``LANE_ROWS``, or None (below ``LANE_ROWS`` rows, or no such divisor: a partial block of an
+    RVar split guards every step of the stage, which then runs without its register
+    accumulators)."""
+    if rows < LANE_ROWS:
+        return None
+    return closest_divisor(rows, LANE_ROWS, most=MAX_LANE_ROWS)
+
+
+def band(cols: int, lanes: int) -> int:
+    """Columns per thread's band: ``cols`` shared among the threads, rounded down to whole steps
+    of ``COLUMN_VECTORS`` vectors (rounded up, the last band would run all of its columns in
+    the guarded tail nest); 0 where a thread would get less than one step."""
+    step = COLUMN_VECTORS * lanes
+    return cols // max(1, num_threads()) // step * step
+
+
+def column_rows(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> None:
+    """Bands of ``band`` columns of ``f``'s pure Var ``j`` in parallel; in each, the reduction
+    loop ``i`` split by ``rows_per_step`` rows, the band's steps of ``COLUMN_VECTORS`` vectors
+    between ``i``'s outer and (unrolled) inner loop, the step's vectors innermost. Needs
+    ``column_rows_possible``.
+
+    Raises:
+        ScheduleError: the schedule refuses a step (an RVar that cannot be split)."""
+    d = f.definition
+    assert d is not None
+    j, i = d.args[0].name, d.rvars[0].name
+    width = band(extents.extent(f.name, j), lanes)
+    st = s[f]
+    jo, ji = st.split(j, width)
+    io, ii = st.split(i, rows_per_step(extents.extent(f.name, i)) or LANE_ROWS)
+    step, vec = st.split(ji, COLUMN_VECTORS * lanes)
+    st.reorder(jo, io, step, ii, vec).unroll(ii)
+    st.vectorize(vec, lanes).unroll(f"{vec.name}.o")
+    if extents.extent(f.name, j) >= 2 * width:
+        st.parallel(jo)
+
+
+def _column_rows_stage(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
+                       cpu: CpuModel) -> None:
+    """``column_rows`` where it applies, else ScheduleError."""
+    if not column_rows_possible(f, extents, lanes, cpu):
+        raise ScheduleError(f"{f.name}: not a column reduction of a matrix streamed from memory")
+    column_rows(s, f, extents, lanes)

@@ -1,0 +1,76 @@
+"""The column reduction streamed from memory (``autotune/stream_rules.py``): when the rule-based
+schedule takes that form, that it is correct on odd sizes, and that the search space holds it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import optuna
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner import heuristic, rfactor_rules, space as space_mod, stream_rules
+from tensorlang.autotuner.cpu_model import KiB, Cache, cpu_model
+
+
+def _column_sum() -> tl.Func:
+    M, N = tl.sizes("M N")
+    A, x = tl.Input("A", (M, N), tl.float64), tl.Input("x", (M,), tl.float64)
+    i, j = tl.vars("i j")
+    y = tl.Func("y")
+    y[j] = A[i, j] * x[i]  # A^T x: j contiguous in A, i the reduction
+    return y
+
+
+@pytest.fixture
+def small_l3(monkeypatch):
+    """An L3 of 64 KiB: a few hundred rows and columns already stream from memory."""
+    small = replace(cpu_model(), l3=Cache(64 * KiB, 16))
+    monkeypatch.setattr(heuristic, "cpu_model", lambda target=None: small)
+    monkeypatch.setattr(space_mod, "cpu_model", lambda target=None: small)
+    return small
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_column_reduction_streamed_from_memory_walks_rows_in_steps(rng, monkeypatch, small_l3,
+                                                                    threads):
+    for mod in (heuristic, rfactor_rules, stream_rules, space_mod):
+        monkeypatch.setattr(mod, "num_threads", lambda: threads)
+    y = _column_sum()
+    lanes = heuristic.lanes(y)
+    sizes = {"M": 190, "N": 8 * lanes * threads + 3}  # a band per thread, 3 columns left over
+    s = heuristic.heuristic_schedule(y, sizes)
+    text = s.to_python()
+    assert "split('i', 10)" in text and "unroll('i.i')" in text, text  # 190 = 19 steps of 10
+    assert ("parallel('j.o')" in text) == (threads == 2), text
+    kern = tl.compile(y, s)
+    for m, n in [sizes.values(), (190, 7), (1, 1), (13, 101), (380, 2 * sizes["N"] + 1)]:
+        a, v = rng.random((m, n)), rng.random(m)
+        np.testing.assert_allclose(kern(a, v), a.T @ v, rtol=1e-12)
+    sp = space_mod.SearchSpace(y, sizes)
+    point = sp.point(s)
+    assert point is not None and point[0]["y.column_rows"] is True
+    again = sp.sample(optuna.trial.FixedTrial(point[0]))
+    assert sp.signature(again) == sp.signature(s)
+    assert list(point[1]["y.column_rows"]) == [False, True]
+
+
+def test_the_column_form_needs_memory_and_whole_steps(small_l3):
+    y = _column_sum()
+    lanes = heuristic.lanes(y)
+    n = 8 * lanes * max(2, stream_rules.num_threads())
+    ext = heuristic.BoundExtents(y, {"M": 190, "N": n})
+    assert stream_rules.column_rows_possible(y, ext, lanes, small_l3)
+    # a prime number of rows: no step divides it (a partial step would guard every step)
+    prime = heuristic.BoundExtents(y, {"M": 191, "N": n})
+    assert not stream_rules.column_rows_possible(y, prime, lanes, small_l3)
+    # a matrix that stays in cache keeps the register segment of the rule-based schedule
+    assert not stream_rules.column_rows_possible(y, ext, lanes, cpu_model())
+    assert "unroll('i.i')" not in heuristic.heuristic_schedule(y, {"M": 11, "N": n}).to_python()
+
+
+def test_rows_per_step_divides_the_rows():
+    assert stream_rules.rows_per_step(1900) == 10 and stream_rules.rows_per_step(2100) == 7
+    assert stream_rules.rows_per_step(64) == 8 and stream_rules.rows_per_step(5) is None
+    assert stream_rules.rows_per_step(2003) is None
