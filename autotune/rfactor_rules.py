@@ -145,19 +145,30 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
     ``k`` into one pure Var ``i`` (no ``RDom.where``, no update), ``k`` the contiguous index of
     a matrix read and ``i`` of none (``tmp[i] = A[i, k] * x[k]``: a matrix-vector product, a
     row sum), ``k`` at least ``2 * ROW_VECTORS`` vectors long and ``i`` at least as long as
-    there are threads (fewer rows: ``rfactor_chunks``), and no reduction among ``funcs`` (its
-    pipeline's) that ``fuse_siblings`` could compute with it: a row sum and a row max of one
-    matrix read it once together, which beat two passes in vector lanes."""
+    there are threads (fewer rows: ``rfactor_chunks``), and no other row reduction among
+    ``funcs`` (its pipeline's) that ``fuse_siblings`` could compute with it: a row sum and a row
+    max of one matrix read it once together, which beat two passes in vector lanes."""
     d = f.definition
     assert d is not None
     if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate or f.updates:
         return False
-    if any(_siblings(f, g) for g in funcs):
+    if any(_siblings(f, g) and _row_reduction(g) for g in funcs):
         return False
-    i, k = d.args[0].name, d.rvars[0].name
-    return (contiguous_in(f, k, rank=2) and not contiguous_in(f, i, rank=2)
-            and extents.extent(f.name, k) >= 2 * ROW_VECTORS * lanes
-            and extents.extent(f.name, i) >= max(2, num_threads()))
+    return (_row_reduction(f)
+            and extents.extent(f.name, d.rvars[0].name) >= 2 * ROW_VECTORS * lanes
+            and extents.extent(f.name, d.args[0].name) >= max(2, num_threads()))
+
+
+def _row_reduction(f: Func) -> bool:
+    """``f[i] = ... A[i, k] ...`` over one RVar ``k``: ``k`` the contiguous index of a matrix
+    read, ``i`` of none (a column reduction such as PolyBench bicg's ``s[j] = r[i] * A[i, j]``,
+    which shares ``A`` with the row reduction ``q``, is not: it walks ``A`` in another order, so
+    ``fuse_siblings`` never computes the two together)."""
+    d = f.definition
+    if d is None or len(d.args) != 1 or len(d.rvars) != 1:
+        return False
+    return contiguous_in(f, d.rvars[0].name, rank=2) and not contiguous_in(
+        f, d.args[0].name, rank=2)
 
 
 def _siblings(f: Func, g: Func) -> bool:
