@@ -19,9 +19,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-#: seconds to pause after a contender that leaves spinning threads behind (NumPy's OpenBLAS
-#: pool busy-waits after each call and slows a parallel kernel timed right after it;
-#: ``docs/performance.md``, "Measurements behind code choices"), before the next block starts
+#: seconds to pause between a contender with a thread pool of its own and the others: NumPy's
+#: OpenBLAS pool busy-waits after each call and slows a parallel kernel timed right after it,
+#: and libgomp's pool (tensorlang's parallel loops) does the same to OpenBLAS
+#: (``docs/performance.md``, "Measurements behind code choices")
 SETTLE_SECONDS = 0.2
 
 
@@ -75,9 +76,10 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
     Each of ``rounds`` rounds runs one block per contender, in an order rotated by one each
     round (so no contender always follows the same other); a block is ``warmup`` untimed runs
     (caches and pool threads warm again after the other contenders) and ``runs`` timed runs.
-    After a block of a label in ``settle`` (a contender with threads of its own that spin after
-    it returns, e.g. NumPy's BLAS) the protocol sleeps ``settle_seconds`` so they do not share
-    the CPU with the next block.
+    Labels in ``settle`` are contenders with a thread pool of their own (NumPy's BLAS): after a
+    block of one, and before a block of one that follows another label's block, the protocol
+    sleeps ``settle_seconds``, so that threads still spinning from the previous block (OpenBLAS's
+    after NumPy, libgomp's after a parallel kernel) do not share the CPU with the next.
 
     Args:
         contenders: label -> a callable running one call of the kernel (its result is ignored).
@@ -93,9 +95,13 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
     labels = list(contenders)
     settle = set(settle)
     times: dict[str, list[float]] = {k: [] for k in labels}
+    previous = None
     for r in range(rounds):
         k0 = r % len(labels)
         for label in labels[k0:] + labels[:k0]:
+            if label in settle and previous is not None and previous not in settle:
+                time.sleep(settle_seconds)  # the other pool's threads stop spinning first
+            previous = label
             fn = contenders[label]
             for _ in range(warmup):
                 fn()

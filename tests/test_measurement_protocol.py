@@ -16,6 +16,7 @@ import tensorlang as tl
 from tensorlang.autotuner.cache import KernelCache
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.measure import Measurer
+from tensorlang.autotuner import timing
 from tensorlang.autotuner.timing import Stats, block_runs, interleaved
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -30,7 +31,7 @@ def test_stats_of_raw_times():
     assert empty.n == 0 and empty.median == float("inf") and empty.spread() == "-"
 
 
-def test_interleaved_rotates_the_order_and_times_every_block():
+def test_interleaved_rotates_the_order_and_times_every_block(monkeypatch):
     calls: list[str] = []
     ticks = iter(range(10**6))
     out = interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
@@ -40,6 +41,14 @@ def test_interleaved_rotates_the_order_and_times_every_block():
     assert "".join(calls) == "aaabbbccc" + "bbbcccaaa" + "cccaaabbb"
     assert {k: len(v) for k, v in out.items()} == {"a": 6, "b": 6, "c": 6}
     assert all(t == 1.0 for v in out.values() for t in v)
+    # a contender with a pool of its own ("b", NumPy's BLAS) is kept apart from the others: a
+    # pause after each of its blocks and before each of its blocks that follows another's
+    calls.clear()
+    monkeypatch.setattr(timing.time, "sleep", lambda s: calls.append("|"))
+    interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
+                 "c": lambda: calls.append("c")}, rounds=3, runs=1, warmup=0, settle=("b",),
+                clock=lambda: float(next(ticks)))
+    assert "".join(calls) == "a|b|c" + "|b|ca" + "ca|b|"
     with pytest.raises(ValueError, match="at least one"):
         interleaved({})
     with pytest.raises(ValueError, match="rounds and runs"):
