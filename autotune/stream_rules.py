@@ -42,8 +42,8 @@ def streams_from_memory(nbytes: int, cpu: CpuModel) -> bool:
 def column_rows_possible(f: Func, extents: BoundExtents, lanes: int, cpu: CpuModel) -> bool:
     """Whether ``column_rows`` applies to ``f``: a pure definition's reduction over one RVar
     ``i`` (no ``RDom.where``) into one pure Var ``j``, ``j`` the contiguous index of a matrix
-    read and ``i`` of none, the matrix larger than ``streams_from_memory`` allows, its rows
-    split evenly into steps (``rows_per_step``), and a band of at least ``COLUMN_VECTORS``
+    read and ``i`` of none, the matrix larger than ``streams_from_memory`` allows, at least
+    ``LANE_ROWS`` rows, and a band of at least ``COLUMN_VECTORS``
     vectors per thread."""
     d = f.definition
     assert d is not None
@@ -59,12 +59,12 @@ def column_rows_possible(f: Func, extents: BoundExtents, lanes: int, cpu: CpuMod
 
 def rows_per_step(rows: int) -> int | None:
     """Rows per step: the divisor of ``rows`` in ``[LANE_ROWS // 2, MAX_LANE_ROWS]`` closest to
-    ``LANE_ROWS``, or None (below ``LANE_ROWS`` rows, or no such divisor: a partial block of an
-    RVar split guards every step of the stage, which then runs without its register
-    accumulators)."""
+    ``LANE_ROWS`` (no partial step), else ``LANE_ROWS`` (the lowering runs the whole steps
+    first, without the tail's guard, then the partial one: ``nest.StageNest.tail_peels``);
+    None below ``LANE_ROWS`` rows."""
     if rows < LANE_ROWS:
         return None
-    return closest_divisor(rows, LANE_ROWS, most=MAX_LANE_ROWS)
+    return closest_divisor(rows, LANE_ROWS, most=MAX_LANE_ROWS) or LANE_ROWS
 
 
 def band(cols: int, lanes: int) -> int:

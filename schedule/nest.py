@@ -87,6 +87,10 @@ class StageNest:
     #: a core guard that holds for every iteration of the unrolled loops inside ``Peel.loop``
     #: from ``Peel.at`` on (or up to it): that loop runs as two, the guard only in one
     peel: Peel | None = None
+    #: GuardWithIf splits whose tail guard sits as an ``if`` on their (unrolled) inner loop:
+    #: outer loop variable -> (iterations whose guard holds for the whole inner loop, the inner
+    #: loop variable, the guard); that outer loop runs as two loops, the first without the guard
+    tail_peels: dict[str, tuple[Expr, str, Expr]] = field(default_factory=dict)
 
     @property
     def values_leaves(self) -> set[str]:
@@ -198,11 +202,21 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     # inner leaf -> (outer leaf, iterations of it whose inner loop is whole), one per bound that
     # knows it; a partition needs every bound of the inner loop to know it, for the same outer
     counts: dict[str, list[tuple[str, Expr]]] = {}
+    tail_peels: dict[str, tuple[Expr, str, Expr]] = {}
     for expr, bound, rel in guards:
         e = resolve(expr)
+        inner_guards = leaves[pos[rename[rel.inner]]].guards if rel.inner in rename \
+            and rename[rel.inner] in pos else []
+        placed_before = len(inner_guards)
         tightened = _place_guard(e, bound, leaves, pos)
         if tightened is not None:
             bounded[tightened] = bounded.get(tightened, 0) + 1
+        elif len(inner_guards) == placed_before + 1 and rel.outer in rename:
+            # the guard became an ``if`` on the inner loop (an unrolled one)
+            peel_at = _tail_peel(e, resolve(bound), rel.factor, rename[rel.outer],
+                                 rename[rel.inner], leaves, pos, leaf_vars)
+            if peel_at is not None and rename[rel.outer] not in tail_peels:
+                tail_peels[rename[rel.outer]] = (peel_at, rename[rel.inner], inner_guards[-1])
         bound = resolve(bound)
         if tightened is not None and rel.outer in rename and rel.inner in rename \
                 and tightened == rename[rel.inner] \
@@ -257,7 +271,31 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     nest = StageNest(st.func, leaves, values, versions, first_red, partitions)
     nest.core_guards = _dedup(core_guards)
     nest.peel = peel
+    nest.tail_peels = tail_peels
     return nest
+
+
+def _tail_peel(e: Expr, bound: Expr, factor: int, outer: str, inner: str, leaves: list[Leaf],
+               pos: dict[str, int], leaf_vars: set[str]) -> Expr | None:
+    """For the guard ``e < bound`` of a GuardWithIf split placed as an ``if`` on its inner loop
+    ``inner`` (an unrolled loop keeps its constant extent): the number of iterations of the
+    serial loop ``outer``, from 0, for which the guard holds on every inner iteration, when
+    ``e`` is exactly ``factor * outer + inner + c`` and ``bound`` names no loop; else None."""
+    if outer not in pos or inner not in pos or pos[outer] > pos[inner]:
+        return None
+    if leaves[pos[outer]].kind is not ForKind.SERIAL or const_value(leaves[pos[outer]].min) != 0:
+        return None
+    if any(isinstance(n, Var) and n.name in leaf_vars for n in walk(bound)):
+        return None
+    try:
+        form = affine_form(e)
+    except NonAffine:
+        return None
+    if set(form.vars) != {outer, inner} or form.params or form.coeff(outer) != factor \
+            or form.coeff(inner) != 1 or const_value(leaves[pos[inner]].min) != 0:
+        return None
+    # factor * o + (factor - 1) + c < bound  <=>  o < (bound - c) // factor
+    return BinOp("floordiv", ssub(bound, sconst(form.const)), Const(factor, int64), int64)
 
 
 def _dedup(conds: list[Expr]) -> list[Expr]:
@@ -596,15 +634,16 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         return For(lf.var, lf.min, ext, lf.kind, guarded(lf, go_part(k + 1, core, full)),
                    _width(lf))
 
-    def guarded(lf: Leaf, body: Stmt) -> Stmt:
+    def guarded(lf: Leaf, body: Stmt, drop: frozenset = frozenset()) -> Stmt:
         for g in reversed(lf.guards):
-            body = IfThenElse(g, body)
+            if id(g) not in drop:
+                body = IfThenElse(g, body)
         return body
 
-    def go(k: int, core: Stmt, init_done: bool) -> Stmt:
+    def go(k: int, core: Stmt, init_done: bool, drop: frozenset = frozenset()) -> Stmt:
         if init is not None and not init_done and k == nest.first_reduction:
             init_leaves = [lf for lf in nest.leaves[k:] if not lf.reduction]
-            return Block((go_plain(0, init_leaves, init), go(k, core, True)))
+            return Block((go_plain(0, init_leaves, init), go(k, core, True, drop)))
         if k == len(nest.leaves):
             return core
         lf = nest.leaves[k]
@@ -612,13 +651,22 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         if (pl is not None and lf.var == pl.loop and steady is not None and plain is not None
                 and lf.kind is ForKind.SERIAL and all(plain(x) for x in nest.leaves[k:])
                 and (init is None or init_done)):
-            return _peeled(lf, pl, guarded(lf, go(k + 1, core, init_done)),
-                           guarded(lf, go(k + 1, steady, init_done)))
-        inner = go(k + 1, core, init_done)
+            return _peeled(lf, pl, guarded(lf, go(k + 1, core, init_done, drop), drop),
+                           guarded(lf, go(k + 1, steady, init_done, drop), drop))
+        tp = nest.tail_peels.get(lf.var)
+        if (tp is not None and plain is not None and lf.kind is ForKind.SERIAL
+                and (pl is None or pl.loop != lf.var) and id(tp[2]) not in drop
+                and all(plain(x) for x in nest.leaves[k:]) and (init is None or init_done)):
+            # the iterations whose inner loop is whole first, without the tail's guard
+            whole = frozenset(drop | {id(tp[2])})
+            return _peeled(lf, Peel(lf.var, tp[0], tp[2], False),
+                           guarded(lf, go(k + 1, core, init_done, drop), drop),
+                           guarded(lf, go(k + 1, core, init_done, whole), whole))
+        inner = go(k + 1, core, init_done, drop)
         pre = before(lf)
         post = after(lf) if after is not None else []
         body = Block((*pre, inner, *post)) if pre or post else inner
-        body = wrap(lf, guarded(lf, body))
+        body = wrap(lf, guarded(lf, body, drop))
         return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
 
     def go_plain(k: int, leaves: list[Leaf], core: Stmt) -> Stmt:

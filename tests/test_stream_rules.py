@@ -12,6 +12,7 @@ import pytest
 import tensorlang as tl
 from tensorlang.autotuner import heuristic, rfactor_rules, space as space_mod, stream_rules
 from tensorlang.autotuner.cpu_model import KiB, Cache, cpu_model
+from tensorlang.schedule.lower import lower
 
 
 def _column_sum() -> tl.Func:
@@ -62,15 +63,30 @@ def test_the_column_form_needs_memory_and_whole_steps(small_l3):
     n = 8 * lanes * max(2, stream_rules.num_threads())
     ext = heuristic.BoundExtents(y, {"M": 190, "N": n})
     assert stream_rules.column_rows_possible(y, ext, lanes, small_l3)
-    # a prime number of rows: no step divides it (a partial step would guard every step)
-    prime = heuristic.BoundExtents(y, {"M": 191, "N": n})
-    assert not stream_rules.column_rows_possible(y, prime, lanes, small_l3)
+    assert not stream_rules.column_rows_possible(
+        y, heuristic.BoundExtents(y, {"M": 7, "N": n}), lanes, small_l3)  # fewer rows than a step
     # a matrix that stays in cache keeps the register segment of the rule-based schedule
     assert not stream_rules.column_rows_possible(y, ext, lanes, cpu_model())
     assert "unroll('i.i')" not in heuristic.heuristic_schedule(y, {"M": 11, "N": n}).to_python()
 
 
-def test_rows_per_step_divides_the_rows():
+def test_rows_per_step_divides_the_rows_where_it_can():
     assert stream_rules.rows_per_step(1900) == 10 and stream_rules.rows_per_step(2100) == 7
     assert stream_rules.rows_per_step(64) == 8 and stream_rules.rows_per_step(5) is None
-    assert stream_rules.rows_per_step(2003) is None
+    assert stream_rules.rows_per_step(2003) == 8  # prime: the last step is partial
+
+
+def test_a_partial_step_of_rows_leaves_the_whole_steps_unguarded(rng, small_l3):
+    # a prime number of rows: the step loop runs its whole steps first, without the tail's
+    # guard (their accumulators promoted to registers), then the partial step, guarded
+    y = _column_sum()
+    lanes = heuristic.lanes(y)
+    sizes = {"M": 191, "N": 8 * lanes * max(2, stream_rules.num_threads())}
+    s = heuristic.heuristic_schedule(y, sizes)
+    assert "split('i', 8)" in s.to_python()
+    text = str(lower(y, s))
+    assert "for i.o in [0, " in text and "for i.o in [t" in text, text
+    kern = tl.compile(y, s)
+    for m, n in [(191, sizes["N"]), (193, 37), (8, 9), (9, 8)]:
+        a, v = rng.random((m, n)), rng.random(m)
+        np.testing.assert_allclose(kern(a, v), a.T @ v, rtol=1e-12)
