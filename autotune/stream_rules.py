@@ -26,8 +26,9 @@ from .cpu_model import CpuModel, closest_divisor
 from .rfactor_rules import LANE_ROWS, contiguous_in
 from .workloads import BoundExtents
 
-#: native vectors of a band's columns per step of its ``LANE_ROWS`` rows (unrolled)
-COLUMN_VECTORS = 4
+#: native vectors of a band's columns per step of its ``LANE_ROWS`` rows (unrolled): one ran
+#: faster than two or four on Zen 4 at 1900-4000 columns, 1 and 2 threads (docs/performance.md)
+COLUMN_VECTORS = 1
 #: the most rows a step takes (``rows_per_step``)
 MAX_LANE_ROWS = 12
 
@@ -92,7 +93,10 @@ def column_rows(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> None
     io, ii = st.split(i, rows_per_step(extents.extent(f.name, i)) or LANE_ROWS)
     step, vec = st.split(ji, COLUMN_VECTORS * lanes)
     st.reorder(jo, io, step, ii, vec).unroll(ii)
-    st.vectorize(vec, lanes).unroll(f"{vec.name}.o")
+    if COLUMN_VECTORS > 1:
+        st.vectorize(vec, lanes).unroll(f"{vec.name}.o")
+    else:
+        st.vectorize(vec)
     if extents.extent(f.name, j) >= 2 * width:
         st.parallel(jo)
 
