@@ -24,6 +24,10 @@ from typing import Callable, Iterable
 #: and libgomp's pool (tensorlang's parallel loops) does the same to OpenBLAS
 #: (``docs/performance.md``, "Measurements behind code choices")
 SETTLE_SECONDS = 0.2
+#: seconds of warm-up calls, at least, for the first block after such a pause: the cores of an
+#: idle VM come back slowly (a 1 ms parallel kernel ran 1.3-2x slower for its first few calls
+#: after a 0.2-0.8 s sleep; ``docs/performance.md``, "Level-2 kernels")
+WAKE_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,7 @@ class Stats:
 
 def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
                 runs: int = 3, warmup: int = 1, settle: Iterable[str] = (),
-                settle_seconds: float = SETTLE_SECONDS,
+                settle_seconds: float = SETTLE_SECONDS, wake_seconds: float = WAKE_SECONDS,
                 clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
     """Time several callables in alternating blocks; returns every timed run per label (seconds).
 
@@ -79,7 +83,9 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
     Labels in ``settle`` are contenders with a thread pool of their own (NumPy's BLAS): after a
     block of one, and before a block of one that follows another label's block, the protocol
     sleeps ``settle_seconds``, so that threads still spinning from the previous block (OpenBLAS's
-    after NumPy, libgomp's after a parallel kernel) do not share the CPU with the next.
+    after NumPy, libgomp's after a parallel kernel) do not share the CPU with the next; the
+    block after a pause warms up for at least ``wake_seconds`` (its ``warmup`` calls, then more
+    until that much time has passed), as the cores of an idle machine wake slowly.
 
     Args:
         contenders: label -> a callable running one call of the kernel (its result is ignored).
@@ -96,21 +102,30 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
     settle = set(settle)
     times: dict[str, list[float]] = {k: [] for k in labels}
     previous = None
+    paused = False
     for r in range(rounds):
         k0 = r % len(labels)
         for label in labels[k0:] + labels[:k0]:
             if label in settle and previous is not None and previous not in settle:
                 time.sleep(settle_seconds)  # the other pool's threads stop spinning first
+                paused = True
             previous = label
             fn = contenders[label]
             for _ in range(warmup):
                 fn()
+            if paused and warmup and settle_seconds > 0:
+                # after a pause, warm up for a while: the cores wake slowly
+                end = clock() + wake_seconds
+                while clock() < end:
+                    fn()
+            paused = False
             for _ in range(runs):
                 t0 = clock()
                 fn()
                 times[label].append(clock() - t0)
             if label in settle and len(labels) > 1:
                 time.sleep(settle_seconds)
+                paused = True
     return times
 
 

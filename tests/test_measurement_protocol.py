@@ -49,6 +49,17 @@ def test_interleaved_rotates_the_order_and_times_every_block(monkeypatch):
                  "c": lambda: calls.append("c")}, rounds=3, runs=1, warmup=0, settle=("b",),
                 clock=lambda: float(next(ticks)))
     assert "".join(calls) == "a|b|c" + "|b|ca" + "ca|b|"
+    # after a pause, the next block warms up for wake_seconds (here 4 clock ticks) besides its
+    # warm-up call
+    calls.clear()
+    ticks2 = iter(range(10**6))
+    interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=2,
+                runs=1, warmup=1, settle=("b",), wake_seconds=4.0,
+                clock=lambda: float(next(ticks2)))
+    blocks = "".join(calls).split("|")  # a | b (pause before and after) | b | a
+    assert blocks[0] == "aa" and len(blocks) == 4, calls
+    assert set(blocks[1]) == set(blocks[2]) == {"b"} and set(blocks[3]) == {"a"}, calls
+    assert min(len(b) for b in blocks[1:]) > 2, calls  # more than warm-up + timed run
     with pytest.raises(ValueError, match="at least one"):
         interleaved({})
     with pytest.raises(ValueError, match="rounds and runs"):
