@@ -188,9 +188,9 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> No
     split, unrolled inside ``k.o``) accumulate in as many vector registers as ``k.o`` walks
     them together (contiguous loads, several rows' loads in flight, each load of ``x[k]`` used
     by every row, no chain of dependent adds through one scalar: the form of BLAS's
-    ``dgemv_t`` kernels), blocks of rows in parallel; ``f`` adds each row's partials up. With
-    fewer than ``LANE_ROWS`` rows per thread (at least two blocks' worth), one row at a time
-    with ``ROW_VECTORS`` vectors of partial sums instead. The sum is reassociated (as
+    ``dgemv_t`` kernels), blocks of rows in parallel; ``f`` adds each row's partials up. Where
+    the rows make fewer blocks than threads (or fewer than two blocks), one row at a time with
+    ``ROW_VECTORS`` vectors of partial sums instead. The sum is reassociated (as
     ``rfactor`` always does). Needs ``rfactor_lanes_possible``.
 
     Raises:

@@ -7,12 +7,11 @@ rule-based schedule keeps a segment of ``ROW_VECTORS`` vectors of ``y`` in regis
 the rows under it (``heuristic._stage``). Where it does not, that walk visits a few cache lines
 of every row per segment and the hardware prefetchers, which follow one stream within a page,
 fetch each row anew: the kernel runs at a fraction of the memory bandwidth. ``column_rows``
-instead gives each thread one wide band of columns and walks ``LANE_ROWS`` rows at once along
-it: each row is read in long contiguous runs, eight of them in flight, and the band's ``y``
-(read and written once per step of rows) stays in L1/L2 — the order of the BLAS
-``dgemv_n`` kernels (Goto and van de Geijn, "High-performance implementation of the level-3
-BLAS", ACM TOMS 2008, describe the same row blocking for the level-2 kernels of GotoBLAS).
-The order of the sum over ``i`` is kept: no reassociation.
+instead gives each thread one wide band of columns and walks about ``LANE_ROWS`` rows at once
+along it: each row is read in long contiguous runs, several of them in flight, and the band's ``y``
+(read and written once per step of rows) stays in L1/L2 — the order of OpenBLAS's ``dgemv_n``
+kernels, which add several columns of a column-major matrix (rows of ``A`` here) into a block of
+``y`` at once. The order of the sum over ``i`` is kept: no reassociation.
 """
 
 from __future__ import annotations
@@ -44,8 +43,7 @@ def column_rows_possible(f: Func, extents: BoundExtents, lanes: int, cpu: CpuMod
     """Whether ``column_rows`` applies to ``f``: a pure definition's reduction over one RVar
     ``i`` (no ``RDom.where``) into one pure Var ``j``, ``j`` the contiguous index of a matrix
     read and ``i`` of none, the matrix larger than ``streams_from_memory`` allows, at least
-    ``LANE_ROWS`` rows, and a band of at least ``COLUMN_VECTORS``
-    vectors per thread."""
+    ``LANE_ROWS`` rows, and a band of at least ``COLUMN_VECTORS`` vectors per thread."""
     d = f.definition
     assert d is not None
     if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate:

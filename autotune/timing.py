@@ -25,8 +25,7 @@ from typing import Callable, Iterable
 #: (``docs/performance.md``, "Measurements behind code choices")
 SETTLE_SECONDS = 0.2
 #: seconds of warm-up calls, at least, for the first block after such a pause: the cores of an
-#: idle VM come back slowly (a 1 ms parallel kernel ran 1.3-2x slower for its first few calls
-#: after a 0.2-0.8 s sleep; ``docs/performance.md``, "Level-2 kernels")
+#: idle VM come back slowly (``docs/performance.md``, "Level-2 kernels")
 WAKE_SECONDS = 0.05
 
 
