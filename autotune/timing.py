@@ -84,7 +84,8 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
     sleeps ``settle_seconds``, so that threads still spinning from the previous block (OpenBLAS's
     after NumPy, libgomp's after a parallel kernel) do not share the CPU with the next; the
     block after a pause warms up for at least ``wake_seconds`` (its ``warmup`` calls, then more
-    until that much time has passed), as the cores of an idle machine wake slowly.
+    until that much time has passed since the pause), as the cores of an idle machine wake
+    slowly.
 
     Args:
         contenders: label -> a callable running one call of the kernel (its result is ignored).
@@ -110,13 +111,13 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
                 paused = True
             previous = label
             fn = contenders[label]
+            # after a pause, warm up for a while (the cores wake slowly): the warm-up calls
+            # count towards it, so a slow kernel's one warm-up call is enough
+            end = clock() + wake_seconds if paused and warmup and settle_seconds > 0 else None
             for _ in range(warmup):
                 fn()
-            if paused and warmup and settle_seconds > 0:
-                # after a pause, warm up for a while: the cores wake slowly
-                end = clock() + wake_seconds
-                while clock() < end:
-                    fn()
+            while end is not None and clock() < end:
+                fn()
             paused = False
             for _ in range(runs):
                 t0 = clock()

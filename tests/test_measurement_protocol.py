@@ -60,6 +60,16 @@ def test_interleaved_rotates_the_order_and_times_every_block(monkeypatch):
     assert blocks[0] == "aa" and len(blocks) == 4, calls
     assert set(blocks[1]) == set(blocks[2]) == {"b"} and set(blocks[3]) == {"a"}, calls
     assert min(len(b) for b in blocks[1:]) > 2, calls  # more than warm-up + timed run
+    # a kernel slower than wake_seconds: its one warm-up call covers the wake-up
+    calls.clear()
+    now = [0.0]
+
+    def slow(name: str):
+        return lambda: (calls.append(name), now.__setitem__(0, now[0] + 10.0))
+
+    interleaved({"a": slow("a"), "b": slow("b")}, rounds=2, runs=1, warmup=1, settle=("b",),
+                wake_seconds=4.0, clock=lambda: now[0])
+    assert "".join(calls) == "aa|bb|bb|aa", calls
     with pytest.raises(ValueError, match="at least one"):
         interleaved({})
     with pytest.raises(ValueError, match="rounds and runs"):
