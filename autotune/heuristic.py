@@ -54,7 +54,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   while in cache (a row sum and a row max of one matrix);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized and its outermost loop that
-  runs at least ``MIN_PARALLEL_POINTS`` points per parallel region runs in parallel, each only
+  runs at least ``MIN_PARALLEL_POINTS`` points per parallel region (a region a time loop
+  starts on every step: ``MIN_REPEATED_PARALLEL_POINTS``) runs in parallel, each only
   where the dependence analysis proves it (a scan's ``r.x`` is neither; a Jacobi step's rows
   inside its time loop are both); a scan whose contiguous pure Var is outside its reduction
   loops (a column scan) is first tried as chunks of that Var in parallel, the reduction loops
@@ -164,6 +165,11 @@ MAX_CHEAP_RECOMPUTE = 4.0
 #: time loop every row pays its tail (heat-3d's 18-point rows at PolyBench's SMALL size ran
 #: 0.72x the default schedule vectorized)
 UPDATE_MIN_VECTORS = 4
+#: the fewest points of a parallel region that a serial loop around it starts again and again
+#: (an update's sweep inside its time loop): every start waits for all threads, and on a
+#: machine whose other cores are sometimes busy one late thread delays each of them
+#: (PolyBench heat-3d's sweeps; docs/rule-based-schedule.md has the measurements)
+MIN_REPEATED_PARALLEL_POINTS = 1 << 17
 #: vectors of a scan's contiguous pure Var per chunk (the chunks run in parallel, the scan's
 #: reduction loops inside each, the chunk's vectors innermost)
 SCAN_CHUNK_VECTORS = 4
@@ -874,17 +880,20 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
 def update_parallel_loops(s: Schedule, f: Func, number: int, extents: BoundExtents) -> list[str]:
     """Loops of update ``number`` of ``f`` (outermost first) that could run in parallel with
     enough work: at least two iterations and ``MIN_PARALLEL_POINTS`` points in one iteration
-    of the loops outside them (one parallel region)."""
+    of the loops outside them (one parallel region), ``MIN_REPEATED_PARALLEL_POINTS`` where
+    those loops start the region more than once (a time step's sweep)."""
     name = f"{f.name}.update({number})"
     loops = [ref.name for ref in s[f].update(number).loops]
     ext = {n: extents.extent(name, n) for n in loops}
-    out, points = [], 1
+    out, points, repeats = [], 1, 1
     for n in loops:
         points *= ext[n]
     for n in loops:
-        if ext[n] >= 2 and points >= MIN_PARALLEL_POINTS:
+        least = MIN_PARALLEL_POINTS if repeats == 1 else MIN_REPEATED_PARALLEL_POINTS
+        if ext[n] >= 2 and points >= least:
             out.append(n)
         points //= max(1, ext[n])
+        repeats *= max(1, ext[n])
     return out
 
 

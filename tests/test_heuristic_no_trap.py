@@ -73,6 +73,34 @@ def test_a_small_stage_runs_serially():
     assert "parallel" in heuristic_schedule(out, {"R": 512, "S": 67}).to_python()
 
 
+def test_a_time_step_region_needs_more_work_to_run_in_parallel():
+    # heat-3d's sweep starts a parallel region on every time step: at PolyBench's MEDIUM size
+    # (38^3 points a sweep, between the two thresholds) it runs serially, at 70^3 in parallel
+    from polybench.kernels import KERNELS
+    from tensorlang.autotuner.heuristic import (
+        MIN_PARALLEL_POINTS,
+        MIN_REPEATED_PARALLEL_POINTS,
+        update_parallel_loops,
+    )
+    from tensorlang.autotuner.workloads import BoundExtents
+    from tensorlang.schedule import Schedule
+
+    kern = KERNELS["heat-3d"]
+    h = kern.handle(kern.build())
+    buf = tl.Pipeline(h).func("buf")
+    assert MIN_PARALLEL_POINTS < 38 ** 3 < MIN_REPEATED_PARALLEL_POINTS < 68 ** 3
+    # candidates, outermost first (the time loop r_4 runs once: the dependences refuse it)
+    for n, loops in ((40, ["r_4"]), (70, ["r_4", "r_w", "r_z"])):
+        sizes = {"N": n, "T": 3}
+        assert update_parallel_loops(Schedule(h), buf, 0, BoundExtents(h, sizes)) == loops
+        nest = str(lower(h, heuristic_schedule(h, sizes)))
+        assert ("parallel for r_z" in nest) == (n == 70)
+    sizes = {"N": 11, "T": 3}
+    arrays = kern.inputs(sizes, np.random.default_rng(0))
+    got = tl.compile(h, heuristic_schedule(h, sizes))(**kern.call_args(h, arrays, sizes))
+    np.testing.assert_allclose(got, kern.numpy(arrays, sizes)[0], rtol=1e-12)
+
+
 def test_a_row_producer_is_still_computed_per_row():
     # softmax's exp per row: each row of the output needs its own row of e, computed once
     from tensorlang.autotuner.workloads import softmax
