@@ -161,10 +161,11 @@ MAX_INLINE_RECOMPUTE = 2.0
 #: per point when inlined (a 3-tap blur into a 3-tap blur: memory traffic saved beats the adds)
 CHEAP_INLINE_NODES = 24
 MAX_CHEAP_RECOMPUTE = 4.0
-#: the fewest native vectors an update's innermost loop must span to be vectorized: inside a
-#: time loop every row pays its tail (heat-3d's 18-point rows at PolyBench's SMALL size ran
-#: 0.72x the default schedule vectorized)
-UPDATE_MIN_VECTORS = 4
+#: the fewest native vectors an update's innermost loop must span to be vectorized (a shorter
+#: one is left to LLVM's own loop vectorizer, as in the default schedule): inside a time loop
+#: every row pays the vector loop's start and its tail (PolyBench heat-3d's 18- and 38-point
+#: rows; docs/rule-based-schedule.md)
+UPDATE_MIN_VECTORS = 8
 #: the fewest points of a parallel region that a serial loop around it starts again and again
 #: (an update's sweep inside its time loop): every start waits for all threads, and on a
 #: machine whose other cores are sometimes busy one late thread delays each of them
