@@ -89,7 +89,8 @@ def test_a_time_step_region_needs_more_work_to_run_in_parallel():
     h = kern.handle(kern.build())
     buf = tl.Pipeline(h).func("buf")
     assert MIN_PARALLEL_POINTS < 38 ** 3 < MIN_REPEATED_PARALLEL_POINTS < 68 ** 3
-    # candidates, outermost first (the time loop r_4 runs once: the dependences refuse it)
+    # candidates, outermost first (the time loop r_4 is one region per call, large enough; the
+    # dependence analysis then refuses it)
     for n, loops in ((40, ["r_4"]), (70, ["r_4", "r_w", "r_z"])):
         sizes = {"N": n, "T": 3}
         assert update_parallel_loops(Schedule(h), buf, 0, BoundExtents(h, sizes)) == loops
