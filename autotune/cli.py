@@ -2,19 +2,20 @@
 
 ::
 
-    tensorlang tune WORKLOAD --shape M=1024,N=1024,K=1024 [--trials N] [--timeout S] [--log PATH]
-                    [--seed S] [--resume] [--storage URL] [--study NAME] [--cost-model gbt|none]
-                    [--no-cache]
+    tensorlang tune WORKLOAD --shape M=1024,N=1024,K=1024 [--dtype float64] [--trials N]
+                    [--timeout S] [--log PATH] [--seed S] [--resume] [--storage URL]
+                    [--study NAME] [--cost-model gbt|none] [--no-cache]
     tensorlang show LOG [--top K] [--plot curve.png]
     tensorlang cache list | import LOG... | import --storage URL [--study NAME] | export [-o FILE]
                      | clear
-    tensorlang bench WORKLOAD --shape ... [--schedule auto|heuristic|default]
+    tensorlang bench WORKLOAD --shape ... [--dtype float64] [--schedule auto|heuristic|default]
     tensorlang target [--features]
 
 WORKLOAD is a built-in name (``autotune/workloads.py``: matmul, batch_matmul, conv2d, blur,
 softmax, layernorm) or ``path/to/file.py:function`` (a function of no arguments returning the
-output Func; ``--shape`` binds its size symbols by name). Exit status: 0 on success, 1 on a
-tensorlang error (printed as one line, no traceback), 2 on bad arguments, 130 after Ctrl-C.
+output Func; ``--shape`` binds its size symbols by name; ``--dtype`` picks a built-in's element
+type, float32 unless given). Exit status: 0 on success, 1 on a tensorlang error (printed as one
+line, no traceback), 2 on bad arguments, 130 after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ def _finite(x: Any) -> Any:
 
 
 def _workload(args: argparse.Namespace) -> tuple[Any, Any, dict[str, int]]:
-    """(Workload, output Func, sizes) from WORKLOAD and --shape."""
+    """(Workload, output Func, sizes) from WORKLOAD, --dtype and --shape. A built-in workload
+    over another element type than its first is named with it (``matmul-float64``: its own log
+    and study)."""
+    import dataclasses
+
     from tensorlang.errors import ShapeError
     from tensorlang.pipeline import Pipeline
 
@@ -70,7 +75,10 @@ def _workload(args: argparse.Namespace) -> tuple[Any, Any, dict[str, int]]:
         given = parse_shape(args.shape or "")
     except ValueError as exc:
         raise ShapeError(f"--shape: {exc}") from exc
-    out = work.build()
+    dtype = getattr(args, "dtype", None)
+    out = work.build_as(dtype)
+    if dtype is not None and work.dtypes and dtype != work.dtypes[0]:
+        work = dataclasses.replace(work, name=f"{work.name}-{dtype}")
     needed = Pipeline(out).sizes
     sizes = {k: v for k, v in {**work.shape, **given}.items() if k in needed}
     unknown = sorted(set(given) - set(needed))
@@ -604,9 +612,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     wl_help = ("a built-in workload (matmul, batch_matmul, conv2d, blur, softmax, layernorm) or "
                "path/to/file.py:function returning the output Func")
+    dtypes = ("float32", "float64")
+    dtype_help = "element type of a built-in workload (default float32)"
     tu = sub.add_parser("tune", help="tune a workload; writes tuning records and the cache")
     tu.add_argument("workload", help=wl_help)
     tu.add_argument("--shape", help="sizes, e.g. M=1024,N=1024,K=1024 (built-ins have defaults)")
+    tu.add_argument("--dtype", choices=dtypes, help=dtype_help)
     tu.add_argument("--trials", type=_positive(int), default=100,
                     help="measured trials (default 100)")
     tu.add_argument("--timeout", type=_positive(float), help="stop after this many seconds")
@@ -655,6 +666,7 @@ def build_parser() -> argparse.ArgumentParser:
     be = sub.add_parser("bench", help="tensorlang vs NumPy on a workload, same run")
     be.add_argument("workload", help=wl_help)
     be.add_argument("--shape", help="sizes, e.g. M=1024,N=1024,K=1024")
+    be.add_argument("--dtype", choices=dtypes, help=dtype_help)
     be.add_argument("--schedule", choices=("auto", "heuristic", "default"), default="auto")
     be.add_argument("--json", action="store_true",
                     help="one JSON object: n, median, quartiles, min, max (seconds) per row")

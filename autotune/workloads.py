@@ -1,9 +1,10 @@
 """Built-in workloads (what ``tensorlang tune|bench NAME`` and the benchmarks tune), and loading a
 user's workload from ``path/to/file.py:function``.
 
-A workload is an algorithm (a function of no arguments returning the output Func), its default
-shape (size symbols by name), a NumPy version of the same computation (the peer every speed is
-measured against, in the same run) and its floating-point operation count (for GFLOP/s).
+A workload is an algorithm (a function returning the output Func; the built-ins take the element
+type, float32 unless asked: ``tensorlang bench matmul --dtype float64``), its default shape (size
+symbols by name), a NumPy version of the same computation (the peer every speed is measured
+against, in the same run) and its floating-point operation count (for GFLOP/s).
 
 ========== ==================== ============================================================
 name       sizes                computation
@@ -29,6 +30,7 @@ import numpy as np
 
 import tensorlang.language as tl
 from tensorlang.arguments import collect_arrays
+from tensorlang.dtypes import DType
 from tensorlang.errors import DefinitionError, ShapeError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
@@ -38,16 +40,35 @@ from tensorlang.pipeline import Pipeline
 class Workload:
     """A named algorithm with a default shape, a NumPy peer and a FLOP count.
 
-    ``numpy(arrays)`` returns a callable of no arguments computing the same output with NumPy
-    (None: no peer); ``flops(sizes)`` is the floating-point operation count (0: unknown).
+    ``build()`` returns the output Func; ``build(dtype)`` (a ``tl.DType`` of ``dtypes``, the
+    element types it is written for; a user's workload has none but its own) the same algorithm
+    over that element type. ``numpy(arrays)`` returns a callable of no arguments computing the same
+    output with NumPy (None: no peer), in the arrays' dtype; ``flops(sizes)`` is the
+    floating-point operation count (0: unknown).
     """
 
     name: str
-    build: Callable[[], Func]
+    build: Callable[..., Func]
     shape: dict[str, int]
     numpy: Callable[[dict[str, np.ndarray]], Callable[[], np.ndarray]] | None = None
     flops: Callable[[dict[str, int]], float] = lambda sizes: 0.0
     doc: str = ""
+    dtypes: tuple[str, ...] = ()
+
+    def build_as(self, dtype: str | None) -> Func:
+        """The output Func over element type ``dtype`` (a NumPy name, e.g. ``"float64"``; None:
+        as written).
+
+        Raises:
+            DefinitionError: the workload is not written for that element type.
+        """
+        if dtype is None:
+            return self.build()
+        if dtype not in self.dtypes:
+            kinds = ", ".join(self.dtypes) or "only the types its own code names"
+            raise DefinitionError(f"workload {self.name} has no {dtype} version: it is written for "
+                                  f"{kinds}")
+        return self.build(getattr(tl, dtype))
 
 
 def input_shapes(output: Func, sizes: dict[str, int]) -> dict[str, tuple[int, ...]]:
@@ -154,28 +175,28 @@ def memory_available() -> int | None:
 
 
 # -- the algorithms ------------------------------------------------------------------------------
-def matmul() -> Func:
+def matmul(dtype: DType = tl.float32) -> Func:
     M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
+    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
     i, j, k = tl.vars("i j k")
     C = tl.Func("C")
     C[i, j] = A[i, k] * B[k, j]
     return C
 
 
-def batch_matmul() -> Func:
+def batch_matmul(dtype: DType = tl.float32) -> Func:
     Bt, M, N, K = tl.sizes("B M N K")
-    A, B = tl.Input("A", (Bt, M, K), tl.float32), tl.Input("B", (Bt, K, N), tl.float32)
+    A, B = tl.Input("A", (Bt, M, K), dtype), tl.Input("B", (Bt, K, N), dtype)
     b, i, j, k = tl.vars("b i j k")
     C = tl.Func("C")
     C[b, i, j] = A[b, i, k] * B[b, k, j]
     return C
 
 
-def conv2d() -> Func:
+def conv2d(dtype: DType = tl.float32) -> Func:
     Nb, CI, H, W, CO = tl.sizes("Nb CI H W CO")
-    In = tl.Input("In", (Nb, CI, H, W), tl.float32)
-    Wt = tl.Input("Wt", (CO, CI, 3, 3), tl.float32)
+    In = tl.Input("In", (Nb, CI, H, W), dtype)
+    Wt = tl.Input("Wt", (CO, CI, 3, 3), dtype)
     n, co, y, x, ci, ry, rx = tl.vars("n co y x ci ry rx")
     pad = tl.Func("pad", shape=(Nb, CI, H + 2, W + 2))
     pad[n, ci, y, x] = tl.constant_exterior(In, 0.0)[n, ci, y - 1, x - 1]
@@ -184,9 +205,9 @@ def conv2d() -> Func:
     return conv
 
 
-def blur() -> Func:
+def blur(dtype: DType = tl.float32) -> Func:
     H, W = tl.sizes("H W")
-    In = tl.Input("In", (H, W), tl.float32)
+    In = tl.Input("In", (H, W), dtype)
     y, x = tl.vars("y x")
     bx = tl.Func("bx")
     bx[y, x] = (In[y, x - 1] + In[y, x] + In[y, x + 1]) * (1 / 3)
@@ -195,9 +216,9 @@ def blur() -> Func:
     return out
 
 
-def softmax() -> Func:
+def softmax(dtype: DType = tl.float32) -> Func:
     R, S = tl.sizes("R S")
-    X = tl.Input("X", (R, S), tl.float32)
+    X = tl.Input("X", (R, S), dtype)
     i, j, k = tl.vars("i j k")
     mx, e, sm, out = tl.Func("mx"), tl.Func("e"), tl.Func("sm"), tl.Func("softmax")
     mx[i] = tl.max(X[i, k])
@@ -207,14 +228,14 @@ def softmax() -> Func:
     return out
 
 
-def layernorm() -> Func:
+def layernorm(dtype: DType = tl.float32) -> Func:
     R, S = tl.sizes("R S")
-    X = tl.Input("X", (R, S), tl.float32)
-    G, Bb = tl.Input("G", (S,), tl.float32), tl.Input("Bb", (S,), tl.float32)
+    X = tl.Input("X", (R, S), dtype)
+    G, Bb = tl.Input("G", (S,), dtype), tl.Input("Bb", (S,), dtype)
     i, j, k = tl.vars("i j k")
     mean, var, out = tl.Func("mean"), tl.Func("var"), tl.Func("layernorm")
-    mean[i] = X[i, k] * (1.0 / tl.cast(tl.float32, S))
-    var[i] = (X[i, k] - mean[i]) * (X[i, k] - mean[i]) * (1.0 / tl.cast(tl.float32, S))
+    mean[i] = X[i, k] * (1.0 / tl.cast(dtype, S))
+    var[i] = (X[i, k] - mean[i]) * (X[i, k] - mean[i]) * (1.0 / tl.cast(dtype, S))
     out[i, j] = (X[i, j] - mean[i]) / tl.sqrt(var[i] + 1e-5) * G[j] + Bb[j]
     return out
 
@@ -242,8 +263,9 @@ def _np_blur(a: dict) -> Callable[[], np.ndarray]:
     x = a["In"]
 
     def f() -> np.ndarray:
-        bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) * np.float32(1 / 3)
-        return (bx[:-2] + bx[1:-1] + bx[2:]) * np.float32(1 / 3)
+        third = x.dtype.type(1 / 3)
+        bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) * third
+        return (bx[:-2] + bx[1:-1] + bx[2:]) * third
     return f
 
 
@@ -262,24 +284,26 @@ def _np_layernorm(a: dict) -> Callable[[], np.ndarray]:
     def f() -> np.ndarray:
         m = x.mean(axis=1, keepdims=True)
         v = ((x - m) ** 2).mean(axis=1, keepdims=True)
-        return (x - m) / np.sqrt(v + np.float32(1e-5)) * g + b
+        return (x - m) / np.sqrt(v + x.dtype.type(1e-5)) * g + b
     return f
 
 
+_FLOATS = ("float32", "float64")
+
 BUILTIN: dict[str, Workload] = {w.name: w for w in [
     Workload("matmul", matmul, {"M": 1024, "N": 1024, "K": 1024}, _np_matmul,
-             lambda s: 2.0 * s["M"] * s["N"] * s["K"], "C = A @ B, float32"),
+             lambda s: 2.0 * s["M"] * s["N"] * s["K"], "C = A @ B", _FLOATS),
     Workload("batch_matmul", batch_matmul, {"B": 8, "M": 256, "N": 256, "K": 256}, _np_matmul,
-             lambda s: 2.0 * s["B"] * s["M"] * s["N"] * s["K"], "batched A @ B, float32"),
+             lambda s: 2.0 * s["B"] * s["M"] * s["N"] * s["K"], "batched A @ B", _FLOATS),
     Workload("conv2d", conv2d, {"Nb": 1, "CI": 64, "CO": 64, "H": 56, "W": 56}, _np_conv2d,
              lambda s: 2.0 * s["Nb"] * s["CO"] * s["CI"] * 9 * s["H"] * s["W"],
-             "3x3 convolution, zero padding, NCHW float32"),
+             "3x3 convolution, zero padding, NCHW", _FLOATS),
     Workload("blur", blur, {"H": 4098, "W": 4098}, _np_blur,
-             lambda s: 8.0 * (s["H"] - 2) * (s["W"] - 2), "two-pass 3x3 box blur, float32"),
+             lambda s: 8.0 * (s["H"] - 2) * (s["W"] - 2), "two-pass 3x3 box blur", _FLOATS),
     Workload("softmax", softmax, {"R": 4096, "S": 4096}, _np_softmax,
-             lambda s: 5.0 * s["R"] * s["S"], "row-wise softmax, float32"),
+             lambda s: 5.0 * s["R"] * s["S"], "row-wise softmax", _FLOATS),
     Workload("layernorm", layernorm, {"R": 4096, "S": 4096}, _np_layernorm,
-             lambda s: 9.0 * s["R"] * s["S"], "row-wise layer normalisation, float32"),
+             lambda s: 9.0 * s["R"] * s["S"], "row-wise layer normalisation", _FLOATS),
 ]}
 
 

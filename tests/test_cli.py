@@ -158,6 +158,7 @@ def test_show_cache_import_export_and_bench(tmp_path):
     (["tune", "matmul", "--shape", "Q=3"], "--shape names Q"),
     (["tune", "missing.py:f", "--shape", "M=3"], "does not exist"),
     (["bench", "matmul", "--shape", "M=0"], "bad shape item 'M=0'"),
+    (["bench", "missing.py:f", "--dtype", "float64"], "does not exist"),
 ])
 def test_bad_arguments_are_one_clear_line(tmp_path, args, message):
     r = _run(args, tmp_path, tmp_path / "cache")
@@ -178,6 +179,28 @@ def test_a_user_file_workload(tmp_path):
     r = _run(["bench", "alg.py:scaled", "--shape", "N=1000"], tmp_path, tmp_path / "cache")
     assert r.returncode == 0, r.stderr
     assert "tensorlang (heuristic)" in r.stdout
+
+
+def test_a_float64_builtin_is_tuned_into_its_own_log_and_refused_for_a_user_file(tmp_path):
+    cache = tmp_path / "cache"
+    r = _run(["tune", "matmul", "--dtype", "float64", "--shape", "M=9,N=20,K=7", "--trials", "3",
+              "--no-summary", "--no-cache", "--no-transfer"], tmp_path, cache)
+    assert r.returncode == 0, r.stderr
+    log = tmp_path / "tuning_logs" / "matmul-float64-M9-K7-N20.jsonl"
+    records = read_records(log)
+    assert records and all(rec.workload.dtypes == {"A": "float64", "B": "float64"}
+                           for rec in records)
+    (tmp_path / "alg.py").write_text(
+        "import tensorlang as tl\n"
+        "def f():\n"
+        "    (N,) = tl.sizes('N')\n"
+        "    X = tl.Input('X', (N,), tl.float32)\n"
+        "    (i,) = tl.vars('i')\n"
+        "    Y = tl.Func('Y')\n"
+        "    Y[i] = X[i] + 1.0\n"
+        "    return Y\n")
+    r = _run(["bench", "alg.py:f", "--shape", "N=10", "--dtype", "float64"], tmp_path, cache)
+    assert r.returncode == 1 and "has no float64 version" in r.stderr, r.stderr
 
 
 def test_tune_warm_started_from_logs_of_an_older_feature_set(tmp_path):
