@@ -57,7 +57,7 @@ _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 MAX_CONDITIONS = 6
 
 
-def _vars(e: Expr) -> set[str]:
+def expr_vars(e: Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, (Var, Size))}
 
 
@@ -67,7 +67,7 @@ def _split_condition(exprs: list[Expr], x: str) -> tuple[str, Expr, Cmp] | None:
     None if there is none."""
     for root in exprs:
         for c in walk(root):
-            if not isinstance(c, Cmp) or c.op not in _FLIP or x not in _vars(c):
+            if not isinstance(c, Cmp) or c.op not in _FLIP or x not in expr_vars(c):
                 continue
             if not c.a.dtype.is_int or reads_memory(c.a) or reads_memory(c.b):
                 continue
@@ -85,7 +85,7 @@ def _split_condition(exprs: list[Expr], x: str) -> tuple[str, Expr, Cmp] | None:
     return None
 
 
-def _ranges(op: str, e: Expr, lo: Expr, hi: Expr, ctx: _Context
+def cut_ranges(op: str, e: Expr, lo: Expr, hi: Expr, ctx: LoopContext
             ) -> list[tuple[Expr, Expr, bool]]:
     """``[lo, hi)`` cut where ``x op e`` changes: (start, end, truth) per range, in order,
     leaving out those ``ctx`` proves empty."""
@@ -143,7 +143,7 @@ def _accumulation(value: Expr, cell: Load) -> tuple[str, Expr] | None:
     return None
 
 
-class _Context:
+class LoopContext:
     """What the enclosing loops and lets of a loop say about its variables, as isl
     constraints (sizes are non-negative): the facts the pass proves its rewrites with. A bound
     isl cannot state is left out: the sets only grow, so what is proven stays proven."""
@@ -175,7 +175,9 @@ class _Context:
         """``e`` in isl's syntax (raises Unrepresentable)."""
         return quasi_affine(e, self._name, self._size)
 
-    def _empty(self, dims: list[str], constraints: list[str]) -> bool:
+    def empty(self, dims: list[str], constraints: list[str]) -> bool:
+        """Whether no point of ``dims`` (isl names) meets the context and ``constraints``
+        (isl text); False where isl cannot tell."""
         try:
             params = ", ".join(v for v in self.names.values() if v not in dims)
             text = f"[{params}] -> {{ [{', '.join(dims)}] : " \
@@ -187,7 +189,7 @@ class _Context:
     def holds(self, constraint: str, given: tuple[str, ...] = ()) -> bool:
         """Whether ``constraint`` (isl text over known names) holds wherever the context and
         the constraints ``given`` do."""
-        return self._empty([], [*given, f"not ({constraint})"])
+        return self.empty([], [*given, f"not ({constraint})"])
 
     def fold(self, e: Expr, given: tuple[str, ...]) -> Expr:
         """``e`` with each integer ``min`` / ``max`` whose outcome the context and ``given``
@@ -228,7 +230,7 @@ class _Context:
             bounds = [f"{self.text(start)} <= {xs} < {self.text(end)}"]
             for r in reads:
                 eqs = [f"{self.text(a)} = {self.text(b)}" for a, b in zip(r.indices, cell.indices)]
-                if not self._empty([xs], bounds + eqs):
+                if not self.empty([xs], bounds + eqs):
                     return False
         except Unrepresentable:
             return False
@@ -246,7 +248,7 @@ class _Piece:
     store: Store
 
 
-def _cut(p: _Piece, x: str, depth: int, ctx: _Context) -> list[_Piece]:
+def _cut(p: _Piece, x: str, depth: int, ctx: LoopContext) -> list[_Piece]:
     """``p`` cut where a comparison of ``x`` in its guard, indices or value changes, then each
     range cut again (at most ``depth`` conditions deep); ranges whose guard is false dropped."""
     exprs = [*([p.guard] if p.guard is not None else []), *p.store.indices, p.store.value]
@@ -256,7 +258,7 @@ def _cut(p: _Piece, x: str, depth: int, ctx: _Context) -> list[_Piece]:
     op, e, cond = split
     out: list[_Piece] = []
     try:
-        ranges = _ranges(op, e, p.start, p.end, ctx)
+        ranges = cut_ranges(op, e, p.start, p.end, ctx)
     except Unrepresentable:
         return [p]
     for a, b, truth in ranges:
@@ -286,7 +288,7 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
     if dtype.is_bool:
         return None
     x = loop.var
-    ctx = _Context(context)
+    ctx = LoopContext(context)
     pieces = _cut(_Piece(loop.min, sadd(loop.min, loop.extent), guard, body), x, MAX_CONDITIONS,
                   ctx)
     out: list[Stmt] = []
@@ -302,8 +304,8 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
         extent = smax(sconst(0), ssub(p.end, p.start))
         cell = Load(st.buffer, st.indices, dtype)
         acc = None
-        if not any(x in _vars(i) or reads_memory(i) for i in st.indices) and (
-                p.guard is None or not (x in _vars(p.guard) or reads_memory(p.guard))):
+        if not any(x in expr_vars(i) or reads_memory(i) for i in st.indices) and (
+                p.guard is None or not (x in expr_vars(p.guard) or reads_memory(p.guard))):
             acc = _accumulation(st.value, cell)
         if acc is not None:
             rop, term = acc

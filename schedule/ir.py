@@ -115,7 +115,10 @@ class Stmt:
 class For(Stmt):
     """``for var in [min, min + extent): body``, run as ``kind``; ``width`` is the SIMD width of
     a vectorized loop (0: its constant extent, or the native width when it has none); a serial
-    loop with ``width`` 1 stays scalar (LLVM's loop vectorizer is told to leave it)."""
+    loop with ``width`` 1 stays scalar (LLVM's loop vectorizer is told to leave it).
+    ``independent``: no iteration touches a cell another iteration writes, as the pass that set
+    it proved (``schedule/invariant_reads.py``); codegen tells LLVM so
+    (``llvm.loop.parallel_accesses``), whose vectorizer then needs no run-time alias checks."""
 
     var: str
     min: Expr
@@ -123,6 +126,7 @@ class For(Stmt):
     kind: ForKind
     body: Stmt
     width: int = 0
+    independent: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -262,6 +266,7 @@ def print_stmt(s: Stmt, indent: int = 0) -> str:
     pad = "  " * indent
     if isinstance(s, For):
         kind = "" if s.kind is ForKind.SERIAL else f"{s.kind.value} "
+        kind = "independent " + kind if s.independent else kind
         from tensorlang.affine import const_value
 
         hi = e2s(s.extent) if const_value(s.min) == 0 else e2s(_add(s.min, s.extent))

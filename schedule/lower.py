@@ -12,7 +12,10 @@ Reading this file tells the whole story (Halide ``src/Lower.cpp``):
 5. ``reduce_update_cells`` — an ``atomic()`` update's innermost loop that accumulates into one
    cell, split where a ``where`` on its variable changes, runs as a reduction in a register
    (``schedule/cell_reduction.py``);
-6. ``hoist_invariants`` — loop-invariant index arithmetic computed once per loop, shared between
+6. ``hoist_update_reads`` — an update's innermost loop that reads the buffer it stores to at a
+   cell fixed over the loop is split around the iteration that writes that cell, and the read
+   loaded once per range (``schedule/invariant_reads.py``);
+7. ``hoist_invariants`` — loop-invariant index arithmetic computed once per loop, shared between
    equal expressions (``schedule/hoist.py``).
 
 Set ``TENSORLANG_DUMP=1`` to print the loop nest after each pass (on standard error).
@@ -33,6 +36,7 @@ from tensorlang.pipeline import Pipeline
 
 from .cell_reduction import reduce_update_cells
 from .hoist import hoist_invariants
+from .invariant_reads import hoist_update_reads
 from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
 from .promote import promote_accumulators
 from .realize import realize
@@ -67,6 +71,7 @@ PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
     ("check_loops", check_loops),
     ("promote_accumulators", promote_accumulators),
     ("reduce_update_cells", reduce_update_cells),
+    ("hoist_update_reads", hoist_update_reads),
     ("hoist_invariants", hoist_invariants),
 ]
 

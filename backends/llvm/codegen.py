@@ -68,6 +68,7 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
         self.allocas, self.builder = self._blocks(self.fn)
         self._intrinsics: dict[str, ir.Function] = {}
         self._loop_md = 0
+        self.access_group: ir.MDValue | None = None  # of the independent loop being emitted
         self._outlined = 0
         self.in_parallel = False
         self.uses_parallel = False
@@ -128,6 +129,8 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
 #: a loop's metadata node as llvmlite prints it (``!2 = !{ !"TL_LOOP_1", !1 }``; older llvmlite
 #: versions print no spaces)
 _LOOP_MD = re.compile(r'^(![0-9]+) = !\{ ?!"TL_LOOP_[0-9]+"(.*?) ?\}$', re.M)
+#: an access group as llvmlite prints it (``!3 = !{ !"TL_GROUP_1" }``): must be distinct, empty
+_GROUP_MD = re.compile(r'^(![0-9]+) = !\{ ?!"TL_GROUP_[0-9]+" ?\}$', re.M)
 
 
 def generate(f: LoweredFunc, target: Target, num_threads: int = 0) -> tuple[str, bool]:
@@ -143,7 +146,9 @@ def generate(f: LoweredFunc, target: Target, num_threads: int = 0) -> tuple[str,
 
 def module_text(module: ir.Module) -> str:
     """The LLVM IR text of ``module``, with its loop metadata made valid."""
-    # llvm.loop nodes must be distinct and refer to themselves (llvmlite cannot say so)
-    return _LOOP_MD.sub(lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}{m.group(2)}}}",
+    # llvm.loop nodes must be distinct and refer to themselves, access groups distinct and
+    # empty (llvmlite cannot say so)
+    text = _LOOP_MD.sub(lambda m: f"{m.group(1)} = distinct !{{{m.group(1)}{m.group(2)}}}",
                         str(module))
+    return _GROUP_MD.sub(lambda m: f"{m.group(1)} = distinct !{{}}", text)
 

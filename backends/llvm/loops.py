@@ -210,7 +210,14 @@ class LoopGen:
         b.position_at_end(body)
         outer = self.vars.get(s.var)
         self.vars[s.var] = iv
+        group, enclosing = None, self.access_group
+        if s.independent and s.kind is ForKind.SERIAL and s.width != 1:
+            self._loop_md += 1
+            group = self.module.add_metadata(
+                [ir.MetaDataString(self.module, f"TL_GROUP_{self._loop_md}")])
+            self.access_group = group  # the memory accesses of the body join it
         self.stmt(s.body)
+        self.access_group = enclosing
         nxt = b.add(iv, ir.Constant(I64, 1), flags=["nsw"])
         iv.add_incoming(nxt, b.block)
         br = b.branch(header)
@@ -218,6 +225,8 @@ class LoopGen:
             self.loop_metadata(br, s.width)
         elif s.kind is ForKind.SERIAL and s.width == 1:
             self.loop_metadata(br, 1, vectorize=False)
+        elif group is not None:
+            self.loop_metadata(br, 0, parallel_accesses=group)
         b.position_at_end(exit_)
         if outer is None:
             del self.vars[s.var]
@@ -240,10 +249,12 @@ class LoopGen:
         else:
             self.vars[s.var] = outer
 
-    def loop_metadata(self, br: ir.Instruction, width: int, vectorize: bool = True) -> None:
+    def loop_metadata(self, br: ir.Instruction, width: int, vectorize: bool = True,
+                      parallel_accesses: ir.MDValue | None = None) -> None:
         """Ask LLVM's loop vectorizer for ``width`` lanes, or (``vectorize=False``) to leave the
-        loop scalar (``llvm.loop`` metadata; the self-reference is patched into the text by
-        :func:`generate`)."""
+        loop scalar; ``parallel_accesses``: tell it the accesses of that group carry no
+        dependence between iterations (LLVM LangRef, ``llvm.loop.parallel_accesses``). The
+        ``llvm.loop`` node's self-reference is patched into the text by :func:`generate`."""
         m = self.module
         self._loop_md += 1
         props = [m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.enable"),
@@ -251,6 +262,9 @@ class LoopGen:
         if width > 1:
             props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.vectorize.width"),
                                          ir.Constant(I32, width)]))
+        if parallel_accesses is not None:
+            props.append(m.add_metadata([ir.MetaDataString(m, "llvm.loop.parallel_accesses"),
+                                         parallel_accesses]))
         node = m.add_metadata([ir.MetaDataString(m, f"TL_LOOP_{self._loop_md}"), *props])
         br.set_metadata("llvm.loop", node)
 

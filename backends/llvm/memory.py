@@ -79,6 +79,8 @@ class MemoryGen:
         pattern = self._pattern(e.indices)
         if pattern == "scalar":
             v = b.load(self.address(e.buffer, e.indices), align=e.dtype.itemsize)
+            if self.access_group is not None:
+                v.set_metadata("llvm.access.group", self.access_group)
         elif self._masked(e.buffer):
             v = self._masked_load(e, pattern, mt)
         elif pattern == "contiguous":
@@ -127,7 +129,9 @@ class MemoryGen:
         elif d is DType.bfloat16:
             value = self.bf16_bits(value)
         if pattern == "scalar":
-            b.store(value, self.address(s.buffer, s.indices), align=d.itemsize)
+            st = b.store(value, self.address(s.buffer, s.indices), align=d.itemsize)
+            if self.access_group is not None:
+                st.set_metadata("llvm.access.group", self.access_group)
         elif self._masked(s.buffer):
             self._masked_store(s, pattern, value, d.itemsize)
         elif pattern == "contiguous":

@@ -1,0 +1,194 @@
+"""Lowering pass ``hoist_update_reads``: an update's innermost loop that reads, at a cell fixed
+over the loop, the buffer it stores to loads that cell once per range in which it cannot change.
+
+PolyBench floyd-warshall's update ``path[i, j] = min(path[i, j], path[i, k] + path[k, j])`` runs
+its loop over ``j`` with ``path[i, k]`` read on every iteration and written on one (``j == k``).
+Kept as it is, that read is a dependence through memory on every iteration: LLVM cannot hoist
+it and does not vectorize the loop. The pass rewrites such a loop in two steps, both exact (the
+same operations in the same order, so the results are bit-identical):
+
+1. **Index-set splitting** (Griebl, Feautrier and Lengauer, "Index Set Splitting", IJPP 2000):
+   for each read of the stored buffer whose indices are free of the loop variable ``x`` and
+   that every iteration evaluates (not inside a ``where``'s branch), the loop is cut around the
+   iteration whose store reaches that cell — the solution of the index equations in ``x``, when
+   one index of the store is ``x`` plus terms free of it (``j == k``) — into up to three ranges;
+   ``MAX_READS`` reads at most;
+2. **Scalar replacement** (Carr and Kennedy, "Scalar Replacement in the Presence of Conditional
+   Control Flow", SPE 1994) in each range: a read whose cell isl proves the range's stores never
+   reach (the index equations of store and read have no solution for ``x`` in the range, within
+   the bounds of the enclosing loops and lets) is loaded once before the range's loop into a
+   one-element register buffer, under ``if start < end`` so that an empty range loads nothing.
+
+Nothing else changes: a loop that is not serial, sits inside a vectorized loop or a GPU kernel,
+whose body is not one store (under at most one guard free of ``x``), whose store is a reduction,
+or whose reads cannot be proven apart from its stores in any range is left as it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tensorlang.affine import Affine, NonAffine, affine_form, sadd, sconst, smax, ssub
+from tensorlang.expr import BinOp, Cmp, Expr, Select, Var, map_children, walk
+
+from .cell_reduction import LoopContext, cut_ranges, expr_vars
+from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc,
+                 Stmt, Store, map_stmt, reads_memory)
+from .legality.isl_text import Unrepresentable
+
+#: the most reads one loop is cut for (each at most triples the ranges)
+MAX_READS = 4
+_LANES = frozenset({ForKind.VECTORIZED, ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
+
+
+def _fixed_reads(value: Expr, buffer: str, x: str) -> list[Load]:
+    """The distinct loads of ``buffer`` in ``value`` whose indices are free of ``x`` and read no
+    memory, evaluated on every iteration: not inside a ``where``'s branches or the right operand
+    of ``&`` / ``|``."""
+    out: list[Load] = []
+
+    def go(n: Expr) -> Expr:
+        if isinstance(n, Select):
+            go(n.cond)
+            return n
+        if isinstance(n, BinOp) and n.op in ("and", "or"):
+            go(n.a)
+            return n
+        if isinstance(n, Load) and n.buffer == buffer and not any(
+                x in expr_vars(i) or reads_memory(i) for i in n.indices):
+            if not any(r.same_as(n) for r in out):
+                out.append(n)
+            return n
+        return map_children(n, go)
+
+    go(value)
+    return out
+
+
+def _meeting_point(store: Store, read: Load, x: str) -> Expr | None:
+    """``e`` such that the store reaches ``read``'s cell only where ``x == e`` (an index of the
+    store is ``x`` plus terms free of it, or minus), or None."""
+    for s_idx, r_idx in zip(store.indices, read.indices):
+        try:
+            form = affine_form(ssub(s_idx, r_idx))  # k x + rest == 0
+        except NonAffine:
+            continue
+        k = form.coeff(x)
+        if k not in (1, -1):
+            continue
+        rest = Affine.make({v: n for v, n in form.coeffs if v != x}, dict(form.params),
+                           form.const).to_expr()
+        return ssub(sconst(0), rest) if k == 1 else rest
+    return None
+
+
+def _rename(e: Expr, x: str, new: str) -> Expr:
+    def go(n: Expr) -> Expr:
+        return Var(new) if isinstance(n, Var) and n.name == x else map_children(n, go)
+    return go(e)
+
+
+def _independent(store: Store, x: str, start: Expr, end: Expr, ctx: LoopContext) -> bool:
+    """Whether no iteration of ``x`` in ``[start, end)`` reads or writes a cell of the stored
+    buffer that another iteration writes: the store's index equations against every read of
+    that buffer (and against itself) have no solution with two different iterations."""
+    loads = [n for n in walk(store.value) if isinstance(n, Load) and n.buffer == store.buffer]
+    others = [Load(store.buffer, store.indices, store.value.dtype), *loads]
+    a, b = f"{x}.write", f"{x}.other"
+    try:
+        xa, xb = ctx.text(Var(a)), ctx.text(Var(b))
+        lo, hi = ctx.text(start), ctx.text(end)
+        bounds = [f"{lo} <= {xa} < {hi}", f"{lo} <= {xb} < {hi}"]
+        for r in others:
+            eqs = [f"{ctx.text(_rename(i, x, a))} = {ctx.text(_rename(j, x, b))}"
+                   for i, j in zip(store.indices, r.indices)]
+            for order in (f"{xa} < {xb}", f"{xb} < {xa}"):
+                if not ctx.empty([xa, xb], [*bounds, *eqs, order]):
+                    return False
+    except Unrepresentable:
+        return False
+    return True
+
+
+def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
+         context: tuple[Stmt, ...]) -> Stmt | None:
+    body, guard = loop.body, None
+    if isinstance(body, IfThenElse) and body.otherwise is None:
+        body, guard = body.then, body.cond
+    x = loop.var
+    if loop.kind is not ForKind.SERIAL or not isinstance(body, Store) \
+            or body.reduce_op is not None \
+            or any(reads_memory(i) for i in body.indices) \
+            or (guard is not None and (x in expr_vars(guard) or reads_memory(guard))):
+        return None
+    reads = _fixed_reads(body.value, body.buffer, x)[:MAX_READS]
+    if not reads:
+        return None
+    ctx = LoopContext(context)
+    ranges = [(loop.min, sadd(loop.min, loop.extent))]
+    try:
+        for r in reads:
+            e = _meeting_point(body, r, x)
+            if e is None:
+                continue
+            ranges = [(a, b) for lo, hi in ranges
+                      for a, b, _ in cut_ranges("eq", e, lo, hi, ctx) if not a.same_as(b)]
+    except Unrepresentable:
+        return None
+    written = Load(body.buffer, body.indices, buffers[body.buffer].dtype)
+    out: list[Stmt] = []
+    hoisted_any = False
+    for start, end in ranges:
+        extent = smax(sconst(0), ssub(end, start))
+        fixed = [r for r in reads if ctx.disjoint([written], r, x, start, end)]
+        if not fixed:
+            out.append(dataclasses.replace(loop, min=start, extent=extent, body=body,
+                                           independent=_independent(body, x, start, end, ctx)))
+            continue
+        hoisted_any = True
+        regs: list[tuple[Load, Buffer]] = []
+        for r in fixed:
+            counter[0] += 1
+            buf = Buffer(f"{body.buffer}.fixed{counter[0]}", r.dtype, (sconst(0),), (sconst(1),),
+                         "internal", register=True)
+            buffers[buf.name] = buf
+            regs.append((r, buf))
+
+        def swap(n: Expr, regs=regs) -> Expr:
+            for r, buf in regs:
+                if n.same_as(r):
+                    return Load(buf.name, (sconst(0),), r.dtype)
+            return map_children(n, swap)
+
+        st = dataclasses.replace(body, value=swap(body.value))
+        nest: Stmt = Block((*(Store(buf.name, (sconst(0),), r) for r, buf in regs),
+                            dataclasses.replace(loop, min=start, extent=extent, body=st,
+                                                independent=_independent(st, x, start, end,
+                                                                         ctx))))
+        for _, buf in reversed(regs):
+            nest = Allocate(buf, nest)
+        out.append(IfThenElse(Cmp("lt", start, end), nest))
+    if not hoisted_any:
+        return None
+    block: Stmt = Block(tuple(out))
+    return block if guard is None else IfThenElse(guard, block)
+
+
+def hoist_update_reads(f: LoweredFunc) -> LoweredFunc:
+    """Apply the rewrite to every qualifying innermost loop (module docstring)."""
+    buffers = dict(f.buffers)
+    counter = [0]
+
+    def go(s: Stmt, lanes: bool = False, context: tuple[Stmt, ...] = ()) -> Stmt:
+        if isinstance(s, For) and not lanes:
+            r = _try(s, buffers, counter, context)
+            if r is not None:
+                return r
+        inner = lanes or (isinstance(s, For) and s.kind in _LANES)
+        ctx = context + (s,) if isinstance(s, (For, LetStmt)) else context
+        return map_stmt(s, lambda c: go(c, inner, ctx), lambda e: e)
+
+    body = go(f.body)
+    if body is f.body:
+        return f
+    return dataclasses.replace(f, body=body, buffers=buffers)
