@@ -17,7 +17,13 @@ same operations in the same order, so the results are bit-identical):
    Control Flow", SPE 1994) in each range: a read whose cell isl proves the range's stores never
    reach (the index equations of store and read have no solution for ``x`` in the range, within
    the bounds of the enclosing loops and lets) is loaded once before the range's loop into a
-   one-element register buffer, under ``if start < end`` so that an empty range loads nothing.
+   one-element register buffer, under ``if start < end`` so that an empty range loads nothing;
+   a loop or range isl proves runs at most once is left as it is. A range whose store's index
+   equations against every read of the buffer (and against itself) have no solution with two
+   different iterations is marked ``independent``: codegen passes that proof on to LLVM
+   (``llvm.loop.parallel_accesses``), whose vectorizer would otherwise check at run time that
+   the rows it reads and writes do not overlap — a check it hoists out of the enclosing loops,
+   where it always fails (floyd-warshall's row ``k`` lies inside the matrix every row is in).
 
 Nothing else changes: a loop that is not serial, sits inside a vectorized loop or a GPU kernel,
 whose body is not one store (under at most one guard free of ``x``), whose store is a reduction,
@@ -110,6 +116,15 @@ def _independent(store: Store, x: str, start: Expr, end: Expr, ctx: LoopContext)
     return True
 
 
+def _at_most_once(start: Expr, end: Expr, ctx: LoopContext) -> bool:
+    """Whether the context proves ``[start, end)`` holds at most one iteration (nothing to gain
+    from loading a read once)."""
+    try:
+        return ctx.holds(f"{ctx.text(end)} - {ctx.text(start)} <= 1")
+    except Unrepresentable:
+        return False
+
+
 def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
          context: tuple[Stmt, ...]) -> Stmt | None:
     body, guard = loop.body, None
@@ -125,6 +140,8 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
     if not reads:
         return None
     ctx = LoopContext(context)
+    if _at_most_once(loop.min, sadd(loop.min, loop.extent), ctx):
+        return None
     ranges = [(loop.min, sadd(loop.min, loop.extent))]
     try:
         for r in reads:
@@ -140,7 +157,8 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
     hoisted_any = False
     for start, end in ranges:
         extent = smax(sconst(0), ssub(end, start))
-        fixed = [r for r in reads if ctx.disjoint([written], r, x, start, end)]
+        fixed = [] if _at_most_once(start, end, ctx) else \
+            [r for r in reads if ctx.disjoint([written], r, x, start, end)]
         if not fixed:
             out.append(dataclasses.replace(loop, min=start, extent=extent, body=body,
                                            independent=_independent(body, x, start, end, ctx)))
