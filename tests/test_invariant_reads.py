@@ -133,3 +133,20 @@ def test_float_results_are_bit_identical_to_the_loops_as_written(n):
     a = np.random.default_rng(n).standard_normal((n, n)).astype(np.float32)
     for s in (None, heuristic_schedule(out, {"N": n})):
         np.testing.assert_array_equal(tl.compile(out, s)(A=a), _without_pass(out, s)(A=a))
+
+
+def test_a_loop_that_runs_at_most_once_is_left_as_it_is():
+    # as lu's division by the pivot, the one iteration k == j of its loop: nothing to load once
+    # (out[i, 0] is never written there, so it could be)
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    out = tl.Func("d", shape=(N, N))
+    out[i, j] = A[i, j]
+    r = tl.RDom((0, N), (1, N - 1), (0, N))  # k, j >= 1, i
+    r.where(r.x == r.y)
+    out[r.z, r.x] = out[r.z, r.x] + out[r.z, 0]
+    text = str(lower(out))
+    assert ".fixed" not in text and "independent" not in text
+    a = np.random.default_rng(0).standard_normal((6, 6)) + 4 * np.eye(6)
+    np.testing.assert_array_equal(tl.compile(out)(A=a), _without_pass(out, None)(A=a))
