@@ -3,8 +3,8 @@ over the loop, the buffer it stores to loads that cell once per range in which i
 
 PolyBench floyd-warshall's update ``path[i, j] = min(path[i, j], path[i, k] + path[k, j])`` runs
 its loop over ``j`` with ``path[i, k]`` read on every iteration and written on one (``j == k``).
-Kept as it is, that read is a dependence through memory on every iteration: LLVM cannot hoist
-it and does not vectorize the loop. The pass rewrites such a loop in two steps, both exact (the
+Kept as it is, that read lies inside the row the loop writes: LLVM's vectorizer guards its vector
+loop with a run-time check that the cells read lie outside that row, which always fails. The pass rewrites such a loop in two steps, both exact (the
 same operations in the same order, so the results are bit-identical):
 
 1. **Index-set splitting** (Griebl, Feautrier and Lengauer, "Index Set Splitting", IJPP 2000):
@@ -22,8 +22,8 @@ same operations in the same order, so the results are bit-identical):
    equations against every read of the buffer (and against itself) have no solution with two
    different iterations is marked ``independent``: codegen passes that proof on to LLVM
    (``llvm.loop.parallel_accesses``), whose vectorizer would otherwise check at run time that
-   the rows it reads and writes do not overlap — a check it hoists out of the enclosing loops,
-   where it always fails (floyd-warshall's row ``k`` lies inside the matrix every row is in).
+   the rows it reads and writes do not overlap — a check it hoists out of the enclosing loops
+   (``-hoist-runtime-checks``), where it spans every row and always fails.
 
 Nothing else changes: a loop that is not serial, sits inside a vectorized loop or a GPU kernel,
 whose body is not one store (under at most one guard free of ``x``), whose store is a reduction,
