@@ -238,7 +238,7 @@ class LoopContext:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Piece:
+class Piece:
     """A range ``[start, end)`` of the loop with its store (and guard: None when there is
     none) resolved for that range."""
 
@@ -248,7 +248,7 @@ class _Piece:
     store: Store
 
 
-def _cut(p: _Piece, x: str, depth: int, ctx: LoopContext) -> list[_Piece]:
+def cut_piece(p: Piece, x: str, depth: int, ctx: LoopContext) -> list[Piece]:
     """``p`` cut where a comparison of ``x`` in its guard, indices or value changes, then each
     range cut again (at most ``depth`` conditions deep); ranges whose guard is false dropped."""
     exprs = [*([p.guard] if p.guard is not None else []), *p.store.indices, p.store.value]
@@ -256,7 +256,7 @@ def _cut(p: _Piece, x: str, depth: int, ctx: LoopContext) -> list[_Piece]:
     if split is None:
         return [p]
     op, e, cond = split
-    out: list[_Piece] = []
+    out: list[Piece] = []
     try:
         ranges = cut_ranges(op, e, p.start, p.end, ctx)
     except Unrepresentable:
@@ -272,7 +272,7 @@ def _cut(p: _Piece, x: str, depth: int, ctx: LoopContext) -> list[_Piece]:
         st = dataclasses.replace(p.store, indices=tuple(_resolve(i, cond, truth)
                                                         for i in p.store.indices),
                                  value=_resolve(p.store.value, cond, truth))
-        out.extend(_cut(_Piece(a, b, guard, st), x, depth - 1, ctx))
+        out.extend(cut_piece(Piece(a, b, guard, st), x, depth - 1, ctx))
     return out
 
 
@@ -289,7 +289,7 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
         return None
     x = loop.var
     ctx = LoopContext(context)
-    pieces = _cut(_Piece(loop.min, sadd(loop.min, loop.extent), guard, body), x, MAX_CONDITIONS,
+    pieces = cut_piece(Piece(loop.min, sadd(loop.min, loop.extent), guard, body), x, MAX_CONDITIONS,
                   ctx)
     out: list[Stmt] = []
     reduced = False

@@ -4,8 +4,14 @@ over the loop, the buffer it stores to loads that cell once per range in which i
 PolyBench floyd-warshall's update ``path[i, j] = min(path[i, j], path[i, k] + path[k, j])`` runs
 its loop over ``j`` with ``path[i, k]`` read on every iteration and written on one (``j == k``).
 Kept as it is, that read lies inside the row the loop writes: LLVM's vectorizer guards its vector
-loop with a run-time check that the cells read lie outside that row, which always fails. The pass rewrites such a loop in two steps, both exact (the
-same operations in the same order, so the results are bit-identical):
+loop with a run-time check that the cells read lie outside that row, which always fails. The
+pass rewrites such a loop in steps that are all exact (the same operations in the same order,
+so the results are bit-identical):
+
+0. the loop is first cut where a comparison of ``x`` in its store or guard changes, each range
+   with the comparison resolved (``cell_reduction.cut_piece``: lu's ``where(k == j, division,
+   update)`` in the loop over ``j`` of its ``i, k, j`` order becomes the division alone, then
+   the update);
 
 1. **Index-set splitting** (Griebl, Feautrier and Lengauer, "Index Set Splitting", IJPP 2000):
    for each read of the stored buffer whose indices are free of the loop variable ``x`` and
@@ -37,7 +43,8 @@ import dataclasses
 from tensorlang.affine import Affine, NonAffine, affine_form, sadd, sconst, smax, ssub
 from tensorlang.expr import BinOp, Cmp, Expr, Select, Var, map_children, walk
 
-from .cell_reduction import LoopContext, cut_ranges, expr_vars
+from .cell_reduction import (MAX_CONDITIONS, LoopContext, Piece, cut_piece, cut_ranges,
+                             expr_vars)
 from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc,
                  Stmt, Store, map_stmt, reads_memory)
 from .legality.isl_text import Unrepresentable
@@ -125,50 +132,45 @@ def _at_most_once(start: Expr, end: Expr, ctx: LoopContext) -> bool:
         return False
 
 
-def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
-         context: tuple[Stmt, ...]) -> Stmt | None:
-    body, guard = loop.body, None
-    if isinstance(body, IfThenElse) and body.otherwise is None:
-        body, guard = body.then, body.cond
-    x = loop.var
-    if loop.kind is not ForKind.SERIAL or not isinstance(body, Store) \
-            or body.reduce_op is not None \
-            or any(reads_memory(i) for i in body.indices) \
-            or (guard is not None and (x in expr_vars(guard) or reads_memory(guard))):
-        return None
-    reads = _fixed_reads(body.value, body.buffer, x)[:MAX_READS]
-    if not reads:
-        return None
-    ctx = LoopContext(context)
-    if _at_most_once(loop.min, sadd(loop.min, loop.extent), ctx):
-        return None
-    ranges = [(loop.min, sadd(loop.min, loop.extent))]
-    try:
-        for r in reads:
-            e = _meeting_point(body, r, x)
-            if e is None:
-                continue
-            ranges = [(a, b) for lo, hi in ranges
-                      for a, b, _ in cut_ranges("eq", e, lo, hi, ctx) if not a.same_as(b)]
-    except Unrepresentable:
-        return None
-    written = Load(body.buffer, body.indices, buffers[body.buffer].dtype)
+def _range(loop: For, p: Piece, buffers: dict[str, Buffer], counter: list[int],
+           ctx: LoopContext) -> tuple[list[Stmt], bool]:
+    """Piece ``p`` of ``loop`` (its store resolved for the range) cut around each meeting point
+    of its fixed reads, each range with the reads it provably never writes loaded once: the
+    statements, and whether any read was."""
+    x, store = loop.var, p.store
+    reads = [] if p.guard is not None and x in expr_vars(p.guard) else \
+        _fixed_reads(store.value, store.buffer, x)[:MAX_READS]
+    ranges = [(p.start, p.end)]
+    if reads:
+        try:
+            for r in reads:
+                e = _meeting_point(store, r, x)
+                if e is not None:
+                    ranges = [(a, b) for lo, hi in ranges
+                              for a, b, _ in cut_ranges("eq", e, lo, hi, ctx)
+                              if not a.same_as(b)]
+        except Unrepresentable:
+            ranges = [(p.start, p.end)]
+
+    def guarded(s: Stmt) -> Stmt:
+        return s if p.guard is None else IfThenElse(p.guard, s)
+
+    written = Load(store.buffer, store.indices, buffers[store.buffer].dtype)
     out: list[Stmt] = []
-    hoisted_any = False
+    hoisted = False
     for start, end in ranges:
         extent = smax(sconst(0), ssub(end, start))
-        fixed = [] if _at_most_once(start, end, ctx) else \
+        fixed = [] if not reads or _at_most_once(start, end, ctx) else \
             [r for r in reads if ctx.disjoint([written], r, x, start, end)]
         if not fixed:
-            out.append(dataclasses.replace(loop, min=start, extent=extent, body=body,
-                                           independent=_independent(body, x, start, end, ctx)))
+            out.append(dataclasses.replace(loop, min=start, extent=extent, body=guarded(store)))
             continue
-        hoisted_any = True
+        hoisted = True
         regs: list[tuple[Load, Buffer]] = []
         for r in fixed:
             counter[0] += 1
-            buf = Buffer(f"{body.buffer}.fixed{counter[0]}", r.dtype, (sconst(0),), (sconst(1),),
-                         "internal", register=True)
+            buf = Buffer(f"{store.buffer}.fixed{counter[0]}", r.dtype, (sconst(0),),
+                         (sconst(1),), "internal", register=True)
             buffers[buf.name] = buf
             regs.append((r, buf))
 
@@ -178,18 +180,41 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
                     return Load(buf.name, (sconst(0),), r.dtype)
             return map_children(n, swap)
 
-        st = dataclasses.replace(body, value=swap(body.value))
+        st = dataclasses.replace(store, value=swap(store.value))
+        independent = p.guard is None and _independent(st, x, start, end, ctx)
         nest: Stmt = Block((*(Store(buf.name, (sconst(0),), r) for r, buf in regs),
                             dataclasses.replace(loop, min=start, extent=extent, body=st,
-                                                independent=_independent(st, x, start, end,
-                                                                         ctx))))
+                                                independent=independent)))
         for _, buf in reversed(regs):
             nest = Allocate(buf, nest)
-        out.append(IfThenElse(Cmp("lt", start, end), nest))
-    if not hoisted_any:
+        out.append(guarded(IfThenElse(Cmp("lt", start, end), nest)))
+    return out, hoisted
+
+
+def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
+         context: tuple[Stmt, ...]) -> Stmt | None:
+    body, guard = loop.body, None
+    if isinstance(body, IfThenElse) and body.otherwise is None:
+        body, guard = body.then, body.cond
+    x = loop.var
+    if loop.kind is not ForKind.SERIAL or not isinstance(body, Store) \
+            or body.reduce_op is not None \
+            or any(reads_memory(i) for i in body.indices) \
+            or (guard is not None and reads_memory(guard)):
         return None
-    block: Stmt = Block(tuple(out))
-    return block if guard is None else IfThenElse(guard, block)
+    if not any(isinstance(n, Load) and n.buffer == body.buffer for n in walk(body.value)):
+        return None
+    ctx = LoopContext(context)
+    end = sadd(loop.min, loop.extent)
+    if _at_most_once(loop.min, end, ctx):
+        return None
+    out: list[Stmt] = []
+    hoisted = False
+    for p in cut_piece(Piece(loop.min, end, guard, body), x, MAX_CONDITIONS, ctx):
+        stmts, h = _range(loop, p, buffers, counter, ctx)
+        out.extend(stmts)
+        hoisted = hoisted or h
+    return Block(tuple(out)) if hoisted else None
 
 
 def hoist_update_reads(f: LoweredFunc) -> LoweredFunc:

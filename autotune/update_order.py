@@ -1,0 +1,110 @@
+"""The rule-based schedule's loop order for an update definition: a loop along which every access
+is contiguous goes innermost when the innermost loop as written strides across rows.
+
+An update's loops run as its RDom is written, first dimension innermost. PolyBench lu's Doolittle
+loops (``for i: for j: for k: A[i, j] -= A[i, k] * A[k, j]``, then the division by ``A[j, j]`` at
+``k == j``) read the column ``A[k, j]`` along ``k``, one cache line per term. Run as ``i, k, j`` —
+the ``ikj`` form of the same elimination, one of the six loop orders of Dongarra, Gustavson and
+Karp, "Implementing Linear Algebra Algorithms for Dense Matrices on a Vector Pipeline Machine"
+(SIAM Review 26(1), 1984) — the loop over ``j`` writes row ``i`` and reads row ``k`` contiguously,
+and each cell still receives its terms in increasing ``k`` with the division last: the same
+operations in the same order per cell. The legality check (isl) decides whether an order is
+allowed; the lowering pass ``hoist_update_reads`` then loads ``A[i, k]`` once per range of ``j``
+and hands the range to LLVM's vectorizer (``schedule/invariant_reads.py``).
+
+The rule counts, for each loop ``v`` of the stage, the accesses (the store and every read) that
+``v`` indexes in a dimension other than the last: a row-major array's stride there is a whole
+row or more; a read in a ``where`` branch taken at one value of ``v`` (lu's pivot ``A[j, j]``
+at ``k == j``) does not count. If the innermost loop has such accesses, the innermost other
+reduction loop that has none, indexes some access's last dimension and runs at least
+``UPDATE_MIN_VECTORS`` vectors moves innermost, the other loops keeping their order. A pure Var
+is not moved: a scan along a column is ``heuristic._scan_stage``'s (chunks of columns in
+parallel).
+"""
+
+from __future__ import annotations
+
+from tensorlang.errors import ScheduleError
+from tensorlang.expr import Access, Cmp, Expr, Select, Var, children, walk
+from tensorlang.func import Func
+from tensorlang.schedule.schedule import Schedule
+
+from .workloads import BoundExtents
+
+
+def _names(e: Expr) -> set[str]:
+    return {n.name for n in walk(e) if isinstance(n, Var)}
+
+
+def _once(cond: Expr, var: str) -> bool | None:
+    """For ``where(cond, t, f)``: which branch runs at one value of ``var`` only — True for
+    ``t`` (``var == e``), False for ``f`` (``var != e``) — or None."""
+    if isinstance(cond, Cmp) and cond.op in ("eq", "ne") and var in _names(cond):
+        return cond.op == "eq"
+    return None
+
+
+def _index_lists(f: Func, number: int, var: str) -> list[tuple[Expr, ...]]:
+    """The index expressions of update ``number``'s store and of every read in its value that
+    runs on every iteration of ``var``: not in a ``where`` branch taken at one value of it (lu's
+    division by ``A[j, j]`` at ``k == j``)."""
+    u = f.updates[number]
+    out = [tuple(u.index)]
+
+    def go(e: Expr) -> None:
+        if isinstance(e, Select):
+            once = _once(e.cond, var)
+            go(e.cond)
+            if once is not True:
+                go(e.t)
+            if once is not False:
+                go(e.f)
+            return
+        if isinstance(e, Access) and e.indices:
+            out.append(tuple(e.indices))
+        for c in children(e):
+            go(c)
+
+    go(u.value)
+    return out
+
+
+def strided_accesses(f: Func, number: int, var: str) -> int:
+    """How many accesses of update ``number`` of ``f`` loop ``var`` moves across rows: ``var``
+    in an index other than the last (``_index_lists``)."""
+    return sum(any(var in _names(i) for i in idx[:-1]) for idx in _index_lists(f, number, var))
+
+
+def contiguous_accesses(f: Func, number: int, var: str) -> int:
+    """How many accesses of update ``number`` of ``f`` have ``var`` in their last index only."""
+    return sum(var in _names(idx[-1]) and not any(var in _names(i) for i in idx[:-1])
+               for idx in _index_lists(f, number, var))
+
+
+def contiguous_innermost(s: Schedule, f: Func, number: int, extents: BoundExtents,
+                         lanes: int, min_vectors: int) -> str:
+    """Reorder update ``number`` of ``f`` so that a loop along which no access strides across
+    rows runs innermost (module docstring); returns that loop's name.
+
+    Raises:
+        ScheduleError: the innermost loop strides across no row already, the stage's loops were
+            split or fused, or no loop qualifies.
+    """
+    st = s[f].update(number)
+    name = f"{f.name}.update({number})"
+    loops = [ref.name for ref in st.loops]
+    u = f.updates[number]
+    own = set(u.pure) | {r.name for r in u.rvars}
+    if set(loops) != own:
+        raise ScheduleError(f"{name}: its loops were already split or fused")
+    inner = loops[-1]
+    if strided_accesses(f, number, inner) == 0:
+        raise ScheduleError(f"{name}: its innermost loop {inner} strides across no row")
+    rvars = {r.name for r in u.rvars}
+    for v in reversed(loops[:-1]):
+        if v in rvars and strided_accesses(f, number, v) == 0 \
+                and contiguous_accesses(f, number, v) > 0 \
+                and extents.extent(name, v) >= min_vectors * lanes:
+            st.reorder(*[n for n in loops if n != v], v)
+            return v
+    raise ScheduleError(f"{name}: no loop along which every access is contiguous")

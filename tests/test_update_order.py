@@ -1,0 +1,113 @@
+"""The rule-based schedule's loop order for update definitions (``autotune/update_order.py``): a
+reduction loop along which every access is contiguous goes innermost where the innermost loop as
+written strides across rows — only where the legality check allows it — and every result matches
+the loops as written on odd sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.update_order import (contiguous_accesses, contiguous_innermost,
+                                               strided_accesses)
+from tensorlang.autotuner.workloads import BoundExtents
+from tensorlang.errors import ScheduleError
+
+SIZES = [1, 2, 7, 13, 67, 101]
+
+
+def _lu():
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    lu = tl.Func("lu", shape=(N, N))
+    lu[i, j] = A[i, j]
+    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i: the C loops, k innermost
+    k, jj, ii = r.x, r.y, r.z
+    r.where((k < ii) & (k <= jj))
+    lu[ii, jj] = tl.where(k == jj, lu[ii, jj] / lu[jj, jj], lu[ii, jj] - lu[ii, k] * lu[k, jj])
+    return lu
+
+
+def _lu_loops(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    n = len(a)
+    for i in range(n):
+        for j in range(n):
+            for k in range(min(i, j + 1)):
+                a[i, j] = a[i, j] / a[j, j] if k == j else a[i, j] - a[i, k] * a[k, j]
+    return a
+
+
+def test_the_pivot_read_at_one_value_of_the_loop_does_not_count():
+    f = _lu()
+    assert strided_accesses(f, 0, "r_x") == 1  # lu[k, j] down a column
+    assert strided_accesses(f, 0, "r_y") == 0  # lu[j, j] only where k == j
+    assert contiguous_accesses(f, 0, "r_y") >= 2  # the store and lu[k, j]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_lu_runs_in_its_ikj_order_and_matches_the_c_loops(n):
+    f = _lu()
+    s = heuristic_schedule(f, {"N": n})
+    if n >= 64:  # j moves innermost where it runs UPDATE_MIN_VECTORS vectors (at most 8 x 8)
+        assert "reorder('r_z', 'r_x', 'r_y')" in s.to_python()
+    a = np.random.default_rng(n).standard_normal((n, n)) + n * np.eye(n)
+    np.testing.assert_allclose(tl.compile(f, s)(A=a), _lu_loops(a), rtol=1e-12, atol=1e-12)
+
+
+def test_a_contiguous_innermost_loop_is_left_alone():
+    # cholesky's dot product reads A[i, k] and A[j, k] along k: already contiguous
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    ch = tl.Func("ch", shape=(N, N))
+    ch[i, j] = A[i, j]
+    r = tl.RDom((0, N), (0, N), (0, N))
+    r.where((r.y <= r.z) & (r.x <= r.y))
+    last = tl.where(r.y == r.z, tl.sqrt(ch[r.z, r.y]), ch[r.z, r.y] / ch[r.y, r.y])
+    ch[r.z, r.y] = tl.where(r.x < r.y, ch[r.z, r.y] - ch[r.z, r.x] * ch[r.y, r.x], last)
+    s = tl.Schedule(ch)
+    with pytest.raises(ScheduleError, match="strides across no row"):
+        contiguous_innermost(s, ch, 0, BoundExtents(ch, {"N": 64}), 8, 4)
+
+
+def test_a_pure_var_is_not_moved_inside_a_scan():
+    # a column scan: the scan rule runs chunks of columns in parallel instead
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    z = tl.Func("z", shape=(N, N))
+    z[i, j] = A[i, j]
+    r = tl.RDom((1, N - 1))
+    z[r, j] = z[r, j] + 0.5 * z[r - 1, j]
+    s = tl.Schedule(z)
+    with pytest.raises(ScheduleError, match="no loop along which"):
+        contiguous_innermost(s, z, 0, BoundExtents(z, {"N": 256}), 8, 4)
+
+
+@pytest.mark.parametrize("n", [2, 9, 101])
+def test_an_order_the_dependences_forbid_is_not_taken(n):
+    # F[x, y] reads F[x - 1, y + 1], which the loops as written (y outer) have not updated yet;
+    # y innermost would run that write first: the legality check refuses, the order stays
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    F = tl.Func("F", shape=(N, N))
+    F[i, j] = A[i, j]
+    r = tl.RDom((1, N - 1), (0, N - 1))
+    F[r.x, r.y] = F[r.x, r.y] + 0.5 * F[r.x - 1, r.y + 1]
+    if n > 64:  # the rule proposes y innermost; the legality check refuses it
+        proposal = tl.Schedule(F)
+        assert contiguous_innermost(proposal, F, 0, BoundExtents(F, {"N": n}), 8, 4) == "r_y"
+        assert not proposal.check(realize=False).ok
+    s = heuristic_schedule(F, {"N": n})
+    assert "reorder" not in s.to_python()
+    a = np.random.default_rng(n).standard_normal((n, n))
+    want = a.copy()
+    for y in range(n - 1):  # RDom ranges are [lo, hi)
+        for x in range(1, n - 1):
+            want[x, y] += 0.5 * want[x - 1, y + 1]
+    np.testing.assert_allclose(tl.compile(F, s)(A=a), want, rtol=1e-12, atol=1e-12)
