@@ -58,10 +58,13 @@ Func computed at root or at a consumer loop):
   every reader is the output or computed inside it, as softmax's ``exp``, or when every reader is
   computed at the output's outermost loop, as ``max`` read by ``exp`` in the output's row;
   clamped to that Func's loops).
-- Update definitions keep their order; ``<F>.update<i>.rfactor``, for a reassociable update
-  (``F[idx] = F[idx] op value``: a histogram) whose outermost RDom loop is long enough: chunks
-  of that loop become parts of ``<F>_rf`` updated in parallel (``rfactor_rules.rfactor_update_chunks``,
-  the rule-based schedule's form), or not; ``<F>.update<i>.parallel`` runs their outermost pure
+- Update definitions keep their order, or (``<F>.update<i>.contiguous``, where
+  ``update_order.contiguous_innermost`` proposes a legal order) run a reduction loop along
+  which every access is contiguous innermost (lu's ``i, k, j``); otherwise
+  ``<F>.update<i>.rfactor``, for a reassociable update (``F[idx] = F[idx] op value``: a
+  histogram) whose outermost RDom loop is long enough: chunks of that loop become parts of
+  ``<F>_rf`` updated in parallel (``rfactor_rules.rfactor_update_chunks``, the rule-based
+  schedule's form), or not; ``<F>.update<i>.parallel`` runs their outermost pure
   loop in parallel when they have one; ``<F>.update<i>.atomic`` marks the update ``atomic()``
   (an innermost loop accumulating into one cell runs as a reduction in a register:
   ``schedule/cell_reduction.py``; the rule-based schedule marks every update), or not.
@@ -116,6 +119,7 @@ from .heuristic import (
     row_block,
     row_operands,
     row_var,
+    UPDATE_MIN_VECTORS,
 )
 from .rfactor_rules import (
     RFACTOR_CHUNKS_PER_THREAD,
@@ -126,6 +130,7 @@ from .rfactor_rules import (
     rfactor_update_chunks,
 )
 from .stream_rules import column_rows, column_rows_possible
+from .update_order import contiguous_innermost
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -188,6 +193,7 @@ class SearchSpace:
         self.pipeline = Pipeline(output)
         self.extents = BoundExtents(output, sizes)
         self.binding, self.shapes = self.extents.binding, self.extents.shapes
+        self._contiguous: dict[tuple[str, int], bool] = {}
 
     def extent(self, func: str, var: str) -> int:
         return self.extents.extent(func, var)
@@ -202,7 +208,11 @@ class SearchSpace:
                     continue
             self._loops(trial, s, f)
             for u in f.updates:
-                if self._update_rfactor_possible(s, f, u) and trial.suggest_categorical(
+                if self._contiguous_possible(f, u.number) and trial.suggest_categorical(
+                        f"{f.name}.update{u.number}.contiguous", [True, False]):
+                    contiguous_innermost(s, f, u.number, self.extents, lanes(f, self.target),
+                                         UPDATE_MIN_VECTORS)
+                elif self._update_rfactor_possible(s, f, u) and trial.suggest_categorical(
                         f"{f.name}.update{u.number}.rfactor", [False, True]):
                     rfactor_update_chunks(s, f, u.number, self.extents)
                 st = s[f].update(u.number)
@@ -213,6 +223,20 @@ class SearchSpace:
                     st.atomic()
         return fuse_siblings(s, self.pipeline, lambda f, h, t: trial.suggest_categorical(
             f"{f.name}.with_{h.name}", [False, True]))
+
+    def _contiguous_possible(self, f: Func, number: int) -> bool:
+        """Whether ``update_order.contiguous_innermost`` proposes a loop order for update
+        ``number`` of ``f`` that the legality check accepts (decided once per update)."""
+        key = (f.name, number)
+        if key not in self._contiguous:
+            t = Schedule(self.output)
+            try:
+                contiguous_innermost(t, f, number, self.extents, lanes(f, self.target),
+                                     UPDATE_MIN_VECTORS)
+                self._contiguous[key] = t.check(realize=False).ok
+            except ScheduleError:
+                self._contiguous[key] = False
+        return self._contiguous[key]
 
     def _update_rfactor_possible(self, s: Schedule, f: Func, u: Any) -> bool:
         """Whether ``rfactor_update_chunks`` applies to update ``u`` of ``f``: a reassociable
@@ -550,6 +574,11 @@ class _Oracle:
             return [done, not done]
         if rest.startswith("update") and rest.endswith(".rfactor"):
             done = any(n.startswith(f"{func}_rf") and n.endswith(".update(0)") for n in states)
+            return [done, not done]
+        if rest.startswith("update") and rest.endswith(".contiguous"):
+            number = int(rest[6:-11])
+            up = states.get(f"{func}.update({number})")
+            done = up is not None and up.loops != list(up.pure) + list(up.rvars)
             return [done, not done]
         if rest.startswith("update") and rest.endswith(".parallel"):
             up = states.get(f"{func}.update({rest[6:-9]})")

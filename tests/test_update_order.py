@@ -111,3 +111,22 @@ def test_an_order_the_dependences_forbid_is_not_taken(n):
         for x in range(1, n - 1):
             want[x, y] += 0.5 * want[x - 1, y + 1]
     np.testing.assert_allclose(tl.compile(F, s)(A=a), want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [13, 101])
+def test_the_rule_based_order_is_a_point_of_the_search_space(n):
+    import optuna
+
+    from tensorlang.autotuner.space import SearchSpace
+
+    f = _lu()
+    hs = heuristic_schedule(f, {"N": n})
+    space = SearchSpace(f, {"N": n})
+    point = space.point(hs)
+    assert point is not None, hs.to_python()
+    params, _ = point
+    assert ("lu.update0.contiguous" in params) == (n > 64)
+    again = space.sample(optuna.trial.FixedTrial(params))
+    assert space.signature(again) == space.signature(hs)
+    a = np.random.default_rng(n).standard_normal((n, n)) + n * np.eye(n)
+    np.testing.assert_allclose(tl.compile(f, again)(A=a), _lu_loops(a), rtol=1e-12, atol=1e-12)
