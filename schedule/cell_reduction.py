@@ -38,6 +38,7 @@ the rounding of a reassociated sum, as every reduction of the language may.
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import islpy as isl
 
@@ -330,15 +331,18 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
     return Block(tuple(out)) if reduced else None
 
 
-def reduce_update_cells(f: LoweredFunc) -> LoweredFunc:
-    """Apply the rewrite to every qualifying innermost loop (module docstring)."""
+def rewrite_loops(f: LoweredFunc, rewrite: Callable[..., Stmt | None]) -> LoweredFunc:
+    """``f`` with ``rewrite(loop, buffers, counter, context)`` tried on every loop outside SIMD
+    lanes and GPU threads (there a one-cell register would be shared), outermost first: where it
+    returns a statement, that replaces the loop. ``buffers`` (by name) takes the buffers it
+    adds, ``counter`` (a one-element list) numbers them, ``context`` holds the enclosing loops
+    and lets."""
     buffers = dict(f.buffers)
     counter = [0]
 
     def go(s: Stmt, lanes: bool = False, context: tuple[Stmt, ...] = ()) -> Stmt:
-        # not inside SIMD lanes or GPU threads: there the one-cell register would be shared
         if isinstance(s, For) and not lanes:
-            r = _try(s, buffers, counter, context)
+            r = rewrite(s, buffers, counter, context)
             if r is not None:
                 return r
         inner = lanes or (isinstance(s, For) and s.kind in _LANES)
@@ -349,3 +353,8 @@ def reduce_update_cells(f: LoweredFunc) -> LoweredFunc:
     if body is f.body:
         return f
     return dataclasses.replace(f, body=body, buffers=buffers)
+
+
+def reduce_update_cells(f: LoweredFunc) -> LoweredFunc:
+    """Apply the rewrite to every qualifying innermost loop (module docstring)."""
+    return rewrite_loops(f, _try)

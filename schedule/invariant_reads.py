@@ -41,17 +41,16 @@ from __future__ import annotations
 import dataclasses
 
 from tensorlang.affine import Affine, NonAffine, affine_form, sadd, sconst, smax, ssub
-from tensorlang.expr import BinOp, Cmp, Expr, Select, Var, map_children, walk
+from tensorlang.expr import BinOp, Cmp, Expr, Select, Var, map_children, substitute, walk
 
 from .cell_reduction import (MAX_CONDITIONS, LoopContext, Piece, cut_piece, cut_ranges,
-                             expr_vars)
-from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc,
-                 Stmt, Store, map_stmt, reads_memory)
+                             expr_vars, rewrite_loops)
+from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, Load, LoweredFunc,
+                 Stmt, Store, reads_memory)
 from .legality.isl_text import Unrepresentable
 
 #: the most reads one loop is cut for (each at most triples the ranges)
 MAX_READS = 4
-_LANES = frozenset({ForKind.VECTORIZED, ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
 
 
 def _fixed_reads(value: Expr, buffer: str, x: str) -> list[Load]:
@@ -95,12 +94,6 @@ def _meeting_point(store: Store, read: Load, x: str) -> Expr | None:
     return None
 
 
-def _rename(e: Expr, x: str, new: str) -> Expr:
-    def go(n: Expr) -> Expr:
-        return Var(new) if isinstance(n, Var) and n.name == x else map_children(n, go)
-    return go(e)
-
-
 def _independent(store: Store, x: str, start: Expr, end: Expr, ctx: LoopContext) -> bool:
     """Whether no iteration of ``x`` in ``[start, end)`` reads or writes a cell of the stored
     buffer that another iteration writes: the store's index equations against every read of
@@ -113,7 +106,8 @@ def _independent(store: Store, x: str, start: Expr, end: Expr, ctx: LoopContext)
         lo, hi = ctx.text(start), ctx.text(end)
         bounds = [f"{lo} <= {xa} < {hi}", f"{lo} <= {xb} < {hi}"]
         for r in others:
-            eqs = [f"{ctx.text(_rename(i, x, a))} = {ctx.text(_rename(j, x, b))}"
+            eqs = [f"{ctx.text(substitute(i, {x: Var(a)}))} = "
+                   f"{ctx.text(substitute(j, {x: Var(b)}))}"
                    for i, j in zip(store.indices, r.indices)]
             for order in (f"{xa} < {xb}", f"{xb} < {xa}"):
                 if not ctx.empty([xa, xb], [*bounds, *eqs, order]):
@@ -219,19 +213,4 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
 
 def hoist_update_reads(f: LoweredFunc) -> LoweredFunc:
     """Apply the rewrite to every qualifying innermost loop (module docstring)."""
-    buffers = dict(f.buffers)
-    counter = [0]
-
-    def go(s: Stmt, lanes: bool = False, context: tuple[Stmt, ...] = ()) -> Stmt:
-        if isinstance(s, For) and not lanes:
-            r = _try(s, buffers, counter, context)
-            if r is not None:
-                return r
-        inner = lanes or (isinstance(s, For) and s.kind in _LANES)
-        ctx = context + (s,) if isinstance(s, (For, LetStmt)) else context
-        return map_stmt(s, lambda c: go(c, inner, ctx), lambda e: e)
-
-    body = go(f.body)
-    if body is f.body:
-        return f
-    return dataclasses.replace(f, body=body, buffers=buffers)
+    return rewrite_loops(f, _try)

@@ -235,3 +235,30 @@ def gather():
 
 
 ALL["gather"] = gather
+
+
+def lu():
+    """PolyBench lu's Doolittle update over the C loops' points (k innermost, then j, i): the
+    division by the pivot at ``k == j``, else ``A[i, j] -= A[i, k] * A[k, j]``; float64."""
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    out = tl.Func("lu", shape=(N, N))
+    out[i, j] = A[i, j]
+    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i; k == j divides: a condition with 3 ranges
+    k, jj, ii = r.x, r.y, r.z
+    r.where((k < ii) & (k <= jj))
+    out[ii, jj] = tl.where(k == jj, out[ii, jj] / out[jj, jj],
+                           out[ii, jj] - out[ii, k] * out[k, jj])
+    return out
+
+
+def lu_loops(a: np.ndarray) -> np.ndarray:
+    """``lu()``'s result by the C loops, one scalar at a time."""
+    a = a.copy()
+    n = len(a)
+    for i in range(n):
+        for j in range(n):
+            for k in range(min(i, j + 1)):
+                a[i, j] = a[i, j] / a[j, j] if k == j else a[i, j] - a[i, k] * a[k, j]
+    return a

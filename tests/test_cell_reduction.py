@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import algorithms
 import tensorlang as tl
 from tensorlang.errors import ScheduleError
 from tensorlang.schedule.lower import lower
@@ -31,19 +32,6 @@ def _cholesky():
     last = tl.where(jj == ii, tl.sqrt(ch[ii, jj]), ch[ii, jj] / ch[jj, jj])
     ch[ii, jj] = tl.where(k < jj, ch[ii, jj] - ch[ii, k] * ch[jj, k], last)
     return ch
-
-
-def _lu():
-    (N,) = tl.sizes("N")
-    A = tl.Input("A", (N, N), tl.float64)
-    i, j = tl.vars("i j")
-    lu = tl.Func("lu", shape=(N, N))
-    lu[i, j] = A[i, j]
-    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i; k == j divides: a condition with 3 ranges
-    k, jj, ii = r.x, r.y, r.z
-    r.where((k < ii) & (k <= jj))
-    lu[ii, jj] = tl.where(k == jj, lu[ii, jj] / lu[jj, jj], lu[ii, jj] - lu[ii, k] * lu[k, jj])
-    return lu
 
 
 def _spd(n: int) -> np.ndarray:
@@ -74,7 +62,7 @@ def test_cholesky_dot_products_reduce_in_a_register(atomic):
 
 
 def test_equality_condition_splits_the_loop_and_drops_empty_ranges():
-    lu = _lu()
+    lu = algorithms.lu()
     s = tl.Schedule(lu)
     s[lu].update(0).atomic()
     nest = str(lower(lu, s))

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
+from algorithms import lu, lu_loops
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.update_order import (contiguous_accesses, contiguous_innermost,
                                                strided_accesses)
@@ -18,31 +19,8 @@ from tensorlang.errors import ScheduleError
 SIZES = [1, 2, 7, 13, 67, 101]
 
 
-def _lu():
-    (N,) = tl.sizes("N")
-    A = tl.Input("A", (N, N), tl.float64)
-    i, j = tl.vars("i j")
-    lu = tl.Func("lu", shape=(N, N))
-    lu[i, j] = A[i, j]
-    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i: the C loops, k innermost
-    k, jj, ii = r.x, r.y, r.z
-    r.where((k < ii) & (k <= jj))
-    lu[ii, jj] = tl.where(k == jj, lu[ii, jj] / lu[jj, jj], lu[ii, jj] - lu[ii, k] * lu[k, jj])
-    return lu
-
-
-def _lu_loops(a: np.ndarray) -> np.ndarray:
-    a = a.copy()
-    n = len(a)
-    for i in range(n):
-        for j in range(n):
-            for k in range(min(i, j + 1)):
-                a[i, j] = a[i, j] / a[j, j] if k == j else a[i, j] - a[i, k] * a[k, j]
-    return a
-
-
 def test_the_pivot_read_at_one_value_of_the_loop_does_not_count():
-    f = _lu()
+    f = lu()
     assert strided_accesses(f, 0, "r_x") == 1  # lu[k, j] down a column
     assert strided_accesses(f, 0, "r_y") == 0  # lu[j, j] only where k == j
     assert contiguous_accesses(f, 0, "r_y") >= 2  # the store and lu[k, j]
@@ -50,12 +28,12 @@ def test_the_pivot_read_at_one_value_of_the_loop_does_not_count():
 
 @pytest.mark.parametrize("n", SIZES)
 def test_lu_runs_in_its_ikj_order_and_matches_the_c_loops(n):
-    f = _lu()
+    f = lu()
     s = heuristic_schedule(f, {"N": n})
     if n >= 64:  # j moves innermost where it runs UPDATE_MIN_VECTORS vectors (at most 8 x 8)
         assert "reorder('r_z', 'r_x', 'r_y')" in s.to_python()
     a = np.random.default_rng(n).standard_normal((n, n)) + n * np.eye(n)
-    np.testing.assert_allclose(tl.compile(f, s)(A=a), _lu_loops(a), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tl.compile(f, s)(A=a), lu_loops(a), rtol=1e-12, atol=1e-12)
 
 
 def test_a_contiguous_innermost_loop_is_left_alone():
@@ -119,7 +97,7 @@ def test_the_rule_based_order_is_a_point_of_the_search_space(n):
 
     from tensorlang.autotuner.space import SearchSpace
 
-    f = _lu()
+    f = lu()
     hs = heuristic_schedule(f, {"N": n})
     space = SearchSpace(f, {"N": n})
     point = space.point(hs)
@@ -129,4 +107,4 @@ def test_the_rule_based_order_is_a_point_of_the_search_space(n):
     again = space.sample(optuna.trial.FixedTrial(params))
     assert space.signature(again) == space.signature(hs)
     a = np.random.default_rng(n).standard_normal((n, n)) + n * np.eye(n)
-    np.testing.assert_allclose(tl.compile(f, again)(A=a), _lu_loops(a), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tl.compile(f, again)(A=a), lu_loops(a), rtol=1e-12, atol=1e-12)
