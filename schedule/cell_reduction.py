@@ -72,18 +72,28 @@ def _split_condition(exprs: list[Expr], x: str) -> tuple[str, Expr, Cmp] | None:
                 continue
             if not c.a.dtype.is_int or reads_memory(c.a) or reads_memory(c.b):
                 continue
-            try:
-                form = affine_form(ssub(c.a, c.b))  # a - b = k x + rest
-            except NonAffine:
+            unit = unit_term(ssub(c.a, c.b), x)
+            if unit is None:
                 continue
-            k = form.coeff(x)
-            if k not in (1, -1):
-                continue
-            rest = Affine.make({v: n for v, n in form.coeffs if v != x}, dict(form.params),
-                               form.const).to_expr()
+            k, rest = unit
             # x + rest op 0: x op -rest;  -x + rest op 0: x (flipped op) rest
             return (c.op, ssub(sconst(0), rest), c) if k == 1 else (_FLIP[c.op], rest, c)
     return None
+
+
+def unit_term(e: Expr, x: str) -> tuple[int, Expr] | None:
+    """``(k, rest)`` where ``e == k * x + rest``, ``k`` is 1 or -1 and ``rest`` is free of
+    ``x``; None when ``e`` is not affine or ``x``'s coefficient is another."""
+    try:
+        form = affine_form(e)
+    except NonAffine:
+        return None
+    k = form.coeff(x)
+    if k not in (1, -1):
+        return None
+    rest = Affine.make({v: n for v, n in form.coeffs if v != x}, dict(form.params),
+                       form.const).to_expr()
+    return k, rest
 
 
 def cut_ranges(op: str, e: Expr, lo: Expr, hi: Expr, ctx: LoopContext

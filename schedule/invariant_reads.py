@@ -40,11 +40,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensorlang.affine import Affine, NonAffine, affine_form, sadd, sconst, smax, ssub
+from tensorlang.affine import sadd, sconst, smax, ssub
 from tensorlang.expr import BinOp, Cmp, Expr, Select, Var, map_children, substitute, walk
 
 from .cell_reduction import (MAX_CONDITIONS, LoopContext, Piece, cut_piece, cut_ranges,
-                             expr_vars, rewrite_loops)
+                             expr_vars, rewrite_loops, unit_term)
 from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, Load, LoweredFunc,
                  Stmt, Store, reads_memory)
 from .legality.isl_text import Unrepresentable
@@ -81,16 +81,10 @@ def _meeting_point(store: Store, read: Load, x: str) -> Expr | None:
     """``e`` such that the store reaches ``read``'s cell only where ``x == e`` (an index of the
     store is ``x`` plus terms free of it, or minus), or None."""
     for s_idx, r_idx in zip(store.indices, read.indices):
-        try:
-            form = affine_form(ssub(s_idx, r_idx))  # k x + rest == 0
-        except NonAffine:
-            continue
-        k = form.coeff(x)
-        if k not in (1, -1):
-            continue
-        rest = Affine.make({v: n for v, n in form.coeffs if v != x}, dict(form.params),
-                           form.const).to_expr()
-        return ssub(sconst(0), rest) if k == 1 else rest
+        unit = unit_term(ssub(s_idx, r_idx), x)  # k x + rest == 0
+        if unit is not None:
+            k, rest = unit
+            return ssub(sconst(0), rest) if k == 1 else rest
     return None
 
 
