@@ -572,6 +572,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         k, label = compile_kernel(out, heuristic_schedule(out, sizes)), "tensorlang (heuristic)"
     else:
         k, label = compile_kernel(out), "tensorlang (default)"
+    if not args.json:
+        from .workloads import format_shape
+        print(f"{work.name} {format_shape(sizes)}")  # matmul-float64 M=...: what is timed
     rows = _compare(work, out, sizes, [(label, k)], as_json=args.json)
     if args.json:
         _json_out({"workload": work.name, "sizes": sizes, "schedule_source": source,

@@ -199,6 +199,9 @@ def test_a_float64_builtin_is_tuned_into_its_own_log_and_refused_for_a_user_file
         "    Y = tl.Func('Y')\n"
         "    Y[i] = X[i] + 1.0\n"
         "    return Y\n")
+    r = _run(["bench", "matmul", "--dtype", "float64", "--shape", "M=9,N=20,K=7"], tmp_path,
+             cache)
+    assert r.returncode == 0 and r.stdout.startswith("matmul-float64 M=9,N=20,K=7"), r.stdout
     r = _run(["bench", "alg.py:f", "--shape", "N=10", "--dtype", "float64"], tmp_path, cache)
     assert r.returncode == 1 and "has no float64 version" in r.stderr, r.stderr
 
