@@ -186,6 +186,33 @@ def test_float32_exp_log_polynomials_accuracy_and_specials(name, lo, hi, vectori
     np.testing.assert_array_equal(got[np.isinf(expected)], expected[np.isinf(expected)])
 
 
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_float64_exp_polynomial_accuracy_subnormals_and_specials(vectorized):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = tl.exp(X[i])
+    s = tl.Schedule(F)
+    if vectorized:
+        s[F].vectorize(i, 8)
+    kern = tl.compile(F, s)
+    grid = np.linspace(-745.2, 709.9, 40001)  # through the subnormal results and past overflow
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 709.78, 709.79, -745.13,
+                -745.14, -708.4, 1e-300, -1e-300]
+    x = np.concatenate([grid, specials, np.random.default_rng(1).standard_normal(4001) * 10])
+    with np.errstate(all="ignore"):
+        expected = np.exp(x)
+    got = kern(x)
+    normal = np.isfinite(expected) & (expected >= np.finfo(np.float64).tiny)
+    rel = np.abs(got[normal] - expected[normal]) / expected[normal]
+    assert rel.max() < 4.5e-16  # two ulp
+    sub = np.isfinite(expected) & (expected < np.finfo(np.float64).tiny)
+    assert np.abs(got[sub] - expected[sub]).max() <= 2 * 5e-324
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(got[np.isinf(expected)], expected[np.isinf(expected)])
+
+
 _ERF = np.vectorize(math.erf, otypes=[np.float64])
 MATH = {
     "floor": np.floor, "ceil": np.ceil, "round": np.round, "sin": np.sin, "cos": np.cos,

@@ -298,6 +298,8 @@ class ExpressionGen:
     def call(self, name: str, x: ir.Value, d: DType) -> ir.Value:
         if name == "exp" and d is DType.float32:
             return self.exp_f32(x)
+        if name == "exp" and d is DType.float64:
+            return self.exp_f64(x)
         if name == "log" and d is DType.float32:
             return self.log_f32(x)
         if name in ("exp", "log", "sqrt", "floor", "ceil", "sin", "cos", "tanh"):

@@ -1,15 +1,16 @@
-"""exp and log of float32 as straight-line IR (Cephes polynomials), so vector loops need no libm
-call per lane. Part of ``CodeGen`` (``codegen.py``).
+"""exp and log of float32 and exp of float64 as straight-line IR (Cephes' range reduction and
+polynomials), so vector loops need no libm call per lane. Part of ``CodeGen`` (``codegen.py``).
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import llvmlite.ir as ir
 
 
-from .types import I32
+from .types import I32, I64
 
 
 class VectorMathGen:
@@ -48,6 +49,45 @@ class VectorMathGen:
         n = b.select(top, b.sub(n, self.const(it, 1)), n)
         pow2 = b.bitcast(b.shl(b.add(n, self.const(it, 127)), self.const(it, 23)), t)
         res = self.fop("fmul", self.fop("fmul", y, pow2), b.select(top, c(2.0), c(1.0)))
+        res = b.select(big, c(float("inf")), res)
+        res = b.select(small, c(0.0), res)
+        return b.select(nan, x, res)
+
+    def exp_f64(self, x: ir.Value) -> ir.Value:
+        """``exp`` of float64 scalars or vectors as straight-line IR (no libm call per lane).
+
+        ``exp(x) = 2**n * p(r)`` with ``n = round(x / ln 2)``, ``r = x - n ln 2`` (Cody and
+        Waite's reduction with Cephes' two-part ln 2, ``|r| <= 0.347``) and ``p`` the Taylor
+        polynomial of degree 13 (truncation below 1e-17 relative); the scale ``2**n`` is applied
+        as two powers of two, so results down to the subnormals (``x`` above -745.13) and up to
+        the largest double (``x`` below 709.78) come out; ``inf`` above, ``0`` below, NaN for
+        NaN. See also: Cephes ``exp``; SLEEF ``xexp``.
+        """
+        b = self.builder
+        t = x.type
+        c = functools.partial(self.const, t)
+        lo, hi = -745.1332191019412, 709.782712893384
+        big = b.fcmp_ordered(">", x, c(hi))
+        small = b.fcmp_ordered("<", x, c(lo))
+        nan = b.fcmp_unordered("uno", x, x)
+        xc = self.call_intrinsic("minnum", self.call_intrinsic("maxnum", x, c(lo)), c(hi))
+        fx = self.call_intrinsic("floor", self.fop("fadd", self.fop("fmul", xc, c(
+            1.4426950408889634)), c(0.5)))
+        r = self.fop("fsub", xc, self.fop("fmul", fx, c(6.93145751953125e-1)))
+        r = self.fop("fsub", r, self.fop("fmul", fx, c(1.42860682030941723212e-6)))
+        y = c(1.0 / math.factorial(13))
+        for k in range(12, -1, -1):
+            y = self.fop("fadd", self.fop("fmul", y, r), c(1.0 / math.factorial(k)))
+        it = ir.VectorType(I64, t.count) if isinstance(t, ir.VectorType) else I64
+        ci = functools.partial(self.const, it)
+        n = b.fptosi(fx, it)
+        half = b.ashr(n, ci(1))  # 2**n as 2**half * 2**(n - half): both normal for n in
+        rest = b.sub(n, half)  # [-1075, 1024]
+
+        def pow2(k: ir.Value) -> ir.Value:
+            return b.bitcast(b.shl(b.add(k, ci(1023)), ci(52)), t)
+
+        res = self.fop("fmul", self.fop("fmul", y, pow2(half)), pow2(rest))
         res = b.select(big, c(float("inf")), res)
         res = b.select(small, c(0.0), res)
         return b.select(nan, x, res)
