@@ -458,11 +458,27 @@ def test_launch_limits_and_math_without_device_implementation():
     A = tl.Input("A", (N,), tl.float64)
     x = tl.vars("x")[0]
     f = tl.Func("f")
+    f[x] = tl.log(A[x])
+    s = tl.Schedule(f)
+    s[f].gpu_tile("x", 64)
+    with pytest.raises(CompileError, match="log of float64 has no GPU implementation"):
+        tl.compile(f, s, target="cuda")
+
+
+def test_float64_exp_is_a_polynomial_on_the_gpu_too():
+    N = tl.sizes("N")[0]
+    A = tl.Input("A", (N,), tl.float64)
+    x = tl.vars("x")[0]
+    f = tl.Func("f")
     f[x] = tl.exp(A[x])
     s = tl.Schedule(f)
     s[f].gpu_tile("x", 64)
-    with pytest.raises(CompileError, match="exp of float64 has no GPU implementation"):
-        tl.compile(f, s, target="cuda")
+    ptx = tl.compile(f, s, target="cuda").ptx()
+    assert "call" not in ptx  # no libdevice, no libm
+    if HAS_PTXAS:
+        ptxas(ptx, "sm_90")
+    a = np.linspace(-745.0, 709.0, 1001)
+    np.testing.assert_allclose(emulate(f, s)(A=a), np.exp(a), rtol=4.5e-16, atol=1e-320)
 
 
 def test_targets_and_cached_object_code():
