@@ -213,6 +213,34 @@ def test_float64_exp_polynomial_accuracy_subnormals_and_specials(vectorized):
     np.testing.assert_array_equal(got[np.isinf(expected)], expected[np.isinf(expected)])
 
 
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_float64_log_polynomial_accuracy_subnormals_and_specials(vectorized):
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    F = tl.Func("F")
+    F[i] = tl.log(X[i])
+    s = tl.Schedule(F)
+    if vectorized:
+        s[F].vectorize(i, 8)
+    kern = tl.compile(F, s)
+    rng = np.random.default_rng(2)
+    grid = np.geomspace(5e-324, 1.7e308, 40001)  # subnormal inputs up to the largest double
+    near_one = 1.0 + rng.standard_normal(4001) * 1e-3  # where log is small: relative error
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0, 0.5, 1e-310,
+                np.finfo(np.float64).tiny]
+    x = np.concatenate([grid, near_one, specials, rng.random(4001) * 3])
+    with np.errstate(all="ignore"):
+        expected = np.log(x)
+    got = kern(x)
+    finite = np.isfinite(expected) & (expected != 0)
+    rel = np.abs(got[finite] - expected[finite]) / np.abs(expected[finite])
+    assert rel.max() < 6.7e-16  # three ulp
+    assert got[x == 1.0].tolist() == [0.0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+    np.testing.assert_array_equal(got[np.isinf(expected)], expected[np.isinf(expected)])
+
+
 _ERF = np.vectorize(math.erf, otypes=[np.float64])
 MATH = {
     "floor": np.floor, "ceil": np.ceil, "round": np.round, "sin": np.sin, "cos": np.cos,

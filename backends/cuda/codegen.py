@@ -191,11 +191,11 @@ class DeviceGen(CodeGen):
                 self.ptrs[buf.name] = outer
 
     def call(self, name: str, x: ir.Value, d: DType) -> ir.Value:
-        polynomial = {"exp": (DType.float32, DType.float64), "log": (DType.float32,)}
-        if name in _NO_DEVICE_MATH or (name in polynomial and d not in polynomial[name]):
+        if name in _NO_DEVICE_MATH or (
+                name in ("exp", "log") and d not in (DType.float32, DType.float64)):
             raise CompileError(f"{name} of {d.value} has no GPU implementation in tensorlang "
-                               f"yet (it links no libdevice); exp of float32 and float64 and "
-                               f"log of float32 do")
+                               f"yet (it links no libdevice); exp and log of float32 and float64 "
+                               f"do")
         return super().call(name, x, d)
 
 

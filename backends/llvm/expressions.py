@@ -302,6 +302,8 @@ class ExpressionGen:
             return self.exp_f64(x)
         if name == "log" and d is DType.float32:
             return self.log_f32(x)
+        if name == "log" and d is DType.float64:
+            return self.log_f64(x)
         if name in ("exp", "log", "sqrt", "floor", "ceil", "sin", "cos", "tanh"):
             return self.call_intrinsic(name, x)
         if name == "round":  # NumPy rounds half to even

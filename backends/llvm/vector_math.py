@@ -1,5 +1,6 @@
-"""exp and log of float32 and exp of float64 as straight-line IR (Cephes' range reduction and
-polynomials), so vector loops need no libm call per lane. Part of ``CodeGen`` (``codegen.py``).
+"""exp and log of float32 and float64 as straight-line IR (Cephes' and fdlibm's range reductions
+and polynomials), so vector loops need no libm call per lane. Part of ``CodeGen``
+(``codegen.py``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,43 @@ class VectorMathGen:
         res = b.select(big, c(float("inf")), res)
         res = b.select(small, c(0.0), res)
         return b.select(nan, x, res)
+
+    def log_f64(self, x: ir.Value) -> ir.Value:
+        """Natural ``log`` of float64 scalars or vectors as straight-line IR.
+
+        ``x = m * 2**e`` with ``m`` in ``[sqrt(1/2), sqrt(2))`` from the bits (subnormals scaled
+        by 2**52 first), ``log(m) = 2 atanh(s)`` with ``s = (m - 1) / (m + 1)``, ``|s| < 0.1716``,
+        by its series to ``s**23`` (truncation below 1e-18 relative), and ``e ln 2`` with ln 2 in
+        two parts; ``log(0) = -inf``, ``log(<0) = NaN``, ``log(inf) = inf``, NaN for NaN
+        (NumPy's results). See also: Cephes ``log``; fdlibm ``__ieee754_log``.
+        """
+        b = self.builder
+        t = x.type
+        c = functools.partial(self.const, t)
+        it = ir.VectorType(I64, t.count) if isinstance(t, ir.VectorType) else I64
+        ci = functools.partial(self.const, it)
+        sub = b.fcmp_ordered("<", x, c(2.2250738585072014e-308))  # subnormal (or <= 0)
+        xs = b.select(sub, self.fop("fmul", x, c(4503599627370496.0)), x)  # * 2**52
+        bits = b.bitcast(xs, it)
+        e = b.sub(b.and_(b.lshr(bits, ci(52)), ci(0x7FF)), ci(1022))
+        e = b.select(sub, b.sub(e, ci(52)), e)
+        m = b.bitcast(b.or_(b.and_(bits, ci(0x000FFFFFFFFFFFFF)), ci(0x3FE0000000000000)), t)
+        small = b.fcmp_ordered("<", m, c(0.7071067811865476))  # m in [0.5, 1) -> [0.707, 1.414)
+        ef = b.sitofp(b.select(small, b.sub(e, ci(1)), e), t)
+        m = b.select(small, self.fop("fadd", m, m), m)
+        sr = self.fop("fdiv", self.fop("fsub", m, c(1.0)), self.fop("fadd", m, c(1.0)))
+        z = self.fop("fmul", sr, sr)
+        y = c(1.0 / 23.0)
+        for k in range(21, 0, -2):
+            y = self.fop("fadd", self.fop("fmul", y, z), c(1.0 / k))
+        two_s = self.fop("fadd", sr, sr)
+        res = self.fop("fadd", self.fop("fmul", ef, c(1.9082149292705877e-10)),
+                       self.fop("fmul", two_s, y))
+        res = self.fop("fadd", self.fop("fmul", ef, c(6.93147180369123816490e-01)), res)
+        res = b.select(b.fcmp_ordered("==", x, c(0.0)), c(float("-inf")), res)
+        res = b.select(b.fcmp_ordered("<", x, c(0.0)), c(float("nan")), res)
+        res = b.select(b.fcmp_ordered("==", x, c(float("inf"))), x, res)
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     def log_f32(self, x: ir.Value) -> ir.Value:
         """Natural ``log`` of float32 scalars or vectors as straight-line IR.
