@@ -161,18 +161,24 @@ def test_zero_dim_output(rng):
     check(S, np.asarray(np.dot(x, x)), x, rtol=1e-12)
 
 
-@pytest.mark.parametrize("name,lo,hi", [("exp", -87.0, 88.7), ("log", 1e-44, 3e38)])
-@pytest.mark.parametrize("vectorized", [False, True])
-def test_float32_exp_log_polynomials_accuracy_and_specials(name, lo, hi, vectorized):
+def _unary_kernel(name: str, dtype, lanes: int = 0):
+    """``F[i] = name(X[i])`` over a 1-D input of ``dtype``, compiled with ``i`` vectorized by
+    ``lanes`` (0: the default schedule)."""
     (N,) = tl.sizes("N")
-    X = tl.Input("X", (N,), tl.float32)
+    X = tl.Input("X", (N,), dtype)
     (i,) = tl.vars("i")
     F = tl.Func("F")
     F[i] = getattr(tl, name)(X[i])
     s = tl.Schedule(F)
-    if vectorized:
-        s[F].vectorize(i, 16)
-    kern = tl.compile(F, s)
+    if lanes:
+        s[F].vectorize(i, lanes)
+    return tl.compile(F, s)
+
+
+@pytest.mark.parametrize("name,lo,hi", [("exp", -87.0, 88.7), ("log", 1e-44, 3e38)])
+@pytest.mark.parametrize("vectorized", [False, True])
+def test_float32_exp_log_polynomials_accuracy_and_specials(name, lo, hi, vectorized):
+    kern = _unary_kernel(name, tl.float32, 16 if vectorized else 0)
     grid = np.linspace(lo, hi, 20001) if name == "exp" else np.geomspace(lo, hi, 20001)
     specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 100.0, -100.0]
     x = np.concatenate([grid, specials]).astype(np.float32)
@@ -188,15 +194,7 @@ def test_float32_exp_log_polynomials_accuracy_and_specials(name, lo, hi, vectori
 
 @pytest.mark.parametrize("vectorized", [False, True])
 def test_float64_exp_polynomial_accuracy_subnormals_and_specials(vectorized):
-    (N,) = tl.sizes("N")
-    X = tl.Input("X", (N,), tl.float64)
-    (i,) = tl.vars("i")
-    F = tl.Func("F")
-    F[i] = tl.exp(X[i])
-    s = tl.Schedule(F)
-    if vectorized:
-        s[F].vectorize(i, 8)
-    kern = tl.compile(F, s)
+    kern = _unary_kernel("exp", tl.float64, 8 if vectorized else 0)
     grid = np.linspace(-745.2, 709.9, 40001)  # through the subnormal results and past overflow
     specials = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 709.78, 709.79, -745.13,
                 -745.14, -708.4, 1e-300, -1e-300]
@@ -215,15 +213,7 @@ def test_float64_exp_polynomial_accuracy_subnormals_and_specials(vectorized):
 
 @pytest.mark.parametrize("vectorized", [False, True])
 def test_float64_log_polynomial_accuracy_subnormals_and_specials(vectorized):
-    (N,) = tl.sizes("N")
-    X = tl.Input("X", (N,), tl.float64)
-    (i,) = tl.vars("i")
-    F = tl.Func("F")
-    F[i] = tl.log(X[i])
-    s = tl.Schedule(F)
-    if vectorized:
-        s[F].vectorize(i, 8)
-    kern = tl.compile(F, s)
+    kern = _unary_kernel("log", tl.float64, 8 if vectorized else 0)
     rng = np.random.default_rng(2)
     grid = np.geomspace(5e-324, 1.7e308, 40001)  # subnormal inputs up to the largest double
     near_one = 1.0 + rng.standard_normal(4001) * 1e-3  # where log is small: relative error
