@@ -167,6 +167,11 @@ def inline_funcs(p: AlgorithmView, inline: set[str]) -> dict[str, Expr]:
     return values
 
 
+#: compute_at placements of one nest left unproven (isl could not state or decide their
+#: coverage) after which the rest are trusted to bounds inference without a proof
+MAX_UNPROVEN = 4
+
+
 class _Realizer:
     def __init__(self, p: AlgorithmView, states: dict[str, StageState]) -> None:
         self.p = p
@@ -236,7 +241,12 @@ class _Realizer:
 
     def _verify(self, g: Func, region, k: int, group: list[Func], regions, nest,
                 outer_ranges, consumer_view) -> None:
-        """Prove with isl that ``region`` covers what this loop iteration reads of ``g``."""
+        """Prove with isl that ``region`` covers what this loop iteration reads of ``g``; after
+        ``MAX_UNPROVEN`` placements of one nest left unproven, the rest are not attempted (each
+        may spend isl's whole operation budget: ``legality.coverage.MAX_OPERATIONS``)."""
+        if self.unproven >= MAX_UNPROVEN:
+            self.unproven += 1
+            return
         view, rng = consumer_view(k)
         readers = [(view, rng)]
         for r in group:

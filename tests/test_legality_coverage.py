@@ -37,3 +37,21 @@ def test_missing_row_is_caught_with_a_witness():
     region = ((yo * 4, sconst(5)), bx.bounds[1])  # one row short
     with pytest.raises(tl.CompileError, match=r"misses cell bx\[\d+, \d+\]"):
         verify_coverage("bx", bx.bounds, region, [(out.definition.value, ranges)], ctx, "test")
+
+
+def test_a_proof_past_the_operation_budget_is_left_unproven(monkeypatch):
+    # isl gets at most MAX_OPERATIONS per proof (a deep compute_at nest took minutes): past
+    # it the placement is unproven, never an error; the budget is lifted afterwards
+    from tensorlang.schedule.legality import coverage
+
+    out, bx, ranges, ctx = _blur_reader()
+    yo = Var("yo")
+    region = ((yo * 4, sconst(6)), bx.bounds[1])
+    args = ("bx", bx.bounds, region, [(out.definition.value, ranges)], ctx, "test")
+    monkeypatch.setattr(coverage, "MAX_OPERATIONS", 1)
+    assert verify_coverage(*args) is False
+    monkeypatch.undo()
+    assert verify_coverage(*args) is True
+    import islpy as isl
+
+    assert isl.DEFAULT_CONTEXT.get_max_operations() == 0

@@ -24,6 +24,13 @@ from .isl_text import Unrepresentable, quasi_affine
 
 Range = tuple[Expr, Expr]  # inclusive
 
+#: isl operations one proof may take (``isl_ctx_set_max_operations``, isl manual "Memory
+#: Management and Resource Limits"); past it the placement is left unproven, as one isl cannot
+#: state. A placement nested several compute_at levels deep (a search's draw: four Funcs of
+#: PolyBench covariance each inside the next's innermost tile) has bounds of nested min / max /
+#: floor divisions whose set difference took isl minutes; a tuner proposing it stalled with it
+MAX_OPERATIONS = 1_000_000
+
 
 def _name(n: str, size: bool) -> str:
     return ("s_" if size else "v_") + n.replace(".", "_")
@@ -49,11 +56,25 @@ def verify_coverage(producer: str, domain: tuple[tuple[Expr, Expr], ...],
                     readers: list[tuple[Expr, dict[str, Range]]],
                     context: dict[str, Range], where: str) -> bool:
     """Prove that ``readers`` (expression, ranged Vars) read ``producer`` only inside ``region``
-    (``(min, extent)`` per dimension). Returns False when isl cannot state the problem.
+    (``(min, extent)`` per dimension). Returns False when isl cannot state the problem or
+    does not decide it within ``MAX_OPERATIONS`` operations.
 
     Raises:
         CompileError: a read cell lies outside the region (a bounds-inference bug).
     """
+    ctx = isl.DEFAULT_CONTEXT
+    ctx.reset_operations()
+    ctx.set_max_operations(MAX_OPERATIONS)
+    try:
+        return _verify(producer, domain, region, readers, context, where)
+    finally:
+        ctx.set_max_operations(0)  # no limit for the rest of the compiler
+        ctx.reset_operations()
+
+
+def _verify(producer: str, domain: tuple[tuple[Expr, Expr], ...],
+            region: tuple[tuple[Expr, Expr], ...], readers: list[tuple[Expr, dict[str, Range]]],
+            context: dict[str, Range], where: str) -> bool:
     try:
         rank = len(domain)
         pvars = [f"p{d}" for d in range(rank)]
@@ -101,13 +122,17 @@ def verify_coverage(producer: str, domain: tuple[tuple[Expr, Expr], ...],
         assert foot is not None
         foot = foot.intersect(dom_set).intersect_params(ctx_set)
         missing = foot.subtract(reg_set)
+        if missing.is_empty():
+            return True
     except (Unrepresentable, isl.Error):
         return False
-    if missing.is_empty():
-        return True
-    pt = missing.sample_point()
-    cell = [pt.get_coordinate_val(isl.dim_type.set, d).to_python() for d in range(rank)]
+    try:
+        pt = missing.sample_point()
+        cell = [pt.get_coordinate_val(isl.dim_type.set, d).to_python() for d in range(rank)]
+        witness = f"cell {producer}{cell} (isl witness)"
+    except isl.Error:  # the budget ran out finding one
+        witness = "cells"
     raise CompileError(
         f"internal error in bounds inference for {where}: the region computed for {producer} "
-        f"misses cell {producer}{cell} that the consumer reads (isl witness); please report "
-        f"this with the schedule (s.to_python())")
+        f"misses {witness} that the consumer reads; please report this with the schedule "
+        f"(s.to_python())")
