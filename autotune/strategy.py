@@ -248,9 +248,12 @@ class SearchStrategy:
             out.append(self.study.ask())
         return out
 
-    def next_round(self) -> list[Candidate]:
+    def next_round(self, out_of_time: Callable[[], bool] = lambda: False) -> list[Candidate]:
         """The candidates to measure next, each with its predicted seconds (None without a
-        prediction); may be empty (every proposal pruned or a duplicate)."""
+        prediction); may be empty (every proposal pruned or a duplicate). Proposing stops
+        early once ``out_of_time()`` (proving a proposal legal and lowering it can take
+        seconds each on a deep nest): the round ranks what it has; an enqueued mutant not
+        proposed is ended in the proposal study (``skip``)."""
         self.sync()
         if self.model is None:
             cand = self.propose()
@@ -258,9 +261,16 @@ class SearchStrategy:
         model, rng, pool = self.model, self.rng, self.pool
         self._pool_traces.clear()
         n_mut = pool // 4 if model.trained else 0
-        proposals = [self.propose() for _ in range(pool - n_mut)]
+        proposals: list[Candidate | None] = []
+        for _ in range(pool - n_mut):
+            if proposals and out_of_time():
+                break
+            proposals.append(self.propose())
         mutated: set[int] = set()
-        for t in self.mutants(n_mut):
+        for t in self.mutants(n_mut if not out_of_time() else 0):
+            if out_of_time():
+                self.skip(t)
+                continue
             mutated.add(t.number)
             proposals.append(self.propose(t))
         cands = [c for c in proposals if c is not None]

@@ -302,7 +302,7 @@ class _TuningRun:
                     break  # the space is (almost) all illegal
                 if strategy.duplicates > 20 * max(trials, 1):
                     break  # the space is exhausted
-                batch = strategy.next_round()
+                batch = strategy.next_round(self.out_of_time)
                 if batch:
                     self.measured += self.run_batch(batch)
                     if self.model is not None:

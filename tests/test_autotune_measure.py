@@ -494,3 +494,33 @@ def test_ctrl_c_swallowed_by_other_code_still_stops_the_search():
     measured = [r for r in res.history if r.state in ("measured", "failed") and r.number >= 0]
     assert len(measured) <= interrupted_at[0] + 1 < 40
     assert after is signal.default_int_handler  # the tuner restored it
+
+
+class _SlowSpace:
+    """The search space of ``out``, each proposal taking ``seconds`` (as proving a deep
+    compute_at nest legal can)."""
+
+    def __init__(self, out, sizes, seconds):
+        self.inner, self.seconds, self.samples = SearchSpace(out, sizes), seconds, 0
+        self.shapes = self.inner.shapes
+
+    def sample(self, trial):
+        import time
+
+        self.samples += 1
+        time.sleep(self.seconds)
+        return self.inner.sample(trial)
+
+
+def test_a_round_stops_proposing_when_the_time_is_up():
+    # the model-guided search proposes a pool of 24 schedules per round; with proposals of
+    # 0.5 s and a 5 s budget it stops after about 10 of them instead of the 24 (12 s)
+    out, _ = matmul()
+    sizes = {"M": 16, "N": 16, "K": 8}
+    space = _SlowSpace(out, sizes, 0.5)
+    try:
+        tl.autotune(out, sizes, trials=100, timeout=5.0, space=space, heuristic="off",
+                    repeats=1, min_seconds=0.0, cache=False)
+    except tl.TuningError:
+        pass  # the time was up before the round's candidates ran: nothing measured
+    assert 1 <= space.samples <= 14
