@@ -19,6 +19,7 @@ load and the constant (``constant_exterior``), so a load never leaves its buffer
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
@@ -137,31 +138,38 @@ def lower_reads(e: Expr, domains: dict[str, Buffer]) -> Expr:
     return go(e)
 
 
+def inliner(p: AlgorithmView, inline: set[str], values: dict[str, Expr]
+            ) -> Callable[[Expr], Expr]:
+    """A function replacing the reads of ``inline`` Funcs in an expression by their definitions
+    (``values``: their right sides, already inlined, filled in pipeline order)."""
+
+    def go(n: Expr) -> Expr:
+        n = map_children(n, go)
+        if not isinstance(n, Access) or n.name not in inline:
+            return n
+        g = p.func(n.name)
+        gd = p.definition(g.name)
+        idx = n.indices
+        inside = None
+        if n.boundary is not None:
+            idx, inside = _boundary_indices(n, [lo for lo, _ in g.bounds],
+                                            [e for _, e in g.bounds])
+        body = substitute(values[g.name], {a.name: ix for a, ix in zip(gd.args, idx)})
+        if inside is not None:
+            assert n.boundary is not None and n.boundary.value is not None
+            body = Select(inside, body, n.boundary.value, n.dtype)
+        return body
+
+    return go
+
+
 def inline_funcs(p: AlgorithmView, inline: set[str]) -> dict[str, Expr]:
     """Each Func's right side with reads of ``inline`` Funcs replaced by their definitions; update
     definitions' right sides under the keys ``F.update(k)``."""
     values: dict[str, Expr] = {}
+    go = inliner(p, inline, values)
     for f in p.funcs:
-        d = p.definition(f.name)
-
-        def go(n: Expr) -> Expr:
-            n = map_children(n, go)
-            if not isinstance(n, Access) or n.name not in inline:
-                return n
-            g = p.func(n.name)
-            gd = p.definition(g.name)
-            idx = n.indices
-            inside = None
-            if n.boundary is not None:
-                idx, inside = _boundary_indices(n, [lo for lo, _ in g.bounds],
-                                                [e for _, e in g.bounds])
-            body = substitute(values[g.name], {a.name: ix for a, ix in zip(gd.args, idx)})
-            if inside is not None:
-                assert n.boundary is not None and n.boundary.value is not None
-                body = Select(inside, body, n.boundary.value, n.dtype)
-            return body
-
-        values[f.name] = go(d.value)
+        values[f.name] = go(p.definition(f.name).value)
         for u in f.updates:
             values[f"{f.name}.update({u.number})"] = go(u.value)
     return values
@@ -180,6 +188,9 @@ class _Realizer:
         self.unproven = 0  # ... that isl could not state (bounds inference trusted)
         inline = {n for n, st in states.items() if st.compute.kind == "inline"}
         self.values = inline_funcs(p, inline)
+        #: inlines an expression other than a right side: an update's index (a histogram's bin
+        #: computed by an inlined Func; an RDom.where condition reads no Func)
+        self.inline = inliner(p, inline, self.values)
         self.live = live_funcs(p, states)
         self.domains: dict[str, Buffer] = {}
         for inp in p.inputs:
@@ -279,7 +290,7 @@ class _Realizer:
 
         def emit(nest) -> Stmt:
             value = substitute(self.values[name], nest.values)
-            index = tuple(lower_reads(substitute(i, nest.values), self.domains)
+            index = tuple(lower_reads(substitute(self.inline(i), nest.values), self.domains)
                           for i in u.index)  # (a scatter's index reads data)
             store = Store(f.name, index, lower_reads(value, self.domains),
                           reassociable=st.atomic)

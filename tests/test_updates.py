@@ -350,3 +350,26 @@ def test_read_in_a_taken_branch_still_orders():
     with pytest.raises(tl.IllegalScheduleError):
         s[G].update(0).vectorize(r.x, 4)
         tl.compile(G, s)
+
+
+@pytest.mark.parametrize("n", [1, 7, 131])
+def test_an_inlined_func_in_an_update_index(n, rng):
+    # the bin of a histogram computed by a Func that is inlined: its reads in the update's
+    # index are substituted too (they were left as loads of a buffer that inlining never
+    # allocates: a KeyError in codegen)
+    (N,) = tl.sizes("N")
+    inp = tl.Input("inp", (N,), tl.int32)
+    x, b = tl.vars("x b")
+    bin_ = tl.Func("bin")
+    bin_[x] = tl.clamp(inp[x] // 3, 0, 7)
+    hist = tl.Func("hist", shape=(8,), dtype=tl.int32)
+    hist[b] = 0
+    r = tl.RDom((0, N))
+    at = tl.clamp(bin_[r], 0, 7)  # the bounds check wants the clamp at the read
+    hist[at] = hist[at] + tl.where(inp[r] % 2 == 0, 1, 0)
+    a = rng.integers(0, 30, n).astype(np.int32)
+    want = np.bincount(np.clip(a[a % 2 == 0] // 3, 0, 7), minlength=8).astype(np.int32)
+    s = tl.Schedule(hist)
+    s[bin_].compute_inline()
+    np.testing.assert_array_equal(tl.compile(hist, s)(inp=a), want)
+    np.testing.assert_array_equal(tl.reference(hist, inp=a), want)
