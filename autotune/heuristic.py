@@ -10,9 +10,13 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   inlined into each other grows 25-fold per stage), or inlining would compute each of its
   points more than ``MAX_INLINE_RECOMPUTE`` times (``inline_recompute``: a stencil's taps, a
   reader's extra dimensions such as an image's channels; up to ``MAX_CHEAP_RECOMPUTE`` times
-  for an expression of at most ``CHEAP_INLINE_NODES`` nodes); every other Func is computed at root
-  (inlined into a reduction it would be recomputed on every reduction iteration: conv2d's
-  padding would be evaluated 9 x CI times per output);
+  for an expression of at most ``CHEAP_INLINE_NODES`` nodes); a pointwise Func read only by
+  reductions, and not placed at a row loop (below), is inlined under the same limits, every
+  reader's evaluations counted (gemver's ``A_hat``, read once per point by each of two
+  matrix-vector sums: computed twice per point, its N x N buffer never stored and read back);
+  every other Func is computed at root (inlined into a reduction that reads each
+  point many times it would be recomputed on every reduction iteration: conv2d's padding would
+  be evaluated 9 x CI times per output);
 - a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
   innermost pure Var split by two native vectors (``ShiftInwards``), vectorized by one native
   vector and the two unrolled (the form the search space gives it), or, when its
@@ -77,7 +81,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.backends.llvm.target import host_target
 from tensorlang.errors import ScheduleError
-from tensorlang.expr import Access, Var, walk
+from tensorlang.expr import Access, Expr, Var, walk
 from tensorlang.func import Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.ir import ForKind
@@ -221,18 +225,28 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
             names = {g.name for g in p.funcs}  # not the copy stages cache_read made (packing)
             base = parse_stage_id(readers[0])[0] if len(readers) == 1 else None
             reader = p.func(base) if base in names else None
-            if d.reduce_op is None and not f.updates and reader is not None \
-                    and not reader.definition.rvars:  # type: ignore[union-attr]
-                t = _try(s, lambda t, f=f: t[f].compute_inline())
-                if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES \
-                        and _inline_pays(p, s, f, extents):
-                    s = t
-                    continue
+            pointwise = d.reduce_op is None and not f.updates
+            single = reader is not None and not reader.definition.rvars  # type: ignore[union-attr]
+            t = _inlined(p, s, f, extents) if pointwise and single else None
+            if t is not None:
+                s = t
+                continue
             row = _row_loop(s, host, f, readers)
             if row is not None:
                 t = _try(s, lambda t, f=f, row=row: t[f].compute_at(t[host], row))
                 if t is not None and recompute_factor(output, f, s, t, sizes) <= MAX_RECOMPUTE:
                     s = t
+            # read only by reductions, and left at root: inlined where each of its points is
+            # still computed only a few times (gemver's A_hat, read once per point by each of
+            # two matrix-vector sums: its N x N buffer is never stored and read back). Not
+            # into pointwise readers: Halide's hist and camera_pipe ran 7% and 10% slower so
+            root = s.states[f.name].compute.kind == "root"
+            by_reductions = all(g.definition.rvars  # type: ignore[union-attr]
+                                for g in _algorithm_readers(p, f.name))
+            t = _inlined(p, s, f, extents) if pointwise and root and by_reductions else None
+            if t is not None:
+                s = t
+                continue
         nested = s.states[f.name].compute.kind == "at"
         for variant in ("packed", "lanes", "columns", "full", "guard", "simple", "parallel"):
             if variant == "packed":
@@ -340,28 +354,59 @@ def inlined_nodes(p: Pipeline, s: Schedule) -> int:
 
 
 def inline_recompute(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> float:
-    """How many times each point of ``f`` would be computed if ``f`` were inlined: its reads
-    along the chain of inlined readers up to the Func that hosts the expression, times that
-    Func's points (pure and reduction), over ``f``'s points; ``inf`` without a single reader."""
+    """How many times each point of ``f`` would be computed if ``f`` were inlined: the
+    evaluations of its expression over ``f``'s points. A Func that is not inlined evaluates its
+    expression once per point of each definition (pure and reduction Vars; an update's RDom
+    points); an inlined one once per read of it in each evaluation of its readers, so ``f`` is
+    evaluated, for each reader, its reads there times that reader's evaluations (summed over
+    several readers: gemver's ``A_hat`` read once per point by each of its two sums: 2).
+    Readers are the algorithm's Funcs (a stage that rfactor or cache_read derived from one
+    evaluates what it does); ``inf`` for an output."""
 
-    def points(g: Func) -> int:
-        ranges = extents.binding.ranges[g.name]
+    def points(stage: str) -> int:
+        ranges = extents.binding.ranges[stage]
         return math.prod(max(1, ext) for _, ext in ranges.values())
 
-    names = {g.name for g in p.funcs}
-    count, cur = 1, f
-    for _ in range(len(p.funcs)):
-        readers = s.view.readers(cur.name)
-        name = parse_stage_id(readers[0])[0] if len(readers) == 1 else None
-        if name not in names:
+    def evaluations(g: Func, depth: int) -> float:
+        if depth and s.states[g.name].compute.kind != "inline":
+            return points(g.name)
+        readers = _algorithm_readers(p, g.name)
+        if not readers or p.is_output(g) or depth > len(p.funcs):
             return float("inf")
-        r = p.func(name)  # type: ignore[arg-type]
-        count *= sum(1 for v in (r.definition.value, *(u.value for u in r.updates))  # type: ignore[union-attr]
-                     for a in walk(v) if isinstance(a, Access) and a.name == cur.name)
-        if s.states[r.name].compute.kind != "inline":
-            return count * points(r) / points(f)
-        cur = r
-    return float("inf")
+        total = 0.0
+        for reader in readers:
+            d = reader.definition
+            assert d is not None
+            reads = _reads_of(d.value, g.name)
+            total += reads * evaluations(reader, depth + 1) if reads else 0.0
+            for u in reader.updates:  # an update is not inlined: its own points
+                reads = _reads_of(u.value, g.name)
+                total += reads * points(f"{reader.name}.update({u.number})") if reads else 0.0
+        return total
+
+    return evaluations(f, 0) / points(f.name)
+
+
+def _algorithm_readers(p: Pipeline, name: str) -> list[Func]:
+    """The algorithm's Funcs whose definitions read ``name`` (not the stages a schedule derives
+    from them: an rfactor'd sum's intermediate reads what the sum did)."""
+    return [r for r in p.funcs if any(
+        _reads_of(v, name) for v in (r.definition.value,  # type: ignore[union-attr]
+                                     *(u.value for u in r.updates)))]
+
+
+def _reads_of(value: Expr, name: str) -> int:
+    return sum(1 for a in walk(value) if isinstance(a, Access) and a.name == name)
+
+
+def _inlined(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> Schedule | None:
+    """``s`` with ``f`` inlined, if no expression grows past ``MAX_INLINE_NODES`` and each of
+    ``f``'s points is computed few enough times (``_inline_pays``); else None."""
+    t = _try(s, lambda t: t[f].compute_inline())
+    if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES \
+            and _inline_pays(p, s, f, extents):
+        return t
+    return None
 
 
 def _inline_pays(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> bool:

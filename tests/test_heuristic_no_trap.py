@@ -63,6 +63,37 @@ def test_gemver_producers_read_whole_are_not_recomputed_per_row_block():
     np.testing.assert_allclose(kern(**a), gemver_numpy(a), rtol=1e-10)
 
 
+def test_a_matrix_each_reduction_reads_once_is_inlined_into_them():
+    # gemver's A_hat is read once per point by each of two matrix-vector sums: computed twice
+    # per point instead of stored and read back (N x N doubles each way); a scaled operand of
+    # a GEMM, read once per output row, stays a stage
+    from tensorlang.autotuner.heuristic import inline_recompute
+    from tensorlang.autotuner.workloads import BoundExtents
+
+    w, _ = gemver()
+    sizes = {"N": 37}
+    p = tl.Pipeline(w)
+    assert inline_recompute(p, tl.Schedule(w), p.func("Ah"), BoundExtents(w, sizes)) == 2
+    s = heuristic_schedule(w, sizes)
+    assert s.states["Ah"].compute.kind == "inline" and s.states["x"].compute.kind == "root"
+    rng = np.random.default_rng(1)
+    a = {"A": rng.random((37, 37)), **{k: rng.random(37) for k in ("u1", "v1", "u2", "v2", "y",
+                                                                    "z")}}
+    np.testing.assert_allclose(tl.compile(w, s)(**a), gemver_numpy(a), rtol=1e-10)
+
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
+    i, j, k = tl.vars("i j k")
+    B2 = tl.Func("B2")
+    B2[k, j] = B[k, j] * 2.0
+    C = tl.Func("C")
+    C[i, j] = tl.sum(A[i, k] * B2[k, j])
+    sizes = {"M": 67, "N": 45, "K": 23}
+    q = tl.Pipeline(C)
+    assert inline_recompute(q, tl.Schedule(C), q.func("B2"), BoundExtents(C, sizes)) == 67
+    assert heuristic_schedule(C, sizes).states["B2"].compute.kind == "root"
+
+
 def test_a_small_stage_runs_serially():
     from tensorlang.autotuner.heuristic import MIN_PARALLEL_POINTS
     from tensorlang.autotuner.workloads import softmax
