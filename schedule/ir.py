@@ -56,12 +56,18 @@ MAX_UNROLL = 256
 
 def lane_cap(extent: Expr) -> int | None:
     """The constant bound ``c`` of a vector loop extent ``min(c, e)`` or ``min(e, c)`` with
-    ``1 < c <= 64`` (the tail of a ``GuardWithIf`` split: ``min(8, N - 8 * x.o)``), or None.
-    Code generation runs such a loop as ``c`` lanes under a mask."""
+    ``1 < c <= 64`` (the tail of a ``GuardWithIf`` split: ``min(8, N - 8 * x.o)``), the
+    smallest such bound of a nested ``min`` (the tail of a split inside a split's tail:
+    ``min(min(16, e1), e2)``), or None. Code generation runs such a loop as ``c`` lanes under
+    a mask."""
     if isinstance(extent, BinOp) and extent.op == "min":
-        for c in (const_value(extent.a), const_value(extent.b)):
+        caps = []
+        for side in (extent.a, extent.b):
+            c = const_value(side)
+            c = lane_cap(side) if c is None else c
             if c is not None and 1 < c <= 64:
-                return int(c)
+                caps.append(int(c))
+        return min(caps) if caps else None
     return None
 
 

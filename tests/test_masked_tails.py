@@ -85,3 +85,53 @@ def test_masked_tails_of_small_and_integer_types(dtype, rng):
             want = np.where(y == 0, 0, x // np.where(y == 0, 1, y)).astype(dtype.numpy)
         np.testing.assert_array_equal(kq(x, y), want)
         np.testing.assert_array_equal(kg(x, y), x > y)
+
+
+def test_the_tail_of_a_split_inside_a_split_tail_is_masked(rng):
+    # i split by 50, its inner loop by 8 and vectorized: where N leaves a partial outer tile,
+    # the vector loop's extent is min(min(8, rest - 8 * i.i.o), 50 - 8 * i.i.o); its lane cap
+    # is 8 (it ran as a scalar loop LLVM was told to vectorize, and refused with a warning)
+    from tensorlang.schedule.ir import lane_cap
+    from tensorlang.expr import Var
+
+    e = Var("e")
+    assert lane_cap(tl.minimum(tl.minimum(16, e), 125 - e)) == 16
+    assert lane_cap(tl.minimum(tl.minimum(e, 4), tl.minimum(e, 8))) == 4
+    assert lane_cap(tl.minimum(e, e + 1)) is None
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    f = tl.Func("f")
+    f[i] = A[i] * 3.0
+    s = tl.Schedule(f)
+    s[f].split("i", 50)
+    s[f].vectorize("i.i", 8)
+    kern = tl.compile(f, s)
+    ir = kern.llvm_ir()
+    assert "llvm.masked.store" in ir
+    for n in (1, 7, 49, 57, 103):
+        a = rng.random(n)
+        np.testing.assert_array_equal(kern(a), a * 3.0)
+
+
+def test_a_vector_loop_around_a_loop_it_cannot_vectorize_compiles_without_llvm_warnings(
+        capfd, rng):
+    # a triangular sum vectorized along its rows: the inner loop's extent varies per lane, so
+    # the rows run as a scalar loop around it; LLVM used to be told to vectorize that outer
+    # loop anyway and printed "loop not vectorized" on stderr for each such loop
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    f = tl.Func("f", shape=(N,))
+    f[i] = 0.0
+    r = tl.RDom((0, N), (0, N))
+    r.where(r.x <= r.y)
+    f[r.y] = f[r.y] + A[r.y, r.x]
+    s = tl.Schedule(f)
+    s[f].update(0).reorder("r_y", "r_x")
+    s[f].update(0).vectorize("r_y", 8)
+    kern = tl.compile(f, s)
+    assert "not vectorized" not in capfd.readouterr().err
+    for n in (1, 9, 20):
+        a = rng.random((n, n))
+        np.testing.assert_allclose(kern(A=a), np.tril(a).sum(axis=1), rtol=1e-12)

@@ -221,8 +221,12 @@ class LoopGen:
         nxt = b.add(iv, ir.Constant(I64, 1), flags=["nsw"])
         iv.add_incoming(nxt, b.block)
         br = b.branch(header)
-        if s.kind is ForKind.VECTORIZED:
+        if s.kind is ForKind.VECTORIZED and not _holds_a_loop(s.body):
             self.loop_metadata(br, s.width)
+        # (a vectorized loop around a loop LLVM keeps, a partial tile of an outer-loop
+        # vectorization, is left to LLVM's cost model: forced, its vectorizer refuses the
+        # outer loop and prints "loop not vectorized" for every such loop, a tuner's
+        # candidates included)
         elif s.kind is ForKind.SERIAL and s.width == 1:
             self.loop_metadata(br, 1, vectorize=False)
         elif group is not None:
@@ -267,6 +271,18 @@ class LoopGen:
                                          parallel_accesses]))
         node = m.add_metadata([ir.MetaDataString(m, f"TL_LOOP_{self._loop_md}"), *props])
         br.set_metadata("llvm.loop", node)
+
+
+def _holds_a_loop(s: Stmt) -> bool:
+    """Whether ``s`` contains a loop that stays a loop in LLVM's input (not unrolled here)."""
+    if isinstance(s, For):
+        return s.kind is not ForKind.UNROLLED or _holds_a_loop(s.body)
+    if isinstance(s, Block):
+        return any(_holds_a_loop(c) for c in s.stmts)
+    if isinstance(s, IfThenElse):
+        return _holds_a_loop(s.then) or (s.otherwise is not None and _holds_a_loop(s.otherwise))
+    body = getattr(s, "body", None)
+    return isinstance(body, Stmt) and _holds_a_loop(body)
 
 
 def _mentions(e: Expr, var: str) -> bool:
