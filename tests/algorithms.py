@@ -237,9 +237,11 @@ def gather():
 ALL["gather"] = gather
 
 
-def lu():
+def lu(wrong_sign: bool = False):
     """PolyBench lu's Doolittle update over the C loops' points (k innermost, then j, i): the
-    division by the pivot at ``k == j``, else ``A[i, j] -= A[i, k] * A[k, j]``; float64."""
+    division by the pivot at ``k == j``, else ``A[i, j] -= A[i, k] * A[k, j]``; float64.
+    ``wrong_sign``: ``+=`` instead, the same names and signature (a wrong kernel for tests of
+    the verifier)."""
     (N,) = tl.sizes("N")
     A = tl.Input("A", (N, N), tl.float64)
     i, j = tl.vars("i j")
@@ -248,8 +250,9 @@ def lu():
     r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i; k == j divides: a condition with 3 ranges
     k, jj, ii = r.x, r.y, r.z
     r.where((k < ii) & (k <= jj))
+    product = out[ii, k] * out[k, jj]
     out[ii, jj] = tl.where(k == jj, out[ii, jj] / out[jj, jj],
-                           out[ii, jj] - out[ii, k] * out[k, jj])
+                           out[ii, jj] + product if wrong_sign else out[ii, jj] - product)
     return out
 
 

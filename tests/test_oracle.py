@@ -48,21 +48,6 @@ def test_a_short_update_is_checked_against_the_reference(monkeypatch):
     np.testing.assert_allclose(got, lu_loops(a), rtol=1e-12)
 
 
-def _lu_with_a_wrong_sign():
-    """``lu()`` with ``+`` for ``-`` in the elimination: same names, same signature."""
-    (N,) = tl.sizes("N")
-    A = tl.Input("A", (N, N), tl.float64)
-    i, j = tl.vars("i j")
-    out = tl.Func("lu", shape=(N, N))
-    out[i, j] = A[i, j]
-    r = tl.RDom((0, N), (0, N), (0, N))
-    k, jj, ii = r.x, r.y, r.z
-    r.where((k < ii) & (k <= jj))
-    out[ii, jj] = tl.where(k == jj, out[ii, jj] / out[jj, jj],
-                           out[ii, jj] + out[ii, k] * out[k, jj])
-    return out
-
-
 def test_the_run_worker_verifies_a_long_update_quickly_and_still_catches_a_wrong_kernel():
     # lu at N = 101: 1.03 million RDom points, about a minute in tl.reference (tens of
     # microseconds a point); the compiled default schedule compiles and runs in about a second
@@ -71,7 +56,7 @@ def test_the_run_worker_verifies_a_long_update_quickly_and_still_catches_a_wrong
     sizes, shapes = {"N": n}, {"A": (n, n)}
     assert oracle.update_points(tl.Pipeline(out), tl.Pipeline(out).bind(shapes)) > \
         oracle.PYTHON_UPDATE_POINTS
-    wrong = _lu_with_a_wrong_sign()
+    wrong = lu(wrong_sign=True)
     with Measurer(wrong, sizes, shapes, repeats=1, min_seconds=0.0) as m:
         (bad,) = m.compile_many([tl.Schedule(wrong).to_json()])
     assert bad.error is None
