@@ -221,12 +221,11 @@ class LoopGen:
         nxt = b.add(iv, ir.Constant(I64, 1), flags=["nsw"])
         iv.add_incoming(nxt, b.block)
         br = b.branch(header)
+        # a vectorized loop around a loop LLVM keeps (a partial tile of an outer-loop
+        # vectorization) is left to LLVM's cost model: forced, its vectorizer refuses the outer
+        # loop and prints "loop not vectorized" for every such loop, a tuner's candidates included
         if s.kind is ForKind.VECTORIZED and not _holds_a_loop(s.body):
             self.loop_metadata(br, s.width)
-        # (a vectorized loop around a loop LLVM keeps, a partial tile of an outer-loop
-        # vectorization, is left to LLVM's cost model: forced, its vectorizer refuses the
-        # outer loop and prints "loop not vectorized" for every such loop, a tuner's
-        # candidates included)
         elif s.kind is ForKind.SERIAL and s.width == 1:
             self.loop_metadata(br, 1, vectorize=False)
         elif group is not None:
