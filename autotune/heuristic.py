@@ -95,7 +95,7 @@ from .features import store_counts
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
 from .stream_rules import _column_rows_stage
-from .update_order import contiguous_innermost
+from .update_order import contiguous_innermost, jam_rows
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -312,6 +312,9 @@ def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: B
                                                UPDATE_MIN_VECTORS))
     if t is not None and (not lower_each or _lowers(output, t)):
         s = t  # the contiguous loop innermost (update_order.py); the steps below start from it
+    t = _try(s, lambda t: jam_rows(t, output, f, number, extents, lanes, UPDATE_MIN_VECTORS))
+    if t is not None:
+        return t  # a block of cells jammed over a shared row (update_order.py), lowered
     if not nested:
         t = _try(s, lambda t: _rfactor_update_stage(t, f, number, extents))
         if t is not None and (not lower_each or _lowers(output, t)):

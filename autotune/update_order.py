@@ -20,6 +20,18 @@ reduction loop that has none, indexes some access's last dimension and runs at l
 ``UPDATE_MIN_VECTORS`` vectors moves innermost, the other loops keeping their order. A pure Var
 is not moved: a scan along a column is ``heuristic._scan_stage``'s (chunks of columns in
 parallel).
+
+``jam_rows``: an update whose innermost loop accumulates into one cell along contiguous rows
+(cholesky's ``A[i, j] -= A[i, k] * A[j, k]`` over ``k``) loads both rows on every term, and the
+row that does not move with an outer loop (``A[j, k]``, the same for every ``i``) comes from
+memory again for each of them. Unroll-and-jam (Allen and Kennedy, "Optimizing Compilers for
+Modern Architectures", 2001, section 8.4.2; the register tile of Low et al.'s micro-kernel, one
+dimension of it): that outer loop is split by ``ROW_BLOCK``, its inner part moved inside the
+reduction loop and unrolled, so that each term of the shared row is loaded once for the
+block's cells, which the lowering pass ``reduce_update_cells`` then accumulates together in
+registers (``schedule/cell_reduction.py``). The order is the legality check's to allow; the
+rule keeps it only where the lowered nest does accumulate the block in registers (a loop whose
+``where`` ranges move with the blocked loop, trisolv's ``j < i``, cannot share its range).
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ from __future__ import annotations
 from tensorlang.errors import ScheduleError
 from tensorlang.expr import Access, Cmp, Expr, Select, Var, children, walk
 from tensorlang.func import Func
+from tensorlang.schedule.ir import Allocate, walk_stmts
+from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule
 
 from .workloads import BoundExtents
@@ -108,3 +122,67 @@ def contiguous_innermost(s: Schedule, f: Func, number: int, extents: BoundExtent
             st.reorder(*[n for n in loops if n != v], v)
             return v
     raise ScheduleError(f"{name}: no loop along which every access is contiguous")
+
+
+#: the cells an unroll-and-jam of an update accumulates together (``jam_rows``): one vector
+#: accumulator each, and the shared row's vector, within AVX2's 16 registers
+ROW_BLOCK = 8
+
+
+def jam_rows(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,
+              lanes: int, min_vectors: int) -> str:
+    """Unroll-and-jam update ``number`` of ``f`` over the outermost loop whose cells share a
+    row of the innermost loop's reduction (module docstring); returns that loop's name.
+
+    Raises:
+        ScheduleError: the innermost loop is not a contiguous reduction into one cell of at
+            least ``min_vectors`` vectors, the stage's loops were split or fused, or no outer
+            loop's block is proven legal and accumulated in registers.
+    """
+    st = s[f].update(number)
+    name = f"{f.name}.update({number})"
+    loops = [ref.name for ref in st.loops]
+    u = f.updates[number]
+    if set(loops) != set(u.pure) | {r.name for r in u.rvars}:
+        raise ScheduleError(f"{name}: its loops were already split or fused")
+    x = loops[-1]
+    store = tuple(u.index)
+    if x not in {r.name for r in u.rvars} or any(x in _names(i) for i in store) \
+            or strided_accesses(f, number, x) or not contiguous_accesses(f, number, x) \
+            or extents.extent(name, x) < min_vectors * lanes:
+        raise ScheduleError(f"{name}: its innermost loop {x} is no contiguous reduction")
+    reads = _index_lists(f, number, x)[1:]
+    for z in loops[:-1]:
+        shared = any(x in _names(idx[-1]) and not any(z in _names(i) for i in idx)
+                     for idx in reads)
+        if not shared or not any(z in _names(i) for i in store) \
+                or extents.extent(name, z) < 2 * ROW_BLOCK:
+            continue
+        def block(t: Schedule, z: str = z) -> Schedule:
+            tu = t[f].update(number)
+            zo, zi = tu.split(z, ROW_BLOCK)
+            tu.reorder(*[zo.name if n == z else n for n in loops], zi)
+            tu.unroll(zi)
+            return t
+
+        t = s.copy()
+        try:
+            if not block(t).check(realize=False).ok:
+                continue
+            t[f].update(number).atomic()  # the cell reduction the lowered nest is checked for
+            jammed = _jammed(lower(output, t), f.name)
+        except ScheduleError:
+            continue
+        if jammed:
+            block(s)
+            return z
+    raise ScheduleError(f"{name}: no outer loop's cells share a row in registers")
+
+
+def _jammed(lowered, func: str) -> bool:
+    """Whether the lowered nest accumulates ``ROW_BLOCK`` cells of ``func`` in one register
+    buffer (``reduce_update_cells`` jammed the block)."""
+    return any(isinstance(s, Allocate) and s.buffer.name.startswith(f"{func}.cell")
+               and s.buffer.register and len(s.buffer.extents) == 1
+               and getattr(s.buffer.extents[0], "value", None) == ROW_BLOCK
+               for s in walk_stmts(lowered.body))

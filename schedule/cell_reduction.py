@@ -28,6 +28,16 @@ reassociated), this pass rewrites such a loop in two steps:
    vectorizer turns it into SIMD partial sums) and the cell is stored back once. The other
    ranges run as before, in order.
 
+**A block of cells** (unroll-and-jam; ``update_order.jam_rows`` schedules it): where the loop's
+whole body is an unrolled loop of constant extent (at most ``MAX_TILE``) around the one store —
+cholesky's ``split('r_z', 8)`` with ``r_z.i`` moved inside ``r_x`` and unrolled — each iteration
+of it accumulates into its own cell. The cut points must then be free of the unrolled variable
+(the ranges are shared), the proof covers every pair of the block's iterations (no read of one
+touches the cell of any), and the block's cells live in one register buffer of that extent:
+loaded before the range, accumulated together in it (the shared row ``A[j, k]`` loaded once per
+term for all of them), stored after it. A guard that depends on the unrolled variable (the rows
+of the block past the diagonal) is checked per cell.
+
 The loop is rewritten only where some range becomes a reduction. Nothing else changes: a loop
 inside a vectorized loop or a GPU kernel, a loop whose body is not one store (under at most
 one guard), whose cell index moves with the loop or reads memory, or whose reads cannot be
@@ -42,8 +52,10 @@ from typing import Callable
 
 import islpy as isl
 
-from tensorlang.affine import Affine, NonAffine, affine_form, sadd, sconst, smax, smin, ssub
-from tensorlang.expr import BinOp, Cmp, Const, Expr, Not, Select, Size, Var, map_children, walk
+from tensorlang.affine import (Affine, NonAffine, affine_form, const_value, sadd, sconst, smax,
+                               smin, ssub)
+from tensorlang.expr import (BinOp, Cmp, Const, Expr, Not, Select, Size, Var, map_children,
+                             substitute, walk)
 
 from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc,
                  Stmt, Store, map_stmt, reads_memory)
@@ -56,6 +68,8 @@ _LANES = frozenset({ForKind.VECTORIZED, ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 #: the most comparisons of the loop variable a loop is cut by (each at most triples the ranges)
 MAX_CONDITIONS = 6
+#: the most cells an unrolled loop inside the reduction loop may accumulate together
+MAX_TILE = 32
 
 
 def expr_vars(e: Expr) -> set[str]:
@@ -234,14 +248,26 @@ class LoopContext:
         return v if above and below else smin(hi, v) if above else smax(lo, v) if below \
             else smax(lo, smin(hi, v))
 
-    def disjoint(self, reads: list[Load], cell: Load, x: str, start: Expr, end: Expr) -> bool:
-        """Whether no read in ``reads`` touches ``cell`` for any ``x`` in ``[start, end)``."""
+    def disjoint(self, reads: list[Load], cell: Load, x: str, start: Expr, end: Expr,
+                 tile: For | None = None) -> bool:
+        """Whether no read in ``reads`` touches ``cell`` for any ``x`` in ``[start, end)``; with
+        ``tile`` (an unrolled loop inside ``x``'s, in the context), no read of any of its
+        iterations touches the cell of any of its iterations."""
         try:
             xs = self._name(x)
             bounds = [f"{self.text(start)} <= {xs} < {self.text(end)}"]
+            dims = [xs]
+            cell_at = cell.indices
+            if tile is not None:  # the cell's own iteration of the tile: another variable
+                other = f"{tile.var}_cell"
+                vs = self._name(other)
+                dims.append(vs)
+                lo = self.text(tile.min)
+                bounds.append(f"{lo} <= {vs} < {lo} + {self.text(tile.extent)}")
+                cell_at = tuple(substitute(i, {tile.var: Var(other)}) for i in cell.indices)
             for r in reads:
-                eqs = [f"{self.text(a)} = {self.text(b)}" for a, b in zip(r.indices, cell.indices)]
-                if not self.empty([xs], bounds + eqs):
+                eqs = [f"{self.text(a)} = {self.text(b)}" for a, b in zip(r.indices, cell_at)]
+                if not self.empty(dims, bounds + eqs):
                     return False
         except Unrepresentable:
             return False
@@ -287,9 +313,23 @@ def cut_piece(p: Piece, x: str, depth: int, ctx: LoopContext) -> list[Piece]:
     return out
 
 
+def _tile(loop: For) -> tuple[For | None, Stmt]:
+    """The unrolled loop of constant extent (at most ``MAX_TILE``) that is ``loop``'s whole
+    body and whose bounds are free of ``loop``'s variable — one cell per iteration, a register
+    tile — and the statement inside it; ``(None, loop.body)`` when there is none."""
+    t = loop.body
+    if isinstance(t, For) and t.kind is ForKind.UNROLLED:
+        n = const_value(t.extent)
+        if n is not None and 0 < n <= MAX_TILE and loop.var not in expr_vars(t.min) \
+                and not reads_memory(t.min):
+            return t, t.body
+    return None, loop.body
+
+
 def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
          context: tuple[Stmt, ...]) -> Stmt | None:
-    body, guard = loop.body, None
+    tile, body = _tile(loop)
+    guard = None
     if isinstance(body, IfThenElse) and body.otherwise is None:
         body, guard = body.then, body.cond
     if loop.kind is not ForKind.SERIAL or not isinstance(body, Store) \
@@ -299,9 +339,16 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
     if dtype.is_bool:
         return None
     x = loop.var
-    ctx = LoopContext(context)
+    ctx = LoopContext(context + ((tile,) if tile is not None else ()))
     pieces = cut_piece(Piece(loop.min, sadd(loop.min, loop.extent), guard, body), x, MAX_CONDITIONS,
                   ctx)
+    if tile is not None and any(tile.var in expr_vars(p.start) | expr_vars(p.end)
+                                for p in pieces):
+        return None  # the ranges differ between the tile's cells: they cannot share the loop
+
+    def in_tile(s: Stmt) -> Stmt:
+        return s if tile is None else dataclasses.replace(tile, body=s)
+
     out: list[Stmt] = []
     reduced = False
     for p in pieces:
@@ -321,23 +368,33 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
         if acc is not None:
             rop, term = acc
             reads = [n for n in walk(term) if isinstance(n, Load) and n.buffer == st.buffer]
-            if ctx.disjoint(reads, cell, x, p.start, p.end):
+            if ctx.disjoint(reads, cell, x, p.start, p.end, tile):
                 counter[0] += 1
-                buf = Buffer(f"{st.buffer}.cell{counter[0]}", dtype, (sconst(0),), (sconst(1),),
+                n = 1 if tile is None else const_value(tile.extent)
+                buf = Buffer(f"{st.buffer}.cell{counter[0]}", dtype,
+                             (sconst(0) if tile is None else tile.min,), (sconst(n),),
                              "internal", register=True)
                 buffers[buf.name] = buf
-                reg = (sconst(0),)
+                reg = (sconst(0) if tile is None else Var(tile.var),)
+                # a guard free of x holds for the whole range: checked once, outside (per cell
+                # of the tile when it depends on the cell)
+                inner = None if p.guard is None or tile is None \
+                    or tile.var not in expr_vars(p.guard) else p.guard
+
+                def each(s: Stmt, inner: Expr | None = inner) -> Stmt:
+                    return in_tile(s if inner is None else IfThenElse(inner, s))
+
                 nest: Stmt = Allocate(buf, Block((
-                    Store(buf.name, reg, cell),
+                    each(Store(buf.name, reg, cell)),
                     dataclasses.replace(loop, min=p.start, extent=extent,
-                                        body=Store(buf.name, reg, term, rop)),
-                    Store(st.buffer, st.indices, Load(buf.name, reg, dtype)))))
-                # a guard free of x holds for the whole range: checked once, outside
-                out.append(nest if p.guard is None else IfThenElse(p.guard, nest))
+                                        body=each(Store(buf.name, reg, term, rop))),
+                    each(Store(st.buffer, st.indices, Load(buf.name, reg, dtype))))))
+                out.append(nest if p.guard is None or inner is not None
+                           else IfThenElse(p.guard, nest))
                 reduced = True
                 continue
-        inner: Stmt = st if p.guard is None else IfThenElse(p.guard, st)
-        out.append(dataclasses.replace(loop, min=p.start, extent=extent, body=inner))
+        inner_st: Stmt = st if p.guard is None else IfThenElse(p.guard, st)
+        out.append(dataclasses.replace(loop, min=p.start, extent=extent, body=in_tile(inner_st)))
     return Block(tuple(out)) if reduced else None
 
 

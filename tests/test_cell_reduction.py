@@ -247,3 +247,75 @@ def test_guard_from_rdom_where_is_resolved_per_range():
         want = x[:, : n - 1].sum(axis=1)
         want[0] += x[0, n - 1]
         np.testing.assert_allclose(kern(X=x), want, rtol=1e-12)
+
+
+def _blocked(ch, b: int, unroll: bool = True):
+    """cholesky's update with the rows of ``i`` in blocks of ``b`` and ``k`` outside the block:
+    the unroll-and-jam of ``update_order.jam_rows``."""
+    s = tl.Schedule(ch)
+    u = s[ch].update(0)
+    zo, zi = u.split("r_z", b)
+    u.reorder(zo, "r_y", "r_x", zi)
+    if unroll:
+        u.unroll(zi)
+    u.atomic()
+    return s
+
+
+@pytest.mark.parametrize("b", [3, 4])
+def test_unrolled_block_of_cells_accumulates_together(b):
+    # each row j < i is final when the block reads it: the block's b dot products share the
+    # loads of row j and accumulate in one register buffer of b cells; the rows on the block's
+    # diagonal (a guard on the unrolled variable) and a last partial block (n % b) too
+    f = _cholesky()
+    s = _blocked(f, b)
+    assert s.check().ok  # the order is legal: each row j < i is final when the block reads it
+    tiles = [buf for name, buf in lower(f, s).buffers.items() if ".cell" in name]
+    assert tiles and all(buf.register for buf in tiles)
+    assert {int(buf.extents[0].value) for buf in tiles} == {b}
+    kern = tl.compile(f, s)
+    for n in SIZES + [2 * b + 1]:
+        a = _spd(n)
+        want = np.tril(np.linalg.cholesky(a)) + np.triu(a, 1)
+        np.testing.assert_allclose(kern(A=a), want, rtol=1e-10, atol=1e-12)
+
+
+def test_a_block_is_not_jammed_without_its_unroll():
+    f = _cholesky()
+    tiles = [buf for name, buf in lower(f, _blocked(f, 4, unroll=False)).buffers.items()
+             if ".cell" in name]
+    assert all(int(buf.extents[0].value) == 1 for buf in tiles)
+
+
+def test_a_block_whose_reads_touch_its_cells_is_not_jammed():
+    # F[row] += F[col] / 8: the block's terms read the block's own cells (col in the block),
+    # so no register buffer may hold them across the loop (the lowering pass alone decides
+    # this, whatever the legality check says of the order)
+    (N,) = tl.sizes("N")
+    X = tl.Input("X", (N,), tl.float64)
+    (i,) = tl.vars("i")
+    F = tl.Func("F", shape=(N,))
+    F[i] = X[i]
+    r = tl.RDom((0, N), (0, N))  # col (inner), row
+    F[r.y] = F[r.y] + F[r.x] / 8.0
+    s = tl.Schedule(F)
+    u = s[F].update(0)
+    yo, yi = u.split("r_y", 4)
+    u.reorder(yo, "r_x", yi)
+    u.unroll(yi)
+    u.atomic()
+    assert not _cells(F, s)
+
+
+def test_rule_based_schedule_jams_cholesky_rows():
+    from tensorlang.autotuner.heuristic import heuristic_schedule
+    from tensorlang.autotuner.update_order import ROW_BLOCK
+
+    ch = _cholesky()
+    n = 67  # not a multiple of the block
+    s = heuristic_schedule(ch, {"N": n})
+    tiles = [buf for name, buf in lower(ch, s).buffers.items() if ".cell" in name]
+    assert any(int(buf.extents[0].value) == ROW_BLOCK for buf in tiles), str(s)
+    a = _spd(n)
+    np.testing.assert_allclose(tl.compile(ch, s)(A=a),
+                               np.tril(np.linalg.cholesky(a)) + np.triu(a, 1), rtol=1e-10)
