@@ -64,7 +64,10 @@ Func computed at root or at a consumer loop):
   ``<F>.update<i>.rfactor``, for a reassociable update (``F[idx] = F[idx] op value``: a
   histogram) whose outermost RDom loop is long enough: chunks of that loop become parts of
   ``<F>_rf`` updated in parallel (``rfactor_rules.rfactor_update_chunks``, the rule-based
-  schedule's form), or not; ``<F>.update<i>.parallel`` runs their outermost pure
+  schedule's form), or not; otherwise ``<F>.update<i>.jam`` (where ``update_order.jam_rows``
+  finds a loop whose cells share a row of the innermost reduction: cholesky's rows) blocks that
+  loop by 4, 8 or 16 cells accumulated together in registers (unroll-and-jam), or 0: not;
+  ``<F>.update<i>.parallel`` runs their outermost pure
   loop in parallel when they have one; ``<F>.update<i>.atomic`` marks the update ``atomic()``
   (an innermost loop accumulating into one cell runs as a reduction in a register:
   ``schedule/cell_reduction.py``; the rule-based schedule marks every update), or not.
@@ -130,7 +133,7 @@ from .rfactor_rules import (
     rfactor_update_chunks,
 )
 from .stream_rules import column_rows, column_rows_possible
-from .update_order import contiguous_innermost
+from .update_order import contiguous_innermost, jam, jam_rows
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -141,6 +144,8 @@ MAX_TILE_ROWS = 16
 VECTOR_WIDTHS = (0, 4, 8, 16)
 AT_LEVELS = 4
 MAX_VECTOR_UNROLL = 4
+#: the blocks of cells an update's unroll-and-jam may accumulate together (``<F>.update<i>.jam``)
+JAM_BLOCKS = (4, 8, 16)
 #: register tiles per row block of the ``packed`` order ("model": ``heuristic.row_block``)
 ROW_BLOCKS = ("model", 1, 2, 4, 8, 16, 32, 64)
 
@@ -194,6 +199,7 @@ class SearchSpace:
         self.extents = BoundExtents(output, sizes)
         self.binding, self.shapes = self.extents.binding, self.extents.shapes
         self._contiguous: dict[tuple[str, int], bool] = {}
+        self._jam: dict[tuple[str, int], str | None] = {}
 
     def extent(self, func: str, var: str) -> int:
         return self.extents.extent(func, var)
@@ -215,6 +221,11 @@ class SearchSpace:
                 elif self._update_rfactor_possible(s, f, u) and trial.suggest_categorical(
                         f"{f.name}.update{u.number}.rfactor", [False, True]):
                     rfactor_update_chunks(s, f, u.number, self.extents)
+                elif self._jam_loop(f, u.number) is not None:
+                    block = trial.suggest_categorical(f"{f.name}.update{u.number}.jam",
+                                                      [0, *JAM_BLOCKS])
+                    if block:
+                        jam(s, f, u.number, self._jam_loop(f, u.number), block)
                 st = s[f].update(u.number)
                 if u.pure and trial.suggest_categorical(f"{f.name}.update{u.number}.parallel",
                                                         [False, True]):
@@ -237,6 +248,19 @@ class SearchSpace:
             except ScheduleError:
                 self._contiguous[key] = False
         return self._contiguous[key]
+
+    def _jam_loop(self, f: Func, number: int) -> str | None:
+        """The loop ``update_order.jam_rows`` blocks in update ``number`` of ``f`` from the
+        default order, or None (decided once per update)."""
+        key = (f.name, number)
+        if key not in self._jam:
+            try:
+                self._jam[key] = jam_rows(Schedule(self.output), self.output, f, number,
+                                          self.extents, lanes(f, self.target),
+                                          UPDATE_MIN_VECTORS)
+            except ScheduleError:
+                self._jam[key] = None
+        return self._jam[key]
 
     def _update_rfactor_possible(self, s: Schedule, f: Func, u: Any) -> bool:
         """Whether ``rfactor_update_chunks`` applies to update ``u`` of ``f``: a reassociable
@@ -578,12 +602,19 @@ class _Oracle:
         if rest.startswith("update") and rest.endswith(".contiguous"):
             number = int(rest[6:-11])
             up = states.get(f"{func}.update({number})")
-            done = up is not None and up.loops != list(up.pure) + list(up.rvars)
+            done = up is not None and up.loops != list(up.pure) + list(up.rvars) \
+                and not up.relations  # (a jam splits and reorders too)
             return [done, not done]
         if rest.startswith("update") and rest.endswith(".parallel"):
             up = states.get(f"{func}.update({rest[6:-9]})")
             par = up is not None and ForKind.PARALLEL in up.kinds.values()
             return [par, not par]
+        if rest.startswith("update") and rest.endswith(".jam"):
+            up = states.get(f"{func}.update({rest[6:-4]})")
+            block = next((r.factor for r in (up.relations if up is not None else ())
+                          if isinstance(r, Split) and up.kinds.get(r.inner) is ForKind.UNROLLED),
+                         0)
+            return [block, *(c for c in choices if c != block)]
         if rest.startswith("update") and rest.endswith(".atomic"):
             up = states.get(f"{func}.update({rest[6:-7]})")
             done = up is not None and up.atomic

@@ -130,22 +130,20 @@ ROW_BLOCK = 8
 
 
 def jam_rows(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,
-              lanes: int, min_vectors: int) -> str:
-    """Unroll-and-jam update ``number`` of ``f`` over the outermost loop whose cells share a
-    row of the innermost loop's reduction (module docstring); returns that loop's name.
+             lanes: int, min_vectors: int, block: int = ROW_BLOCK) -> str:
+    """Unroll-and-jam update ``number`` of ``f`` by ``block`` over the outermost loop whose
+    cells share a row of the innermost loop's reduction (module docstring); returns that
+    loop's name.
 
     Raises:
         ScheduleError: the innermost loop is not a contiguous reduction into one cell of at
             least ``min_vectors`` vectors, the stage's loops were split or fused, or no outer
             loop's block is proven legal and accumulated in registers.
     """
-    st = s[f].update(number)
     name = f"{f.name}.update({number})"
-    loops = [ref.name for ref in st.loops]
-    u = f.updates[number]
-    if set(loops) != set(u.pure) | {r.name for r in u.rvars}:
-        raise ScheduleError(f"{name}: its loops were already split or fused")
+    loops = _own_loops(s, f, number)
     x = loops[-1]
+    u = f.updates[number]
     store = tuple(u.index)
     if x not in {r.name for r in u.rvars} or any(x in _names(i) for i in store) \
             or strided_accesses(f, number, x) or not contiguous_accesses(f, number, x) \
@@ -156,33 +154,48 @@ def jam_rows(s: Schedule, output: Func, f: Func, number: int, extents: BoundExte
         shared = any(x in _names(idx[-1]) and not any(z in _names(i) for i in idx)
                      for idx in reads)
         if not shared or not any(z in _names(i) for i in store) \
-                or extents.extent(name, z) < 2 * ROW_BLOCK:
+                or extents.extent(name, z) < 2 * block:
             continue
-        def block(t: Schedule, z: str = z) -> Schedule:
-            tu = t[f].update(number)
-            zo, zi = tu.split(z, ROW_BLOCK)
-            tu.reorder(*[zo.name if n == z else n for n in loops], zi)
-            tu.unroll(zi)
-            return t
-
         t = s.copy()
         try:
-            if not block(t).check(realize=False).ok:
+            if not jam(t, f, number, z, block).check(realize=False).ok:
                 continue
             t[f].update(number).atomic()  # the cell reduction the lowered nest is checked for
-            jammed = _jammed(lower(output, t), f.name)
+            jammed = _jammed(lower(output, t), f.name, block)
         except ScheduleError:
             continue
         if jammed:
-            block(s)
+            jam(s, f, number, z, block)
             return z
     raise ScheduleError(f"{name}: no outer loop's cells share a row in registers")
 
 
-def _jammed(lowered, func: str) -> bool:
-    """Whether the lowered nest accumulates ``ROW_BLOCK`` cells of ``func`` in one register
+def jam(s: Schedule, f: Func, number: int, z: str, block: int) -> Schedule:
+    """``s`` with update ``number`` of ``f`` split along ``z`` by ``block``, the inner loop
+    moved innermost and unrolled (the steps of ``jam_rows``, unchecked).
+
+    Raises:
+        ScheduleError: the stage's loops were already split or fused, or ``z`` is not one."""
+    loops = _own_loops(s, f, number)
+    st = s[f].update(number)
+    zo, zi = st.split(z, block)
+    st.reorder(*[zo.name if n == z else n for n in loops], zi)
+    st.unroll(zi)
+    return s
+
+
+def _own_loops(s: Schedule, f: Func, number: int) -> list[str]:
+    loops = [ref.name for ref in s[f].update(number).loops]
+    u = f.updates[number]
+    if set(loops) != set(u.pure) | {r.name for r in u.rvars}:
+        raise ScheduleError(f"{f.name}.update({number}): its loops were already split or fused")
+    return loops
+
+
+def _jammed(lowered, func: str, block: int) -> bool:
+    """Whether the lowered nest accumulates ``block`` cells of ``func`` in one register
     buffer (``reduce_update_cells`` jammed the block)."""
     return any(isinstance(s, Allocate) and s.buffer.name.startswith(f"{func}.cell")
                and s.buffer.register and len(s.buffer.extents) == 1
-               and getattr(s.buffer.extents[0], "value", None) == ROW_BLOCK
+               and getattr(s.buffer.extents[0], "value", None) == block
                for s in walk_stmts(lowered.body))

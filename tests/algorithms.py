@@ -237,6 +237,23 @@ def gather():
 ALL["gather"] = gather
 
 
+def cholesky():
+    """PolyBench cholesky's C loops as one update over ``k <= j <= i`` (``A[i, j] -= A[i, k] *
+    A[j, k]`` for ``k < j``, then the square root on the diagonal or the division by ``A[j, j]``
+    at ``k == j``); returns the Func ``ch`` (``ch[i, j] = A[i, j]`` above the diagonal)."""
+    (N,) = tl.sizes("N")
+    A = tl.Input("A", (N, N), tl.float64)
+    i, j = tl.vars("i j")
+    ch = tl.Func("ch", shape=(N, N))
+    ch[i, j] = A[i, j]
+    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i: k <= j <= i
+    k, jj, ii = r.x, r.y, r.z
+    r.where((jj <= ii) & (k <= jj))
+    last = tl.where(jj == ii, tl.sqrt(ch[ii, jj]), ch[ii, jj] / ch[jj, jj])
+    ch[ii, jj] = tl.where(k < jj, ch[ii, jj] - ch[ii, k] * ch[jj, k], last)
+    return ch
+
+
 def lu(wrong_sign: bool = False):
     """PolyBench lu's Doolittle update over the C loops' points (k innermost, then j, i): the
     division by the pivot at ``k == j``, else ``A[i, j] -= A[i, k] * A[k, j]``; float64.

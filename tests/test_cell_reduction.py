@@ -21,17 +21,7 @@ def _cells(out, s) -> list[str]:
 
 
 def _cholesky():
-    (N,) = tl.sizes("N")
-    A = tl.Input("A", (N, N), tl.float64)
-    i, j = tl.vars("i j")
-    ch = tl.Func("ch", shape=(N, N))
-    ch[i, j] = A[i, j]
-    r = tl.RDom((0, N), (0, N), (0, N))  # k, j, i: k <= j <= i
-    k, jj, ii = r.x, r.y, r.z
-    r.where((jj <= ii) & (k <= jj))
-    last = tl.where(jj == ii, tl.sqrt(ch[ii, jj]), ch[ii, jj] / ch[jj, jj])
-    ch[ii, jj] = tl.where(k < jj, ch[ii, jj] - ch[ii, k] * ch[jj, k], last)
-    return ch
+    return algorithms.cholesky()
 
 
 def _spd(n: int) -> np.ndarray:

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from algorithms import lu, lu_loops
+from algorithms import cholesky, lu, lu_loops, trisolv
 from tensorlang.autotuner.heuristic import heuristic_schedule
-from tensorlang.autotuner.update_order import (contiguous_accesses, contiguous_innermost,
-                                               strided_accesses)
+from tensorlang.autotuner.update_order import (ROW_BLOCK, contiguous_accesses,
+                                               contiguous_innermost, jam_rows, strided_accesses)
 from tensorlang.autotuner.workloads import BoundExtents
 from tensorlang.errors import ScheduleError
 
@@ -38,15 +38,7 @@ def test_lu_runs_in_its_ikj_order_and_matches_the_c_loops(n):
 
 def test_a_contiguous_innermost_loop_is_left_alone():
     # cholesky's dot product reads A[i, k] and A[j, k] along k: already contiguous
-    (N,) = tl.sizes("N")
-    A = tl.Input("A", (N, N), tl.float64)
-    i, j = tl.vars("i j")
-    ch = tl.Func("ch", shape=(N, N))
-    ch[i, j] = A[i, j]
-    r = tl.RDom((0, N), (0, N), (0, N))
-    r.where((r.y <= r.z) & (r.x <= r.y))
-    last = tl.where(r.y == r.z, tl.sqrt(ch[r.z, r.y]), ch[r.z, r.y] / ch[r.y, r.y])
-    ch[r.z, r.y] = tl.where(r.x < r.y, ch[r.z, r.y] - ch[r.z, r.x] * ch[r.y, r.x], last)
+    ch = cholesky()
     s = tl.Schedule(ch)
     with pytest.raises(ScheduleError, match="strides across no row"):
         contiguous_innermost(s, ch, 0, BoundExtents(ch, {"N": 64}), 8, 4)
@@ -108,3 +100,52 @@ def test_the_rule_based_order_is_a_point_of_the_search_space(n):
     assert space.signature(again) == space.signature(hs)
     a = np.random.default_rng(n).standard_normal((n, n)) + n * np.eye(n)
     np.testing.assert_allclose(tl.compile(f, again)(A=a), lu_loops(a), rtol=1e-12, atol=1e-12)
+
+
+def _spd(n: int) -> np.ndarray:
+    b = np.random.default_rng(n).random((n, n))
+    return b @ b.T / n + np.eye(n)
+
+
+def test_jam_rows_blocks_the_rows_that_share_a_row_and_refuses_the_others():
+    # cholesky: the cells A[i, j] of a block of rows i share the row A[j, k]; lu's innermost
+    # loop strides down a column; trisolv's ranges k < i move with the block, so its cells
+    # cannot share one loop (the lowered nest is checked)
+    ch = cholesky()
+    s = tl.Schedule(ch)
+    assert jam_rows(s, ch, ch, 0, BoundExtents(ch, {"N": 67}), 8, 4) == "r_z"
+    assert f"split('r_z', {ROW_BLOCK}" in s.to_python()
+    f = lu()
+    with pytest.raises(ScheduleError, match="no contiguous reduction"):
+        jam_rows(tl.Schedule(f), f, f, 0, BoundExtents(f, {"N": 67}), 8, 4)
+    x, _ = trisolv()
+    with pytest.raises(ScheduleError, match="share a row in registers"):
+        jam_rows(tl.Schedule(x), x, x, 0, BoundExtents(x, {"N": 67}), 8, 4)
+
+
+@pytest.mark.parametrize("n", [13, 67])
+def test_the_rule_based_jam_is_a_point_of_the_search_space(n):
+    import optuna
+
+    from tensorlang.autotuner.space import SearchSpace
+
+    ch = cholesky()
+    hs = heuristic_schedule(ch, {"N": n})
+    space = SearchSpace(ch, {"N": n})
+    point = space.point(hs)
+    assert point is not None, hs.to_python()
+    params, choices = point
+    # below 8 vectors of k the rule leaves the rows alone, and the space has no such decision
+    assert ("ch.update0.jam" in params) == (n >= 64)
+    again = space.sample(optuna.trial.FixedTrial(params))
+    assert space.signature(again) == space.signature(hs)
+    a = _spd(n)
+    want = np.tril(np.linalg.cholesky(a)) + np.triu(a, 1)
+    np.testing.assert_allclose(tl.compile(ch, again)(A=a), want, rtol=1e-10, atol=1e-12)
+    if n >= 64:
+        assert params["ch.update0.jam"] == ROW_BLOCK
+        assert set(choices["ch.update0.jam"]) == {0, 4, 8, 16}
+        for block in (0, 16):
+            other = space.sample(optuna.trial.FixedTrial({**params, "ch.update0.jam": block}))
+            assert space.signature(other) != space.signature(hs)
+            np.testing.assert_allclose(tl.compile(ch, other)(A=a), want, rtol=1e-10, atol=1e-12)
