@@ -57,7 +57,10 @@ Func computed at root or at a consumer loop):
   (computed at the k-th loop, outermost first, of its single consumer — or of the output when
   every reader is the output or computed inside it, as softmax's ``exp``, or when every reader is
   computed at the output's outermost loop, as ``max`` read by ``exp`` in the output's row;
-  clamped to that Func's loops).
+  clamped to that Func's loops). ``at`` is not offered where the consumer is already at the end
+  of a chain of ``MAX_AT_CHAIN`` Funcs each computed at the next (PolyBench covariance's mean at
+  centered at dtd at the output: each level composes the bounds of the ones above it, and
+  proving that one candidate took 10 s; the rule-based schedule nests one level).
 - Update definitions keep their order, or (``<F>.update<i>.contiguous``, where
   ``update_order.contiguous_innermost`` proposes a legal order) run a reduction loop along
   which every access is contiguous innermost (lu's ``i, k, j``); otherwise
@@ -143,6 +146,9 @@ MAX_FACTOR = 256
 MAX_TILE_ROWS = 16
 VECTOR_WIDTHS = (0, 4, 8, 16)
 AT_LEVELS = 4
+#: the longest chain of Funcs each computed at the next that ``<P>.where`` can build (f at g
+#: at the output: 2)
+MAX_AT_CHAIN = 2
 MAX_VECTOR_UNROLL = 4
 #: the blocks of cells an update's unroll-and-jam may accumulate together (``<F>.update<i>.jam``)
 JAM_BLOCKS = (4, 8, 16)
@@ -180,6 +186,16 @@ def whole_loop_vector(extent: int, width: int) -> bool:
     vector, or up to ``MAX_VECTOR_UNROLL`` vectors with a narrower tail: 56 at 16 is 16 + 16 +
     16 + 8 lanes) rather than splitting it by ``width``."""
     return extent == width or width < extent <= MAX_VECTOR_UNROLL * width and extent % width != 0
+
+
+def _at_depth(s: Schedule, func: str) -> int:
+    """How many Funcs ``func`` is computed inside: 0 at root, 1 at a root Func's loop, ..."""
+    depth = 0
+    st = s.states.get(func)
+    while st is not None and st.compute.kind == "at" and depth <= len(s.states):
+        depth += 1
+        st = s.states.get(parse_stage_id(st.compute.func)[0])  # type: ignore[arg-type]
+    return depth
 
 
 class SearchSpace:
@@ -293,8 +309,10 @@ class SearchSpace:
             host = out
         elif len(readers) == 1 and not f.updates and parse_stage_id(readers[0])[1] is None:
             host = readers[0]
-        if host is not None:
+        if host is not None and _at_depth(s, host) < MAX_AT_CHAIN:
             options += [f"at{k}" for k in range(AT_LEVELS)]
+        else:
+            host = None
         # the choice set must be fixed per parameter name (Optuna): whether ``at`` is possible
         # depends on the readers' placements, so it is part of the name
         name = f"{f.name}.where" if host is not None else f"{f.name}.where_root_or_inline"

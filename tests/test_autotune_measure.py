@@ -524,3 +524,50 @@ def test_a_round_stops_proposing_when_the_time_is_up():
     except tl.TuningError:
         pass  # the time was up before the round's candidates ran: nothing measured
     assert 1 <= space.samples <= 14
+
+
+class _DeepPlacement:
+    """A trial that computes every Func it may at its consumer's second loop (inside the row
+    loop, so that each Func is hosted by its reader), and answers every other decision with
+    its first choice."""
+
+    def __init__(self) -> None:
+        self.asked: dict[str, list] = {}
+
+    def suggest_categorical(self, name, choices):
+        self.asked[name] = list(choices)
+        return "at1" if "at1" in choices else choices[0]
+
+
+def test_the_space_nests_compute_at_at_most_max_at_chain_deep():
+    # a -> b -> c -> out, each a 3-tap blur along x read only by the next: c at out, b at c,
+    # and a no deeper (each level composes the bounds of those above it: a 4-deep chain of
+    # covariance took 10 s to prove)
+    from tensorlang.autotuner.space import MAX_AT_CHAIN
+
+    H, W = tl.sizes("H W")
+    X = tl.Input("X", (H, W), tl.float32)
+    y, x = tl.vars("y x")
+    prev = X
+    funcs = []
+    for name in ("a", "b", "c", "out"):
+        f = tl.Func(name, shape=(H, W))
+        f[y, x] = prev[y, tl.clamp(x - 1, 0, W - 1)] + prev[y, x] + \
+            prev[y, tl.clamp(x + 1, 0, W - 1)]
+        funcs.append(f)
+        prev = f
+    out = funcs[-1]
+    space = SearchSpace(out, {"H": 7, "W": 300})
+    trial = _DeepPlacement()
+    s = space.sample(trial)
+    assert MAX_AT_CHAIN == 2
+    assert str(s.states["c"].compute) == "at out.x" and str(s.states["b"].compute) == "at c.x"
+    assert "a.where" not in trial.asked and trial.asked["a.where_root_or_inline"] == \
+        ["root", "inline"]
+    assert s.states["a"].compute.kind == "root"
+    img = np.random.default_rng(0).random((7, 300), dtype=np.float32)
+    want = img
+    for _ in range(4):
+        p = np.concatenate([want[:, :1], want, want[:, -1:]], axis=1)
+        want = p[:, :-2] + p[:, 1:-1] + p[:, 2:]
+    np.testing.assert_allclose(tl.compile(out, s)(X=img), want, rtol=1e-5)
