@@ -8,8 +8,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a pointwise Func with a single pointwise reader is inlined, unless the inlined expression of
   the Func it ends up in would exceed ``MAX_INLINE_NODES`` nodes (a chain of 5x5 stencils
   inlined into each other grows 25-fold per stage), or inlining would compute each of its
-  points more than ``MAX_INLINE_RECOMPUTE`` times (``inline_recompute``: a stencil's taps, a
-  reader's extra dimensions such as an image's channels; up to ``MAX_CHEAP_RECOMPUTE`` times
+  points more than ``MAX_INLINE_RECOMPUTE`` times (``inline_rules.inline_recompute``: a
+  stencil's taps, a reader's extra dimensions such as an image's channels; up to
+  ``MAX_CHEAP_RECOMPUTE`` times
   for an expression of at most ``CHEAP_INLINE_NODES`` nodes); a pointwise Func read only by
   reductions, and not placed at a row loop (below), is inlined under the same limits, every
   reader's evaluations counted (gemver's ``A_hat``, read once per point by each of two
@@ -73,7 +74,6 @@ check proves and lowering accepts.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -81,7 +81,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.backends.llvm.target import host_target
 from tensorlang.errors import ScheduleError
-from tensorlang.expr import Access, Expr, Var, walk
+from tensorlang.expr import Access, Var, walk
 from tensorlang.func import Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.ir import ForKind
@@ -95,6 +95,9 @@ from .features import store_counts
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
 from .stream_rules import _column_rows_stage
+from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
+                           MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
+                           inlined_nodes)
 from .update_order import contiguous_innermost, jam_rows
 from .workloads import BoundExtents
 
@@ -155,18 +158,8 @@ BALANCE_ACCUMULATORS = 20
 #: each copied panel of B serves them (doitgen, 140 rows per batch: 45-row blocks 11.9 ms,
 #: 70-row 8.7-9.3 ms)
 REUSE_ROWS = 64
-#: the largest expression (nodes, counted as a tree) that inlining may build in one Func
-MAX_INLINE_NODES = 512
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
 MAX_RECOMPUTE = 2.0
-#: the most times inlining may compute each point of a producer whose expression is larger than
-#: ``CHEAP_INLINE_NODES`` (a 7-tap blur inlined into a 7-tap blur computes it 7 times; a
-#: per-pixel ratio inlined into a per-channel output, 3 times)
-MAX_INLINE_RECOMPUTE = 2.0
-#: a producer this small (nodes, as a tree) may be computed up to ``MAX_CHEAP_RECOMPUTE`` times
-#: per point when inlined (a 3-tap blur into a 3-tap blur: memory traffic saved beats the adds)
-CHEAP_INLINE_NODES = 24
-MAX_CHEAP_RECOMPUTE = 4.0
 #: the fewest native vectors an update's innermost loop must span to be vectorized (a shorter
 #: one is left to LLVM's own loop vectorizer, as in the default schedule): inside a time loop
 #: every row pays the vector loop's start and its tail (PolyBench heat-3d's 18- and 38-point
@@ -242,7 +235,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
             # into pointwise readers: Halide's hist and camera_pipe ran 7% and 10% slower so
             root = s.states[f.name].compute.kind == "root"
             by_reductions = all(g.definition.rvars  # type: ignore[union-attr]
-                                for g in _algorithm_readers(p, f.name))
+                                for g in algorithm_readers(p, f.name))
             t = _inlined(p, s, f, extents) if pointwise and root and by_reductions else None
             if t is not None:
                 s = t
@@ -334,89 +327,14 @@ def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: B
     return s
 
 
-def inlined_nodes(p: Pipeline, s: Schedule) -> int:
-    """The largest expression, in nodes counted as a tree, of any Func that ``s`` does not
-    inline, with every inlined Func it reads substituted (computed without building it)."""
-    memo: dict[str, int] = {}
-
-    def size(f: Func) -> int:
-        if f.name not in memo:
-            d = f.definition
-            assert d is not None
-            total = 0
-            for value in (d.value, *(u.value for u in f.updates)):
-                for n in walk(value):
-                    g = p.func(n.name) if isinstance(n, Access) and n.name in s.states else None
-                    inline = g is not None and s.states[g.name].compute.kind == "inline"
-                    total += size(g) if inline else 1  # type: ignore[arg-type]
-            memo[f.name] = total
-        return memo[f.name]
-
-    return max((size(f) for f in p.funcs if s.states[f.name].compute.kind != "inline"),
-               default=0)
-
-
-def inline_recompute(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> float:
-    """How many times each point of ``f`` would be computed if ``f`` were inlined: the
-    evaluations of its expression over ``f``'s points. A Func that is not inlined evaluates its
-    expression once per point of each definition (pure and reduction Vars; an update's RDom
-    points); an inlined one once per read of it in each evaluation of its readers, so ``f`` is
-    evaluated, for each reader, its reads there times that reader's evaluations (summed over
-    several readers: gemver's ``A_hat`` read once per point by each of its two sums: 2).
-    Readers are the algorithm's Funcs (a stage that rfactor or cache_read derived from one
-    evaluates what it does); ``inf`` for an output."""
-
-    def points(stage: str) -> int:
-        ranges = extents.binding.ranges[stage]
-        return math.prod(max(1, ext) for _, ext in ranges.values())
-
-    def evaluations(g: Func, depth: int) -> float:
-        if depth and s.states[g.name].compute.kind != "inline":
-            return points(g.name)
-        readers = _algorithm_readers(p, g.name)
-        if not readers or p.is_output(g) or depth > len(p.funcs):
-            return float("inf")
-        total = 0.0
-        for reader in readers:
-            d = reader.definition
-            assert d is not None
-            reads = _reads_of(d.value, g.name)
-            total += reads * evaluations(reader, depth + 1) if reads else 0.0
-            for u in reader.updates:  # an update is not inlined: its own points
-                reads = _reads_of(u.value, g.name)
-                total += reads * points(f"{reader.name}.update({u.number})") if reads else 0.0
-        return total
-
-    return evaluations(f, 0) / points(f.name)
-
-
-def _algorithm_readers(p: Pipeline, name: str) -> list[Func]:
-    """The algorithm's Funcs whose definitions read ``name`` (not the stages a schedule derives
-    from them: an rfactor'd sum's intermediate reads what the sum did)."""
-    return [r for r in p.funcs if any(
-        _reads_of(v, name) for v in (r.definition.value,  # type: ignore[union-attr]
-                                     *(u.value for u in r.updates)))]
-
-
-def _reads_of(value: Expr, name: str) -> int:
-    return sum(1 for a in walk(value) if isinstance(a, Access) and a.name == name)
-
-
 def _inlined(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> Schedule | None:
     """``s`` with ``f`` inlined, if no expression grows past ``MAX_INLINE_NODES`` and each of
     ``f``'s points is computed few enough times (``_inline_pays``); else None."""
     t = _try(s, lambda t: t[f].compute_inline())
     if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES \
-            and _inline_pays(p, s, f, extents):
+            and inline_pays(p, s, f, extents):
         return t
     return None
-
-
-def _inline_pays(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> bool:
-    times = inline_recompute(p, s, f, extents)
-    nodes = sum(1 for _ in walk(f.definition.value))  # type: ignore[union-attr]
-    return times <= MAX_INLINE_RECOMPUTE or (times <= MAX_CHEAP_RECOMPUTE
-                                             and nodes <= CHEAP_INLINE_NODES)
 
 
 def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
