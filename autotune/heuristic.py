@@ -12,8 +12,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   stencil's taps, a reader's extra dimensions such as an image's channels; up to
   ``MAX_CHEAP_RECOMPUTE`` times for an expression of at most ``CHEAP_INLINE_NODES`` nodes); a
   pointwise Func read only by reductions, and not placed at a row loop (below), is inlined
-  under the same limits, every reader's evaluations counted (gemver's ``A_hat``, read once per point by each of two
-  matrix-vector sums: computed twice per point, its N x N buffer never stored and read back);
+  under the same limits, every reader's evaluations counted (gemver's ``A_hat``, read once
+  per point by each of two matrix-vector sums: computed twice per point, its N x N buffer
+  never stored and read back);
   every other Func is computed at root (inlined into a reduction that reads each
   point many times it would be recomputed on every reduction iteration: conv2d's padding would
   be evaluated 9 x CI times per output);
