@@ -67,16 +67,23 @@ def test_equality_condition_splits_the_loop_and_drops_empty_ranges():
         np.testing.assert_allclose(kern(A=a), _lu_np(a), rtol=1e-9, atol=1e-12)
 
 
-def test_a_read_that_may_touch_the_cell_keeps_strict_order():
-    # F[i] += F[r] / 8 over every r: at r == i the loop reads the cell it accumulates into,
-    # so the sum cannot be reassociated (its later terms depend on its earlier ones)
+def _sum_of_all():
+    """``F[row] += F[col] / 8`` over every ``(col, row)``, ``col`` innermost: each row's sum
+    reads the cells it and the rows before it accumulate into."""
     (N,) = tl.sizes("N")
     X = tl.Input("X", (N,), tl.float64)
     (i,) = tl.vars("i")
     F = tl.Func("F", shape=(N,))
     F[i] = X[i]
-    r = tl.RDom((0, N), (0, N))  # r (inner), row
+    r = tl.RDom((0, N), (0, N))  # col (inner), row
     F[r.y] = F[r.y] + F[r.x] / 8.0
+    return F
+
+
+def test_a_read_that_may_touch_the_cell_keeps_strict_order():
+    # F[i] += F[r] / 8 over every r: at r == i the loop reads the cell it accumulates into,
+    # so the sum cannot be reassociated (its later terms depend on its earlier ones)
+    F = _sum_of_all()
     s = tl.Schedule(F)
     s[F].update(0).atomic()
     assert not _cells(F, s)
@@ -281,13 +288,7 @@ def test_a_block_whose_reads_touch_its_cells_is_not_jammed():
     # F[row] += F[col] / 8: the block's terms read the block's own cells (col in the block),
     # so no register buffer may hold them across the loop (the lowering pass alone decides
     # this, whatever the legality check says of the order)
-    (N,) = tl.sizes("N")
-    X = tl.Input("X", (N,), tl.float64)
-    (i,) = tl.vars("i")
-    F = tl.Func("F", shape=(N,))
-    F[i] = X[i]
-    r = tl.RDom((0, N), (0, N))  # col (inner), row
-    F[r.y] = F[r.y] + F[r.x] / 8.0
+    F = _sum_of_all()
     s = tl.Schedule(F)
     u = s[F].update(0)
     yo, yi = u.split("r_y", 4)
