@@ -65,7 +65,7 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   where the dependence analysis proves it (a scan's ``r.x`` is neither; a Jacobi step's rows
   inside its time loop are both); a scan whose contiguous pure Var is outside its reduction
   loops (a column scan) is first tried as chunks of that Var in parallel, the reduction loops
-  inside, the chunk's vectors innermost (``_scan_stage``).
+  inside, the chunk's vectors innermost (``scan_stage``).
 
 Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
 vectorize + parallel, then only parallel, then nothing) and keeps the first variant the legality
@@ -312,7 +312,7 @@ def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: B
         t = _try(s, lambda t: _rfactor_update_stage(t, f, number, extents))
         if t is not None and (not lower_each or _lowers(output, t)):
             return t
-    t = _try(s, lambda t: _scan_stage(t, f, number, extents, lanes, nested))
+    t = _try(s, lambda t: scan_stage(t, f, number, extents, lanes, nested))
     if t is not None and (not lower_each or _lowers(output, t)):
         return t
     pars = [] if nested else update_parallel_loops(s, f, number, extents)
@@ -320,7 +320,7 @@ def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: B
         for par in [*pars, None]:
             if not vector and par is None:
                 return s
-            t = _try(s, lambda t, v=vector, p=par: _update_stage(t, f, number, v, p, extents,
+            t = _try(s, lambda t, v=vector, p=par: update_stage(t, f, number, v, p, extents,
                                                                  lanes))
             if t is not None and (not lower_each or _lowers(output, t)):
                 return t
@@ -870,7 +870,7 @@ def update_parallel_loops(s: Schedule, f: Func, number: int, extents: BoundExten
     return out
 
 
-def _update_stage(s: Schedule, f: Func, number: int, vector: bool, parallel: str | None,
+def update_stage(s: Schedule, f: Func, number: int, vector: bool, parallel: str | None,
                   extents: BoundExtents, lanes: int) -> None:
     """Update ``number`` of ``f`` with its innermost loop vectorized (``vector``) and loop
     ``parallel`` in parallel; the legality check refuses what the update's dependences forbid."""
@@ -885,7 +885,7 @@ def _update_stage(s: Schedule, f: Func, number: int, vector: bool, parallel: str
         st.parallel(f"{parallel}.o" if parallel == inner and vector else parallel)
 
 
-def _scan_stage(s: Schedule, f: Func, number: int, extents: BoundExtents, lanes: int,
+def scan_stage(s: Schedule, f: Func, number: int, extents: BoundExtents, lanes: int,
                 nested: bool) -> None:
     """A scan along a non-contiguous dimension (``Z[r, j] = Z[r, j] + b * Z[r - 1, j]``, the
     pure Var ``j`` contiguous): ``j`` in chunks of ``SCAN_CHUNK_VECTORS`` vectors, the chunks in

@@ -69,9 +69,14 @@ Func computed at root or at a consumer loop):
   ``<F>_rf`` updated in parallel (``rfactor_rules.rfactor_update_chunks``, the rule-based
   schedule's form), or not; otherwise ``<F>.update<i>.jam`` (where ``update_order.jam_rows``
   finds a loop whose cells share a row of the innermost reduction: cholesky's rows) blocks that
-  loop by 4, 8 or 16 cells accumulated together in registers (unroll-and-jam), or 0: not;
-  ``<F>.update<i>.parallel`` runs their outermost pure
-  loop in parallel when they have one; ``<F>.update<i>.atomic`` marks the update ``atomic()``
+  loop by 4, 8 or 16 cells accumulated together in registers (unroll-and-jam), or 0: not.
+  An update left in its order as written, of a Func at root, takes ``<F>.update<i>.form``
+  where the legality check proves one of the rule-based schedule's forms at that order: its
+  innermost loop vectorized and/or one of ``heuristic.update_parallel_loops`` in parallel
+  (``vector``, ``vector+parallel:<loop>``, ``parallel:<loop>``: PolyBench jacobi's and
+  fdtd-2d's sweeps), or ``scan`` (``heuristic.scan_stage``: deriche's column filters), or
+  ``none``; without a form, ``<F>.update<i>.parallel`` runs its outermost pure
+  loop in parallel when it has one; ``<F>.update<i>.atomic`` marks the update ``atomic()``
   (an innermost loop accumulating into one cell runs as a reduction in a register:
   ``schedule/cell_reduction.py``; the rule-based schedule marks every update), or not.
 - ``<F>.with_<H>``, last, for root reductions that the rule-based schedule would fuse
@@ -125,6 +130,9 @@ from .heuristic import (
     row_block,
     row_operands,
     row_var,
+    scan_stage,
+    update_parallel_loops,
+    update_stage,
     UPDATE_MIN_VECTORS,
 )
 from .rfactor_rules import (
@@ -216,6 +224,7 @@ class SearchSpace:
         self.binding, self.shapes = self.extents.binding, self.extents.shapes
         self._contiguous: dict[tuple[str, int], bool] = {}
         self._jam: dict[tuple[str, int], str | None] = {}
+        self._forms: dict[tuple[str, int], list[str]] = {}
 
     def extent(self, func: str, var: str) -> int:
         return self.extents.extent(func, var)
@@ -230,6 +239,7 @@ class SearchSpace:
                     continue
             self._loops(trial, s, f)
             for u in f.updates:
+                as_written = False
                 if self._contiguous_possible(f, u.number) and trial.suggest_categorical(
                         f"{f.name}.update{u.number}.contiguous", [True, False]):
                     contiguous_innermost(s, f, u.number, self.extents, lanes(f, self.target),
@@ -237,14 +247,21 @@ class SearchSpace:
                 elif self._update_rfactor_possible(s, f, u) and trial.suggest_categorical(
                         f"{f.name}.update{u.number}.rfactor", [False, True]):
                     rfactor_update_chunks(s, f, u.number, self.extents)
-                elif self._jam_loop(f, u.number) is not None:
-                    block = trial.suggest_categorical(f"{f.name}.update{u.number}.jam",
-                                                      [0, *JAM_BLOCKS])
-                    if block:
-                        jam(s, f, u.number, self._jam_loop(f, u.number), block)
+                elif self._jam_loop(f, u.number) is not None and (block := (
+                        trial.suggest_categorical(f"{f.name}.update{u.number}.jam",
+                                                  [0, *JAM_BLOCKS]))):
+                    jam(s, f, u.number, self._jam_loop(f, u.number), block)
+                else:
+                    as_written = True
+                form = "none"
+                forms = self._update_forms(f, u.number)
+                if as_written and forms and s.states[f.name].compute.kind == "root":
+                    form = trial.suggest_categorical(f"{f.name}.update{u.number}.form",
+                                                     ["none", *forms])
+                    self._apply_form(s, f, u.number, form)
                 st = s[f].update(u.number)
-                if u.pure and trial.suggest_categorical(f"{f.name}.update{u.number}.parallel",
-                                                        [False, True]):
+                if u.pure and form == "none" and trial.suggest_categorical(
+                        f"{f.name}.update{u.number}.parallel", [False, True]):
                     st.parallel(u.pure[0])
                 if trial.suggest_categorical(f"{f.name}.update{u.number}.atomic", [True, False]):
                     st.atomic()
@@ -277,6 +294,35 @@ class SearchSpace:
             except ScheduleError:
                 self._jam[key] = None
         return self._jam[key]
+
+    def _update_forms(self, f: Func, number: int) -> list[str]:
+        """The rule-based schedule's forms of update ``number`` of ``f`` in the order as
+        written that the legality check proves (``heuristic.update_stage``: ``vector``,
+        ``vector+parallel:<loop>``, ``parallel:<loop>``; ``heuristic.scan_stage``: ``scan``),
+        the Func at root (decided once per update)."""
+        key = (f.name, number)
+        if key not in self._forms:
+            forms = []
+            pars = update_parallel_loops(Schedule(self.output), f, number, self.extents)
+            for form in ["scan", *(f"vector+parallel:{p}" for p in pars), "vector",
+                         *(f"parallel:{p}" for p in pars)]:
+                t = Schedule(self.output)
+                try:
+                    self._apply_form(t, f, number, form)
+                except ScheduleError:
+                    continue
+                if t.check(realize=False).ok:
+                    forms.append(form)
+            self._forms[key] = forms
+        return self._forms[key]
+
+    def _apply_form(self, s: Schedule, f: Func, number: int, form: str) -> None:
+        if form == "scan":
+            scan_stage(s, f, number, self.extents, lanes(f, self.target), False)
+        elif form != "none":
+            vector, _, par = form.partition("parallel:")
+            update_stage(s, f, number, vector.startswith("vector"), par or None, self.extents,
+                         lanes(f, self.target))
 
     def _update_rfactor_possible(self, s: Schedule, f: Func, u: Any) -> bool:
         """Whether ``rfactor_update_chunks`` applies to update ``u`` of ``f``: a reassociable
@@ -633,6 +679,19 @@ class _Oracle:
                           if isinstance(r, Split) and up.kinds.get(r.inner) is ForKind.UNROLLED),
                          0)
             return [block, *(c for c in choices if c != block)]
+        if rest.startswith("update") and rest.endswith(".form"):
+            up = states.get(f"{func}.update({rest[6:-5]})")
+            kinds = up.kinds if up is not None else {}
+            vector = ForKind.VECTORIZED in kinds.values()
+            par = next((n for n, k in kinds.items() if k is ForKind.PARALLEL), None)
+            if vector and ForKind.UNROLLED in kinds.values():
+                form = "scan"
+            elif par is not None:
+                split = {r.outer: r.parent for r in up.relations if isinstance(r, Split)}
+                form = ("vector+" if vector else "") + f"parallel:{split.get(par, par)}"
+            else:
+                form = "vector" if vector else "none"
+            return [form, *(c for c in choices if c != form)]
         if rest.startswith("update") and rest.endswith(".atomic"):
             up = states.get(f"{func}.update({rest[6:-7]})")
             done = up is not None and up.atomic

@@ -220,3 +220,32 @@ def test_lu_eliminates_along_rows(name):
     assert "update(0).reorder('r_z', 'r_x', 'r_y')" in s.to_python()
     text = str(lower(h, s))
     assert "lu.fixed" in text and "independent for r_y" in text
+
+
+@pytest.mark.parametrize("name,sizes,stage,form", [
+    ("jacobi-2d", dict(N=400, T=2), "buf.update0", "vector+parallel:r_y"),
+    ("deriche", dict(W=8, H=300), "z1.update0", "scan"),
+])
+def test_the_rule_based_update_forms_are_points_of_the_search_space(name, sizes, stage, form):
+    # a time-stepped sweep (vectorized along a row, rows in parallel) and a column scan (chunks
+    # of columns in parallel): the search space draws the rule-based schedule's form of an
+    # update (<F>.update<i>.form), so the tuner starts from it; the replayed point is correct
+    import optuna
+
+    from tensorlang.autotuner.space import SearchSpace
+
+    kern = KERNELS[name]
+    h = kern.handle(kern.build())
+    hs = heuristic_schedule(h, sizes)
+    space = SearchSpace(h, sizes)
+    point = space.point(hs)
+    assert point is not None, hs.to_python()
+    params, choices = point
+    assert params[f"{stage}.form"] == form and "none" in choices[f"{stage}.form"]
+    again = space.sample(optuna.trial.FixedTrial(params))
+    assert space.signature(again) == space.signature(hs)
+    arrays = kern.inputs(sizes, np.random.default_rng(3))
+    got = tl.compile(h, again)(**kern.call_args(h, arrays, sizes))
+    want = kern.numpy(arrays, sizes)[0]
+    tol = 1e-4 if want.dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
