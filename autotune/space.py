@@ -254,8 +254,8 @@ class SearchSpace:
                 else:
                     as_written = True
                 form = "none"
-                forms = self._update_forms(f, u.number)
-                if as_written and forms and s.states[f.name].compute.kind == "root":
+                if as_written and s.states[f.name].compute.kind == "root" \
+                        and (forms := self._update_forms(f, u.number)):
                     form = trial.suggest_categorical(f"{f.name}.update{u.number}.form",
                                                      ["none", *forms])
                     self._apply_form(s, f, u.number, form)
