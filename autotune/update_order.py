@@ -124,9 +124,18 @@ def contiguous_innermost(s: Schedule, f: Func, number: int, extents: BoundExtent
     raise ScheduleError(f"{name}: no loop along which every access is contiguous")
 
 
-#: the cells an unroll-and-jam of an update accumulates together (``jam_rows``): one vector
-#: accumulator each, and the shared row's vector, within AVX2's 16 registers
+#: the cells an unroll-and-jam of an update accumulates together (``jam_rows``) with 32 vector
+#: registers (AVX-512): one vector accumulator each (LLVM interleaves two: 16), and the shared
+#: row's vectors. Zen 4, cholesky at N = 2000: 4 rows 161 ms, 8 rows 130-145 ms
 ROW_BLOCK = 8
+#: the same with 16 (AVX2): ``llvm-mca -mcpu=haswell`` on cholesky's jammed loop predicts 7.1
+#: float64 FLOP/cycle for 8 rows (its row addresses spill to the stack), 10.6 for 4 and 6
+ROW_BLOCK_16_REGISTERS = 4
+
+
+def jam_block(vector_registers: int) -> int:
+    """The cells ``jam_rows`` blocks by on a CPU with that many vector registers."""
+    return ROW_BLOCK if vector_registers >= 32 else ROW_BLOCK_16_REGISTERS
 
 
 def jam_rows(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,

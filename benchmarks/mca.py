@@ -52,9 +52,14 @@ PEAK_FLOPS_PER_CYCLE = {"haswell": 32, "skylake-avx512": 64, "sapphirerapids": 6
 _LANES = {"xmm": 4, "ymm": 8, "zmm": 16}
 
 
+#: the x86 FMA mnemonics' stems: ``C -= A * B`` compiles to ``vfnmadd``
+FMA_STEMS = ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub")
+
+
 def innermost_fma_loop(asm: str) -> list[str]:
     """The instructions of the single-block loop (a label and a later backward branch to it, no
-    label between) that holds the most FMA instructions: the register tile's k-loop in a GEMM."""
+    label between) that holds the most FMA work (``loop_flops``): the register tile's k-loop in
+    a GEMM."""
     lines = asm.splitlines()
     labels = {m.group(1): i for i, ln in enumerate(lines)
               if (m := re.match(r"^(\.LBB\d+_\d+):", ln))}
@@ -67,7 +72,7 @@ def innermost_fma_loop(asm: str) -> list[str]:
         if any(re.match(r"^\.LBB\d+_\d+:", x) for x in raw):
             continue  # not a single-block loop: an outer loop around others
         body = [x.strip() for x in raw if x.strip() and not x.strip().startswith((".", "#"))]
-        fmas = sum(1 for x in body if x.startswith("vfmadd"))
+        fmas = loop_flops(body)  # vector FMAs before a scalar remainder loop's as many
         if fmas and (best is None or (fmas, -len(body)) > (best[0], -best[1])):
             best = (fmas, len(body), body)
     return best[2] if best else []
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         cyc = mca_cycles(body, cpu, mca)
         fl = loop_flops(body) / cyc
         peak = PEAK_FLOPS_PER_CYCLE[cpu]
-        print(f"{cpu:<16}{sum(x.startswith('vfmadd') for x in body):>10}{cyc:>12.2f}"
+        print(f"{cpu:<16}{sum(x.startswith(FMA_STEMS) for x in body):>10}{cyc:>12.2f}"
               f"{fl:>11.1f}{peak:>6}{fl / peak:>8.0%}")
     if args.measure and w.flops:
         from tensorlang.autotuner.measure import random_inputs

@@ -44,3 +44,26 @@ def test_flops_per_fma_follow_the_element_type():
 
 def test_no_fma_loop():
     assert mca.innermost_fma_loop("f:\n\tretq\n") == []
+
+
+def test_the_vector_loop_wins_over_a_scalar_remainder_with_as_many_fmas():
+    # a dot product C -= A * B (vfnmadd): its vector loop and its shorter scalar remainder
+    # hold two FMAs each; the loop with the most FMA work is the vector one
+    asm = """k:
+.LBB0_1:
+\tvmovupd\t(%rdi,%rax,8), %ymm1
+\tvfnmadd231pd\t(%rsi,%rax,8), %ymm1, %ymm0
+\tvfnmadd231pd\t32(%rsi,%rax,8), %ymm1, %ymm2
+\taddq\t$8, %rax
+\tcmpq\t%rax, %rcx
+\tjne\t.LBB0_1
+.LBB0_2:
+\tvfnmadd231sd\t(%rsi,%rax,8), %xmm1, %xmm0
+\tvfnmadd231sd\t8(%rsi,%rax,8), %xmm1, %xmm2
+\tincq\t%rax
+\tjne\t.LBB0_2
+\tretq
+"""
+    body = mca.innermost_fma_loop(asm)
+    assert body[0].startswith("vmovupd") and body[-1] == "jne\t.LBB0_1"
+    assert mca.loop_flops(body) == 2 * 4 * 2

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import tensorlang as tl
-from algorithms import cholesky, lu, lu_loops, trisolv
+from algorithms import cholesky, described_target, lu, lu_loops, trisolv
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.update_order import (ROW_BLOCK, contiguous_accesses,
                                                contiguous_innermost, jam_rows, strided_accesses)
@@ -130,8 +130,9 @@ def test_the_rule_based_jam_is_a_point_of_the_search_space(n):
     from tensorlang.autotuner.space import SearchSpace
 
     ch = cholesky()
-    hs = heuristic_schedule(ch, {"N": n})
-    space = SearchSpace(ch, {"N": n})
+    avx512 = described_target("skylake-avx512")  # 32 vector registers: blocks of ROW_BLOCK
+    hs = heuristic_schedule(ch, {"N": n}, avx512)
+    space = SearchSpace(ch, {"N": n}, avx512)
     point = space.point(hs)
     assert point is not None, hs.to_python()
     params, choices = point
