@@ -2,22 +2,27 @@
 
 Run: python benchmarks/mca.py [--workload matmul] [--shape M=1024,N=1024,K=1024]
      [--cpus znver4,sapphirerapids,skylake-avx512,haswell] [--mca llvm-mca-19] [--measure]
+     python benchmarks/mca.py --polybench cholesky [--shape N=2000] [--cpus ...]
 
 Only one CPU kind is on hand, so the rule-based schedule of a workload is made and compiled
 *for* each named CPU (its vector width and register count; LLVM's CPU name and that CPU's
-vector features: AVX2 + FMA for haswell, AVX-512 for the others), the innermost loop holding the most FMA instructions is cut out of the assembly,
-and ``llvm-mca -mcpu=CPU`` predicts its steady-state cycles per iteration from LLVM's scheduling
-model of that CPU. From the FMAs in the loop (2 FLOPs per lane) the script prints the predicted
-FLOPs per cycle and their share of the CPU's FMA peak (``PEAK_FLOPS_PER_CYCLE``: FMA pipes x
-lanes x 2, fp32, from the vendors' optimisation manuals). ``--measure`` adds this machine's
-measured GFLOP/s of the host build next to it (one thread vs all: ``TENSORLANG_NUM_THREADS``).
+vector features: AVX2 + FMA for haswell, AVX-512 for the others), the innermost loop holding
+the most FMA work is cut out of the assembly, and ``llvm-mca -mcpu=CPU`` predicts its
+steady-state cycles per iteration from LLVM's scheduling model of that CPU. From the FMAs in
+the loop (2 FLOPs per lane) the script prints the predicted FLOPs per cycle and their share of
+the CPU's FMA peak (``PEAK_FLOPS_PER_CYCLE``: FMA pipes x lanes x 2, fp32, from the vendors'
+optimisation manuals; half of it for a loop of float64 FMAs). ``--polybench NAME`` takes a
+PolyBench kernel (``benchmarks/polybench``) at its LARGE sizes instead of a built-in workload
+(cholesky's jammed dot products). ``--measure`` adds this machine's measured GFLOP/s of the
+host build next to it (one thread vs all: ``TENSORLANG_NUM_THREADS``).
 
 A prediction is an upper bound of the loop in isolation: it ignores cache misses, the loop
 nest around the loop and the clock. It says whether the register tile can keep the FMA pipes
 busy on that CPU, not how fast the kernel runs there. ``--host-schedule`` compiles this
 machine's schedule for every CPU instead (on haswell LLVM then splits each 512-bit vector into
-two 256-bit ones and the tile no longer fits the 16 registers). See also: llvm-mca's documentation (llvm.org/docs/CommandGuide/
-llvm-mca.html); Low et al., "Analytical Modeling Is Enough for High-Performance BLIS", TOMS 2016.
+two 256-bit ones and the tile no longer fits the 16 registers). See also: llvm-mca's
+documentation (llvm.org/docs/CommandGuide/llvm-mca.html); Low et al., "Analytical Modeling Is
+Enough for High-Performance BLIS", TOMS 2016.
 """
 
 from __future__ import annotations
@@ -122,6 +127,7 @@ def find_mca(cpus: list[str], given: str | None) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="matmul", choices=sorted(BUILTIN))
+    ap.add_argument("--polybench", default="", help="a PolyBench kernel instead (LARGE sizes)")
     ap.add_argument("--shape", default="")
     ap.add_argument("--cpus", default="znver4,sapphirerapids,skylake-avx512,haswell")
     ap.add_argument("--mca", default=None, help="the llvm-mca binary (default: newest found)")
@@ -140,13 +146,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no llvm-mca that knows {', '.join(cpus)} (Debian: apt-get install llvm-19)",
               file=sys.stderr)
         return 2
-    w = BUILTIN[args.workload]
-    sizes = dict(w.shape, **(parse_shape(args.shape) if args.shape else {}))
-    out = w.build()
+    if args.polybench:
+        from polybench.kernels import KERNELS
+
+        if args.polybench not in KERNELS or args.measure:
+            print(f"--polybench takes one of {', '.join(KERNELS)}, without --measure",
+                  file=sys.stderr)
+            return 2
+        kern = KERNELS[args.polybench]
+        name, w = args.polybench, None
+        sizes = dict(kern.large, **(parse_shape(args.shape) if args.shape else {}))
+        out = kern.handle(kern.build())
+    else:
+        name, w = args.workload, BUILTIN[args.workload]
+        sizes = dict(w.shape, **(parse_shape(args.shape) if args.shape else {}))
+        out = w.build()
     s = heuristic_schedule(out, sizes)
     h = host_target()
     whose = f"this machine's ({h.cpu})" if args.host_schedule else "each CPU's own"
-    print(f"{args.workload} {sizes}: {whose} rule-based schedule; {os.path.basename(mca)}")
+    print(f"{name} {sizes}: {whose} rule-based schedule; {os.path.basename(mca)}")
     print(f"{'cpu':<16}{'FMAs/iter':>10}{'cycles/iter':>12}{'FLOP/cycle':>11}{'peak':>6}"
           f"{'% peak':>8}")
     for cpu in cpus:
@@ -158,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
             continue
         cyc = mca_cycles(body, cpu, mca)
         fl = loop_flops(body) / cyc
-        peak = PEAK_FLOPS_PER_CYCLE[cpu]
+        peak = PEAK_FLOPS_PER_CYCLE[cpu] // (2 if any(re.match(r"v\w+pd\s", x) for x in body
+                                                    if x.startswith(FMA_STEMS)) else 1)
         print(f"{cpu:<16}{sum(x.startswith(FMA_STEMS) for x in body):>10}{cyc:>12.2f}"
               f"{fl:>11.1f}{peak:>6}{fl / peak:>8.0%}")
-    if args.measure and w.flops:
+    if args.measure and w is not None and w.flops:
         from tensorlang.autotuner.measure import random_inputs
         from tensorlang.autotuner.timing import Stats
         from tensorlang.autotuner.workloads import free_sizes, input_shapes
