@@ -26,10 +26,11 @@ parallel).
 row that does not move with an outer loop (``A[j, k]``, the same for every ``i``) comes from
 memory again for each of them. Unroll-and-jam (Allen and Kennedy, "Optimizing Compilers for
 Modern Architectures", 2001, section 8.4.2; the register tile of Low et al.'s micro-kernel, one
-dimension of it): that outer loop is split by ``ROW_BLOCK``, its inner part moved inside the
-reduction loop and unrolled, so that each term of the shared row is loaded once for the
-block's cells, which the lowering pass ``reduce_update_cells`` then accumulates together in
-registers (``schedule/cell_reduction.py``). The order is the legality check's to allow; the
+dimension of it): that outer loop is split by ``jam_block`` (``ROW_BLOCK`` with 32 vector
+registers, fewer with 16), its inner part moved inside the reduction loop and unrolled, so
+that each term of the shared row is loaded once for the block's cells, which the lowering
+pass ``reduce_update_cells`` then accumulates together in registers
+(``schedule/cell_reduction.py``). The order is the legality check's to allow; the
 rule keeps it only where the lowered nest does accumulate the block in registers (a loop whose
 ``where`` ranges move with the blocked loop, trisolv's ``j < i``, cannot share its range).
 """
