@@ -41,11 +41,11 @@ def inlined_nodes(p: Pipeline, s: Schedule) -> int:
     """The largest expression, in nodes counted as a tree, of any Func that ``s`` does not
     inline, with every inlined Func it reads substituted (computed without building it)."""
     memo: dict[str, int] = {}
-    counts = _access_counts(p)
+    counts, nodes = _access_counts(p), _node_counts(p)
 
     def size(f: Func) -> int:
         if f.name not in memo:
-            total = _node_counts(p)[f.name]
+            total = nodes[f.name]
             for c in counts[f.name]:
                 for name, reads in c.items():
                     st = s.states.get(name)
@@ -121,6 +121,9 @@ def _access_counts(p: Pipeline) -> dict[str, list[Counter]]:
 
 
 def inline_pays(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> bool:
+    """Whether inlining ``f`` computes each of its points few enough times: at most
+    ``MAX_INLINE_RECOMPUTE``, or ``MAX_CHEAP_RECOMPUTE`` for an expression of at most
+    ``CHEAP_INLINE_NODES`` nodes (``inline_recompute``)."""
     times = inline_recompute(p, s, f, extents)
     nodes = sum(1 for _ in walk(f.definition.value))  # type: ignore[union-attr]
     return times <= MAX_INLINE_RECOMPUTE or (times <= MAX_CHEAP_RECOMPUTE

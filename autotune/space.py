@@ -144,7 +144,7 @@ from .rfactor_rules import (
     rfactor_update_chunks,
 )
 from .stream_rules import column_rows, column_rows_possible
-from .update_order import contiguous_innermost, jam, jam_rows
+from .update_order import contiguous_innermost, jam, jam_block, jam_rows
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -284,13 +284,15 @@ class SearchSpace:
 
     def _jam_loop(self, f: Func, number: int) -> str | None:
         """The loop ``update_order.jam_rows`` blocks in update ``number`` of ``f`` from the
-        default order, or None (decided once per update)."""
+        default order, with the rule-based schedule's block for the target, or None (decided
+        once per update)."""
         key = (f.name, number)
         if key not in self._jam:
             try:
                 self._jam[key] = jam_rows(Schedule(self.output), self.output, f, number,
                                           self.extents, lanes(f, self.target),
-                                          UPDATE_MIN_VECTORS)
+                                          UPDATE_MIN_VECTORS,
+                                          jam_block(cpu_model(self.target).vector_registers))
             except ScheduleError:
                 self._jam[key] = None
         return self._jam[key]
