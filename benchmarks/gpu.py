@@ -11,13 +11,15 @@ launches (inputs already on the GPU, ``CUDAKernel.benchmark``), against torch (c
 off, cuDNN, ``torch.softmax``) and, for softmax, a one-row-per-program Triton kernel when Triton is
 installed. Prints n, median and IQR, the GPU's name, and the ratio to the fastest peer; every
 kernel's result is checked against NumPy first. Without a usable GPU it says so and prints
-each kernel's PTX resources from ``ptxas`` (registers, shared memory), which need no GPU.
+each kernel's resources from ``ptxas`` (registers, bytes spilled, shared memory), which need
+no GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import sys
 import warnings
@@ -154,6 +156,21 @@ def summary(times: list[float]) -> str:
     return f"{med * 1e3:9.3f} ms  IQR {100 * (q[2] - q[0]) / med:4.0f}%  (n={len(times)})"
 
 
+def resources(report: str) -> list[str]:
+    """Per kernel of a ``ptxas -v`` report, in name order: registers, spilled bytes (stores),
+    shared memory bytes."""
+    out = {}
+    for block in report.split("Compiling entry function")[1:]:
+        name = re.search(r"'([^']+)'", block).group(1)
+        regs = re.search(r"Used (\d+) registers", block)
+        spill = re.search(r"(\d+) bytes spill stores", block)
+        smem = re.search(r"(\d+) bytes smem", block)
+        out[name] = (f"{name} {regs.group(1) if regs else '?'} regs"
+                     f"{f', {spill.group(1)} B spilled' if spill and spill.group(1) != '0' else ''}"
+                     f"{f', {smem.group(1)} B smem' if smem else ''}")
+    return [out[k] for k in sorted(out)]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=50)
@@ -171,9 +188,7 @@ def main() -> int:
                 f = W.BUILTIN[name].build()
                 for label, s in schedules(name, f).items():
                     report = ptxas(tl.compile(f, s, target="cuda:sm_90").ptx(), "sm_90")
-                    used = [ln.split(":", 1)[1].strip() for ln in report.splitlines()
-                            if "Used" in ln]
-                    print(f"  {case:8s} {label:14s} {'; '.join(used)}")
+                    print(f"  {case:8s} {label:14s} {'; '.join(resources(report))}")
         return 0
     info = dev.info
     print(f"GPU: {info.name} (sm_{info.capability[0]}{info.capability[1]}, driver "

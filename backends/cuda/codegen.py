@@ -176,8 +176,10 @@ class DeviceGen(CodeGen):
             gv.linkage = "internal"
             gv.initializer = ir.Constant(arr, ir.Undefined)
             gv.align = 16
-        first = self.builder.gep(gv, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
-        ptr = first if self.emulate else self.builder.addrspacecast(first, elem.as_pointer())
+        # addressed in the shared space itself (``float addrspace(3)*``), not through a generic
+        # pointer: LLVM then knows the array's alignment and merges a thread's consecutive
+        # loads into ``ld.shared.v4`` (through ``addrspacecast`` it sees neither)
+        ptr = self.builder.gep(gv, [ir.Constant(I64, 0), ir.Constant(I64, 0)], inbounds=True)
         self.scoped.setdefault(buf.name, []).append(buf)
         outer = self.ptrs.get(buf.name)
         self.ptrs[buf.name] = ptr

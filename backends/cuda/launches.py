@@ -60,6 +60,7 @@ from tensorlang.schedule.ir import (
 
 from .bounds import inline_lets, upper_bound
 from .private import AXES, thread_private
+from .specialize import specialize
 
 #: CUDA's limits on launch dimensions (compute capability 3.0 and later)
 MAX_THREADS_PER_BLOCK = 1024
@@ -150,6 +151,7 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset()) -> DeviceP
             region, below a buffer the block's threads would share, more than three of a kind,
             a block loop inside a thread loop); the message names the loop and the fix.
     """
+    lowered = specialize(lowered)
     launches: list[Launch] = []
     order = [b.name for b in (*lowered.inputs, *lowered.outputs)]
 

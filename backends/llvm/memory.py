@@ -22,6 +22,19 @@ HUGE_PAGE_BYTES = 2 << 20
 MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux
 
 
+def _space(ptr: ir.Value) -> int:
+    """The address space of pointer ``ptr`` (or of a vector of pointers): 0, or the GPU's
+    shared memory (3), whose accesses LLVM can only merge into vector loads when it sees the
+    address space (``backends/cuda/codegen.py``)."""
+    t = ptr.type.element if isinstance(ptr.type, ir.VectorType) else ptr.type
+    return t.addrspace
+
+
+def _pointer_to(t: ir.Type, like: ir.Value) -> ir.Type:
+    """A pointer to ``t`` in the address space of pointer ``like``."""
+    return t.as_pointer(_space(like))
+
+
 class MemoryGen:
     """The memory part of ``CodeGen``; a mixin (it uses ``CodeGen``'s state)."""
 
@@ -88,7 +101,7 @@ class MemoryGen:
             self._lane(0)
             ptr = self.address(e.buffer, e.indices)
             self._end_lane()
-            v = b.load(b.bitcast(ptr, ir.VectorType(mt, lanes).as_pointer()),
+            v = b.load(b.bitcast(ptr, _pointer_to(ir.VectorType(mt, lanes), ptr)),
                        align=e.dtype.itemsize)
         else:
             lanes = self.vec[1]  # type: ignore[index]
@@ -138,7 +151,7 @@ class MemoryGen:
             self._lane(0)
             ptr = self.address(s.buffer, s.indices)
             self._end_lane()
-            b.store(value, b.bitcast(ptr, value.type.as_pointer()), align=d.itemsize)
+            b.store(value, b.bitcast(ptr, _pointer_to(value.type, ptr)), align=d.itemsize)
         else:
             for lane in range(self.vec[1]):  # type: ignore[index]
                 self._lane(lane)
@@ -156,12 +169,13 @@ class MemoryGen:
         """The vector of each lane's element address (a gather's or scatter's)."""
         b = self.builder
         lanes = self.vec[1]  # type: ignore[index]
-        pt = ir.VectorType(elem.as_pointer(), lanes)
-        ptrs = ir.Constant(pt, ir.Undefined)
+        addrs = []
         for lane in range(lanes):
             self._lane(lane)
-            ptr = self.address(name, indices)
+            addrs.append(self.address(name, indices))
             self._end_lane()
+        ptrs = ir.Constant(ir.VectorType(addrs[0].type, lanes), ir.Undefined)
+        for lane, ptr in enumerate(addrs):
             ptrs = b.insert_element(ptrs, ptr, ir.Constant(I32, lane))
         return ptrs
 
@@ -175,13 +189,14 @@ class MemoryGen:
         zero = ir.Constant(vt, None)
         if pattern == "contiguous":
             self._lane(0)
-            ptr = b.bitcast(self.address(e.buffer, e.indices), vt.as_pointer())
+            addr = self.address(e.buffer, e.indices)
+            ptr = b.bitcast(addr, _pointer_to(vt, addr))
             self._end_lane()
-            fn = self.intrinsic(f"llvm.masked.load.{self._suffix(vt)}.p0", vt,
+            fn = self.intrinsic(f"llvm.masked.load.{self._suffix(vt)}.p{_space(ptr)}", vt,
                                 [ptr.type, I32, self.mask.type, vt])
             return b.call(fn, [ptr, align, self.mask, zero])
         ptrs = self._lane_pointers(e.buffer, e.indices, mt)
-        fn = self.intrinsic(f"llvm.masked.gather.{self._suffix(vt)}.v{lanes}p0", vt,
+        fn = self.intrinsic(f"llvm.masked.gather.{self._suffix(vt)}.v{lanes}p{_space(ptrs)}", vt,
                             [ptrs.type, I32, self.mask.type, vt])
         return b.call(fn, [ptrs, align, self.mask, zero])
 
@@ -192,14 +207,15 @@ class MemoryGen:
         align = ir.Constant(I32, itemsize)
         if pattern == "contiguous":
             self._lane(0)
-            ptr = b.bitcast(self.address(s.buffer, s.indices), vt.as_pointer())
+            addr = self.address(s.buffer, s.indices)
+            ptr = b.bitcast(addr, _pointer_to(vt, addr))
             self._end_lane()
-            fn = self.intrinsic(f"llvm.masked.store.{self._suffix(vt)}.p0", ir.VoidType(),
-                                [vt, ptr.type, I32, self.mask.type])
+            fn = self.intrinsic(f"llvm.masked.store.{self._suffix(vt)}.p{_space(ptr)}",
+                                ir.VoidType(), [vt, ptr.type, I32, self.mask.type])
             b.call(fn, [value, ptr, align, self.mask])
             return
         ptrs = self._lane_pointers(s.buffer, s.indices, vt.element)
-        fn = self.intrinsic(f"llvm.masked.scatter.{self._suffix(vt)}.v{vt.count}p0",
+        fn = self.intrinsic(f"llvm.masked.scatter.{self._suffix(vt)}.v{vt.count}p{_space(ptrs)}",
                             ir.VoidType(), [vt, ptrs.type, I32, self.mask.type])
         b.call(fn, [value, ptrs, align, self.mask])
 

@@ -76,10 +76,12 @@ def condition(e: Expr, rename: dict[str, str] | None = None) -> str:
 
 
 def quasi_affine(e: Expr, var_name: Callable[[str], str] = str,
-                 size_name: Callable[[str], str] = str) -> str:
+                 size_name: Callable[[str], str] = str,
+                 opaque: Callable[[Expr], str] | None = None) -> str:
     """``e`` as an isl quasi-affine expression: +, -, * by a constant, ``//`` and ``%`` by a
     positive constant (isl's ``floor`` and ``mod``), ``min`` and ``max`` (isl manual, "Affine
-    Expressions"); Vars and Sizes named through ``var_name`` / ``size_name``.
+    Expressions"); Vars and Sizes named through ``var_name`` / ``size_name``; ``opaque``, where
+    given, names an integer subexpression that is none of these (it may raise Unrepresentable).
 
     Raises:
         Unrepresentable: anything else (a product of two variables, a read of data).
@@ -107,6 +109,8 @@ def quasi_affine(e: Expr, var_name: Callable[[str], str] = str,
             if n.op in ("floordiv", "mod") and isinstance(b, Const) and int(b.value) > 0:
                 c = int(b.value)
                 return f"floor(({go(a)})/{c})" if n.op == "floordiv" else f"(({go(a)}) mod {c})"
+        if opaque is not None and n.dtype.is_int:
+            return opaque(n)
         raise Unrepresentable("{} is not quasi-affine", n)
 
     return go(e)
