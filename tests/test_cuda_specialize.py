@@ -15,7 +15,7 @@ from tensorlang.backends.cuda.ptx import find_ptxas, ptxas
 from tensorlang.backends.cuda.rules import gpu_schedule
 from tensorlang.backends.cuda.specialize import Context, decide
 from tensorlang.dtypes import int64
-from tensorlang.expr import BinOp, Cmp, Const, Size, Var
+from tensorlang.expr import BinOp, Cmp, Const, Size, Var, walk
 from tensorlang.schedule.ir import (GPU_KINDS, Block, For, ForKind, IfThenElse, LetStmt, Store,
                                     walk_stmts)
 from tensorlang.schedule.lower import lower
@@ -49,6 +49,14 @@ def _block_level_ifs(s) -> list[IfThenElse]:
 
     go(s)
     return out
+
+
+def _exprs(n):
+    """Every subexpression of statement ``n``'s own expressions."""
+    own = {For: lambda s: (s.min, s.extent), LetStmt: lambda s: (s.value,),
+           Store: lambda s: (*s.indices, s.value), IfThenElse: lambda s: (s.cond,)}
+    for root in own.get(type(n), lambda s: ())(n):
+        yield from walk(root)
 
 
 def test_a_condition_the_loops_imply_is_dropped_one_they_contradict_removes_its_branch():
@@ -135,6 +143,15 @@ def test_a_convolution_over_a_fused_block_loop_is_unswitched_on_its_channel_bloc
     fast = [n.then for n in walk_stmts(program.host) if isinstance(n, IfThenElse)
             and isinstance(n.then, Launch) and isinstance(n.otherwise, Launch)]
     assert fast and _block_level_ifs(fast[0].body) == []
+    # the staged input's tile extents (1 x 8 x 3 x 66) are constants in that kernel, so its
+    # copy, one fused loop spread over the threads, divides by constants only (LLVM multiplies)
+    lets = {n.var: n.value for n in walk_stmts(fast[0].body) if isinstance(n, LetStmt)}
+    threads = [n for n in walk_stmts(fast[0].body)
+               if isinstance(n, For) and n.kind is ForKind.GPU_THREAD]
+    divisors = [e.b for t in threads for n in walk_stmts(t) for e in _exprs(n)
+                if isinstance(e, BinOp) and e.op in ("floordiv", "mod")]
+    assert divisors and all(isinstance(d, Const) or isinstance(lets.get(getattr(d, "name", "")),
+                                                                Const) for d in divisors)
     rng = np.random.default_rng(2)
     for sizes in (dict(Nb=2, CI=8, H=3, W=64, CO=64), dict(Nb=1, CI=3, H=5, W=70, CO=65)):
         arrays = {k: rng.random(v, dtype=np.float32)

@@ -28,12 +28,13 @@ run the rewritten kernels against NumPy). isl manual, "Sets and Relations" (``is
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import islpy as isl
 
 from tensorlang.affine import const_value
-from tensorlang.expr import BinOp, Cmp, Const, Expr, Not, Size, Var, walk
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Not, Size, Var, map_children, walk
 from tensorlang.dtypes import DType
 from tensorlang.schedule.ir import (
     GPU_KINDS,
@@ -51,10 +52,11 @@ from tensorlang.schedule.ir import (
     walk_stmts,
 )
 from tensorlang.schedule.legality.isl_text import Unrepresentable, quasi_affine
+from tensorlang.schedule.simplify import simplify_expr
 
 #: the isl work one proof may take (isl's operation count): a condition whose proof would take
 #: more is kept, not decided
-MAX_OPERATIONS = 100000
+MAX_OPERATIONS = 30000
 _ISL = isl.Context()
 _ISL.set_max_operations(MAX_OPERATIONS)
 
@@ -174,12 +176,18 @@ class Context:
                      frozenset({key, f"v:{n.a.name}"}) | hi.names)
 
     def implies(self, fact: _Fact) -> bool:
-        """Whether ``fact`` holds wherever the context does (False where isl cannot tell)."""
+        """Whether ``fact`` holds wherever the context does (False where isl cannot tell).
+        Asked first of the bindings of the names involved alone, then, if that does not prove
+        it, with the branch conditions too (most proofs need none, and a version's condition
+        can be long)."""
+        return self._implies(fact, ()) or bool(self.given) and self._implies(fact, self.given)
+
+    def _implies(self, fact: _Fact, given: tuple[_Fact, ...]) -> bool:
         bound = dict(self.bound)
         bound.update(fact.atoms)
         names = set(fact.names)
-        used: list[_Fact] = list(self.given)  # (few: one per enclosing branch)
-        for g in self.given:
+        used: list[_Fact] = list(given)
+        for g in given:
             names |= g.names
         todo = list(names)
         while todo:  # the bindings of the names involved, transitively
@@ -191,11 +199,33 @@ class Context:
         ids = sorted(_ident(n) for n in names)
         sizes = [f"{_ident(n)} >= 0" for n in sorted(names) if n.startswith("s:")]
         body = " and ".join([*(f"({u.text})" for u in used), *sizes, f"not ({fact.text})"])
-        _ISL.reset_operations()
-        try:
-            return isl.Set(f"[{', '.join(ids)}] -> {{ [] : {body} }}", context=_ISL).is_empty()
-        except isl.Error:  # (past MAX_OPERATIONS too: not proven)
-            return False
+        return _empty(f"[{', '.join(ids)}] -> {{ [] : {body} }}")
+
+    def fold(self, e: Expr) -> Expr:
+        """``e`` as a constant where deciding its integer ``min`` / ``max`` makes it one (a
+        tile's extent ``min(64 x + 63, N - 1) - 64 x + 1`` inside the launch over whole tiles:
+        64), else ``e`` unchanged (its ``min``s are the bounds ``launches.plan`` sizes a block
+        by)."""
+        def go(n: Expr) -> Expr:
+            n = map_children(n, go)
+            if not (isinstance(n, BinOp) and n.op in ("min", "max") and n.dtype.is_int):
+                return n
+            try:
+                a, b = self.expr(n.a), self.expr(n.b)
+            except Unrepresentable:
+                return n
+            names, atoms = a.names | b.names, a.atoms + b.atoms
+            if self.implies(_Fact(f"{a.text} <= {b.text}", names, atoms)):
+                return n.a if n.op == "min" else n.b
+            if self.implies(_Fact(f"{b.text} <= {a.text}", names, atoms)):
+                return n.b if n.op == "min" else n.a
+            return n
+
+        out = go(e)
+        if out is e:
+            return e
+        out = simplify_expr(out)
+        return out if isinstance(out, Const) else e
 
     def cond(self, c: Expr) -> _Fact | None:
         """Condition ``c`` as an isl constraint (None: isl cannot state it)."""
@@ -216,6 +246,17 @@ class Context:
         if isinstance(c, Const) and c.dtype is DType.bool_:
             return _Fact("0 = 0" if c.value else "0 = 1", frozenset())
         raise Unrepresentable("{} is not a quasi-affine condition", c)
+
+
+@functools.lru_cache(maxsize=4096)
+def _empty(text: str) -> bool:
+    """Whether the isl set ``text`` is empty (False where isl gives up). Cached: the versions
+    of a nest repeat the same tile extents, so the same questions."""
+    _ISL.reset_operations()
+    try:
+        return isl.Set(text, context=_ISL).is_empty()
+    except isl.Error:  # (past MAX_OPERATIONS too: not proven)
+        return False
 
 
 def _ident(name: str) -> str:
@@ -244,6 +285,10 @@ def decide(s: Stmt, ctx: Context) -> Stmt:
     thread loops are left (a thread's place in a partial tile, which decides them, varies)."""
     if isinstance(s, For) and s.kind is ForKind.GPU_THREAD:
         return s  # (a thread's guards: its place in a partial tile; their proofs cost the most)
+    if isinstance(s, LetStmt):
+        s = dataclasses.replace(s, value=ctx.fold(s.value))
+    elif isinstance(s, For):
+        s = dataclasses.replace(s, min=ctx.fold(s.min), extent=ctx.fold(s.extent))
     if isinstance(s, (For, LetStmt)):
         inner = ctx.bind(s)
         return map_stmt(s, lambda c: decide(c, inner), lambda e: e)
