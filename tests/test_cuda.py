@@ -786,6 +786,13 @@ def test_the_rule_based_gpu_gemm_stages_its_operands_and_keeps_register_tiles():
     text = gpu_schedule(f).to_python()
     assert "cache_write('C', 'j.o', scope='local')" in text
     assert text.count("scope='shared'") == 2 and "split('k', 16)" in text
+    # A's tile is staged transposed (k-major), so a thread's 4 rows of one k are adjacent (one
+    # ld.shared.v4, as B's 4 columns are); B keeps its order; a convolution's weights likewise
+    # put the output channel last
+    assert "cache_read('A', s[\"C_local\"], 'k.o', layout=(1, 0)" in text
+    assert "cache_read('B', s[\"C_local\"], 'k.o', scope='shared')" in text
+    conv = gpu_schedule(W.BUILTIN["conv2d"].build()).to_python()
+    assert "cache_read('Wt', s[\"O_local\"], 'ci.o', layout=(1, 2, 3, 0)" in conv
     assert "cache_write" not in gpu_schedule(W.BUILTIN["softmax"].build()).to_python()
     kern = emulate(f, gpu_schedule(f))
     for sizes in (dict(M=1, N=1, K=1), dict(M=70, N=37, K=19)):

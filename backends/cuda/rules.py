@@ -310,10 +310,19 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
             except ScheduleError:  # not of constant extent: kept a loop
                 pass
     for tensor in s.view.reads(name):
-        c = s.cache_read(tensor, h, ko, scope="shared")
+        layout = _tile_layout(s, name, tensor, y, x) if regs > 1 else None
+        try:
+            c = s.cache_read(tensor, h, ko, scope="shared", layout=layout)
+        except ScheduleError:  # (a read through a boundary condition keeps its order)
+            layout = None
+            c = s.cache_read(tensor, h, ko, scope="shared")
         # the block's ty x tx threads copy the tile, each a strided share of it: its loops
-        # fused into one, consecutive elements on consecutive threads
+        # fused into one, consecutive elements on consecutive threads (in the tensor's order:
+        # a transposed tile is read row by row, coalesced, and written down its columns)
         loops = list(c.loops)
+        if layout is not None:
+            loops = [loops[layout.index(d)] for d in range(len(layout))]
+            c.reorder(*loops)
         fused = loops[0]
         for lp in loops[1:]:
             fused = c.fuse(fused, lp)
@@ -321,6 +330,25 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
         fo, ri = c.split(fo, ty)
         c.reorder(ri, qi, fo)
         c.gpu_threads(ri, qi)
+
+
+def _tile_layout(s: Schedule, name: str, tensor: str, y: str, x: str
+                 ) -> tuple[int, ...] | None:
+    """The order to stage ``tensor``'s tile in so that a thread's register tile reads it
+    ``regs`` elements at a time: where its last index does not follow ``x`` but one of its
+    dimensions follows ``y`` (``A[i, k]`` of a GEMM, a convolution's ``Wt[co, ci, ry, rx]``),
+    that dimension last (``A_shared[k, i]``), as CUTLASS stores A's tile; None: as it is
+    (``B[k, j]``), or ``tensor`` is read more than once."""
+    reads = [a for a in accesses(s.view.definition(name).value) if a.name == tensor]
+    if len(reads) != 1:
+        return None
+    dims = [{v.name for v in free_vars(e)} for e in reads[0].indices]
+    if len(dims) < 2 or x in dims[-1] or y in dims[-1]:
+        return None
+    along = [d for d, names in enumerate(dims) if y in names and x not in names]
+    if len(along) != 1:
+        return None
+    return tuple(d for d in range(len(dims)) if d != along[0]) + (along[0],)
 
 
 def _map_blocks(h, outer: Sequence[str], yo, xo) -> None:
