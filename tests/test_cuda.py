@@ -27,6 +27,7 @@ from tensorlang.backends.cuda.ptx import find_ptxas, ptxas
 from tensorlang.backends.cuda.rules import gpu_schedule
 from tensorlang.errors import CompileError, DeviceError, IllegalScheduleError, ShapeError
 from tensorlang.schedule.lower import lower
+from tensorlang.schedule.ir import Store, walk_stmts
 
 HAS_PTXAS = find_ptxas() is not None
 HAS_GPU = visible_capability() is not None
@@ -852,30 +853,73 @@ def test_a_convolution_is_an_implicit_gemm_on_the_gpu():
         assert len(frames) == len(launches) and set(frames) == {("0", "0")}
 
 
+def _row_sums() -> tl.Func:
+    R, S = tl.sizes("R S")
+    X = tl.Input("X", (R, S), tl.float32)
+    i, k = tl.vars("i k")
+    rs = tl.Func("rs")
+    rs[i] = X[i, k]
+    return rs
+
+
 def test_a_row_reduction_is_a_block_per_row_on_the_gpu():
-    # rule 4 of rules.py: softmax's max and sum each a block of 256 threads per row (rfactor:
-    # each thread a strided, coalesced share; the block combines 256 partials in shared
-    # memory); its exp(X - mx) inlined (read once per iteration by each consumer); where the
+    # rule 4 of rules.py: a row sum a block of 256 threads per row (rfactor: each thread a
+    # strided, coalesced share; the block combines 256 partials in shared memory); where the
     # sizes say rows are shorter than the block, a thread per row as before
     from tensorlang.backends.cuda.private import private_buffers
 
-    f = W.BUILTIN["softmax"].build()
+    f = _row_sums()
     s = gpu_schedule(f)
     text = s.to_python()
-    assert "s.rfactor('mx', 'k.i')" in text and "s.rfactor('sm', 'k.i')" in text
-    assert 's["e"].compute_inline()' in text and 's["mx"].gpu_blocks(\'i\')' in text
+    assert "s.rfactor('rs', 'k.i')" in text and 's["rs"].gpu_blocks(\'i\')' in text
     launches = plan(lower(f, s), private_buffers(s)).launches
-    assert sorted(lc.shared.get(b, 0) for lc in launches for b in ("mx_rf", "sm_rf")
-                  if b in lc.shared) == [256, 256]
+    assert {lc.shared.get("rs_rf") for lc in launches} == {256}
     kern = emulate(f, s)
-    for sizes in (dict(R=1, S=1), dict(R=3, S=601), dict(R=2, S=256)):
-        a = _arrays(f, sizes, 8)
-        np.testing.assert_allclose(kern(**a), W.BUILTIN["softmax"].numpy(a)(), rtol=2e-5,
-                                   atol=1e-6)
+    for r, n in ((1, 1), (3, 601), (2, 256)):
+        x = np.random.default_rng(8).random((r, n), dtype=np.float32)
+        np.testing.assert_allclose(kern(X=x), x.sum(axis=1), rtol=2e-5)
     assert "rfactor" not in gpu_schedule(f, sizes=dict(R=4096, S=100)).to_python()
     assert "rfactor" in gpu_schedule(f, sizes=dict(R=8, S=8192)).to_python()
     if HAS_PTXAS:
         assert "1024 bytes smem" in ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_rows_normalised_by_their_reductions_are_one_kernel_a_block_per_row(name):
+    # rule 5: softmax's max and sum (layernorm's mean and variance) computed, as rule 4 would,
+    # inside the output's kernel at its block loop (a row per block), so that one kernel reads
+    # each row (three passes, the later ones from the cache) instead of three kernels reading
+    # the whole matrix each; its exp(X - mx) inlined; short rows keep a thread per row
+    from tensorlang.backends.cuda.private import private_buffers
+
+    f = W.BUILTIN[name].build()
+    s = gpu_schedule(f)
+    rows = ("mx", "sm") if name == "softmax" else ("mean", "var")
+    text = s.to_python()
+    for r in rows:
+        assert f"s[\"{r}\"].compute_at(s[\"{name}\"], 'i')" in text
+        assert f"s[\"{r}_rf\"].compute_at(s[\"{name}\"], 'i')" in text
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    # every kernel (one per version of the column tiles) computes the output and its rows
+    for lc in launches:
+        assert lc.cooperative and {f"{r}_rf" for r in rows} <= set(lc.shared)
+        assert any(isinstance(n, Store) and n.buffer == name for n in walk_stmts(lc.body))
+    kern = emulate(f, s)
+    for sizes in (dict(R=1, S=1), dict(R=3, S=601), dict(R=2, S=256)):
+        a = _arrays(f, {**SHAPES[name], **sizes}, 8)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN[name].numpy(a)(), rtol=2e-5, atol=1e-5)
+    assert "compute_at" not in gpu_schedule(f, sizes=dict(R=4096, S=100)).to_python()
+    assert "compute_at" in gpu_schedule(f, sizes=dict(R=8, S=8192)).to_python()
+
+    # the search space holds the fused kernel as its "<out>.rows" choice
+    class Fused:  # an Optuna trial choosing "fused" there and the first option elsewhere
+        def suggest_categorical(self, param, options):
+            return "fused" if param.endswith(".rows") else options[0]
+
+    from tensorlang.backends.cuda.space import GPUSearchSpace
+
+    point = GPUSearchSpace(f, SHAPES[name]).sample(Fused())
+    assert point.to_python() == text
 
 
 def test_a_pointwise_func_is_inlined_on_the_gpu_where_each_consumer_reads_it_once():

@@ -33,7 +33,16 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    threads, consecutive elements: coalesced), the block's partial results combined in shared
    memory (the CUDA samples' ``reduction``; TVM's cross-thread reduction). Where the sizes are
    known, only rows of at least ``ROW_THREADS`` elements.
-5. A step that ``tl.check`` refuses (a pure loop of an update that carries a dependence) is not
+5. An output whose rows are normalised by row reductions (softmax's ``e[i, j] / sm[i]``, a
+   layer norm's ``(X[i, j] - mean[i]) / sqrt(var[i])``: every other Func a rule-4 reduction
+   read at its consumer's row ``i``, or pointwise) is one kernel (``row_normalization``): a
+   block per row, its columns split over ``ROW_THREADS`` threads, and each row reduction
+   computed at that block loop as rule 4 computes it (the threads' strided partial results,
+   then the block's), so that the row is read from GPU memory once and from the cache by the
+   next passes, where three kernels (the max, the sum, the output) read it three times: the
+   fused softmax of Milakov and Gimelshein ("Online normalizer calculation for softmax",
+   2018) and of Triton's tutorial, without the online rescaling.
+6. A step that ``tl.check`` refuses (a pure loop of an update that carries a dependence) is not
    taken; a stage with no mappable loop runs in one thread.
 
 See also: Halide's ``gpu_tile`` schedules in ``apps/``; Anderson et al., "Efficient automatic
@@ -90,9 +99,21 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
     ranges = None
     if sizes is not None:
         ranges = p.bind(p.input_shapes(sizes), sizes).ranges
+    placed: set[str] = set()  # stages rule 5 computed inside their consumer's kernel
     for f in reversed(p.funcs):
         d = f.definition
         assert d is not None
+        if f.name in placed or s.states[f.name].compute.kind == "inline":
+            continue
+        if p.is_output(f) and not f.updates:
+            rows = normalized_rows(s, f.name)
+            if rows and (ranges is None or all(ranges.get(r, {}).get(
+                    s.states[r].rvars[0], (0, ROW_THREADS))[1] >= ROW_THREADS for r in rows)):
+                t = _try(s, lambda t, f=f, rows=rows: row_normalization(t, f.name, rows))
+                if t is not s:
+                    s = t
+                    placed.update(rows)
+                    continue
         if not p.is_output(f) and d.reduce_op is None and not f.updates \
                 and (len(accesses(d.value)) <= 1 or pointwise_once(s, f.name)):
             t = _try(s, lambda t, f=f: t[f].compute_inline())
@@ -171,6 +192,58 @@ def row_reduction(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
     rf.compute_at(h, i)
     pure = [lp for lp in s.states[rf.func].loops if not s.states[rf.func].is_reduction_loop(lp)]
     rf.gpu_threads(pure[-1])
+
+
+def normalized_rows(s: Schedule, name: str) -> list[str]:
+    """The row reductions that output ``name`` normalises its rows by (rule 5), in pipeline
+    order; empty where the rule does not apply: ``name`` is an untransformed root stage with
+    two pure loops and no reduction, and every other Func is either ``row_like`` and read only
+    at its consumer's first index (the row), or pure and pointwise."""
+    st = s.states[name]
+    if st.compute.kind != "root" or st.update is not None or st.rvars or len(st.pure) != 2:
+        return []
+    view = s.view
+    rows = [g.name for g in view.pipeline.funcs if g.name != name and row_like(s, g.name)]
+    if not rows:
+        return []
+    for g in view.pipeline.funcs:
+        d = view.definition(g.name)
+        if g.name != name and g.name not in rows and (d.rvars or g.updates):
+            return []
+        for a in accesses(d.value):
+            if a.name in rows and not (d.args and len(a.indices) == 1
+                                       and a.indices[0].same_as(d.args[0])):
+                return []
+    return rows
+
+
+def row_normalization(s: Schedule, name: str, rows: list[str],
+                      threads: int = ROW_THREADS) -> None:
+    """Rule 5 on output ``name`` and its row reductions ``rows``, in place: the pointwise Funcs
+    inlined, a block per row ``i``, the columns split by ``threads`` onto the block's threads,
+    each row reduction (and its factored-out partial results, as in ``row_reduction``)
+    computed at ``i``.
+
+    Raises:
+        ScheduleError: a primitive does not apply (the caller keeps the schedule as it was).
+    """
+    for g in s.view.pipeline.funcs:  # the pointwise Funcs between (softmax's e): inlined
+        if g.name != name and g.name not in rows:
+            s[g.name].compute_inline()
+    h = s[name]
+    i, j = s.states[name].pure
+    _, ji = h.split(j, threads)
+    h.gpu_blocks(i)
+    h.gpu_threads(ji)
+    for r in rows:
+        (k,) = s.states[r].rvars
+        _, ki = s[r].split(k, threads)
+        rf = s.rfactor(r, ki)
+        s[r].compute_at(h, i)
+        rf.compute_at(h, i)
+        pure = [lp for lp in s.states[rf.func].loops
+                if not s.states[rf.func].is_reduction_loop(lp)]
+        rf.gpu_threads(pure[-1])
 
 
 def _staged(s: Schedule, name: str, regs: int, kblock: int) -> Schedule:

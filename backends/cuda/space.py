@@ -24,7 +24,11 @@ back to the inputs:
 - ``<f>.reduce``: for a root reduction over one loop of rows (``rules.row_like``), ``thread``
   (each thread one output, as above) or ``block`` (a block of ``rules.ROW_THREADS`` threads per
   output, the reduction factored onto them: ``rules.row_reduction``);
-- ``<f>.unroll``: unroll the innermost reduction loop (inner part of the split) or not.
+- ``<f>.unroll``: unroll the innermost reduction loop (inner part of the split) or not;
+- ``<out>.rows``: for an output whose rows are normalised by row reductions (softmax, a layer
+  norm: ``rules.normalized_rows``), ``kernels`` (the choices above for each Func) or ``fused``
+  (one kernel, a block per row, the reductions computed at its block loop:
+  ``rules.row_normalization``).
 
 Every point is a schedule ``tl.check`` then proves or refutes (a refuted one is pruned by the
 tuner), that runs on every shape (GuardWithIf tails), and that the emulator checks against NumPy
@@ -44,8 +48,9 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.view import AlgorithmView
 
-from .rules import (TILE_1D, TILE_2D, launchable, map_pure_loops, reduction_axes,
-                    row_like, row_reduction, staged_reduction, tile_spec)
+from .rules import (TILE_1D, TILE_2D, launchable, map_pure_loops, normalized_rows,
+                    reduction_axes, row_like, row_normalization, row_reduction,
+                    staged_reduction, tile_spec)
 
 TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1x256",
             "16x32", "32x32", "8x8")
@@ -75,9 +80,18 @@ class GPUSearchSpace:
     def sample(self, trial: Any) -> Schedule:
         p = self.pipeline
         s = Schedule(self.output)
+        placed: set[str] = set()  # placed by the output's "rows" choice (rule 5)
         for f in reversed(p.funcs):
             d = f.definition
             assert d is not None
+            if f.name in placed:
+                continue
+            rows = normalized_rows(s, f.name) if p.is_output(f) and not f.updates else []
+            if rows and trial.suggest_categorical(f"{f.name}.rows",
+                                                  ("kernels", "fused")) == "fused" \
+                    and _try(s, lambda t, f=f, rows=rows: row_normalization(t, f.name, rows)):
+                placed.update(g.name for g in p.funcs if g is not f)
+                continue
             readers = s.view.readers(f.name)
             if not p.is_output(f) and d.reduce_op is None and not f.updates:
                 # the same choices in every trial (Optuna's categorical parameters are fixed):
