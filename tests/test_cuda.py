@@ -801,6 +801,26 @@ def test_the_rule_based_gpu_gemm_stages_its_operands_and_keeps_register_tiles():
         np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
 
 
+def test_the_gpu_gemm_register_tile_shrinks_where_the_sizes_give_too_few_blocks():
+    # rule 3 at known sizes: 4 x 4 outputs a thread (64 x 64 a block) where that leaves at
+    # least GEMM_MIN_BLOCKS blocks, else 2 x 2 or 1 x 1; symbolic sizes keep 4 x 4
+    from tensorlang.backends.cuda.rules import GEMM_MIN_BLOCKS
+
+    f = W.BUILTIN["matmul"].build()
+
+    def tile(**sizes):
+        text = gpu_schedule(f, sizes=sizes or None).to_python()
+        return re.search(r"tile\('i', 'j', (\d+), (\d+)\)", text).groups()
+
+    assert tile() == tile(M=4096, N=4096, K=4096) == ("64", "64")
+    assert tile(M=512, N=512, K=512) == ("32", "32")  # 64 blocks of 64 x 64, 256 of 32 x 32
+    assert tile(M=256, N=256, K=7) == ("16", "16")
+    assert (4096 // 64) ** 2 >= GEMM_MIN_BLOCKS > (512 // 64) ** 2
+    s = gpu_schedule(f, sizes=dict(M=200, N=300, K=37))
+    a = _arrays(f, dict(M=200, N=300, K=37), 5)
+    np.testing.assert_allclose(emulate(f, s)(**a), a["A"] @ a["B"], rtol=1e-5)
+
+
 #: PolyBench kernels of every kind: GEMM-like (doitgen, batched: staged by rule 3), triangular
 #: reductions, in-place updates, a stencil with time loops, dynamic programming, row reductions
 #: (gemver: rule 4)
@@ -864,8 +884,9 @@ def _row_sums() -> tl.Func:
 
 def test_a_row_reduction_is_a_block_per_row_on_the_gpu():
     # rule 4 of rules.py: a row sum a block of 256 threads per row (rfactor: each thread a
-    # strided, coalesced share; the block combines 256 partials in shared memory); where the
-    # sizes say rows are shorter than the block, a thread per row as before
+    # strided, coalesced share; 16 threads combine the 256 partials in shared memory, then one
+    # thread their 16: rfactor again); where the sizes say rows are shorter than the block, a
+    # thread per row as before
     from tensorlang.backends.cuda.private import private_buffers
 
     f = _row_sums()
@@ -873,7 +894,7 @@ def test_a_row_reduction_is_a_block_per_row_on_the_gpu():
     text = s.to_python()
     assert "s.rfactor('rs', 'k.i')" in text and 's["rs"].gpu_blocks(\'i\')' in text
     launches = plan(lower(f, s), private_buffers(s)).launches
-    assert {lc.shared.get("rs_rf") for lc in launches} == {256}
+    assert {(lc.shared.get("rs_rf"), lc.shared.get("rs_rf2")) for lc in launches} == {(256, 16)}
     kern = emulate(f, s)
     for r, n in ((1, 1), (3, 601), (2, 256)):
         x = np.random.default_rng(8).random((r, n), dtype=np.float32)
@@ -881,7 +902,7 @@ def test_a_row_reduction_is_a_block_per_row_on_the_gpu():
     assert "rfactor" not in gpu_schedule(f, sizes=dict(R=4096, S=100)).to_python()
     assert "rfactor" in gpu_schedule(f, sizes=dict(R=8, S=8192)).to_python()
     if HAS_PTXAS:
-        assert "1024 bytes smem" in ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+        assert "1088 bytes smem" in ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
 
 
 @pytest.mark.parametrize("name", ["softmax", "layernorm"])
@@ -902,7 +923,8 @@ def test_rows_normalised_by_their_reductions_are_one_kernel_a_block_per_row(name
     launches = plan(lower(f, s), private_buffers(s)).launches
     # every kernel (one per version of the column tiles) computes the output and its rows
     for lc in launches:
-        assert lc.cooperative and {f"{r}_rf" for r in rows} <= set(lc.shared)
+        assert lc.cooperative and {f"{r}_rf{n}" for r in rows for n in ("", "2")} \
+            <= set(lc.shared)
         assert any(isinstance(n, Store) and n.buffer == name for n in walk_stmts(lc.body))
     kern = emulate(f, s)
     for sizes in (dict(R=1, S=1), dict(R=3, S=601), dict(R=2, S=256)):

@@ -24,14 +24,16 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    blocks of ``GEMM_KBLOCK`` (halved until the staged tiles fit a block's shared memory: a
    convolution's hold its window) whose tiles of the operands the threads stage in shared
    memory, each thread's outputs kept in its registers across them (``cache_write(...,
-   scope="local")``). The sizes are the field's usual starting point, not measured on a GPU
-   here.
+   scope="local")``); where the sizes are known, a smaller register tile (2 x 2, 1 x 1) where
+   4 x 4 would leave fewer than ``GEMM_MIN_BLOCKS`` blocks (``gemm_regs``). The sizes are the
+   field's usual starting point, not measured on a GPU here.
 4. A root reduction over one loop of the rows of its operand (one pure loop ``i``, the
    reduction loop ``k`` their last, contiguous index: softmax's max and sum, a mean) gets a
    block of ``ROW_THREADS`` threads per output (``row_reduction``): ``k`` split by it and
    factored out (``rfactor``) so that each thread reduces a strided share (consecutive
    threads, consecutive elements: coalesced), the block's partial results combined in shared
-   memory (the CUDA samples' ``reduction``; TVM's cross-thread reduction). Where the sizes are
+   memory by ``ROW_TREE`` threads, then one (``rfactor`` again: a two-level tree; the CUDA
+   samples' ``reduction``; TVM's cross-thread reduction). Where the sizes are
    known, only rows of at least ``ROW_THREADS`` elements.
 5. An output whose rows are normalised by row reductions (softmax's ``e[i, j] / sm[i]``, a
    layer norm's ``(X[i, j] - mean[i]) / sqrt(var[i])``: every other Func a rule-4 reduction
@@ -71,8 +73,13 @@ TILE_1D = 256
 GEMM_THREADS = (16, 16)
 GEMM_REGS = 4
 GEMM_KBLOCK = 16
-#: rule 4: the threads of a block that reduce one row
+#: rule 3 at known sizes: the fewest blocks its register tile may leave (an H100's 132
+#: multiprocessors, one block each); a smaller tile where the sizes give fewer
+GEMM_MIN_BLOCKS = 132
+#: rule 4: the threads of a block that reduce one row, and those that combine their partial
+#: results (then one thread theirs)
 ROW_THREADS = 256
+ROW_TREE = 16
 
 
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
@@ -121,7 +128,8 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
                 s = t
                 continue
         if not f.updates and reduction_axes(s, f.name) is not None:
-            t = _staged(s, f.name, regs, kblock)
+            r = regs if ranges is None else gemm_regs(s, f.name, ranges.get(f.name, {}), regs)
+            t = _staged(s, f.name, r, kblock)
             if t is not s:
                 s = t
                 continue
@@ -190,8 +198,26 @@ def row_reduction(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
     rf = s.rfactor(name, ki)
     h.gpu_blocks(i)
     rf.compute_at(h, i)
-    pure = [lp for lp in s.states[rf.func].loops if not s.states[rf.func].is_reduction_loop(lp)]
-    rf.gpu_threads(pure[-1])
+    _thread_loop(s, rf)
+    _tree(s, name, h, i)
+
+
+def _thread_loop(s: Schedule, stage) -> None:
+    """Map the innermost pure loop of ``stage`` (a factored-out reduction) to threads."""
+    st = s.states[stage.func]
+    stage.gpu_threads([lp for lp in st.loops if not st.is_reduction_loop(lp)][-1])
+
+
+def _tree(s: Schedule, name: str, host, loop: str) -> None:
+    """The reduction left in ``name`` (over the block's ``ROW_THREADS`` partial results)
+    factored once more, onto ``ROW_TREE`` threads computed at ``host``'s ``loop``: each
+    combines ``ROW_THREADS / ROW_TREE`` of the partial results, one thread the ``ROW_TREE``
+    results (32 steps on the block's critical path where one thread took 256)."""
+    (r,) = s.states[name].rvars
+    _, ri = s[name].split(r, ROW_TREE)
+    rf = s.rfactor(name, ri)
+    rf.compute_at(host, loop)
+    _thread_loop(s, rf)
 
 
 def normalized_rows(s: Schedule, name: str) -> list[str]:
@@ -241,9 +267,31 @@ def row_normalization(s: Schedule, name: str, rows: list[str],
         rf = s.rfactor(r, ki)
         s[r].compute_at(h, i)
         rf.compute_at(h, i)
-        pure = [lp for lp in s.states[rf.func].loops
-                if not s.states[rf.func].is_reduction_loop(lp)]
-        rf.gpu_threads(pure[-1])
+        _thread_loop(s, rf)
+        _tree(s, r, h, i)
+
+
+def gemm_regs(s: Schedule, name: str, extents: dict[str, tuple[int, int]], regs: int) -> int:
+    """Rule 3's register tile at known sizes: the largest of ``regs``, a half, a quarter ...
+    whose blocks (``GEMM_THREADS`` threads of ``regs x regs`` outputs) number at least
+    ``GEMM_MIN_BLOCKS``, else 1: a 256 x 256 GEMM in 64 x 64 tiles would be 16 blocks, a
+    tenth of an H100's multiprocessors. ``extents``: the stage's loops' (min, extent)."""
+    axes = reduction_axes(s, name)
+    if axes is None:
+        return regs
+    outer, y, x, _ = axes
+    if not all(v in extents for v in (*outer, y, x)):
+        return regs
+    batch = 1
+    for v in outer:
+        batch *= max(extents[v][1], 1)
+    r = regs
+    while r > 1:
+        ty, tx = GEMM_THREADS[0] * r, GEMM_THREADS[1] * r
+        if batch * -(-extents[y][1] // ty) * -(-extents[x][1] // tx) >= GEMM_MIN_BLOCKS:
+            break
+        r //= 2
+    return r
 
 
 def _staged(s: Schedule, name: str, regs: int, kblock: int) -> Schedule:
