@@ -873,6 +873,23 @@ def test_a_convolution_is_an_implicit_gemm_on_the_gpu():
         assert len(frames) == len(launches) and set(frames) == {("0", "0")}
 
 
+def test_a_stencil_producer_is_staged_in_its_consumers_block():
+    # rule 2: the blur's first pass (three reads: not inlined) is computed per block of the
+    # second, its tile and halo in shared memory, so no kernel writes it to GPU memory
+    from tensorlang.backends.cuda.private import private_buffers
+
+    f = W.BUILTIN["blur"].build()
+    s = gpu_schedule(f)
+    assert 's["bx"].compute_at(s["out"], \'x.o\')' in s.to_python()
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    assert launches and all(lc.cooperative and lc.shared.get("bx") == 10 * 32
+                            for lc in launches)  # (8 + 2) x 32: the 8 x 32 tile's rows, halo
+    kern = emulate(f, s)
+    for h, w in ((3, 3), (11, 45), (17, 64)):
+        a = _arrays(f, dict(H=h, W=w), 4)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN["blur"].numpy(a)(), rtol=1e-5)
+
+
 def _row_sums() -> tl.Func:
     R, S = tl.sizes("R S")
     X = tl.Input("X", (R, S), tl.float32)

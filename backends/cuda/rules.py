@@ -9,7 +9,12 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    array where every consumer reads it once per iteration of its loops (softmax's
    ``exp(X[i, k] - mx[i])``: ``pointwise_once``), is inlined: recomputing it costs less than a
    round trip through GPU memory.
-2. Every other stage is computed at root and its pure loops are mapped to the GPU: the two
+2. A pure Func other than an output that one stage reads, which rule 1 does not inline (a
+   stencil's first pass: a blur's ``bx``), is computed at that stage's innermost block loop:
+   the tile a block reads, halo included, staged in shared memory by the block's threads
+   (``stage_in_block``: Halide's ``compute_at(consumer, xo).gpu_threads(x, y)`` of its GPU
+   blur), where it fits and has a constant size; so it never goes through GPU memory.
+   Every other stage is computed at root and its pure loops are mapped to the GPU: the two
    innermost ``y, x`` by ``gpu_tile(y, x, 8, 32)`` (blocks of 256 threads; 32 consecutive ``x``
    in a warp, so a row-major store is coalesced), any pure loops outside them fused into one
    loop mapped to ``blockIdx.z``; a stage with one pure loop by ``gpu_tile(x, 256)``. Reduction
@@ -59,6 +64,7 @@ from tensorlang.errors import CompileError, ScheduleError
 from tensorlang.expr import Expr, accesses, free_vars
 from tensorlang.func import Func, stage_id
 from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule
 
@@ -124,6 +130,13 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
         if not p.is_output(f) and d.reduce_op is None and not f.updates \
                 and (len(accesses(d.value)) <= 1 or pointwise_once(s, f.name)):
             t = _try(s, lambda t, f=f: t[f].compute_inline())
+            if t is not s:
+                s = t
+                continue
+        readers = s.view.readers(f.name)
+        if not p.is_output(f) and d.reduce_op is None and not f.updates \
+                and len(readers) == 1 and block_loop(s, readers[0]) is not None:
+            t = _try(s, lambda t, f=f, r=readers[0]: stage_in_block(t, f.name, r))
             if t is not s:
                 s = t
                 continue
@@ -317,6 +330,31 @@ def launchable(s: Schedule) -> bool:
     except CompileError:
         return False
     return True
+
+
+def block_loop(s: Schedule, consumer: str) -> str | None:
+    """The innermost gpu_blocks loop of ``consumer`` once mapped (None: not mapped yet)."""
+    st = s.states[consumer]
+    blocks = [lp for lp in st.loops if st.kinds.get(lp) is ForKind.GPU_BLOCK]
+    return blocks[-1] if blocks else None
+
+
+def stage_in_block(s: Schedule, name: str, consumer: str) -> None:
+    """Compute ``name`` at ``consumer``'s innermost block loop, in place: the tile (halo
+    included) a block of ``consumer`` reads, staged in shared memory, its two innermost loops
+    on the block's threads (rule 2's stencil producers; the space's ``block`` placement).
+
+    Raises:
+        ScheduleError: ``consumer`` has no block loop, or the tile has no constant size (a
+            whole row) or does not fit a block's shared memory.
+    """
+    loop = block_loop(s, consumer)
+    if loop is None:
+        raise ScheduleError(f"{consumer} has no block loop")
+    s[name].compute_at(s[consumer], loop)
+    s[name].gpu_threads(*s.states[name].loops[-2:])
+    if not launchable(s):
+        raise ScheduleError(f"{name} computed per block of {consumer} cannot be staged")
 
 
 def map_pure_loops(s: Schedule, stage: str, tile_2d: tuple[int, int] = TILE_2D,

@@ -48,9 +48,9 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.view import AlgorithmView
 
-from .rules import (TILE_1D, TILE_2D, launchable, map_pure_loops, normalized_rows,
-                    reduction_axes, row_like, row_normalization, row_reduction,
-                    staged_reduction, tile_spec)
+from .rules import (TILE_1D, TILE_2D, block_loop, launchable, map_pure_loops,
+                    normalized_rows, reduction_axes, row_like, row_normalization, row_reduction,
+                    stage_in_block, staged_reduction, tile_spec)
 
 TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1x256",
             "16x32", "32x32", "8x8")
@@ -105,9 +105,9 @@ class GPUSearchSpace:
                 if where == "inline":
                     if _try(s, lambda t, f=f: t[f].compute_inline()):
                         continue
-                elif where == "block" and one and _block_loop(s, readers[0]) is not None:
+                elif where == "block" and one and block_loop(s, readers[0]) is not None:
                     host = readers[0]
-                    if _try(s, lambda t, f=f, h=host: _stage_in_block(t, f, h)):
+                    if _try(s, lambda t, f=f, h=host: stage_in_block(t, f.name, h)):
                         continue
             self._root_stage(trial, s, f)
             for u in f.updates:
@@ -168,23 +168,3 @@ def _staged(s: Schedule, name: str, threads: tuple[int, int], kblock: int, unrol
     staged_reduction(s, name, threads, kblock, unroll, regs, registers)
     if not launchable(s):
         raise ScheduleError(f"the tiles of {name} staged per {kblock} do not fit a block")
-
-
-def _block_loop(s: Schedule, consumer: str) -> str | None:
-    """The innermost gpu_blocks loop of ``consumer`` once mapped (None: not mapped yet)."""
-    from tensorlang.schedule.ir import ForKind
-
-    st = s.states[consumer]
-    blocks = [lp for lp in st.loops if st.kinds.get(lp) is ForKind.GPU_BLOCK]
-    return blocks[-1] if blocks else None
-
-
-def _stage_in_block(s: Schedule, f: Func, consumer: str) -> None:
-    loop = _block_loop(s, consumer)
-    if loop is None:
-        raise ScheduleError(f"{consumer} has no block loop")
-    s[f].compute_at(s[consumer], loop)
-    loops = s.states[f.name].loops
-    s[f].gpu_threads(*loops[-2:])
-    if not launchable(s):  # its tile has no constant size (a whole row), or is too large
-        raise ScheduleError(f"{f.name} computed per block of {consumer} cannot be staged")
