@@ -32,7 +32,8 @@ import tensorlang as tl  # noqa: E402
 from tensorlang.autotuner import workloads as W  # noqa: E402
 from tensorlang.backends.cuda.driver import DeviceError, device  # noqa: E402
 from tensorlang.backends.cuda.ptx import find_ptxas, ptxas  # noqa: E402
-from tensorlang.backends.cuda.rules import gpu_schedule  # noqa: E402
+from tensorlang.backends.cuda.rules import (gpu_schedule, map_pure_loops,  # noqa: E402
+                                           row_reduction)
 
 #: the issue's sizes: sgemm 4096, softmax 8192 x 8192, conv2d 32x64x56x56 -> 64, blur 8192^2
 CASES = {
@@ -60,7 +61,7 @@ def staged(name: str, f: tl.Func) -> tl.Schedule:
         s[f].gpu_tile("y", "x", 8, 32)
         s[g["bx"]].compute_at(s[f], "x.o")
         s[g["bx"]].gpu_threads("y", "x")
-    elif name == "softmax":
+    elif name == "softmax":  # (each block of 256 columns reduces its row again)
         s[f].gpu_tile("i", "j", 1, 256)
         s[g["e"]].compute_inline()
         for n in ("mx", "sm"):
@@ -75,13 +76,31 @@ def staged(name: str, f: tl.Func) -> tl.Schedule:
     return s
 
 
+def unfused(name: str, f: tl.Func) -> tl.Schedule:
+    """The rule-based schedule without the fusion rule 2 or 5 makes: softmax's max and sum
+    and the output as three kernels (rule 4 each), the blur's first pass at root. Timed beside
+    the rule, it says what the fusion is worth on the GPU at hand."""
+    s = tl.Schedule(f)
+    g = {h.name: h for h in tl.Pipeline(f).funcs}
+    if name == "softmax":
+        s[g["e"]].compute_inline()
+        for n in ("mx", "sm"):
+            row_reduction(s, n)
+    for n in ((f.name, "bx") if name == "blur" else (f.name,)):
+        map_pure_loops(s, n)
+    return s
+
+
 def schedules(name: str, f: tl.Func) -> dict[str, tl.Schedule]:
     """The schedules measured besides ``"auto"``: the rule-based one (printed without a GPU),
-    the hand-staged one, and for sgemm the rule with 8 x 8 register tiles (128 x 128 block
-    tiles, reduction blocks of 8: CUTLASS's SIMT sgemm shape) against its 4 x 4 ones."""
+    the hand-staged one, for sgemm the rule with 8 x 8 register tiles (128 x 128 block tiles,
+    reduction blocks of 8: CUTLASS's SIMT sgemm shape) against its 4 x 4 ones, and for softmax
+    and the blur the rule without its fusion (``unfused``)."""
     out = {"rule-based": gpu_schedule(f), "staged": staged(name, f)}
     if name == "matmul":
         out["rule 8x8 tiles"] = gpu_schedule(f, regs=8, kblock=8)
+    if name in ("softmax", "blur"):
+        out["unfused"] = unfused(name, f)
     return out
 
 
