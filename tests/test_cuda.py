@@ -801,24 +801,45 @@ def test_the_rule_based_gpu_gemm_stages_its_operands_and_keeps_register_tiles():
         np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
 
 
-def test_the_gpu_gemm_register_tile_shrinks_where_the_sizes_give_too_few_blocks():
-    # rule 3 at known sizes: 4 x 4 outputs a thread (64 x 64 a block) where that leaves at
-    # least GEMM_MIN_BLOCKS blocks, else 2 x 2 or 1 x 1; symbolic sizes keep 4 x 4
-    from tensorlang.backends.cuda.rules import GEMM_MIN_BLOCKS
+def test_the_gpu_gemm_tiles_follow_the_sizes_where_they_are_known():
+    # rule 3 at known sizes (gemm_tiling): 4 x 4 outputs a thread (64 x 64 a block) where that
+    # leaves at least GEMM_MIN_BLOCKS blocks, else 2 x 2 or 1 x 1; fewer threads along a loop
+    # shorter than the tile; whole tiles shifted inwards; symbolic sizes keep 64 x 64, guarded
+    from tensorlang.backends.cuda.rules import GEMM_MIN_BLOCKS, GemmTiling, gemm_tiling
+    from tensorlang.schedule.trace import TailStrategy
 
     f = W.BUILTIN["matmul"].build()
 
-    def tile(**sizes):
+    def tile(f, **sizes):
         text = gpu_schedule(f, sizes=sizes or None).to_python()
-        return re.search(r"tile\('i', 'j', (\d+), (\d+)\)", text).groups()
+        return re.search(r"\.tile\('\w+', '\w+', (\d+), (\d+)(, tail='(\w+)')?\)",
+                         text).group(1, 2, 4)
 
-    assert tile() == tile(M=4096, N=4096, K=4096) == ("64", "64")
-    assert tile(M=512, N=512, K=512) == ("32", "32")  # 64 blocks of 64 x 64, 256 of 32 x 32
-    assert tile(M=256, N=256, K=7) == ("16", "16")
+    assert tile(f) == ("64", "64", None)
+    assert tile(f, M=4096, N=4096, K=4096) == tile(f, M=1000, N=1000, K=9) \
+        == ("64", "64", "ShiftInwards")
+    assert tile(f, M=512, N=512, K=512) == ("32", "32", "ShiftInwards")  # 64 blocks, or 256
+    assert tile(f, M=256, N=256, K=7) == ("16", "16", "ShiftInwards")
     assert (4096 // 64) ** 2 >= GEMM_MIN_BLOCKS > (512 // 64) ** 2
-    s = gpu_schedule(f, sizes=dict(M=200, N=300, K=37))
-    a = _arrays(f, dict(M=200, N=300, K=37), 5)
-    np.testing.assert_allclose(emulate(f, s)(**a), a["A"] @ a["B"], rtol=1e-5)
+    # the convolution: 56 columns, tiles of 32 (8 threads of 4) at 0 and 24, every
+    # block whole, where a 64-column tile left every block a partial one
+    conv = W.BUILTIN["conv2d"].build()
+    sizes = dict(Nb=32, CI=64, H=56, W=56, CO=64)
+    assert tile(conv, **sizes) == ("64", "32", "ShiftInwards")
+    # a tiny one: 1 x 1 outputs a thread, 4 x 2 threads, still whole tiles
+    assert gemm_tiling(tl.Schedule(conv), "O", {"n": (0, 1), "y": (0, 1), "co": (0, 5),
+                                                "x": (0, 3)}, 4) \
+        == GemmTiling((4, 2), 1, TailStrategy.ShiftInwards)
+    for name, g, at, runs in (
+            ("matmul", f, dict(M=1000, N=1000, K=9), (dict(M=130, N=70, K=33),
+                                                      dict(M=10, N=100, K=5))),
+            ("conv2d", conv, sizes, (dict(Nb=1, CI=8, H=3, W=56, CO=64),
+                                     dict(Nb=2, CI=3, H=2, W=20, CO=70)))):
+        kern = emulate(g, gpu_schedule(g, sizes=at))
+        for run in runs:
+            a = _arrays(g, run, 5)
+            np.testing.assert_allclose(kern(**a), W.BUILTIN[name].numpy(a)(), rtol=1e-4,
+                                       atol=1e-5)
 
 
 #: PolyBench kernels of every kind: GEMM-like (doitgen, batched: staged by rule 3), triangular

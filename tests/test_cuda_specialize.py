@@ -105,6 +105,29 @@ def test_a_fused_loop_divided_by_one_of_its_sizes_stays_in_range():
     assert not ctx.implies(ctx.cond(Cmp("lt", q, _c(1))))
 
 
+def test_a_shifted_tile_s_extent_and_base_fold_where_the_loops_prove_them():
+    # a tile shifted inwards (ShiftInwards) starts at min(64 x, N - 64): where N >= 64 bounds
+    # inference's clamp max(., 0) of it is idle and dropped, and its extent is 64; a min with
+    # a constant (a partial tile's thread count) stays
+    n = Size("N")
+    x = Var("x")
+    base = BinOp("min", BinOp("mul", _c(64), x, int64), BinOp("sub", n, _c(64), int64), int64)
+    ctx = Context().assume(Context().cond(Cmp("ge", n, _c(64)))).bind(
+        For("x", _c(0), BinOp("floordiv", BinOp("add", n, _c(63), int64), _c(64), int64),
+            ForKind.GPU_BLOCK, Block(())))
+    assert ctx.fold(BinOp("max", base, _c(0), int64)) is base
+    end = BinOp("min", BinOp("add", base, _c(63), int64), BinOp("sub", n, _c(1), int64), int64)
+    extent = BinOp("add", BinOp("sub", end, base, int64), _c(1), int64)
+    assert ctx.fold(extent).same_as(_c(64))
+    # over the tiles of 32, [0, (N + 31) // 32): the last one may be partial
+    tiles = Context().bind(For("x", _c(0), BinOp("floordiv", BinOp("add", n, _c(31), int64),
+                                                   _c(32), int64), ForKind.GPU_BLOCK, Block(())))
+    threads = BinOp("min", _c(32), BinOp("sub", n, BinOp("mul", _c(32), x, int64), int64), int64)
+    assert tiles.fold(threads) is threads
+    assert ctx.fold(threads).same_as(_c(32))  # (over the tiles of 64, each half is whole)
+    assert Context().fold(BinOp("max", base, _c(0), int64)).op == "max"  # (N unknown)
+
+
 def _matmul_program():
     f = W.BUILTIN["matmul"].build()
     s = gpu_schedule(f)

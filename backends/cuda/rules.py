@@ -26,12 +26,14 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    "Shared Memory"; Volkov and Demmel, SC 2008, for register tiles): blocks of
    ``GEMM_THREADS`` threads, each computing ``GEMM_REGS x GEMM_REGS`` outputs (a 64 x 64 tile
    per block; other pure loops fused onto ``blockIdx.z``), the outermost reduction loop in
-   blocks of ``GEMM_KBLOCK`` (halved until the staged tiles fit a block's shared memory: a
-   convolution's hold its window) whose tiles of the operands the threads stage in shared
-   memory, each thread's outputs kept in its registers across them (``cache_write(...,
-   scope="local")``); where the sizes are known, a smaller register tile (2 x 2, 1 x 1) where
-   4 x 4 would leave fewer than ``GEMM_MIN_BLOCKS`` blocks (``gemm_regs``). The sizes are the
-   field's usual starting point, not measured on a GPU here.
+   blocks of ``GEMM_KBLOCK`` (halved until the staged tiles take at most
+   ``GEMM_SHARED_BYTES``: a convolution's hold its window) whose tiles of the operands the
+   threads stage in shared memory, each thread's outputs kept in its registers across them
+   (``cache_write(..., scope="local")``); where the sizes are known, a smaller register tile
+   (2 x 2, 1 x 1) where 4 x 4 would leave fewer than ``GEMM_MIN_BLOCKS`` blocks, fewer
+   threads along a loop shorter than the tile, and whole tiles shifted inside the loops
+   (``gemm_tiling``). The sizes are the field's usual starting point, not measured on a GPU
+   here.
 4. A root reduction over one loop of the rows of its operand (one pure loop ``i``, the
    reduction loop ``k`` their last, contiguous index: softmax's max and sum, a mean) gets a
    block of ``ROW_THREADS`` threads per output (``row_reduction``): ``k`` split by it and
@@ -58,6 +60,7 @@ scheduling of imaging and vision pipelines for the GPU" (OOPSLA 2021).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from tensorlang.errors import CompileError, ScheduleError
@@ -67,8 +70,9 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule
+from tensorlang.schedule.trace import TailStrategy
 
-from .launches import plan
+from .launches import lowered_itemsize, plan
 from .private import private_buffers
 
 #: threads of a block for a 2-D tile (y, x) and for one pure loop
@@ -79,6 +83,9 @@ TILE_1D = 256
 GEMM_THREADS = (16, 16)
 GEMM_REGS = 4
 GEMM_KBLOCK = 16
+#: rule 3's reduction block is halved while its staged tiles take more shared memory than
+#: this, in bytes, so that several blocks share a multiprocessor (228 KiB on an H100)
+GEMM_SHARED_BYTES = 32 * 1024
 #: rule 3 at known sizes: the fewest blocks its register tile may leave (an H100's 132
 #: multiprocessors, one block each); a smaller tile where the sizes give fewer
 GEMM_MIN_BLOCKS = 132
@@ -141,8 +148,9 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
                 s = t
                 continue
         if not f.updates and reduction_axes(s, f.name) is not None:
-            r = regs if ranges is None else gemm_regs(s, f.name, ranges.get(f.name, {}), regs)
-            t = _staged(s, f.name, r, kblock)
+            tiling = GemmTiling(regs=regs) if ranges is None else \
+                gemm_tiling(s, f.name, ranges.get(f.name, {}), regs)
+            t = _staged(s, f.name, tiling, kblock)
             if t is not s:
                 s = t
                 continue
@@ -284,52 +292,91 @@ def row_normalization(s: Schedule, name: str, rows: list[str],
         _tree(s, r, h, i)
 
 
-def gemm_regs(s: Schedule, name: str, extents: dict[str, tuple[int, int]], regs: int) -> int:
-    """Rule 3's register tile at known sizes: the largest of ``regs``, a half, a quarter ...
-    whose blocks (``GEMM_THREADS`` threads of ``regs x regs`` outputs) number at least
-    ``GEMM_MIN_BLOCKS``, else 1: a 256 x 256 GEMM in 64 x 64 tiles would be 16 blocks, a
-    tenth of an H100's multiprocessors. ``extents``: the stage's loops' (min, extent)."""
+@dataclass(frozen=True)
+class GemmTiling:
+    """Rule 3's tiles: a block of ``threads`` (ty, tx), ``regs x regs`` outputs a thread, and
+    the tail strategy of the block tiles."""
+
+    threads: tuple[int, int] = GEMM_THREADS
+    regs: int = GEMM_REGS
+    tail: TailStrategy = TailStrategy.GuardWithIf
+
+
+def gemm_tiling(s: Schedule, name: str, extents: dict[str, tuple[int, int]],
+                regs: int) -> GemmTiling:
+    """Rule 3's tiles at known sizes (``extents``: the stage's loops' (min, extent)):
+
+    - the register tile: the largest of ``regs``, a half, a quarter ... whose blocks number at
+      least ``GEMM_MIN_BLOCKS`` (a 256 x 256 GEMM in 64 x 64 tiles would be 16 blocks, a tenth
+      of an H100's multiprocessors), else 1;
+    - the threads along each of the two loops halved while the block's tile is longer than the
+      loop (a convolution's 56 columns: 32-column tiles, not one 64-column tile of which 8
+      columns idle and every thread guards its outputs);
+    - ``ShiftInwards`` tiles where both loops are at least a tile long: the last tile shifted
+      back inside, so every block runs whole tiles (the 56 columns: tiles at 0 and 24, 8
+      columns computed twice), where ``GuardWithIf`` would run a kernel of partial tiles.
+    """
     axes = reduction_axes(s, name)
     if axes is None:
-        return regs
+        return GemmTiling(regs=regs)
     outer, y, x, _ = axes
     if not all(v in extents for v in (*outer, y, x)):
-        return regs
+        return GemmTiling(regs=regs)
     batch = 1
     for v in outer:
         batch *= max(extents[v][1], 1)
+    ey, ex = extents[y][1], extents[x][1]
     r = regs
     while r > 1:
         ty, tx = GEMM_THREADS[0] * r, GEMM_THREADS[1] * r
-        if batch * -(-extents[y][1] // ty) * -(-extents[x][1] // tx) >= GEMM_MIN_BLOCKS:
+        if batch * -(-ey // ty) * -(-ex // tx) >= GEMM_MIN_BLOCKS:
             break
         r //= 2
-    return r
+    ty, tx = GEMM_THREADS
+    while ty > 1 and ty * r > ey:
+        ty //= 2
+    while tx > 1 and tx * r > ex:
+        tx //= 2
+    whole = ey >= ty * r and ex >= tx * r
+    return GemmTiling((ty, tx), r, TailStrategy.ShiftInwards if whole
+                      else TailStrategy.GuardWithIf)
 
 
-def _staged(s: Schedule, name: str, regs: int, kblock: int) -> Schedule:
+def _staged(s: Schedule, name: str, tiling: GemmTiling, kblock: int) -> Schedule:
     """Rule 3 on stage ``name``: ``s`` with the stage staged, its reduction block the largest of
-    ``kblock``, a half and a quarter of it whose shared tiles fit a block's shared memory (a
-    convolution's tiles hold its window too); ``s`` itself when none applies."""
+    ``kblock``, a half and a quarter of it whose shared tiles take at most
+    ``GEMM_SHARED_BYTES`` (else the largest that fits a block: a convolution's tiles hold its
+    window too); ``s`` itself when none applies."""
+    fits = s
     for kb in (kblock, kblock // 2, kblock // 4):
-        t = _try(s, lambda t: staged_reduction(t, name, GEMM_THREADS, max(kb, 1), True, regs,
-                                               registers=True))
+        t = _try(s, lambda t: staged_reduction(t, name, tiling.threads, max(kb, 1), True,
+                                               tiling.regs, registers=True, tail=tiling.tail))
         if t is s:
             return s
-        if launchable(t):
+        used = shared_bytes(t)
+        if used is not None and used <= GEMM_SHARED_BYTES:
             return t
-    return s
+        if used is not None and fits is s:
+            fits = t  # (launchable, over the budget: taken if no smaller block is)
+    return fits
+
+
+def shared_bytes(s: Schedule) -> int | None:
+    """The most shared memory a block of ``s``'s kernels takes, in bytes; None where they
+    cannot be launched as planned (``launchable``)."""
+    try:
+        program = plan(lower(s.output, s), private_buffers(s))
+    except CompileError:
+        return None
+    return max((sum(n * lowered_itemsize(lc.body, b) for b, n in lc.shared.items())
+                for lc in program.launches), default=0)
 
 
 def launchable(s: Schedule) -> bool:
     """Whether the kernels of ``s`` can be launched as planned: their shared tiles fit a block
     (``launches.MAX_SHARED_BYTES``), their thread nests and buffers have constant bounds
     (``launches.plan`` raises no ``CompileError``)."""
-    try:
-        plan(lower(s.output, s), private_buffers(s))
-    except CompileError:
-        return False
-    return True
+    return shared_bytes(s) is not None
 
 
 def block_loop(s: Schedule, consumer: str) -> str | None:
@@ -414,7 +461,8 @@ def reduction_axes(s: Schedule, name: str) -> tuple[list[str], str, str, list[st
 
 
 def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
-                     unroll: bool, regs: int = 1, registers: bool = False) -> None:
+                     unroll: bool, regs: int = 1, registers: bool = False,
+                     tail: TailStrategy = TailStrategy.GuardWithIf) -> None:
     """Tile a root reduction stage as a GPU GEMM (rule 3, and the search space's staged
     points), in place. Its loops as ``reduction_axes`` sees them: ``y, x`` tiled by ``threads``
     (ty, tx) a block and ``regs x regs`` outputs a thread (its register tile, unrolled); the
@@ -424,7 +472,7 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
     spread over the block's threads. ``unroll``: unroll the inner reduction loops (the split's
     and those of constant extent inside it); ``registers``: the block's tile computed in each
     thread's registers (``cache_write(..., scope="local")`` at the block loop, that stage tiled
-    the same way) and copied out by the same threads.
+    the same way) and copied out by the same threads; ``tail``: the block tiles' tail strategy.
 
     Raises:
         ScheduleError: the stage has no such loops, or a primitive does not apply (the callers
@@ -436,7 +484,7 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
     outer, y, x, red = axes
     ty, tx = threads
     h = s[name]
-    yo, xo, yi, xi = h.tile(y, x, ty * regs, tx * regs)
+    yo, xo, yi, xi = h.tile(y, x, ty * regs, tx * regs, tail)
     h.reorder(*outer, yo, xo, yi, xi)
     if registers:
         out = h

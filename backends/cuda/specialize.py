@@ -52,7 +52,6 @@ from tensorlang.schedule.ir import (
     walk_stmts,
 )
 from tensorlang.schedule.legality.isl_text import Unrepresentable, quasi_affine
-from tensorlang.schedule.simplify import simplify_expr
 
 #: the isl work one proof may take (isl's operation count): a condition whose proof would take
 #: more is kept, not decided
@@ -204,28 +203,41 @@ class Context:
     def fold(self, e: Expr) -> Expr:
         """``e`` as a constant where deciding its integer ``min`` / ``max`` makes it one (a
         tile's extent ``min(64 x + 63, N - 1) - 64 x + 1`` inside the launch over whole tiles:
-        64), else ``e`` unchanged (its ``min``s are the bounds ``launches.plan`` sizes a block
-        by)."""
-        def go(n: Expr) -> Expr:
-            n = map_children(n, go)
-            if not (isinstance(n, BinOp) and n.op in ("min", "max") and n.dtype.is_int):
-                return n
+        64); else ``e`` without the constant lower clamps the context proves idle (bounds
+        inference's ``max(min(64 x, N - 64), 0)`` of a tile shifted inwards, where ``N >= 64``:
+        ``min(64 x, N - 64)``, the same base as the tile's loops, which lets ``private.py`` see
+        a thread's elements). Other ``min``s stay: they are the bounds ``launches.plan`` sizes a
+        block by."""
+        def decided(n: BinOp) -> Expr | None:
             try:
                 a, b = self.expr(n.a), self.expr(n.b)
             except Unrepresentable:
-                return n
+                return None
             names, atoms = a.names | b.names, a.atoms + b.atoms
             if self.implies(_Fact(f"{a.text} <= {b.text}", names, atoms)):
                 return n.a if n.op == "min" else n.b
             if self.implies(_Fact(f"{b.text} <= {a.text}", names, atoms)):
                 return n.b if n.op == "min" else n.a
-            return n
+            return None
 
-        out = go(e)
-        if out is e:
-            return e
-        out = simplify_expr(out)
-        return out if isinstance(out, Const) else e
+        def go(n: Expr, every: bool) -> Expr:
+            n = map_children(n, lambda c: go(c, every))
+            if not (isinstance(n, BinOp) and n.op in ("min", "max") and n.dtype.is_int):
+                return n
+            if not every and not (n.op == "max" and (isinstance(n.a, Const)
+                                                     or isinstance(n.b, Const))):
+                return n
+            out = decided(n)
+            if out is None or not every and isinstance(out, Const):
+                return n
+            return out
+
+        whole = go(e, True)
+        if whole is not e:
+            value = _constant(whole)
+            if value is not None:
+                return Const(value, e.dtype)
+        return go(e, False)
 
     def cond(self, c: Expr) -> _Fact | None:
         """Condition ``c`` as an isl constraint (None: isl cannot state it)."""
@@ -259,6 +271,33 @@ def _empty(text: str) -> bool:
         return False
 
 
+def _constant(e: Expr) -> int | None:
+    """The value of integer expression ``e`` where it is a constant once equal terms cancel
+    (``min(64 x, N) + 63 - min(64 x, N) + 1``: 64); None otherwise."""
+    terms: dict[str, int] = {}
+
+    def linear(n: Expr, k: int) -> int:  # adds k * n's terms; returns k * n's constant part
+        if isinstance(n, Const) and n.dtype.is_int:
+            return k * int(n.value)
+        if isinstance(n, BinOp) and n.op in ("add", "sub"):
+            return linear(n.a, k) + linear(n.b, k if n.op == "add" else -k)
+        if isinstance(n, BinOp) and n.op == "mul" and isinstance(n.b, Const):
+            return linear(n.a, k * int(n.b.value))
+        if isinstance(n, BinOp) and n.op == "mul" and isinstance(n.a, Const):
+            return linear(n.b, k * int(n.a.value))
+        if isinstance(n, BinOp) and n.op == "floordiv" and isinstance(n.b, Const) \
+                and int(n.b.value) > 0:
+            inner = _constant(n.a)
+            if inner is not None:
+                return k * (inner // int(n.b.value))
+        key = str(n)
+        terms[key] = terms.get(key, 0) + k
+        return 0
+
+    const = linear(e, 1)
+    return const if not any(terms.values()) else None
+
+
 def _ident(name: str) -> str:
     """An isl identifier for a tensorlang name (``C_local.i.o`` has dots)."""
     kind, _, rest = name.partition(":")
@@ -284,9 +323,14 @@ def decide(s: Stmt, ctx: Context) -> Stmt:
     imply dropped, and each branch whose condition they contradict removed; ``if``s inside
     thread loops are left (a thread's place in a partial tile, which decides them, varies)."""
     if isinstance(s, For) and s.kind is ForKind.GPU_THREAD:
-        return s  # (a thread's guards: its place in a partial tile; their proofs cost the most)
+        # (a thread's guards: its place in a partial tile; their proofs cost the most)
+        return _thread_extents(s, ctx)
     if isinstance(s, LetStmt):
         s = dataclasses.replace(s, value=ctx.fold(s.value))
+    elif isinstance(s, Allocate):
+        buf = s.buffer
+        s = dataclasses.replace(s, buffer=dataclasses.replace(
+            buf, mins=tuple(ctx.fold(m) for m in buf.mins)))
     elif isinstance(s, For):
         s = dataclasses.replace(s, min=ctx.fold(s.min), extent=ctx.fold(s.extent))
     if isinstance(s, (For, LetStmt)):
@@ -316,6 +360,21 @@ def decide(s: Stmt, ctx: Context) -> Stmt:
             other = decide(s.otherwise, ctx.assume(None if fact is None else fact.negated()))
         return IfThenElse(cond, then, other)
     return map_stmt(s, lambda c: decide(c, ctx), lambda e: e)
+
+
+def _thread_extents(s: Stmt, ctx: Context) -> Stmt:
+    """The thread loops of nest ``s`` with each extent that the block's context proves
+    constant made that constant (a tile shifted inwards is whole: its 16 threads, where
+    ``launches.plan`` could bound ``min(64 x + 63, N - 1) - min(64 x, N - 64) + 1`` by nothing)."""
+    if isinstance(s, LetStmt):
+        return dataclasses.replace(s, body=_thread_extents(s.body, ctx))
+    if not (isinstance(s, For) and s.kind is ForKind.GPU_THREAD):
+        return s
+    known = {k[2:] for k, _ in ctx.bound if k.startswith("v:")}
+    extent = s.extent
+    if all(v.name in known for v in walk(extent) if isinstance(v, Var)):
+        extent = ctx.fold(extent)
+    return dataclasses.replace(s, extent=extent, body=_thread_extents(s.body, ctx))
 
 
 def _uniform(c: Expr, host: frozenset[str]) -> bool:
