@@ -13,7 +13,9 @@ proven with isl before the nest is split into launches (``launches.plan``), remo
   conditions imply is dropped, and a condition they contradict removes its branch. Inside a
   launch over the whole row blocks ``[0, M // 64)``, "this row block is 64 rows" holds; inside
   the version taken when ``K % 16 == 0``, so does "this ``k`` block is 16 deep", and the copies'
-  guarded versions go.
+  guarded versions go. A ``let`` or loop bound they prove constant becomes that constant (a
+  staged tile's extents: its copy then divides by constants), and a ``max(e, 0)`` clamp they
+  prove idle goes (a tile shifted inwards keeps the base its thread loops index with).
 - **unswitch**: an ``if`` with an ``else`` on a kernel's spine (inside its block loops, above
   its thread loops and serial loops) whose condition, once decided, reads only sizes and host
   variables is the same in every block: the host tests it and launches one of two kernels, one
@@ -320,10 +322,11 @@ def _conjunction(cs: list[Expr]) -> Expr:
 
 def decide(s: Stmt, ctx: Context) -> Stmt:
     """``s`` with each ``if`` condition's conjuncts that ``ctx`` and the enclosing statements
-    imply dropped, and each branch whose condition they contradict removed; ``if``s inside
-    thread loops are left (a thread's place in a partial tile, which decides them, varies)."""
+    imply dropped, each branch whose condition they contradict removed, and the ``let``
+    values, loop bounds and buffer origins they fold (``Context.fold``) folded; inside thread
+    loops only the loops' extents (``_thread_extents``): a thread's guards (its place in a
+    partial tile) vary from thread to thread, and their proofs cost the most."""
     if isinstance(s, For) and s.kind is ForKind.GPU_THREAD:
-        # (a thread's guards: its place in a partial tile; their proofs cost the most)
         return _thread_extents(s, ctx)
     if isinstance(s, LetStmt):
         s = dataclasses.replace(s, value=ctx.fold(s.value))
@@ -362,19 +365,21 @@ def decide(s: Stmt, ctx: Context) -> Stmt:
     return map_stmt(s, lambda c: decide(c, ctx), lambda e: e)
 
 
-def _thread_extents(s: Stmt, ctx: Context) -> Stmt:
+def _thread_extents(s: Stmt, ctx: Context, inner: frozenset[str] = frozenset()) -> Stmt:
     """The thread loops of nest ``s`` with each extent that the block's context proves
     constant made that constant (a tile shifted inwards is whole: its 16 threads, where
-    ``launches.plan`` could bound ``min(64 x + 63, N - 1) - min(64 x, N - 64) + 1`` by nothing)."""
+    ``launches.plan`` could bound ``min(64 x + 63, N - 1) - min(64 x, N - 64) + 1`` by
+    nothing); an extent that names a variable bound inside the nest (``inner``) is left."""
     if isinstance(s, LetStmt):
-        return dataclasses.replace(s, body=_thread_extents(s.body, ctx))
+        return dataclasses.replace(s, body=_thread_extents(s.body, ctx, inner | {s.var}))
     if not (isinstance(s, For) and s.kind is ForKind.GPU_THREAD):
         return s
-    known = {k[2:] for k, _ in ctx.bound if k.startswith("v:")}
+    known = {k[2:] for k, _ in ctx.bound if k.startswith("v:")} - inner
     extent = s.extent
     if all(v.name in known for v in walk(extent) if isinstance(v, Var)):
         extent = ctx.fold(extent)
-    return dataclasses.replace(s, extent=extent, body=_thread_extents(s.body, ctx))
+    return dataclasses.replace(s, extent=extent,
+                               body=_thread_extents(s.body, ctx, inner | {s.var}))
 
 
 def _uniform(c: Expr, host: frozenset[str]) -> bool:
@@ -422,8 +427,8 @@ def _contains(s: Stmt, node: Stmt) -> bool:
 
 
 def unswitch(s: Stmt, host: frozenset[str]) -> Stmt:
-    """Region ``s`` (one kernel) as ``if c: kernel_then else: kernel_else`` for each uniform
-    ``if`` on its spine, innermost versions first."""
+    """Region ``s`` (one kernel) as ``if c: kernel_then else: kernel_else``, the first uniform
+    ``if`` on its spine outermost, and so on in each branch."""
     branch = _spine_if(s, host)
     if branch is None:
         return s
