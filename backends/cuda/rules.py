@@ -47,10 +47,10 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    read at its consumer's row ``i``, or pointwise) is one kernel (``row_normalization``): a
    block per row, its columns split over ``ROW_THREADS`` threads, and each row reduction
    computed at that block loop as rule 4 computes it (the threads' strided partial results,
-   then the block's), so that the row is read from GPU memory once and from the cache by the
-   next passes, where three kernels (the max, the sum, the output) read it three times: the
-   fused softmax of Milakov and Gimelshein ("Online normalizer calculation for softmax",
-   2018) and of Triton's tutorial, without the online rescaling.
+   then the block's), so that the second and third passes over a row can find it in the
+   cache, where three kernels (the max, the sum, the output) read the whole matrix from GPU
+   memory three times (the one-row-per-program softmax of Triton's tutorial; the online
+   normalizer of Milakov and Gimelshein, 2018, would also merge the max and sum passes).
 6. A step that ``tl.check`` refuses (a pure loop of an update that carries a dependence) is not
    taken; a stage with no mappable loop runs in one thread.
 
