@@ -1,0 +1,247 @@
+"""The rule-based GPU schedule (backends/cuda/rules.py), rule by rule: what each rule makes of
+the built-in workloads and PolyBench kernels, and that the kernels compute what NumPy computes
+in the emulator on odd sizes (as in test_cuda.py, whose helpers it shares)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner import workloads as W
+from tensorlang.backends.cuda.emulate import emulate
+from tensorlang.backends.cuda.launches import plan
+from tensorlang.backends.cuda.ptx import ptxas
+from tensorlang.backends.cuda.rules import gpu_schedule
+from tensorlang.schedule.ir import Store, walk_stmts
+from tensorlang.schedule.lower import lower
+from test_cuda import HAS_PTXAS, SHAPES, _arrays
+
+
+def test_the_rule_based_gpu_gemm_stages_its_operands_and_keeps_register_tiles():
+    # rule 3 of rules.py: the GEMM-like stage gets 16 x 16 threads of 4 x 4 register tiles
+    # (cache_write scope="local") over k blocks staged in shared memory; other stages do not
+    f = W.BUILTIN["matmul"].build()
+    text = gpu_schedule(f).to_python()
+    assert "cache_write('C', 'j.o', scope='local')" in text
+    assert text.count("scope='shared'") == 2 and "split('k', 16)" in text
+    # A's tile is staged transposed (k-major), so a thread's 4 rows of one k are adjacent (one
+    # ld.shared.v4, as B's 4 columns are); B keeps its order; a convolution's weights likewise
+    # put the output channel last
+    assert "cache_read('A', s[\"C_local\"], 'k.o', layout=(1, 0)" in text
+    assert "cache_read('B', s[\"C_local\"], 'k.o', scope='shared')" in text
+    conv = gpu_schedule(W.BUILTIN["conv2d"].build()).to_python()
+    assert "cache_read('Wt', s[\"O_local\"], 'ci.o', layout=(1, 2, 3, 0)" in conv
+    assert "cache_write" not in gpu_schedule(W.BUILTIN["softmax"].build()).to_python()
+    kern = emulate(f, gpu_schedule(f))
+    for sizes in (dict(M=1, N=1, K=1), dict(M=70, N=37, K=19)):
+        a = _arrays(f, sizes, 3)
+        np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
+
+
+def test_the_gpu_gemm_tiles_follow_the_sizes_where_they_are_known():
+    # rule 3 at known sizes (gemm_tiling): 4 x 4 outputs a thread (64 x 64 a block) where that
+    # leaves at least GEMM_MIN_BLOCKS blocks, else 2 x 2 or 1 x 1; fewer threads along a loop
+    # shorter than the tile; whole tiles shifted inwards; symbolic sizes keep 64 x 64, guarded
+    from tensorlang.backends.cuda.rules import GEMM_MIN_BLOCKS, GemmTiling, gemm_tiling
+    from tensorlang.schedule.trace import TailStrategy
+
+    f = W.BUILTIN["matmul"].build()
+
+    def tile(f, **sizes):
+        text = gpu_schedule(f, sizes=sizes or None).to_python()
+        return re.search(r"\.tile\('\w+', '\w+', (\d+), (\d+)(, tail='(\w+)')?\)",
+                         text).group(1, 2, 4)
+
+    assert tile(f) == ("64", "64", None)
+    assert tile(f, M=4096, N=4096, K=4096) == tile(f, M=1000, N=1000, K=9) \
+        == ("64", "64", "ShiftInwards")
+    assert tile(f, M=512, N=512, K=512) == ("32", "32", "ShiftInwards")  # 64 blocks, or 256
+    assert tile(f, M=256, N=256, K=7) == ("16", "16", "ShiftInwards")
+    assert (4096 // 64) ** 2 >= GEMM_MIN_BLOCKS > (512 // 64) ** 2
+    # the issue's convolution: 56 columns, tiles of 32 (8 threads of 4) at 0 and 24, every
+    # block whole, where a 64-column tile left every block a partial one
+    conv = W.BUILTIN["conv2d"].build()
+    sizes = dict(Nb=32, CI=64, H=56, W=56, CO=64)
+    assert tile(conv, **sizes) == ("64", "32", "ShiftInwards")
+    # a tiny one: 1 x 1 outputs a thread, 4 x 2 threads, still whole tiles
+    assert gemm_tiling(tl.Schedule(conv), "O", {"n": (0, 1), "y": (0, 1), "co": (0, 5),
+                                                "x": (0, 3)}, 4) \
+        == GemmTiling((4, 2), 1, TailStrategy.ShiftInwards)
+    for name, g, at, runs in (
+            ("matmul", f, dict(M=1000, N=1000, K=9), (dict(M=130, N=70, K=33),
+                                                      dict(M=10, N=100, K=5))),
+            ("conv2d", conv, sizes, (dict(Nb=1, CI=8, H=3, W=56, CO=64),
+                                     dict(Nb=2, CI=3, H=2, W=20, CO=70)))):
+        kern = emulate(g, gpu_schedule(g, sizes=at))
+        for run in runs:
+            a = _arrays(g, run, 5)
+            np.testing.assert_allclose(kern(**a), W.BUILTIN[name].numpy(a)(), rtol=1e-4,
+                                       atol=1e-5)
+
+
+#: PolyBench kernels of every kind: GEMM-like (doitgen, batched: staged by rule 3), triangular
+#: reductions, in-place updates, a stencil with time loops, dynamic programming, row reductions
+#: (gemver: rule 4)
+GPU_POLYBENCH = ("doitgen", "covariance", "lu", "jacobi-2d", "nussinov", "gemver")
+
+
+@pytest.mark.parametrize("name", GPU_POLYBENCH)
+def test_the_rule_based_gpu_schedule_of_polybench_kernels_computes_what_numpy_computes(name):
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from polybench.kernels import KERNELS
+
+    kern = KERNELS[name]
+    arrays = kern.inputs(kern.small, np.random.default_rng(7))
+    h = kern.handle(kern.build())
+    s = gpu_schedule(h)
+    assert ("scope='shared'" in s.to_python()) == (name == "doitgen")
+    got = emulate(h, s)(**kern.call_args(h, arrays, kern.small))
+    for g, want in zip(got if isinstance(got, tuple) else (got,), kern.numpy(arrays, kern.small)):
+        tol = 1e-4 if want.dtype == np.float32 else 1e-10
+        np.testing.assert_allclose(g, want, rtol=tol, atol=tol)
+
+
+def test_a_convolution_is_an_implicit_gemm_on_the_gpu():
+    # rule 3 on conv2d: output channels x columns in 16 x 16 threads of 4 x 4 registers, batch
+    # and rows on blockIdx.z; input rows (the padding inlined into their copy) and weights
+    # staged per 8 input channels (16 would take 49.5 KiB of shared memory)
+    from tensorlang.backends.cuda.private import private_buffers
+    from tensorlang.backends.cuda.rules import reduction_axes
+
+    f = W.BUILTIN["conv2d"].build()
+    assert reduction_axes(tl.Schedule(f), "O") == (["n", "y"], "co", "x", ["ci", "ry", "rx"])
+    s = gpu_schedule(f)
+    text = s.to_python()
+    assert "tile('co', 'x', 64, 64)" in text and "split('ci', 8)" in text
+    assert "cache_write('O', 'x.o', scope='local')" in text and 's["pad"].compute_inline()' in text
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    assert all(lc.shared == {"pad_shared": 8 * 3 * 66, "Wt_shared": 64 * 8 * 9}
+               for lc in launches)
+    kern = emulate(f, s)
+    for sizes in (dict(Nb=1, CI=1, H=1, W=1, CO=1), dict(Nb=2, CI=11, H=3, W=67, CO=66)):
+        a = _arrays(f, sizes, 5)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN["conv2d"].numpy(a)(), rtol=2e-5,
+                                   atol=1e-5)
+    if HAS_PTXAS:
+        report = ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+        # every kernel (one per version of the tiles) keeps its 16 outputs in registers
+        frames = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", report)
+        assert len(frames) == len(launches) and set(frames) == {("0", "0")}
+
+
+def test_a_stencil_producer_is_staged_in_its_consumers_block():
+    # rule 2: the blur's first pass (three reads: not inlined) is computed per block of the
+    # second, its tile and halo in shared memory, so no kernel writes it to GPU memory
+    from tensorlang.backends.cuda.private import private_buffers
+
+    f = W.BUILTIN["blur"].build()
+    s = gpu_schedule(f)
+    assert 's["bx"].compute_at(s["out"], \'x.o\')' in s.to_python()
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    assert launches and all(lc.cooperative and lc.shared.get("bx") == 10 * 32
+                            for lc in launches)  # (8 + 2) x 32: the 8 x 32 tile's rows, halo
+    kern = emulate(f, s)
+    for h, w in ((3, 3), (11, 45), (17, 64)):
+        a = _arrays(f, dict(H=h, W=w), 4)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN["blur"].numpy(a)(), rtol=1e-5)
+
+
+def _row_sums() -> tl.Func:
+    R, S = tl.sizes("R S")
+    X = tl.Input("X", (R, S), tl.float32)
+    i, k = tl.vars("i k")
+    rs = tl.Func("rs")
+    rs[i] = X[i, k]
+    return rs
+
+
+def test_a_row_reduction_is_a_block_per_row_on_the_gpu():
+    # rule 4 of rules.py: a row sum a block of 256 threads per row (rfactor: each thread a
+    # strided, coalesced share; 16 threads combine the 256 partials in shared memory, then one
+    # thread their 16: rfactor again); where the sizes say rows are shorter than the block, a
+    # thread per row as before
+    from tensorlang.backends.cuda.private import private_buffers
+
+    f = _row_sums()
+    s = gpu_schedule(f)
+    text = s.to_python()
+    assert "s.rfactor('rs', 'k.i')" in text and 's["rs"].gpu_blocks(\'i\')' in text
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    assert {(lc.shared.get("rs_rf"), lc.shared.get("rs_rf2")) for lc in launches} == {(256, 16)}
+    kern = emulate(f, s)
+    for r, n in ((1, 1), (3, 601), (2, 256)):
+        x = np.random.default_rng(8).random((r, n), dtype=np.float32)
+        np.testing.assert_allclose(kern(X=x), x.sum(axis=1), rtol=2e-5)
+    assert "rfactor" not in gpu_schedule(f, sizes=dict(R=4096, S=100)).to_python()
+    assert "rfactor" in gpu_schedule(f, sizes=dict(R=8, S=8192)).to_python()
+    if HAS_PTXAS:
+        assert "1088 bytes smem" in ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_rows_normalised_by_their_reductions_are_one_kernel_a_block_per_row(name):
+    # rule 5: softmax's max and sum (layernorm's mean and variance) computed, as rule 4 would,
+    # inside the output's kernel at its block loop (a row per block), so that one kernel reads
+    # each row (three passes, the later ones from the cache) instead of three kernels reading
+    # the whole matrix each; its exp(X - mx) inlined; short rows keep a thread per row
+    from tensorlang.backends.cuda.private import private_buffers
+
+    f = W.BUILTIN[name].build()
+    s = gpu_schedule(f)
+    rows = ("mx", "sm") if name == "softmax" else ("mean", "var")
+    text = s.to_python()
+    for r in rows:
+        assert f"s[\"{r}\"].compute_at(s[\"{name}\"], 'i')" in text
+        assert f"s[\"{r}_rf\"].compute_at(s[\"{name}\"], 'i')" in text
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    # every kernel (one per version of the column tiles) computes the output and its rows
+    for lc in launches:
+        assert lc.cooperative and {f"{r}_rf{n}" for r in rows for n in ("", "2")} \
+            <= set(lc.shared)
+        assert any(isinstance(n, Store) and n.buffer == name for n in walk_stmts(lc.body))
+    kern = emulate(f, s)
+    for sizes in (dict(R=1, S=1), dict(R=3, S=601), dict(R=2, S=256)):
+        a = _arrays(f, {**SHAPES[name], **sizes}, 8)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN[name].numpy(a)(), rtol=2e-5, atol=1e-5)
+    assert "compute_at" not in gpu_schedule(f, sizes=dict(R=4096, S=100)).to_python()
+    assert "compute_at" in gpu_schedule(f, sizes=dict(R=8, S=8192)).to_python()
+
+    # the search space holds the fused kernel as its "<out>.rows" choice
+    class Fused:  # an Optuna trial choosing "fused" there and the first option elsewhere
+        def suggest_categorical(self, param, options):
+            return "fused" if param.endswith(".rows") else options[0]
+
+    from tensorlang.backends.cuda.space import GPUSearchSpace
+
+    point = GPUSearchSpace(f, SHAPES[name]).sample(Fused())
+    assert point.to_python() == text
+
+
+def test_a_pointwise_func_is_inlined_on_the_gpu_where_each_consumer_reads_it_once():
+    # rule 1's pointwise_once: P[i, k] (two arrays) read by C[i, j] = sum_k P[i, k] B[k, j]
+    # would be recomputed for every j; staged as a GEMM, C's copy of P's tile reads it once per
+    # element, so P is inlined there (computed once per block and k step)
+    from tensorlang.backends.cuda.rules import pointwise_once
+
+    M, N, K = tl.sizes("M N K")
+    A = tl.Input("A", (M, K), tl.float32)
+    D = tl.Input("D", (K,), tl.float32)
+    B = tl.Input("B", (K, N), tl.float32)
+    i, j, k = tl.vars("i j k")
+    P, C = tl.Func("P"), tl.Func("C")
+    P[i, k] = A[i, k] * D[k]
+    C[i, j] = P[i, k] * B[k, j]
+    assert not pointwise_once(tl.Schedule(C), "P")
+    s = gpu_schedule(C)
+    assert pointwise_once(tl.Schedule(W.BUILTIN["softmax"].build()), "e")
+    text = s.to_python()
+    assert "cache_read('P'" in text and 's["P"].compute_inline()' in text
+    rng = np.random.default_rng(2)
+    a, d, b = (rng.random(n, dtype=np.float32) for n in ((5, 7), (7,), (7, 3)))
+    np.testing.assert_allclose(emulate(C, s)(A=a, D=d, B=b), (a * d) @ b, rtol=1e-5)
