@@ -60,7 +60,7 @@ from tensorlang.schedule.ir import (
 
 from .bounds import inline_lets, upper_bound
 from .private import AXES, thread_private
-from .specialize import specialize
+from .specialize import has_gpu_loops, specialize
 
 #: CUDA's limits on launch dimensions (compute capability 3.0 and later)
 MAX_THREADS_PER_BLOCK = 1024
@@ -119,10 +119,6 @@ class DeviceProgram:
 ONE = Const(1, int64)
 
 
-def _mapped(s: Stmt) -> bool:
-    return any(isinstance(n, For) and n.kind in GPU_KINDS for n in walk_stmts(s))
-
-
 def _stmt_exprs(s: Stmt) -> list[Expr]:
     if isinstance(s, For):
         return [s.min, s.extent]
@@ -174,7 +170,7 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset()) -> DeviceP
         if isinstance(s, IfThenElse) and not reads_memory(s.cond):
             return IfThenElse(s.cond, host(s.then, host_vars),
                               None if s.otherwise is None else host(s.otherwise, host_vars))
-        if isinstance(s, For) and s.kind not in GPU_KINDS and _mapped(s.body):
+        if isinstance(s, For) and s.kind not in GPU_KINDS and has_gpu_loops(s.body):
             if s.kind is ForKind.PARALLEL:
                 raise CompileError(f"loop {s.var} is parallel (the CPU thread pool) and holds "
                                    f"GPU loops ({_loop_names(s.body)}); on target cuda make it "
@@ -202,20 +198,20 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
             blocks.append(node)
         elif isinstance(node, For) and node.kind is ForKind.GPU_THREAD:
             threads.append(node)
-        elif isinstance(node, LetStmt) and _mapped(node.body):
+        elif isinstance(node, LetStmt) and has_gpu_loops(node.body):
             lets[node.var] = node.value
             node = node.body
             continue
-        elif isinstance(node, IfThenElse) and node.otherwise is None and _mapped(node.then):
+        elif isinstance(node, IfThenElse) and node.otherwise is None and has_gpu_loops(node.then):
             node = node.then
             continue
         else:
             break
         node = node.body
-    if _mapped(node) and blocks and not threads:
+    if has_gpu_loops(node) and blocks and not threads:
         return _cooperative(lowered, s, blocks, lets, node, index, name, host_vars, order,
                             private)
-    if _mapped(node):
+    if has_gpu_loops(node):
         inner = next(n for n in walk_stmts(node) if isinstance(n, For) and n.kind in GPU_KINDS)
         where = (f"inside the gpu_threads loops {', '.join(t.var for t in threads)}"
                  if threads else "without gpu_blocks loops around it")
@@ -319,14 +315,15 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
             if isinstance(node, For) and node.kind is ForKind.GPU_THREAD:
                 chain.append(node)
                 node = node.body
-            elif isinstance(node, LetStmt) and _mapped(node.body):
+            elif isinstance(node, LetStmt) and has_gpu_loops(node.body):
                 inner[node.var] = node.value
                 node = node.body
-            elif isinstance(node, IfThenElse) and node.otherwise is None and _mapped(node.then):
+            elif isinstance(node, IfThenElse) and node.otherwise is None \
+                    and has_gpu_loops(node.then):
                 node = node.then
             else:
                 break
-        if _mapped(node) or len(chain) > 3:
+        if has_gpu_loops(node) or len(chain) > 3:
             raise CompileError(f"the gpu_threads loops of kernel {name} from {st.var} are not "
                                f"one nest of at most three loops with nothing mapped inside")
         used = set()
@@ -357,7 +354,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
         if isinstance(st, For) and st.kind is ForKind.GPU_THREAD:
             nest(st, scope)
             return st
-        if not _mapped(st):
+        if not has_gpu_loops(st):
             stores = any(isinstance(n, Store) for n in walk_stmts(st))
             return single(st) if stores else st
         if isinstance(st, For) and st.kind is ForKind.GPU_BLOCK:

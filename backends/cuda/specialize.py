@@ -436,7 +436,8 @@ def unswitch(s: Stmt, host: frozenset[str]) -> Stmt:
                       unswitch(_take(s, branch, False), host))
 
 
-def _mapped(s: Stmt) -> bool:
+def has_gpu_loops(s: Stmt) -> bool:
+    """Whether ``s`` holds a loop mapped to the GPU (``gpu_blocks`` / ``gpu_threads``)."""
     return any(isinstance(n, For) and n.kind in GPU_KINDS for n in walk_stmts(s))
 
 
@@ -459,13 +460,13 @@ def specialize(lowered: LoweredFunc) -> LoweredFunc:
             return IfThenElse(s.cond, host(s.then, ctx.assume(fact), names),
                               None if s.otherwise is None
                               else host(s.otherwise, ctx.assume(neg), names))
-        if isinstance(s, For) and s.kind not in GPU_KINDS and _mapped(s.body):
+        if isinstance(s, For) and s.kind not in GPU_KINDS and has_gpu_loops(s.body):
             return dataclasses.replace(s, body=host(s.body, ctx.bind(s), names | {s.var}))
-        if not _mapped(s):
+        if not has_gpu_loops(s):
             return s
         return unswitch(decide(s, ctx), names)
 
     return dataclasses.replace(lowered, body=host(lowered.body, Context(), frozenset()))
 
 
-__all__ = ["Context", "conjuncts", "decide", "specialize", "unswitch"]
+__all__ = ["Context", "conjuncts", "decide", "has_gpu_loops", "specialize", "unswitch"]
