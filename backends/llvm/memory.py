@@ -165,7 +165,7 @@ class MemoryGen:
         access lets LLVM keep it in registers; a masked one pins it to memory)."""
         return self.mask is not None and not self.buffer(name).register
 
-    def _lane_pointers(self, name: str, indices: tuple[Expr, ...], elem: ir.Type) -> ir.Value:
+    def _lane_pointers(self, name: str, indices: tuple[Expr, ...]) -> ir.Value:
         """The vector of each lane's element address (a gather's or scatter's)."""
         b = self.builder
         lanes = self.vec[1]  # type: ignore[index]
@@ -195,7 +195,7 @@ class MemoryGen:
             fn = self.intrinsic(f"llvm.masked.load.{self._suffix(vt)}.p{_space(ptr)}", vt,
                                 [ptr.type, I32, self.mask.type, vt])
             return b.call(fn, [ptr, align, self.mask, zero])
-        ptrs = self._lane_pointers(e.buffer, e.indices, mt)
+        ptrs = self._lane_pointers(e.buffer, e.indices)
         fn = self.intrinsic(f"llvm.masked.gather.{self._suffix(vt)}.v{lanes}p{_space(ptrs)}", vt,
                             [ptrs.type, I32, self.mask.type, vt])
         return b.call(fn, [ptrs, align, self.mask, zero])
@@ -214,7 +214,7 @@ class MemoryGen:
                                 ir.VoidType(), [vt, ptr.type, I32, self.mask.type])
             b.call(fn, [value, ptr, align, self.mask])
             return
-        ptrs = self._lane_pointers(s.buffer, s.indices, vt.element)
+        ptrs = self._lane_pointers(s.buffer, s.indices)
         fn = self.intrinsic(f"llvm.masked.scatter.{self._suffix(vt)}.v{vt.count}p{_space(ptrs)}",
                             ir.VoidType(), [vt, ptrs.type, I32, self.mask.type])
         b.call(fn, [value, ptrs, align, self.mask])
