@@ -11,8 +11,8 @@ launches (inputs already on the GPU, ``CUDAKernel.benchmark``), against torch (c
 off, cuDNN, ``torch.softmax``) and, for softmax, a one-row-per-program Triton kernel when Triton is
 installed. Prints n, median and IQR, the GPU's name, and the ratio to the fastest peer; every
 kernel's result is checked against NumPy first. Without a usable GPU it says so and prints
-each kernel's resources from ``ptxas`` (registers, bytes spilled, shared memory), which need
-no GPU.
+each kernel's resources from ``ptxas`` (registers, bytes spilled, shared memory) and which
+kernels a call at the case's sizes launches (``CUDAKernel.launch_plan``), which need no GPU.
 """
 
 from __future__ import annotations
@@ -207,8 +207,13 @@ def main() -> int:
                 name, sizes = CASES[case]
                 f = W.BUILTIN[name].build()
                 for label, s in schedules(name, f, sizes).items():
-                    report = ptxas(tl.compile(f, s, target="cuda:sm_90").ptx(), "sm_90")
-                    print(f"  {case:8s} {label:14s} {'; '.join(resources(report))}")
+                    kern = tl.compile(f, s, target="cuda:sm_90")
+                    report = ptxas(kern.ptx(), "sm_90")
+                    runs = ", ".join(f"{k} grid {'x'.join(map(str, g))} block "
+                                     f"{'x'.join(map(str, b))}"
+                                     for k, g, b in kern.launch_plan(sizes))
+                    print(f"  {case:8s} {label:14s} {'; '.join(resources(report))}\n"
+                          f"  {'':8s} {'':14s} at {W.format_shape(sizes)} runs {runs}")
         return 0
     info = dev.info
     print(f"GPU: {info.name} (sm_{info.capability[0]}{info.capability[1]}, driver "

@@ -302,6 +302,22 @@ def test_default_schedule_runs_each_stage_in_one_thread():
                                rtol=1e-6)
 
 
+def test_the_launch_plan_of_a_call_is_known_without_a_gpu():
+    # the host program run with stand-ins for the driver: which kernels a call at given sizes
+    # launches, with their grid and block (16 x 4 threads; 3 x 2 whole tiles, then the tiles
+    # of the last, partial column of tiles and of the partial row)
+    f = W.BUILTIN["matmul"].build()
+    s = tl.Schedule(f)
+    s[f].gpu_tile("i", "j", 4, 16)
+    kern = tl.compile(f, s, target="cuda:sm_90")
+    assert kern.launch_plan(dict(M=8, N=32, K=5)) == [("C_k0", (2, 2, 1), (16, 4, 1))]
+    plan_ = kern.launch_plan(dict(M=9, N=40, K=5))
+    assert [(grid, block) for _, grid, block in plan_][0] == ((2, 2, 1), (16, 4, 1))
+    assert sum(g[0] * g[1] * g[2] for _, g, _ in plan_) == 3 * 3  # ceil(9/4) x ceil(40/16)
+    with pytest.raises(ShapeError):
+        kern.launch_plan(dict(M=8))
+
+
 def test_partial_tiles_launch_the_full_block_and_guard_the_threads():
     f = W.BUILTIN["matmul"].build()
     s = tl.Schedule(f)

@@ -67,6 +67,12 @@ def test_the_gpu_gemm_tiles_follow_the_sizes_where_they_are_known():
     conv = W.BUILTIN["conv2d"].build()
     sizes = dict(Nb=32, CI=64, H=56, W=56, CO=64)
     assert tile(conv, **sizes) == ("64", "32", "ShiftInwards")
+    # ... so its one launch at those sizes is the whole tiles' kernel (a block of 8 x 16
+    # threads, 2 column tiles x 1792 rows), where 64 x 64 tiles launched the partial tiles' one
+    whole = tl.compile(conv, gpu_schedule(conv, sizes=sizes), target="cuda:sm_90")
+    assert whole.launch_plan(sizes) == [("O_k0", (2, 1, 32 * 56), (8, 16, 1))]
+    partial = tl.compile(conv, gpu_schedule(conv), target="cuda:sm_90")
+    assert [name for name, _, _ in partial.launch_plan(sizes)] == ["O_k2"]
     # a tiny one: 1 x 1 outputs a thread, 4 x 2 threads, still whole tiles
     assert gemm_tiling(tl.Schedule(conv), "O", {"n": (0, 1), "y": (0, 1), "co": (0, 5),
                                                 "x": (0, 3)}, 4) \

@@ -116,6 +116,37 @@ class CUDAKernel:
         """The LLVM IR of the host program (launch dimensions, allocations, launches)."""
         return self._host.ir
 
+    def launch_plan(self, sizes: dict[str, int]) -> list[tuple[str, tuple[int, int, int],
+                                                              tuple[int, int, int]]]:
+        """The kernels a call at ``sizes`` (by size name) launches, in order, each as ``(name,
+        grid, block)`` (x, y, z): which version of the tiles runs, and over how many blocks.
+        Needs no GPU: the host program runs on this CPU with stand-ins for the driver that
+        record each launch and hand out addresses it never dereferences.
+
+        Raises:
+            ShapeError: ``sizes`` do not fit the algorithm.
+        """
+        bound = self.pipeline.bind(self.pipeline.input_shapes(sizes), sizes)
+        size_args = [bound.sizes[n] for n in self.signature.sizes]
+        step = self.target.buffer_align << 20  # (addresses only: nothing is read or written)
+        buffers = [step * (k + 1) for k in range(self.signature.n_inputs
+                                                 + self.signature.n_outputs)]
+        plan: list[tuple[str, tuple[int, int, int], tuple[int, int, int]]] = []
+        heap = [step * (len(buffers) + 1)]
+
+        def launch(index: int, dims: Any, args: Any) -> int:
+            plan.append((self.launches[index][0], (int(dims[0]), int(dims[1]), int(dims[2])),
+                         (int(dims[3]), int(dims[4]), int(dims[5]))))
+            return 0
+
+        def alloc(nbytes: int) -> int:
+            heap[0] += -(-nbytes // step) * step + step
+            return heap[0]
+
+        callbacks = (LAUNCH_CB(launch), ALLOC_CB(alloc), FREE_CB(lambda ptr: None))
+        self._fn(*buffers, *size_args, *callbacks)
+        return plan
+
     @property
     def lowered(self) -> LoweredFunc:
         if self._lowered is None:
