@@ -89,6 +89,19 @@ def test_the_gpu_gemm_tiles_follow_the_sizes_where_they_are_known():
                                        atol=1e-5)
 
 
+@pytest.mark.parametrize("name, sizes, kernels", [
+    ("matmul", dict(M=4096, N=4096, K=4096), [("C_k0", (64, 64, 1), (16, 16, 1))]),
+    ("softmax", dict(R=8192, S=8192), [("softmax_k0", (8192, 1, 1), (256, 1, 1))]),
+    ("blur", dict(H=8194, W=8194), [("out_k0", (256, 1024, 1), (32, 10, 1))])])
+def test_at_the_issues_sizes_one_whole_tile_kernel_runs(name, sizes, kernels):
+    # issue 20's targets at their sizes, under "auto"'s rule: one launch each, of the kernel
+    # with no partial tile (the GEMM: its K % 16 == 0 version; softmax: one block per row,
+    # max, sum and output in it; the blur: its first pass staged in each block)
+    f = W.BUILTIN[name].build()
+    kern = tl.compile(f, gpu_schedule(f, sizes=sizes), target="cuda:sm_90")
+    assert kern.launch_plan(sizes) == kernels
+
+
 #: PolyBench kernels of every kind: GEMM-like (doitgen, batched: staged by rule 3), triangular
 #: reductions, in-place updates, a stencil with time loops, dynamic programming, row reductions
 #: (gemver: rule 4)
