@@ -102,6 +102,11 @@ class Launch(Stmt):
         return bool(self.nests)
 
     @property
+    def shared_bytes(self) -> int:
+        """The shared memory a block of this kernel takes, in bytes."""
+        return _shared_bytes(self.shared, self.body)
+
+    @property
     def single_thread(self) -> bool:
         return not self.axes
 
@@ -304,7 +309,6 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
     dims = [1, 1, 1]
     nests: dict[str, frozenset[str]] = {}
     shared: dict[str, int] = {}
-    allocations: list[str] = []
     singles = [0]
 
     def nest(st: For, scope: dict[str, Expr]) -> None:
@@ -386,7 +390,6 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
             # several versions of a nest (a whole tile's, a partial one's), never two at once,
             # so they share one array (codegen._shared)
             shared[st.buffer.name] = max(shared.get(st.buffer.name, 0), count)
-            allocations.append(st.buffer.name)
             return Allocate(st.buffer, block_level(st.body, scope))
         if isinstance(st, LetStmt):
             return LetStmt(st.var, st.value, block_level(st.body, {**scope, st.var: st.value}))
@@ -406,7 +409,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
         raise CompileError(f"kernel {name}: a {type(st).__name__} holds GPU loops")
 
     new_body = block_level(body, dict(lets))
-    used_bytes = sum(shared[b] * lowered_itemsize(body, b) for b in dict.fromkeys(allocations))
+    used_bytes = _shared_bytes(shared, body)
     if used_bytes > MAX_SHARED_BYTES:
         raise CompileError(f"the buffers the threads of a block of kernel {name} share "
                            f"({', '.join(shared)}) need up to {used_bytes} bytes; shared memory "
@@ -433,6 +436,11 @@ def _lets_of(s: Stmt) -> dict[str, Expr]:
                 twice.add(n.var)
             seen[n.var] = n.value
     return {k: v for k, v in seen.items() if k not in twice}
+
+
+def _shared_bytes(shared: dict[str, int], body: Stmt) -> int:
+    """Bytes of the shared buffers ``shared`` (name -> elements) allocated in ``body``."""
+    return sum(n * lowered_itemsize(body, b) for b, n in shared.items())
 
 
 def lowered_itemsize(s: Stmt, buffer: str) -> int:

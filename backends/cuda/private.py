@@ -73,7 +73,7 @@ def thread_private(alloc: Allocate, axes: dict[str, tuple[str, str]],
     def nonneg(var: str) -> bool:  # a loop's variable from a non-negative constant start
         return (least.get(var) if least.get(var) is not None else -1) >= 0
 
-    mins = [_linear(outer.inline(m), nonneg) for m in buf.mins]
+    mins = [linear_form(outer.inline(m), nonneg) for m in buf.mins]
     mapping: list[tuple] = []  # per access: per dimension, the coefficient of each axis
     highs = [0] * buf.rank
 
@@ -90,7 +90,7 @@ def thread_private(alloc: Allocate, axes: dict[str, tuple[str, str]],
             raise fail("is outside the thread loops", where)
         sig, out = [], []
         for d, e in enumerate(indices):
-            rel = _combine(_linear(sc.inline(e), nonneg), mins[d], -1)
+            rel = _combine(linear_form(sc.inline(e), nonneg), mins[d], -1)
             coeffs = tuple(sum(rel[0].get(_VAR + v, (None, 0))[1]
                                for v, (a, _) in sc.threads.items() if a == axis)
                            if axis in used else None for axis in AXES)
@@ -99,7 +99,7 @@ def thread_private(alloc: Allocate, axes: dict[str, tuple[str, str]],
                 c = rel[0].get(_VAR + v, (None, 0))[1]
                 if c:
                     rest = _combine(_combine(rest, ({_VAR + v: (Var(v), c)}, 0), -1),
-                                    _linear(sc.inline(lo), nonneg), c)
+                                    linear_form(sc.inline(lo), nonneg), c)
             lo_hi = _range(rest, sc)
             if lo_hi is None:
                 left = " + ".join(str(x) for x, c in rest[0].values())
@@ -162,31 +162,37 @@ Linear = tuple[dict[str, tuple[Expr, int]], int]
 _VAR = "var:"
 
 
-def _linear(e: Expr, nonneg: Callable[[str], bool]) -> Linear:
+def linear_form(e: Expr, nonneg: Callable[[str], bool] = lambda v: False) -> Linear:
     """``e`` as a sum of atoms times integers plus a constant (see ``Linear``); ``max`` and
     ``min`` of two forms one of which is provably the larger (every term of the difference
-    non-negative: ``nonneg`` says which Vars are) are that form: bounds inference clamps a
-    tile's start with ``max(8 * j.o + t, 0)`` where the tile's own loops start at ``8 * j.o +
-    t``."""
+    non-negative: ``nonneg`` says which Vars are; by default none) are that form: bounds
+    inference clamps a tile's start with ``max(8 * j.o + t, 0)`` where the tile's own loops
+    start at ``8 * j.o + t``; a floor division by a positive constant of a form whose atoms
+    cancel is its constant (``(min(64 x, N) + 63 - min(64 x, N) + 1) // 4``: 16)."""
     c = const_value(e)
     if c is not None:
         return {}, c
     if isinstance(e, Var):
         return {_VAR + e.name: (e, 1)}, 0
     if isinstance(e, BinOp) and e.op in ("add", "sub"):
-        return _combine(_linear(e.a, nonneg), _linear(e.b, nonneg), 1 if e.op == "add" else -1)
+        return _combine(linear_form(e.a, nonneg), linear_form(e.b, nonneg),
+                        1 if e.op == "add" else -1)
     if isinstance(e, BinOp) and e.op == "mul":
-        a, b = _linear(e.a, nonneg), _linear(e.b, nonneg)
+        a, b = linear_form(e.a, nonneg), linear_form(e.b, nonneg)
         if not a[0]:
             return _combine(({}, 0), b, a[1])
         if not b[0]:
             return _combine(({}, 0), a, b[1])
     if isinstance(e, BinOp) and e.op in ("max", "min"):
-        a, b = _linear(e.a, nonneg), _linear(e.b, nonneg)
+        a, b = linear_form(e.a, nonneg), linear_form(e.b, nonneg)
         if _nonneg(_combine(a, b, -1), nonneg):  # a >= b
             return a if e.op == "max" else b
         if _nonneg(_combine(b, a, -1), nonneg):
             return b if e.op == "max" else a
+    if isinstance(e, BinOp) and e.op == "floordiv":  # a constant once its terms cancel
+        a, d = linear_form(e.a, nonneg), const_value(e.b)
+        if not a[0] and d is not None and d > 0:
+            return {}, a[1] // d
     return {"expr:" + str(e): (e, 1)}, 0
 
 
@@ -205,7 +211,7 @@ def _atom_nonneg(atom: Expr, nonneg: Callable[[str], bool]) -> bool:
         return True
     if isinstance(atom, BinOp) and atom.op in ("floordiv", "mod"):  # by a size: >= 1
         c = 1 if isinstance(atom.b, Size) else const_value(atom.b)
-        return c is not None and c > 0 and _nonneg(_linear(atom.a, nonneg), nonneg)
+        return c is not None and c > 0 and _nonneg(linear_form(atom.a, nonneg), nonneg)
     return False
 
 

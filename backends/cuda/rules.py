@@ -72,7 +72,7 @@ from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
-from .launches import lowered_itemsize, plan
+from .launches import plan
 from .private import private_buffers
 
 #: threads of a block for a 2-D tile (y, x) and for one pure loop
@@ -368,8 +368,7 @@ def shared_bytes(s: Schedule) -> int | None:
         program = plan(lower(s.output, s), private_buffers(s))
     except CompileError:
         return None
-    return max((sum(n * lowered_itemsize(lc.body, b) for b, n in lc.shared.items())
-                for lc in program.launches), default=0)
+    return max((lc.shared_bytes for lc in program.launches), default=0)
 
 
 def launchable(s: Schedule) -> bool:

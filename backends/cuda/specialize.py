@@ -55,6 +55,8 @@ from tensorlang.schedule.ir import (
 )
 from tensorlang.schedule.legality.isl_text import Unrepresentable, quasi_affine
 
+from .private import linear_form
+
 #: the isl work one proof may take (isl's operation count): a condition whose proof would take
 #: more is kept, not decided
 MAX_OPERATIONS = 30000
@@ -236,8 +238,8 @@ class Context:
 
         whole = go(e, True)
         if whole is not e:
-            value = _constant(whole)
-            if value is not None:
+            terms, value = linear_form(whole)  # (min(64 x, N) + 63 - min(64 x, N) + 1: 64)
+            if not terms:
                 return Const(value, e.dtype)
         return go(e, False)
 
@@ -271,33 +273,6 @@ def _empty(text: str) -> bool:
         return isl.Set(text, context=_ISL).is_empty()
     except isl.Error:  # (past MAX_OPERATIONS too: not proven)
         return False
-
-
-def _constant(e: Expr) -> int | None:
-    """The value of integer expression ``e`` where it is a constant once equal terms cancel
-    (``min(64 x, N) + 63 - min(64 x, N) + 1``: 64); None otherwise."""
-    terms: dict[str, int] = {}
-
-    def linear(n: Expr, k: int) -> int:  # adds k * n's terms; returns k * n's constant part
-        if isinstance(n, Const) and n.dtype.is_int:
-            return k * int(n.value)
-        if isinstance(n, BinOp) and n.op in ("add", "sub"):
-            return linear(n.a, k) + linear(n.b, k if n.op == "add" else -k)
-        if isinstance(n, BinOp) and n.op == "mul" and isinstance(n.b, Const):
-            return linear(n.a, k * int(n.b.value))
-        if isinstance(n, BinOp) and n.op == "mul" and isinstance(n.a, Const):
-            return linear(n.b, k * int(n.a.value))
-        if isinstance(n, BinOp) and n.op == "floordiv" and isinstance(n.b, Const) \
-                and int(n.b.value) > 0:
-            inner = _constant(n.a)
-            if inner is not None:
-                return k * (inner // int(n.b.value))
-        key = str(n)
-        terms[key] = terms.get(key, 0) + k
-        return 0
-
-    const = linear(e, 1)
-    return const if not any(terms.values()) else None
 
 
 def _ident(name: str) -> str:
