@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# One run on a machine with an NVIDIA GPU and no network (the checkout copied there), in the
+# order that matters when time on it is short:
+#
+#   bash benchmarks/gpu_machine.sh [gpu] [bench] [cpu]      (default: all three)
+#
+# Python packages the machine lacks (islpy, optuna and their needs) come as wheels in .whl/
+# (pip download ... -d .whl, see docs/gpu.md); tensorlang is installed from the checkout without
+# build isolation. Each step runs under a time limit and prints its exit status, so one hung or
+# failing step leaves the others' output. Logs go to $OUT (default /tmp/gpu_machine).
+#   gpu:   the CUDA tests (the GPU-only ones in tests/test_cuda_device.py included) on the GPU
+#   bench: benchmarks/gpu.py at the issue's sizes (CUDA events, against torch and Triton)
+#   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
+#          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
+set -u
+OUT=${OUT:-/tmp/gpu_machine}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+phases=${*:-gpu bench cpu}
+
+step() {  # step SECONDS LOGNAME COMMAND...
+    local limit=$1 log=$2 start rc
+    shift 2
+    echo "== $* (limit ${limit} s)"
+    start=$(date +%s)
+    timeout -k 5 "$limit" "$@" 2>&1 | tee "$OUT/$log"
+    rc=${PIPESTATUS[0]}
+    echo "== rc=$rc after $(( $(date +%s) - start )) s"
+}
+
+if [ -d .whl ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/site .whl/*.whl || exit 1
+    export PYTHONPATH=/tmp/site
+fi
+if ! python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
+        >"$OUT/install.log" 2>&1; then  # (an old setuptools): the package's folders linked
+    tail -3 "$OUT/install.log"
+    mkdir -p /tmp/shim && cp -r tensorlang /tmp/shim/ && ln -sfn "$PWD/schedule" \
+        /tmp/shim/tensorlang/schedule && ln -sfn "$PWD/autotune" /tmp/shim/tensorlang/autotuner \
+        && ln -sfn "$PWD/backends" /tmp/shim/tensorlang/backends || exit 1
+    export PYTHONPATH=/tmp/shim${PYTHONPATH:+:$PYTHONPATH}
+fi
+nvidia-smi -L
+lscpu | grep -E "Model name|^CPU\(s\)"
+python3 - <<'EOF'
+import importlib
+for m in ("llvmlite", "islpy", "optuna", "numpy", "cuda.bindings", "torch", "triton", "cupy"):
+    try:
+        print(m, getattr(importlib.import_module(m), "__version__", "?"))
+    except Exception as exc:  # noqa: BLE001
+        print(m, "missing:", exc)
+from tensorlang.backends.cuda.driver import device
+print(device().info)
+EOF
+
+for phase in $phases; do
+    case $phase in
+    gpu)
+        step 200 pytest_gpu.log python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 200 \
+            tests/test_cuda_device.py tests/test_cuda.py tests/test_cuda_rules.py \
+            tests/test_cuda_specialize.py ;;
+    bench)
+        step 200 gpu_bench.log python3 benchmarks/gpu.py --repeat 30 ;;
+    cpu)
+        python3 -m tensorlang.autotuner.cli target
+        for dt in f32 f64; do
+            TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=5 step 60 "gemm_1t_$dt.log" \
+                python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt auto
+            ROUNDS=5 step 60 "gemm_all_$dt.log" \
+                python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt auto
+        done ;;
+    esac
+done
