@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import re
 import warnings
 
 import numpy as np
@@ -274,6 +275,30 @@ def test_ptx_of_every_workload_is_accepted_by_ptxas(name):
         assert report.count("Compiling entry function") == len(kern.launches)
     if name == "matmul":  # an older architecture too (the A100's)
         ptxas(tl.compile(f, gpu_schedule(f), target="cuda:sm_80").ptx(), "sm_80")
+
+
+@needs_ptxas
+def test_kernels_state_their_block_size_so_ptxas_fits_registers_to_it():
+    # 16 x 32 threads with 8 x 8 register tiles: ptxas keeps to 65536 / 512 = 128 registers a
+    # thread (.maxntid), where without the bound it took more and the launch failed on an H200
+    # (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+    import optuna
+
+    from tensorlang.backends.cuda.space import GPUSearchSpace
+
+    f = W.BUILTIN["matmul"].build()
+    s = GPUSearchSpace(f, dict(M=67, N=131, K=29)).sample(optuna.trial.FixedTrial(
+        {"C.tile": "16x32", "C.kblock": 16, "C.regtile": 8, "C.accumulate": "registers",
+         "C.unroll": False}))
+    kern = tl.compile(f, s, target="cuda")
+    ptx = kern.ptx()
+    assert ptx.count(".maxntid") == ptx.count(".entry") == len(kern.launches)
+    report = ptxas(ptx, "sm_90")
+    regs = [int(r) for r in re.findall(r"Used (\d+) registers", report)]
+    blocks = [re.search(r"\.maxntid (\d+), (\d+), (\d+)", e).groups()
+              for e in ptx.split(".entry")[1:]]
+    assert max(int(x) * int(y) * int(z) for x, y, z in blocks) == 512
+    assert all(r * int(x) * int(y) * int(z) <= 65536 for r, (x, y, z) in zip(regs, blocks))
 
 
 def test_ptxas_is_installed_where_ci_runs():

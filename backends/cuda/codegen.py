@@ -38,6 +38,7 @@ from tensorlang.schedule.ir import GPU_KINDS, Allocate, For, ForKind, LoweredFun
 from ..llvm.codegen import CodeGen
 from ..llvm.memory import MAX_STACK_BYTES
 from ..llvm.types import I32, I64, memory_type
+from .bounds import upper_bound
 from .launches import AXES, DeviceProgram, Launch
 
 #: math functions with no NVPTX instruction and no tensorlang polynomial (tensorlang does not
@@ -392,8 +393,24 @@ def device_module(program: DeviceProgram, target) -> ir.Module:
     module.triple = target.triple
     module.data_layout = target.data_layout
     for launch in program.launches:
-        DeviceGen(program, launch, target, module).build()
+        gen = DeviceGen(program, launch, target, module)
+        gen.build()
+        _launch_bounds(module, gen.fn, launch)
     return module
+
+
+def _launch_bounds(module: ir.Module, fn: ir.Function, launch: Launch) -> None:
+    """State the most threads a block of ``launch`` has (``.maxntid`` in PTX, CUDA C++'s
+    ``__launch_bounds__``) where each block dimension has a constant bound: ptxas then keeps
+    the kernel's registers within what a block of that size may use (spilling if it must),
+    so that a launch never fails for lack of registers (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``).
+    See the NVVM IR specification, "Kernel and function directives" (``maxntid``)."""
+    dims = [upper_bound(e) for e in launch.block]
+    if any(d is None for d in dims):
+        return
+    for axis, d in zip(AXES, dims):
+        module.add_named_metadata("nvvm.annotations",
+                                  [fn, f"maxntid{axis}", ir.Constant(I32, max(int(d), 1))])
 
 
 def host_module(program: DeviceProgram, target, emulate: bool = False,

@@ -119,8 +119,19 @@ class Device:
                params: int, name: str) -> None:
         """Launch ``function`` on the default stream; ``params`` is the address of its
         ``void*[]`` of argument addresses."""
-        _check(self._drv.cuLaunchKernel(function, *grid, *block, 0, 0, params, 0),
-               f"launch of {name}")
+        result = self._drv.cuLaunchKernel(function, *grid, *block, 0, 0, params, 0)
+        err = result[0] if isinstance(result, tuple) else result
+        if err == self._drv.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
+            attr = self._drv.CUfunction_attribute
+            regs = _check(self._drv.cuFuncGetAttribute(
+                attr.CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute")
+            most = _check(self._drv.cuFuncGetAttribute(
+                attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function), "cuFuncGetAttribute")
+            raise DeviceError(f"kernel {name} cannot run blocks of {block[0]} x {block[1]} x "
+                              f"{block[2]} threads on this GPU: it uses {regs} registers a "
+                              f"thread, which allows at most {most} threads a block; use a "
+                              f"smaller gpu_tile or register tile")
+        _check(result, f"launch of {name}")
 
     def synchronize(self) -> None:
         self.activate()
