@@ -1,6 +1,6 @@
 """tensorlang's CUDA kernels against the GPU's libraries, measured in one run on one GPU.
 
-    python benchmarks/gpu.py [--repeat 50] [--workloads sgemm,softmax,conv2d,blur]
+    python benchmarks/gpu.py [--repeat 50] [--rounds 2] [--workloads sgemm,softmax,conv2d,blur]
 
 Per workload: the rule-based GPU schedule (``schedule="auto"`` with an empty cache; for sgemm
 and conv2d, an implicit GEMM there, 64 x 64 block tiles, 4 x 4 register tiles per thread kept
@@ -91,17 +91,60 @@ def unfused(name: str, f: tl.Func) -> tl.Schedule:
     return s
 
 
+def rows_a_thread(f: tl.Func, rows: int, per: int) -> tl.Schedule:
+    """The blur with ``rows x 32`` output tiles a block, each thread computing ``per`` rows
+    of a column (32 x rows / per threads), the first pass staged per block as rule 2 stages
+    it, its rows spread over the same threads: more loads in flight a thread than one output
+    each."""
+    s = tl.Schedule(f)
+    bx = next(g for g in tl.Pipeline(f).funcs if g.name == "bx")
+    h = s[f]
+    h.tile("y", "x", rows, 32)
+    h.split("y.i", per)
+    h.reorder("y.o", "x.o", "y.i.o", "x.i", "y.i.i")
+    h.gpu_blocks("y.o", "x.o")
+    h.gpu_threads("y.i.o", "x.i")
+    h.unroll("y.i.i")
+    s[bx].compute_at(h, "x.o")
+    s[bx].split("y", rows // per)
+    s[bx].reorder("y.i", "x", "y.o")
+    s[bx].gpu_threads("y.i", "x")
+    return s
+
+
+def whole_row_tiles(f: tl.Func, threads: tuple[int, int]) -> tl.Schedule:
+    """The convolution's rule 3 with column tiles as long as the row (``threads[1]`` x 4 =
+    56 columns) instead of two 32-column tiles shifted to overlap."""
+    from tensorlang.backends.cuda.rules import GemmTiling, _staged
+    from tensorlang.schedule.trace import TailStrategy
+
+    s = _staged(tl.Schedule(f), f.name, GemmTiling(threads, 4, TailStrategy.ShiftInwards), 16)
+    s["pad"].compute_inline()
+    return s
+
+
 def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Schedule]:
     """The schedules measured besides ``"auto"``: the rule-based one at ``sizes`` (what
     ``"auto"`` takes with an empty cache; printed without a GPU), the hand-staged one, for
-    sgemm the rule with 8 x 8 register tiles (128 x 128 block tiles, reduction blocks of 8:
-    CUTLASS's SIMT sgemm shape) against its 4 x 4 ones, and for softmax and the blur the rule
-    without its fusion (``unfused``)."""
+    sgemm the rule with 8 x 8 register tiles (128 x 128 block tiles, reduction blocks of 8,
+    16 and 32: CUTLASS's SIMT sgemm shape) against its 4 x 4 ones, for softmax and the blur
+    the rule without its fusion (``unfused``), softmax with 512 and 1024 threads a row, the
+    blur with several rows a thread (``rows_a_thread``), conv2d with tiles of whole rows."""
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
     if name == "matmul":
-        out["rule 8x8 tiles"] = gpu_schedule(f, regs=8, kblock=8, sizes=sizes)
+        for kb in (8, 16, 32):
+            out[f"rule 8x8 k{kb}"] = gpu_schedule(f, regs=8, kblock=kb, sizes=sizes)
     if name in ("softmax", "blur"):
         out["unfused"] = unfused(name, f)
+    if name == "softmax":
+        for t in (512, 1024):
+            out[f"rule {t} threads"] = gpu_schedule(f, sizes=sizes, row_threads=t)
+    if name == "blur":
+        out["4 rows a thread"] = rows_a_thread(f, 32, 4)
+        out["8 rows a thread"] = rows_a_thread(f, 64, 8)
+    if name == "conv2d":
+        out["56-column tiles"] = whole_row_tiles(f, (16, 14))
+        out["56-col 32-co tiles"] = whole_row_tiles(f, (8, 14))
     return out
 
 
@@ -130,7 +173,8 @@ def peers(case: str, arrays: dict[str, np.ndarray], repeat: int) -> dict[str, li
         def blur() -> object:
             bx = (x[:, :-2] + x[:, 1:-1] + x[:, 2:]) * (1 / 3)
             return (bx[:-2] + bx[1:-1] + bx[2:]) * (1 / 3)
-        fns = {"torch (two passes)": blur}
+        fns = {"torch (two passes)": blur,
+               "copy of In (torch clone)": lambda: x.clone()}
     out = {}
     for name, fn in fns.items():
         for _ in range(3):
@@ -193,7 +237,8 @@ def resources(report: str) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--repeat", type=int, default=50)
+    ap.add_argument("--repeat", type=int, default=50, help="timed runs a round")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds")
     ap.add_argument("--workloads", default=",".join(CASES))
     args = ap.parse_args()
     cases = [c for c in args.workloads.split(",") if c]
@@ -234,18 +279,36 @@ def main() -> int:
             kernels.update({f"tensorlang {label}": tl.compile(f, s, target="cuda")
                             for label, s in schedules(name, f, sizes).items()
                             if label != "rule-based"})
-        for label, kern in kernels.items():
-            got = kern(**arrays)
-            ok = np.allclose(got, want, rtol=1e-3, atol=1e-4)
-            rows[label] = kern.benchmark(**arrays, repeat=args.repeat)
-            print(f"  {label:26s} {summary(rows[label])}  {'ok' if ok else 'WRONG RESULT'}")
+        ok = {label: np.allclose(kern(**arrays), want, rtol=1e-3, atol=1e-4)
+              for label, kern in kernels.items()}
+        rounds: dict[str, list[float]] = {label: [] for label in kernels}
+        for r in range(args.rounds):  # interleaved: each round times every kernel in turn
+            order = list(kernels) if r % 2 == 0 else list(reversed(kernels))
+            for label in order:
+                times = kernels[label].benchmark(**arrays, repeat=args.repeat)
+                rows.setdefault(label, []).extend(times)
+                rounds[label].append(statistics.median(times))
+        for label in kernels:
+            spread = f"  rounds {min(rounds[label]) * 1e3:.3f}-{max(rounds[label]) * 1e3:.3f}"
+            print(f"  {label:26s} {summary(rows[label])}{spread if args.rounds > 1 else ''}  "
+                  f"{'ok' if ok[label] else 'WRONG RESULT'}")
         ref = peers(case, arrays, args.repeat)
+        copy = ref.pop("copy of In (torch clone)", None)
         for label, times in ref.items():
             print(f"  {label:26s} {summary(times)}")
         if ref:
             best = min(statistics.median(t) for t in ref.values())
             for label in kernels:
                 print(f"  {label} / fastest peer: {best / statistics.median(rows[label]):.2f}x")
+        if copy:  # the blur moves its input and its output once: as a share of a copy's rate
+            rate = 2 * arrays["In"].nbytes / statistics.median(copy)
+            print(f"  copy of In (torch clone)   {summary(copy)}  {rate / 1e9:.0f} GB/s "
+                  f"(bytes read + written)")
+            moved = arrays["In"].nbytes + want.nbytes
+            for label in kernels:
+                got = moved / statistics.median(rows[label])
+                print(f"  {label} moves {got / 1e9:.0f} GB/s: {100 * got / rate:.0f}% of the "
+                      f"copy's")
     return 0
 
 

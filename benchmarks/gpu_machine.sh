@@ -9,12 +9,15 @@
 # build isolation. Each step runs under a time limit and prints its exit status, so one hung or
 # failing step leaves the others' output. Logs go to $OUT (default /tmp/gpu_machine).
 #   gpu:   the CUDA tests (the GPU-only ones in tests/test_cuda_device.py included) on the GPU
+#   gpu-device: only the GPU-only tests
 #   bench: benchmarks/gpu.py at the issue's sizes (CUDA events, against torch and Triton)
+#   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
+#          (1024^3, 60 trials or 90 s)
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
 OUT=${OUT:-/tmp/gpu_machine}
-mkdir -p "$OUT"
+mkdir -p "$OUT" /tmp/tune
 export PYTHONUNBUFFERED=1
 phases=${*:-gpu bench cpu}
 
@@ -60,8 +63,21 @@ for phase in $phases; do
         step 200 pytest_gpu.log python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 200 \
             tests/test_cuda_device.py tests/test_cuda.py tests/test_cuda_rules.py \
             tests/test_cuda_specialize.py ;;
+    gpu-device)
+        step 120 pytest_gpu.log python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 100 \
+            tests/test_cuda_device.py ;;
     bench)
-        step 200 gpu_bench.log python3 benchmarks/gpu.py --repeat 30 ;;
+        step 240 gpu_bench.log python3 benchmarks/gpu.py --repeat 20 --rounds 2 ;;
+    gpu-tune)
+        TENSORLANG_CACHE=/tmp/tlcache step 120 gpu_tune.log python3 -m \
+            tensorlang.autotuner.cli tune matmul --target cuda --shape M=4096,N=4096,K=4096 \
+            --timeout 75 --log /tmp/tune/gpu_tune.jsonl
+        cp /tmp/tune/gpu_tune.jsonl "$OUT/" ;;
+    cpu-tune)  # issue 16's run on 16 cores: the tuner must not cache a loser
+        TENSORLANG_CACHE=/tmp/tlcache step 150 cpu_tune.log python3 -m \
+            tensorlang.autotuner.cli tune matmul --shape M=1024,N=1024,K=1024 --trials 60 \
+            --timeout 90 --log /tmp/tune/cpu_tune.jsonl
+        cp /tmp/tune/cpu_tune.jsonl "$OUT/" ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do

@@ -105,11 +105,13 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
 
 
 def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
-                 kblock: int = GEMM_KBLOCK, sizes: dict[str, int] | None = None) -> Schedule:
+                 kblock: int = GEMM_KBLOCK, sizes: dict[str, int] | None = None,
+                 row_threads: int = ROW_THREADS) -> Schedule:
     """The rule-based GPU schedule of ``output`` (see the module docstring); proven legal.
     ``regs`` and ``kblock``: rule 3's register tile (``regs x regs`` outputs a thread) and
     reduction block (halved while its tiles do not fit); ``sizes`` (by size name, optional):
-    the sizes it will run at (rule 4 takes only long rows).
+    the sizes it will run at (rule 4 takes only long rows); ``row_threads``: rule 5's threads
+    a row.
 
     Raises:
         ShapeError: ``sizes`` do not fit the algorithm.
@@ -129,7 +131,8 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
             rows = normalized_rows(s, f.name)
             if rows and (ranges is None or all(ranges.get(r, {}).get(
                     s.states[r].rvars[0], (0, ROW_THREADS))[1] >= ROW_THREADS for r in rows)):
-                t = _try(s, lambda t, f=f, rows=rows: row_normalization(t, f.name, rows))
+                t = _try(s, lambda t, f=f, rows=rows: row_normalization(t, f.name, rows,
+                                                                        row_threads))
                 if t is not s:
                     s = t
                     placed.update(rows)
