@@ -10,7 +10,8 @@
 # failing step leaves the others' output. Logs go to $OUT (default /tmp/gpu_machine).
 #   gpu:   the CUDA tests (the GPU-only ones in tests/test_cuda_device.py included) on the GPU
 #   gpu-device: only the GPU-only tests
-#   bench: benchmarks/gpu.py at the issue's sizes (CUDA events, against torch and Triton)
+#   bench: benchmarks/gpu.py at the issue's sizes (CUDA events, against torch and Triton);
+#          bench-auto: schedule="auto" alone against them
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
 #          (1024^3, 60 trials or 90 s)
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
@@ -68,6 +69,9 @@ for phase in $phases; do
             tests/test_cuda_device.py ;;
     bench)
         step 240 gpu_bench.log python3 benchmarks/gpu.py --repeat 20 --rounds 2 ;;
+    bench-auto)
+        step 120 gpu_bench_auto.log python3 benchmarks/gpu.py --repeat 30 --rounds 2 \
+            --auto-only ;;
     gpu-tune)
         TENSORLANG_CACHE=/tmp/tlcache step 120 gpu_tune.log python3 -m \
             tensorlang.autotuner.cli tune matmul --target cuda --shape M=4096,N=4096,K=4096 \

@@ -43,9 +43,10 @@ def test_the_rule_based_gpu_gemm_stages_its_operands_and_keeps_register_tiles():
 
 
 def test_the_gpu_gemm_tiles_follow_the_sizes_where_they_are_known():
-    # rule 3 at known sizes (gemm_tiling): 4 x 4 outputs a thread (64 x 64 a block) where that
-    # leaves at least GEMM_MIN_BLOCKS blocks, else 2 x 2 or 1 x 1; fewer threads along a loop
-    # shorter than the tile; whole tiles shifted inwards; symbolic sizes keep 64 x 64, guarded
+    # rule 3 at known sizes (gemm_tiling): 8 x 8 outputs a thread (128 x 128 a block) where
+    # that leaves at least GEMM_MIN_BLOCKS blocks, else 4 x 4, 2 x 2 or 1 x 1; along a loop
+    # shorter than the tile, threads to span it; whole tiles shifted inwards; symbolic sizes
+    # keep 64 x 64, guarded
     from tensorlang.backends.cuda.rules import GEMM_MIN_BLOCKS, GemmTiling, gemm_tiling
     from tensorlang.schedule.trace import TailStrategy
 
@@ -57,26 +58,26 @@ def test_the_gpu_gemm_tiles_follow_the_sizes_where_they_are_known():
                          text).group(1, 2, 4)
 
     assert tile(f) == ("64", "64", None)
-    assert tile(f, M=4096, N=4096, K=4096) == tile(f, M=1000, N=1000, K=9) \
-        == ("64", "64", "ShiftInwards")
-    assert tile(f, M=512, N=512, K=512) == ("32", "32", "ShiftInwards")  # 64 blocks, or 256
+    assert tile(f, M=4096, N=4096, K=4096) == ("128", "128", "ShiftInwards")
+    assert tile(f, M=1000, N=1000, K=9) == ("64", "64", "ShiftInwards")  # 64 blocks, or 256
+    assert tile(f, M=512, N=512, K=512) == ("32", "32", "ShiftInwards")
     assert tile(f, M=256, N=256, K=7) == ("16", "16", "ShiftInwards")
-    assert (4096 // 64) ** 2 >= GEMM_MIN_BLOCKS > (512 // 64) ** 2
-    # the issue's convolution: 56 columns, tiles of 32 (8 threads of 4) at 0 and 24, every
-    # block whole, where a 64-column tile left every block a partial one
+    assert (4096 // 128) ** 2 >= GEMM_MIN_BLOCKS > (1000 // 128 + 1) ** 2
+    # the issue's convolution: 56 columns, one tile of 56 (14 threads of 4), where 64-column
+    # tiles left every block a partial one, and 32-column ones at 0 and 24 computed 8 twice
     conv = W.BUILTIN["conv2d"].build()
     sizes = dict(Nb=32, CI=64, H=56, W=56, CO=64)
-    assert tile(conv, **sizes) == ("64", "32", "ShiftInwards")
-    # ... so its one launch at those sizes is the whole tiles' kernel (a block of 8 x 16
-    # threads, 2 column tiles x 1792 rows), where 64 x 64 tiles launched the partial tiles' one
+    assert tile(conv, **sizes) == ("64", "56", "ShiftInwards")
+    # ... so its one launch at those sizes is the whole tiles' kernel (a block of 14 x 16
+    # threads, 1 column tile x 1792 rows), where 64 x 64 tiles launched the partial tiles' one
     whole = tl.compile(conv, gpu_schedule(conv, sizes=sizes), target="cuda:sm_90")
-    assert whole.launch_plan(sizes) == [("O_k0", (2, 1, 32 * 56), (8, 16, 1))]
+    assert whole.launch_plan(sizes) == [("O_k0", (1, 1, 32 * 56), (14, 16, 1))]
     partial = tl.compile(conv, gpu_schedule(conv), target="cuda:sm_90")
     assert [name for name, _, _ in partial.launch_plan(sizes)] == ["O_k2"]
-    # a tiny one: 1 x 1 outputs a thread, 4 x 2 threads, still whole tiles
+    # a tiny one: 1 x 1 outputs a thread, 5 x 3 threads, one whole tile
     assert gemm_tiling(tl.Schedule(conv), "O", {"n": (0, 1), "y": (0, 1), "co": (0, 5),
                                                 "x": (0, 3)}, 4) \
-        == GemmTiling((4, 2), 1, TailStrategy.ShiftInwards)
+        == GemmTiling((5, 3), 1, TailStrategy.ShiftInwards)
     for name, g, at, runs in (
             ("matmul", f, dict(M=1000, N=1000, K=9), (dict(M=130, N=70, K=33),
                                                       dict(M=10, N=100, K=5))),
@@ -90,9 +91,9 @@ def test_the_gpu_gemm_tiles_follow_the_sizes_where_they_are_known():
 
 
 @pytest.mark.parametrize("name, sizes, kernels", [
-    ("matmul", dict(M=4096, N=4096, K=4096), [("C_k0", (64, 64, 1), (16, 16, 1))]),
+    ("matmul", dict(M=4096, N=4096, K=4096), [("C_k0", (32, 32, 1), (16, 16, 1))]),
     ("softmax", dict(R=8192, S=8192), [("softmax_k0", (8192, 1, 1), (256, 1, 1))]),
-    ("blur", dict(H=8194, W=8194), [("out_k0", (256, 1024, 1), (32, 10, 1))])])
+    ("blur", dict(H=8194, W=8194), [("out_k0", (256, 256, 1), (32, 8, 1))])])
 def test_at_the_issues_sizes_one_whole_tile_kernel_runs(name, sizes, kernels):
     # issue 20's targets at their sizes, under "auto"'s rule: one launch each, of the kernel
     # with no partial tile (the GEMM: its K % 16 == 0 version; softmax: one block per row,
@@ -156,17 +157,21 @@ def test_a_convolution_is_an_implicit_gemm_on_the_gpu():
 
 def test_a_stencil_producer_is_staged_in_its_consumers_block():
     # rule 2: the blur's first pass (three reads: not inlined) is computed per block of the
-    # second, its tile and halo in shared memory, so no kernel writes it to GPU memory
+    # second, its tile and halo in shared memory, so no kernel writes it to GPU memory; the
+    # second pass's threads compute 4 rows each (32 x 32 tiles on 8 x 32 threads), and stage
+    # the 34 rows of the first pass's tile every 8th row each
     from tensorlang.backends.cuda.private import private_buffers
 
     f = W.BUILTIN["blur"].build()
     s = gpu_schedule(f)
-    assert 's["bx"].compute_at(s["out"], \'x.o\')' in s.to_python()
+    text = s.to_python()
+    assert 's["bx"].compute_at(s["out"], \'x.o\')' in text
+    assert "tile('y', 'x', 32, 32)" in text and "split('y.i', 4)" in text
     launches = plan(lower(f, s), private_buffers(s)).launches
-    assert launches and all(lc.cooperative and lc.shared.get("bx") == 10 * 32
-                            for lc in launches)  # (8 + 2) x 32: the 8 x 32 tile's rows, halo
+    assert launches and all(lc.cooperative and lc.shared.get("bx") == 34 * 32
+                            for lc in launches)  # (32 + 2) x 32: the tile's rows, halo
     kern = emulate(f, s)
-    for h, w in ((3, 3), (11, 45), (17, 64)):
+    for h, w in ((3, 3), (11, 45), (17, 64), (70, 33)):
         a = _arrays(f, dict(H=h, W=w), 4)
         np.testing.assert_allclose(kern(**a), W.BUILTIN["blur"].numpy(a)(), rtol=1e-5)
 

@@ -39,7 +39,8 @@ from ..llvm.codegen import CodeGen
 from ..llvm.memory import MAX_STACK_BYTES
 from ..llvm.types import I32, I64, memory_type
 from .bounds import upper_bound
-from .launches import AXES, DeviceProgram, Launch
+from .launches import (AXES, MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM, DeviceProgram,
+                       Launch)
 
 #: math functions with no NVPTX instruction and no tensorlang polynomial (tensorlang does not
 #: link libdevice): refused with a CompileError instead of LLVM's "no libcall" failure
@@ -401,12 +402,16 @@ def device_module(program: DeviceProgram, target) -> ir.Module:
 
 def _launch_bounds(module: ir.Module, fn: ir.Function, launch: Launch) -> None:
     """State the most threads a block of ``launch`` has (``.maxntid`` in PTX, CUDA C++'s
-    ``__launch_bounds__``) where each block dimension has a constant bound: ptxas then keeps
-    the kernel's registers within what a block of that size may use (spilling if it must),
-    so that a launch never fails for lack of registers (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``).
+    ``__launch_bounds__``) where each block dimension has a constant bound and the block could
+    otherwise ask for more registers than a multiprocessor has (more than 256 threads): ptxas
+    then keeps the kernel's registers within what a block of that size may use (spilling if it
+    must), so that a launch never fails for lack of registers
+    (``CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES``). Smaller blocks fit at any register count, and
+    there the bound would only change ptxas's choices (it caps a 256-thread kernel at 128).
     See the NVVM IR specification, "Kernel and function directives" (``maxntid``)."""
     dims = [upper_bound(e) for e in launch.block]
-    if any(d is None for d in dims):
+    if any(d is None for d in dims) or \
+            dims[0] * dims[1] * dims[2] * MAX_REGISTERS_PER_THREAD <= REGISTERS_PER_SM:
         return
     for axis, d in zip(AXES, dims):
         module.add_named_metadata("nvvm.annotations",

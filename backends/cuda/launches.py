@@ -68,6 +68,11 @@ MAX_BLOCK_DIMS = (1024, 1024, 64)
 MAX_GRID_DIMS = (2**31 - 1, 65535, 65535)
 #: static shared memory of one block (CUDA's limit without opting in to more)
 MAX_SHARED_BYTES = 48 * 1024
+#: the register file of a multiprocessor (32-bit registers, every architecture from sm_50 to
+#: sm_90) and the most a thread may use: a block of more than 65536 // 255 = 256 threads can
+#: ask for more registers than there are
+REGISTERS_PER_SM = 65536
+MAX_REGISTERS_PER_THREAD = 255
 
 
 @dataclass(frozen=True, eq=False)

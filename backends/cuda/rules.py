@@ -78,11 +78,17 @@ from .private import private_buffers
 #: threads of a block for a 2-D tile (y, x) and for one pure loop
 TILE_2D = (8, 32)
 TILE_1D = 256
-#: rule 3's GEMM: threads of a block (y, x), outputs per thread along each pure loop, and the
-#: reduction block staged in shared memory per step
+#: rule 3's GEMM: threads of a block (y, x); outputs per thread along each pure loop where
+#: the sizes are symbolic, and the most tried where they are known (``gemm_tiling``); the
+#: elements of each operand's tile staged in shared memory per reduction block (the block
+#: is this over the tile's longer side: 8 for 128 x 128 tiles, 16 for 64 x 64)
 GEMM_THREADS = (16, 16)
 GEMM_REGS = 4
-GEMM_KBLOCK = 16
+GEMM_REGS_KNOWN = 8
+GEMM_STAGE_ELEMENTS = 1024
+#: rule 3 at known sizes: a register tile is taken only where a block keeps at least this many
+#: threads (a 64 x 56 convolution tile in 8 x 8 registers would leave 8 x 7)
+GEMM_MIN_THREADS = 128
 #: rule 3's reduction block is halved while its staged tiles take more shared memory than
 #: this, in bytes, so that several blocks share a multiprocessor (228 KiB on an H100)
 GEMM_SHARED_BYTES = 32 * 1024
@@ -93,6 +99,10 @@ GEMM_MIN_BLOCKS = 132
 #: results (then one thread theirs)
 ROW_THREADS = 256
 ROW_TREE = 16
+#: rule 2: the rows of the consumer's tile each thread computes where a stencil's producer is
+#: staged per block (a tile of 4 x 8 rows by 32 columns, 8 x 32 threads): more loads in flight
+#: a thread, and a smaller halo a tile, than one output a thread
+STENCIL_ROWS = 4
 
 
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
@@ -104,14 +114,15 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
     return t if t.check(realize=False).ok else s
 
 
-def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
-                 kblock: int = GEMM_KBLOCK, sizes: dict[str, int] | None = None,
+def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
+                 kblock: int | None = None, sizes: dict[str, int] | None = None,
                  row_threads: int = ROW_THREADS) -> Schedule:
     """The rule-based GPU schedule of ``output`` (see the module docstring); proven legal.
-    ``regs`` and ``kblock``: rule 3's register tile (``regs x regs`` outputs a thread) and
-    reduction block (halved while its tiles do not fit); ``sizes`` (by size name, optional):
-    the sizes it will run at (rule 4 takes only long rows); ``row_threads``: rule 5's threads
-    a row.
+    ``regs`` and ``kblock``: rule 3's register tile (``regs x regs`` outputs a thread; default
+    ``GEMM_REGS``, or at known sizes the largest of ``GEMM_REGS_KNOWN``, a half ... that
+    ``gemm_tiling`` takes) and reduction block (default ``gemm_kblock``; halved while its tiles
+    do not fit); ``sizes`` (by size name, optional): the sizes it will run at (rule 4 takes
+    only long rows); ``row_threads``: rule 5's threads a row.
 
     Raises:
         ShapeError: ``sizes`` do not fit the algorithm.
@@ -122,6 +133,7 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
     if sizes is not None:
         ranges = p.bind(p.input_shapes(sizes), sizes).ranges
     placed: set[str] = set()  # stages rule 5 computed inside their consumer's kernel
+    stencils = stencil_consumers(s)
     for f in reversed(p.funcs):
         d = f.definition
         assert d is not None
@@ -146,14 +158,15 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
         readers = s.view.readers(f.name)
         if not p.is_output(f) and d.reduce_op is None and not f.updates \
                 and len(readers) == 1 and block_loop(s, readers[0]) is not None:
-            t = _try(s, lambda t, f=f, r=readers[0]: stage_in_block(t, f.name, r))
+            t = _try(s, lambda t, f=f, r=readers[0]: stage_in_block(
+                t, f.name, r, TILE_2D[0] if r in stencils else None))
             if t is not s:
                 s = t
                 continue
         if not f.updates and reduction_axes(s, f.name) is not None:
-            tiling = GemmTiling(regs=regs) if ranges is None else \
-                gemm_tiling(s, f.name, ranges.get(f.name, {}), regs)
-            t = _staged(s, f.name, tiling, kblock)
+            tiling = GemmTiling(regs=regs or GEMM_REGS) if ranges is None else \
+                gemm_tiling(s, f.name, ranges.get(f.name, {}), regs or GEMM_REGS_KNOWN)
+            t = _staged(s, f.name, tiling, kblock or gemm_kblock(tiling))
             if t is not s:
                 s = t
                 continue
@@ -163,9 +176,31 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int = GEMM_REGS,
             if t is not s:
                 s = t
                 continue
+        if f.name in stencils:
+            t = _try(s, lambda t, f=f: map_pure_loops(t, f.name, rows=STENCIL_ROWS))
+            if t is not s:
+                s = t
+                continue
         for stage in (f.name, *(stage_id(f.name, u.number) for u in f.updates)):
             s = _try(s, lambda t, st=stage: map_pure_loops(t, st))
     return s
+
+
+def stencil_consumers(s: Schedule) -> set[str]:
+    """The stages that read a Func rule 2 stages per block (pure, not an output, read by that
+    one stage, more than once a point so not inlined by rule 1): they get ``STENCIL_ROWS``
+    rows a thread."""
+    p = s.view.pipeline
+    out = set()
+    for f in p.funcs:
+        d = f.definition
+        readers = s.view.readers(f.name)
+        if p.is_output(f) or d is None or d.reduce_op is not None or f.updates \
+                or len(readers) != 1 or len(accesses(d.value)) <= 1 \
+                or pointwise_once(s, f.name):
+            continue
+        out.add(readers[0])
+    return out
 
 
 def pointwise_once(s: Schedule, name: str) -> bool:
@@ -311,10 +346,10 @@ def gemm_tiling(s: Schedule, name: str, extents: dict[str, tuple[int, int]],
 
     - the register tile: the largest of ``regs``, a half, a quarter ... whose blocks number at
       least ``GEMM_MIN_BLOCKS`` (a 256 x 256 GEMM in 64 x 64 tiles would be 16 blocks, a tenth
-      of an H100's multiprocessors), else 1;
-    - the threads along each of the two loops halved while the block's tile is longer than the
-      loop (a convolution's 56 columns: 32-column tiles, not one 64-column tile of which 8
-      columns idle and every thread guards its outputs);
+      of an H100's multiprocessors) and keep at least ``GEMM_MIN_THREADS`` threads, else 1;
+    - along a loop shorter than the block's tile, as many threads as its length over the
+      register tile where that divides it (a convolution's 56 columns: 14 threads of 4, one
+      tile the row's length), else the threads halved until the tile fits the loop;
     - ``ShiftInwards`` tiles where both loops are at least a tile long: the last tile shifted
       back inside, so every block runs whole tiles (the 56 columns: tiles at 0 and 24, 8
       columns computed twice), where ``GuardWithIf`` would run a kernel of partial tiles.
@@ -330,19 +365,35 @@ def gemm_tiling(s: Schedule, name: str, extents: dict[str, tuple[int, int]],
         batch *= max(extents[v][1], 1)
     ey, ex = extents[y][1], extents[x][1]
     r = regs
-    while r > 1:
-        ty, tx = GEMM_THREADS[0] * r, GEMM_THREADS[1] * r
-        if batch * -(-ey // ty) * -(-ex // tx) >= GEMM_MIN_BLOCKS:
+    while True:
+        ty, tx = _threads_along(ey, r, GEMM_THREADS[0]), _threads_along(ex, r, GEMM_THREADS[1])
+        if r == 1 or (ty * tx >= GEMM_MIN_THREADS and
+                      batch * -(-ey // (ty * r)) * -(-ex // (tx * r)) >= GEMM_MIN_BLOCKS):
             break
         r //= 2
-    ty, tx = GEMM_THREADS
-    while ty > 1 and ty * r > ey:
-        ty //= 2
-    while tx > 1 and tx * r > ex:
-        tx //= 2
     whole = ey >= ty * r and ex >= tx * r
     return GemmTiling((ty, tx), r, TailStrategy.ShiftInwards if whole
                       else TailStrategy.GuardWithIf)
+
+
+def _threads_along(extent: int, regs: int, threads: int) -> int:
+    """Rule 3's threads along a loop of ``extent`` with ``regs`` outputs a thread: ``threads``
+    where the tile fits the loop; else ``extent / regs`` where that is whole (one tile the
+    loop's length), else ``threads`` halved until the tile fits."""
+    if extent >= threads * regs:
+        return threads
+    if extent % regs == 0:
+        return max(extent // regs, 1)
+    while threads > 1 and threads * regs > extent:
+        threads //= 2
+    return threads
+
+
+def gemm_kblock(tiling: GemmTiling) -> int:
+    """Rule 3's reduction block for ``tiling``: ``GEMM_STAGE_ELEMENTS`` over the longer side
+    of the block's tile, within 8 ... 32 (8 for 128 x 128 tiles, 16 for 64 x 64)."""
+    side = max(tiling.threads) * tiling.regs
+    return min(32, max(8, GEMM_STAGE_ELEMENTS // max(side, 1)))
 
 
 def _staged(s: Schedule, name: str, tiling: GemmTiling, kblock: int) -> Schedule:
@@ -388,10 +439,14 @@ def block_loop(s: Schedule, consumer: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def stage_in_block(s: Schedule, name: str, consumer: str) -> None:
+def stage_in_block(s: Schedule, name: str, consumer: str,
+                   thread_rows: int | None = None) -> None:
     """Compute ``name`` at ``consumer``'s innermost block loop, in place: the tile (halo
     included) a block of ``consumer`` reads, staged in shared memory, its two innermost loops
-    on the block's threads (rule 2's stencil producers; the space's ``block`` placement).
+    on the block's threads (rule 2's stencil producers; the space's ``block`` placement);
+    with ``thread_rows``, the outer of the two split by it, the block's ``thread_rows`` rows of
+    threads each staging every ``thread_rows``-th row (a consumer with several rows a thread,
+    ``map_pure_loops(rows=)``, reads more rows than it has threads along them).
 
     Raises:
         ScheduleError: ``consumer`` has no block loop, or the tile has no constant size (a
@@ -401,15 +456,21 @@ def stage_in_block(s: Schedule, name: str, consumer: str) -> None:
     if loop is None:
         raise ScheduleError(f"{consumer} has no block loop")
     s[name].compute_at(s[consumer], loop)
-    s[name].gpu_threads(*s.states[name].loops[-2:])
+    y, x = s.states[name].loops[-2:]
+    if thread_rows is not None:
+        yo, y = s[name].split(y, thread_rows)
+        s[name].reorder(y, x, yo)
+    s[name].gpu_threads(y, x)
     if not launchable(s):
         raise ScheduleError(f"{name} computed per block of {consumer} cannot be staged")
 
 
 def map_pure_loops(s: Schedule, stage: str, tile_2d: tuple[int, int] = TILE_2D,
-                   tile_1d: int = TILE_1D) -> None:
+                   tile_1d: int = TILE_1D, rows: int = 1) -> None:
     """Map the pure loops of ``stage`` to GPU blocks and threads (rule 2), in place: blocks of
-    ``tile_2d`` (ty, tx) threads over the two innermost, or ``tile_1d`` over a single one.
+    ``tile_2d`` (ty, tx) threads over the two innermost, or ``tile_1d`` over a single one;
+    with ``rows`` > 1 each thread computes ``rows`` rows of its column (tiles of ``ty * rows``
+    by ``tx``, the rows in an unrolled serial loop inside the thread's).
 
     Raises:
         ScheduleError: a primitive does not apply (the caller keeps the schedule as it was).
@@ -423,7 +484,15 @@ def map_pure_loops(s: Schedule, stage: str, tile_2d: tuple[int, int] = TILE_2D,
         h.gpu_tile(pure[0], tile_1d)
         return
     y, x = pure[-2], pure[-1]
-    yo, xo, _, _ = h.gpu_tile(y, x, *tile_2d)
+    if rows > 1:
+        yo, xo, yi, xi = h.tile(y, x, tile_2d[0] * rows, tile_2d[1])
+        yt, yr = h.split(yi, rows)
+        h.reorder(yo, xo, yt, xi, yr)
+        h.gpu_blocks(yo, xo)
+        h.gpu_threads(yt, xi)
+        h.unroll(yr)
+    else:
+        yo, xo, _, _ = h.gpu_tile(y, x, *tile_2d)
     outer = pure[:-2]
     if outer:
         fused = outer[0]
