@@ -92,15 +92,14 @@ def unfused(name: str, f: tl.Func) -> tl.Schedule:
     return s
 
 
-def rows_a_thread(f: tl.Func, rows: int, per: int) -> tl.Schedule:
-    """The blur with ``rows x 32`` output tiles a block, each thread computing ``per`` rows
-    of a column (32 x rows / per threads), the first pass staged per block as rule 2 stages
-    it, its rows spread over the same threads: more loads in flight a thread than one output
-    each."""
+def rows_a_thread(f: tl.Func, rows: int, per: int, cols: int = 32) -> tl.Schedule:
+    """The blur with ``rows x cols`` output tiles a block, each thread computing ``per`` rows
+    of a column (cols x rows / per threads), the first pass staged per block as rule 2 stages
+    it, its rows spread over the same threads (rule 2 takes 32 x 32, 4 rows a thread)."""
     s = tl.Schedule(f)
     bx = next(g for g in tl.Pipeline(f).funcs if g.name == "bx")
     h = s[f]
-    h.tile("y", "x", rows, 32)
+    h.tile("y", "x", rows, cols)
     h.split("y.i", per)
     h.reorder("y.o", "x.o", "y.i.o", "x.i", "y.i.i")
     h.gpu_blocks("y.o", "x.o")
@@ -130,7 +129,8 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     sgemm the rule with 8 x 8 register tiles (128 x 128 block tiles, reduction blocks of 8,
     16 and 32: CUTLASS's SIMT sgemm shape) against its 4 x 4 ones, for softmax and the blur
     the rule without its fusion (``unfused``), softmax with 512 and 1024 threads a row, the
-    blur with several rows a thread (``rows_a_thread``), conv2d with tiles of whole rows."""
+    blur with other tiles and rows a thread (``rows_a_thread``), conv2d with tiles of whole
+    rows."""
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
     if name == "matmul":
         for kb in (8, 16, 32):
@@ -141,8 +141,11 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
         for t in (512, 1024):
             out[f"rule {t} threads"] = gpu_schedule(f, sizes=sizes, row_threads=t)
     if name == "blur":
-        out["4 rows a thread"] = rows_a_thread(f, 32, 4)
+        out["1 row a thread"] = rows_a_thread(f, 8, 1)
         out["8 rows a thread"] = rows_a_thread(f, 64, 8)
+        for rows, per, cols in ((16, 2, 32), (32, 4, 64), (64, 4, 32), (64, 4, 64),
+                                (128, 4, 32)):
+            out[f"{rows}x{cols} tiles, {per} rows"] = rows_a_thread(f, rows, per, cols)
     if name == "conv2d":
         out["56-column tiles"] = whole_row_tiles(f, (16, 14))
         out["56-col 32-co tiles"] = whole_row_tiles(f, (8, 14))
@@ -294,12 +297,12 @@ def main() -> int:
                 rounds[label].append(statistics.median(times))
         for label in kernels:
             spread = f"  rounds {min(rounds[label]) * 1e3:.3f}-{max(rounds[label]) * 1e3:.3f}"
-            print(f"  {label:26s} {summary(rows[label])}{spread if args.rounds > 1 else ''}  "
+            print(f"  {label:30s} {summary(rows[label])}{spread if args.rounds > 1 else ''}  "
                   f"{'ok' if ok[label] else 'WRONG RESULT'}")
         ref = peers(case, arrays, args.repeat)
         copy = ref.pop("copy of In (torch clone)", None)
         for label, times in ref.items():
-            print(f"  {label:26s} {summary(times)}")
+            print(f"  {label:30s} {summary(times)}")
         if ref:
             best = min(statistics.median(t) for t in ref.values())
             for label in kernels:

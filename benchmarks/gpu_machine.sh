@@ -11,7 +11,7 @@
 #   gpu:   the CUDA tests (the GPU-only ones in tests/test_cuda_device.py included) on the GPU
 #   gpu-device: only the GPU-only tests
 #   bench: benchmarks/gpu.py at the sizes (CUDA events, against torch and Triton);
-#          bench-auto: schedule="auto" alone against them
+#          bench-auto: schedule="auto" alone against them; bench-blur: the blur's variants
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
 #          (1024^3, 60 trials or 90 s)
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
@@ -69,6 +69,9 @@ for phase in $phases; do
             tests/test_cuda_device.py ;;
     bench)
         step 240 gpu_bench.log python3 benchmarks/gpu.py --repeat 20 --rounds 2 ;;
+    bench-blur)
+        step 120 gpu_bench_blur.log python3 benchmarks/gpu.py --repeat 30 --rounds 3 \
+            --workloads blur ;;
     bench-auto)
         step 120 gpu_bench_auto.log python3 benchmarks/gpu.py --repeat 30 --rounds 2 \
             --auto-only ;;
