@@ -13,7 +13,10 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    stencil's first pass: a blur's ``bx``), is computed at that stage's innermost block loop:
    the tile a block reads, halo included, staged in shared memory by the block's threads
    (``stage_in_block``: Halide's ``compute_at(consumer, xo).gpu_threads(x, y)`` of its GPU
-   blur), where it fits and has a constant size; so it never goes through GPU memory.
+   blur), where it fits and has a constant size; so it never goes through GPU memory. That
+   stage computes ``STENCIL_ROWS`` rows a thread (``map_pure_loops(rows=)``; its tile's rows
+   staged by the same threads), where one output a thread keeps too few loads in flight to
+   use the GPU's memory bandwidth (Volkov, "Better performance at lower occupancy", GTC 2010).
    Every other stage is computed at root and its pure loops are mapped to the GPU: the two
    innermost ``y, x`` by ``gpu_tile(y, x, 8, 32)`` (blocks of 256 threads; 32 consecutive ``x``
    in a warp, so a row-major store is coalesced), any pure loops outside them fused into one
@@ -26,14 +29,15 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    "Shared Memory"; Volkov and Demmel, SC 2008, for register tiles): blocks of
    ``GEMM_THREADS`` threads, each computing ``GEMM_REGS x GEMM_REGS`` outputs (a 64 x 64 tile
    per block; other pure loops fused onto ``blockIdx.z``), the outermost reduction loop in
-   blocks of ``GEMM_KBLOCK`` (halved until the staged tiles take at most
-   ``GEMM_SHARED_BYTES``: a convolution's hold its window) whose tiles of the operands the
-   threads stage in shared memory, each thread's outputs kept in its registers across them
-   (``cache_write(..., scope="local")``); where the sizes are known, a smaller register tile
-   (2 x 2, 1 x 1) where 4 x 4 would leave fewer than ``GEMM_MIN_BLOCKS`` blocks, fewer
-   threads along a loop shorter than the tile, and whole tiles shifted inside the loops
-   (``gemm_tiling``). The sizes are the field's usual starting point, not measured on a GPU
-   here.
+   blocks of ``gemm_kblock`` steps (each operand's tile ``GEMM_STAGE_ELEMENTS``; halved until
+   the staged tiles take at most ``GEMM_SHARED_BYTES``: a convolution's hold its window) whose
+   tiles of the operands the threads stage in shared memory, each thread's outputs kept in its
+   registers across them (``cache_write(..., scope="local")``); where the sizes are known
+   (``gemm_tiling``), the largest register tile from ``GEMM_REGS_KNOWN x GEMM_REGS_KNOWN``
+   (CUTLASS's SIMT shape) down to 1 x 1 that leaves ``GEMM_MIN_BLOCKS`` blocks of
+   ``GEMM_MIN_THREADS`` threads, threads spanning a loop shorter than the tile, and whole tiles
+   shifted inside the loops. The choices were measured on one GPU (an H200: docs/gpu.md); the
+   thread counts are the field's usual starting point.
 4. A root reduction over one loop of the rows of its operand (one pure loop ``i``, the
    reduction loop ``k`` their last, contiguous index: softmax's max and sum, a mean) gets a
    block of ``ROW_THREADS`` threads per output (``row_reduction``): ``k`` split by it and
