@@ -115,25 +115,13 @@ def rows_a_thread(f: tl.Func, rows: int, per: int, cols: int = 32) -> tl.Schedul
     return s
 
 
-def whole_row_tiles(f: tl.Func, threads: tuple[int, int]) -> tl.Schedule:
-    """The convolution's rule 3 with column tiles as long as the row (``threads[1]`` x 4 =
-    56 columns) instead of two 32-column tiles shifted to overlap."""
-    from tensorlang.backends.cuda.rules import GemmTiling, _staged
-    from tensorlang.schedule.trace import TailStrategy
-
-    s = _staged(tl.Schedule(f), f.name, GemmTiling(threads, 4, TailStrategy.ShiftInwards), 16)
-    s["pad"].compute_inline()
-    return s
-
-
 def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Schedule]:
     """The schedules measured besides ``"auto"``: the rule-based one at ``sizes`` (what
     ``"auto"`` takes with an empty cache; printed without a GPU), the hand-staged one, for
     sgemm the rule with 8 x 8 register tiles (128 x 128 block tiles, reduction blocks of 8,
     16 and 32: CUTLASS's SIMT sgemm shape) against its 4 x 4 ones, for softmax and the blur
     the rule without its fusion (``unfused``), softmax with 512 and 1024 threads a row, the
-    blur with other tiles and rows a thread (``rows_a_thread``), conv2d with tiles of whole
-    rows."""
+    blur with other tiles and rows a thread (``rows_a_thread``)."""
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
     if name == "matmul":
         for kb in (8, 16, 32):
@@ -149,9 +137,6 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
         for rows, per, cols in ((16, 2, 32), (32, 4, 64), (64, 4, 32), (64, 4, 64),
                                 (128, 4, 32)):
             out[f"{rows}x{cols} tiles, {per} rows"] = rows_a_thread(f, rows, per, cols)
-    if name == "conv2d":
-        out["56-column tiles"] = whole_row_tiles(f, (16, 14))
-        out["56-col 32-co tiles"] = whole_row_tiles(f, (8, 14))
     return out
 
 

@@ -154,7 +154,7 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
                     placed.update(rows)
                     continue
         if not p.is_output(f) and d.reduce_op is None and not f.updates \
-                and (len(accesses(d.value)) <= 1 or pointwise_once(s, f.name)):
+                and inlined_by_rule_1(s, f.name):
             t = _try(s, lambda t, f=f: t[f].compute_inline())
             if t is not s:
                 s = t
@@ -200,11 +200,16 @@ def stencil_consumers(s: Schedule) -> set[str]:
         d = f.definition
         readers = s.view.readers(f.name)
         if p.is_output(f) or d is None or d.reduce_op is not None or f.updates \
-                or len(readers) != 1 or len(accesses(d.value)) <= 1 \
-                or pointwise_once(s, f.name):
+                or len(readers) != 1 or inlined_by_rule_1(s, f.name):
             continue
         out.add(readers[0])
     return out
+
+
+def inlined_by_rule_1(s: Schedule, name: str) -> bool:
+    """Whether rule 1 inlines pure Func ``name`` (not an output): it reads at most one array
+    element, or one of each array read once per iteration of its consumers' loops."""
+    return len(accesses(s.view.definition(name).value)) <= 1 or pointwise_once(s, name)
 
 
 def pointwise_once(s: Schedule, name: str) -> bool:
@@ -355,8 +360,8 @@ def gemm_tiling(s: Schedule, name: str, extents: dict[str, tuple[int, int]],
       register tile where that divides it (a convolution's 56 columns: 14 threads of 4, one
       tile the row's length), else the threads halved until the tile fits the loop;
     - ``ShiftInwards`` tiles where both loops are at least a tile long: the last tile shifted
-      back inside, so every block runs whole tiles (the 56 columns: tiles at 0 and 24, 8
-      columns computed twice), where ``GuardWithIf`` would run a kernel of partial tiles.
+      back inside, so every block runs whole tiles (1000 rows in 64-row tiles: the last at
+      936, 24 rows computed twice), where ``GuardWithIf`` would run a kernel of partial tiles.
     """
     axes = reduction_axes(s, name)
     if axes is None:
