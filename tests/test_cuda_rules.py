@@ -176,6 +176,27 @@ def test_a_stencil_producer_is_staged_in_its_consumers_block():
         np.testing.assert_allclose(kern(**a), W.BUILTIN["blur"].numpy(a)(), rtol=1e-5)
 
 
+def test_the_gpu_space_holds_rows_a_thread_and_the_rule_based_blur():
+    # <stage>.thread_rows: the rows of a tile each thread computes; a producer staged in the
+    # block spreads its rows over the block's rows of threads (the rule's blur is a point)
+    import optuna
+
+    from tensorlang.backends.cuda.space import GPUSearchSpace
+
+    f = W.BUILTIN["blur"].build()
+    space = GPUSearchSpace(f, dict(H=70, W=66))
+    rule = space.sample(optuna.trial.FixedTrial(
+        {"out.tile": "8x32", "out.thread_rows": 4, "bx.place": "block"}))
+    assert rule.to_python() == gpu_schedule(f).to_python()
+    wide = space.sample(optuna.trial.FixedTrial(
+        {"out.tile": "4x64", "out.thread_rows": 8, "bx.place": "block"}))
+    assert "tile('y', 'x', 32, 64)" in wide.to_python() and "split('y', 4)" in wide.to_python()
+    kern = emulate(f, wide)
+    for h, w in ((70, 66), (3, 5)):
+        a = _arrays(f, dict(H=h, W=w), 6)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN["blur"].numpy(a)(), rtol=1e-5)
+
+
 def _row_sums() -> tl.Func:
     R, S = tl.sizes("R S")
     X = tl.Input("X", (R, S), tl.float32)

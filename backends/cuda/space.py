@@ -10,6 +10,10 @@ back to the inputs:
 - ``<stage>.tile``: the thread block of a root stage, ``"ty x tx"`` over its two innermost pure
   loops (``gpu_tile``; 32 to 1024 threads), or ``tx`` for a stage with one pure loop; outer pure
   loops fused onto ``blockIdx.z``;
+- ``<stage>.thread_rows``: for such a stage with two pure loops, the rows of its tile each
+  thread computes, 1, 2, 4 or 8 (``map_pure_loops(rows=)``: a ``ty * rows x tx`` tile); a
+  producer staged in its block (``block``) then spreads its tile's rows over the block's
+  ``ty`` rows of threads (``stage_in_block(thread_rows=)``);
 - ``<f>.kblock``: for a root reduction whose operands a tile reads more than once (GEMM-like,
   batched or not, or a convolution: ``rules.reduction_axes``), none or a split of its
   outermost reduction loop by 4-32 with its operands staged in shared memory per step
@@ -56,6 +60,8 @@ TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1
             "16x32", "32x32", "8x8")
 TILES_1D = ("32", "64", "128", "256", "512")
 KBLOCKS = (0, 4, 8, 16, 32)
+#: rows of a 2-D root stage's tile each thread computes
+THREAD_ROWS = (1, 2, 4, 8)
 #: outputs per thread along each of the two pure loops of a staged GEMM-like stage
 REG_TILES = (1, 2, 4, 8)
 #: where a staged GEMM-like stage's register tile accumulates across its k blocks
@@ -81,6 +87,8 @@ class GPUSearchSpace:
         p = self.pipeline
         s = Schedule(self.output)
         placed: set[str] = set()  # placed by the output's "rows" choice (rule 5)
+        #: root stages whose threads compute several rows each -> their rows of threads
+        thread_rows: dict[str, int] = {}
         for f in reversed(p.funcs):
             d = f.definition
             assert d is not None
@@ -107,14 +115,16 @@ class GPUSearchSpace:
                         continue
                 elif where == "block" and one and block_loop(s, readers[0]) is not None:
                     host = readers[0]
-                    if _try(s, lambda t, f=f, h=host: stage_in_block(t, f.name, h)):
+                    if _try(s, lambda t, f=f, h=host: stage_in_block(t, f.name, h,
+                                                                     thread_rows.get(h))):
                         continue
-            self._root_stage(trial, s, f)
+            self._root_stage(trial, s, f, thread_rows)
             for u in f.updates:
                 _try(s, lambda t, st=stage_id(f.name, u.number): map_pure_loops(t, st))
         return s
 
-    def _root_stage(self, trial: Any, s: Schedule, f: Func) -> None:
+    def _root_stage(self, trial: Any, s: Schedule, f: Func,
+                    thread_rows: dict[str, int]) -> None:
         st = s.states[f.name]
         pure = [lp for lp in st.loops if not st.is_reduction_loop(lp)]
         red = [lp for lp in st.loops if st.is_reduction_loop(lp)]
@@ -122,6 +132,8 @@ class GPUSearchSpace:
             return
         tile2 = trial.suggest_categorical(f"{f.name}.tile", TILES_2D) if len(pure) >= 2 \
             else None
+        rows = trial.suggest_categorical(f"{f.name}.thread_rows", THREAD_ROWS) if tile2 \
+            else 1
         tile1 = trial.suggest_categorical(f"{f.name}.tile", TILES_1D) if len(pure) == 1 \
             else None
         if not f.updates and row_like(s, f.name) and trial.suggest_categorical(
@@ -140,8 +152,11 @@ class GPUSearchSpace:
         if kblock and _try(s, lambda t: _staged(t, f.name, threads, kblock, unroll, regs,
                                                 registers)):
             return
-        _try(s, lambda t: map_pure_loops(t, f.name, tile_spec(tile2) if tile2 else TILE_2D,
-                                         int(tile1) if tile1 else TILE_1D))
+        tile = tile_spec(tile2) if tile2 else TILE_2D
+        if rows > 1 and _try(s, lambda t: map_pure_loops(t, f.name, tile, rows=rows)):
+            thread_rows[f.name] = tile[0]
+        else:
+            _try(s, lambda t: map_pure_loops(t, f.name, tile, int(tile1) if tile1 else TILE_1D))
         if unroll and not kblock:
             inner = s.states[f.name].loops[-1]
             if s.states[f.name].is_reduction_loop(inner):
