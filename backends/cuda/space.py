@@ -10,8 +10,8 @@ back to the inputs:
 - ``<stage>.tile``: the thread block of a root stage, ``"ty x tx"`` over its two innermost pure
   loops (``gpu_tile``; 32 to 1024 threads), or ``tx`` for a stage with one pure loop; outer pure
   loops fused onto ``blockIdx.z``;
-- ``<stage>.thread_rows``: for such a stage with two pure loops, the rows of its tile each
-  thread computes, 1, 2, 4 or 8 (``map_pure_loops(rows=)``: a ``ty * rows x tx`` tile); a
+- ``<stage>.thread_rows``: for such a stage with two pure loops (not staged as below), the
+  rows of its tile each thread computes, 1, 2, 4 or 8 (``map_pure_loops(rows=)``: a ``ty * rows x tx`` tile); a
   producer staged in its block (``block``) then spreads its tile's rows over the block's
   ``ty`` rows of threads (``stage_in_block(thread_rows=)``);
 - ``<f>.kblock``: for a root reduction whose operands a tile reads more than once (GEMM-like,
@@ -132,8 +132,6 @@ class GPUSearchSpace:
             return
         tile2 = trial.suggest_categorical(f"{f.name}.tile", TILES_2D) if len(pure) >= 2 \
             else None
-        rows = trial.suggest_categorical(f"{f.name}.thread_rows", THREAD_ROWS) if tile2 \
-            else 1
         tile1 = trial.suggest_categorical(f"{f.name}.tile", TILES_1D) if len(pure) == 1 \
             else None
         if not f.updates and row_like(s, f.name) and trial.suggest_categorical(
@@ -153,6 +151,8 @@ class GPUSearchSpace:
                                                 registers)):
             return
         tile = tile_spec(tile2) if tile2 else TILE_2D
+        rows = trial.suggest_categorical(f"{f.name}.thread_rows", THREAD_ROWS) if tile2 \
+            else 1
         if rows > 1 and _try(s, lambda t: map_pure_loops(t, f.name, tile, rows=rows)):
             thread_rows[f.name] = tile[0]
         else:
