@@ -212,7 +212,8 @@ class Schedule:
     # -- staging primitives (they add a stage) ---------------------------------------------------
     def cache_read(self, tensor: Input | Func | str, consumer: Stage, loop: LoopLike,
                    index: int | None = None, layout: tuple[int, ...] | None = None,
-                   scope: str | None = None, panel: tuple[int, int] | None = None) -> Stage:
+                   scope: str | None = None, panel: tuple[int, int] | None = None,
+                   readers: Sequence[Func | Stage | str] | None = None) -> Stage:
         """Copy the tile of ``tensor`` that one iteration of ``consumer``'s ``loop`` reads into a
         local buffer computed at that loop, and make ``consumer`` read the copy.
 
@@ -241,6 +242,10 @@ class Schedule:
                 (Van Zee and van de Geijn, TOMS 2015), which a register tile of 8 rows reads
                 one cache line per ``k`` step from. Reads past ``tensor``'s extent in the last
                 panel (the extent not a multiple of ``size``) copy zeros.
+            readers: other stages computed inside ``loop`` (at it, or inside a stage computed
+                there) whose reads of ``tensor`` also go to the copy (TVM's ``readers``): a
+                softmax row staged once for its max, its sum and its output, all computed at
+                the row's block loop.
             scope: on a GPU (``target="cuda"``), where the copy lives: ``"shared"`` (the copy
                 is ``<tensor>_shared``, computed at a loop of the block outside its thread
                 loops and staged by the block's threads: map its loops with ``gpu_threads``) or
@@ -252,7 +257,8 @@ class Schedule:
                 ``index`` is out of range, ``layout`` is not a permutation of ``tensor``'s
                 dimensions, ``panel`` names no dimension or a size below 1 or a dimension
                 not starting at 0, or a permuted or panelled read goes through a boundary
-                condition.
+                condition; a reader does not read ``tensor`` or is not computed inside
+                ``loop``.
         See also: TVM ``cache_read``, Halide ``Func::in``.
         """
         name = tensor if isinstance(tensor, str) else tensor.name
@@ -270,6 +276,10 @@ class Schedule:
         if panel is not None:
             params.append(("panel", tuple(_int(d) for d in panel)
                            if isinstance(panel, (tuple, list)) else panel))
+        if readers is not None:
+            params.append(("readers", tuple(
+                r.func if isinstance(r, Stage) else r if isinstance(r, str) else r.name
+                for r in readers)))
         new = self.apply(Step("cache_read", consumer.func, tuple(params)))
         return Stage(self, new)
 

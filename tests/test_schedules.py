@@ -397,3 +397,34 @@ def test_a_producer_computed_inside_a_fused_loop_is_computed_for_that_point_only
     for shape in [(1, 1), (5, 7), (13, 2)]:
         a = rng.random(shape, dtype=np.float32)
         np.testing.assert_allclose(kern(A=a), a * 8, rtol=1e-6)
+
+
+def test_cache_read_with_readers_copies_a_row_once_for_every_stage_that_reads_it():
+    # softmax's max, its sum (through the inlined e) and its output all read X's row i from
+    # one copy computed at i (TVM's cache_read readers)
+    out, arrays = softmax()
+    g = {f.name: f for f in tl.Pipeline(out).funcs}
+    s = tl.Schedule(out)
+    s[g["e"]].compute_inline()
+    s[g["mx"]].compute_at(s[out], "i")
+    s[g["sm"]].compute_at(s[out], "i")
+    s.cache_read("X", s[out], "i", readers=("mx", g["e"]))
+    kern = check_schedule(out, s, arrays)
+    nest = kern.loop_nest()
+    # X read once, by the copy; X_local allocated, written, and read by the three stages
+    assert nest.count("X[") == 1 and nest.count("X_local[") == 5
+    # a reader must read the tensor and be computed inside the loop
+    for readers, why in ((("sm",), "reader sm does not read X"),
+                         (("softmax",), "the consumer itself"),
+                         (("nope",), "not one")):
+        t = tl.Schedule(out)
+        t[g["e"]].compute_inline()
+        t[g["mx"]].compute_at(t[out], "i")
+        with pytest.raises(tl.ScheduleError, match=why):
+            t.cache_read("X", t[out], "i", readers=readers)
+    t = tl.Schedule(out)  # mx at root: outside the loop where the copy is
+    t[g["e"]].compute_inline()
+    with pytest.raises(tl.ScheduleError, match="mx is not computed inside softmax's loop i"):
+        t.cache_read("X", t[out], "i", readers=("mx", "e"))
+    with pytest.raises(tl.ScheduleError, match="not with index or panel"):
+        t.cache_read("X", t[g["mx"]], "i", index=0, readers=("e",))

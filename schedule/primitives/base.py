@@ -33,7 +33,8 @@ OBLIGATIONS = ("order", "parallel", "vectorize", "recompute", "unproven", "place
 @dataclass(frozen=True)
 class Param:
     """One parameter of a primitive, as stored in a ``Step``: its name, its kind (which fixes
-    the check: ``loop`` a loop name, ``loops`` a non-empty tuple of them, ``factor`` a positive
+    the check: ``loop`` a loop name, ``loops`` a non-empty tuple of them, ``funcs`` a non-empty
+    tuple of Func names, ``factor`` a positive
     int, ``tail`` a ``TailStrategy`` value, ``func`` a Func name, ``tensor`` an Input or Func
     name, ``index`` a non-negative int, ``layout`` a tuple of ints, ``panel`` a pair of
     non-negative ints, ``scope`` a GPU memory: ``"shared"`` or ``"local"``), whether it is
@@ -53,6 +54,9 @@ def _check_value(kind: str, value: Any) -> str | None:
     if kind == "loops":
         ok = isinstance(value, tuple) and value and all(isinstance(v, str) for v in value)
         return None if ok else "a non-empty tuple of loop names"
+    if kind == "funcs":
+        ok = isinstance(value, tuple) and value and all(isinstance(v, str) and v for v in value)
+        return None if ok else "a non-empty tuple of Func (stage) names"
     if kind == "factor":
         ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
         return None if ok else "a positive int"

@@ -45,14 +45,15 @@ def _rel_names(rel: Split | Fuse) -> tuple[str, ...]:
 @register
 class CacheRead(Primitive):
     """``s.cache_read(tensor, s[consumer], loop, index=None, layout=None, scope=None,
-    panel=None)``; the step's ``func`` is the consumer."""
+    panel=None, readers=None)``; the step's ``func`` is the consumer."""
 
     name, family = "cache_read", "staging"
     params = (Param("tensor", "tensor"), Param("loop", "loop"),
               Param("index", "index", required=False, keyword=True),
               Param("layout", "layout", required=False, keyword=True),
               Param("scope", "scope", required=False, keyword=True),
-              Param("panel", "panel", required=False, keyword=True))
+              Param("panel", "panel", required=False, keyword=True),
+              Param("readers", "funcs", required=False, keyword=True))
     obligations = frozenset({"placement"})
 
     def check(self, sched, st: StageState, step: Step) -> None:
@@ -63,7 +64,7 @@ class CacheRead(Primitive):
         index, layout = step.get("index"), step.get("layout")
         st.resolve(loop, what)
         reads_of = sched.view.reads(st.func)
-        if tensor not in reads_of:
+        if tensor not in reads_of and not step.get("readers"):
             raise ScheduleError.in_schedule(
                 st.func, f"{st.func} does not read {tensor} (it reads {', '.join(reads_of)})",
                 step)
@@ -109,8 +110,13 @@ class CacheRead(Primitive):
             shape[order.index(dim)] = sceildiv(shape[order.index(dim)], size)
             copy_f = Func(name, shape=tuple(shape), dtype=src.dtype)
             copy_f[idx] = constant_exterior(src, 0)[tuple(src_idx)]
-        sched.view.add_before(copy_f, st.func)
+        others = _other_readers(sched, st.func, tensor, loop, step, index, panel)
+        first = min((st.func, *others), key=lambda n: sched.view.funcs.index(
+            sched.view.func(n)))
+        sched.view.add_before(copy_f, first)
         sched.view.redirect(st.func, tensor, copy_f, index, layout, panel)
+        for other in others:
+            sched.view.redirect(other, tensor, copy_f, None, layout, None)
         new = StageState.initial(copy_f)
         new.compute = Location("at", st.func, loop)
         new.memory = scope
@@ -121,6 +127,55 @@ class CacheRead(Primitive):
         tensor, *rest = self.python_args(step, schedule_name)
         return (f"{schedule_name}.cache_read({tensor}, {stage_expr(step.func, schedule_name)}, "
                 f"{', '.join(rest)})")
+
+
+def _other_readers(sched, consumer: str, tensor: str, loop: str, step: Step,
+                   index: int | None, panel) -> tuple[str, ...]:
+    """``cache_read``'s ``readers``: the other stages whose reads of ``tensor`` go to the copy
+    too (TVM's ``readers``). Each must read ``tensor`` and be computed inside ``consumer``'s
+    ``loop`` (at it, or at a loop of a stage computed there), where the copy exists.
+
+    Raises:
+        ScheduleError: a reader that does not read ``tensor``, is ``consumer`` itself, or is
+            computed elsewhere; ``readers`` with ``index`` or ``panel`` (one read of one
+            stage).
+    """
+    others = tuple(step.get("readers") or ())
+    if not others:
+        return ()
+    if index is not None or panel is not None:
+        raise ScheduleError.in_schedule(
+            consumer, "cache_read's readers take every read of the tensor as it is: not "
+                      "with index or panel", step)
+    for other in others:
+        if other == consumer or other not in sched.states:
+            raise ScheduleError.in_schedule(
+                consumer, f"readers must name other stages of the pipeline; {other!r} is "
+                f"{'the consumer itself' if other == consumer else 'not one'}", step)
+        if tensor not in sched.view.reads(other):
+            raise ScheduleError.in_schedule(
+                consumer, f"reader {other} does not read {tensor}", step)
+        if not _inside(sched, other, consumer, loop, set()):
+            raise ScheduleError.in_schedule(
+                consumer, f"reader {other} is not computed inside {consumer}'s loop {loop}, "
+                f"where the copy of {tensor} is: compute_at it there first", step)
+    return others
+
+
+def _inside(sched, name: str, consumer: str, loop: str, seen: set[str]) -> bool:
+    """Whether stage ``name`` is computed inside ``consumer``'s ``loop``: at it, at a loop of a
+    stage computed inside it, or inlined into stages that all are (or into ``consumer``)."""
+    if name == consumer or name in seen:
+        return name == consumer
+    seen.add(name)
+    where = sched.states[name].compute
+    if where.kind == "inline":
+        users = sched.view.readers(name)
+        return bool(users) and all(_inside(sched, u, consumer, loop, seen) for u in users)
+    if where.kind != "at":
+        return False
+    return (where.func, where.loop) == (consumer, loop) or \
+        _inside(sched, where.func, consumer, loop, seen)
 
 
 def _check_panel(consumer: str, tensor: str, src, panel: tuple[int, int], copied, step) -> None:
