@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from tensorlang.backends.cuda.driver import DeviceInfo
 from tensorlang.backends.cuda.emulate import emulated_launches
 from tensorlang.backends.cuda.launches import plan
+from tensorlang.backends.cuda.private import private_buffers, shared_copies
 
 
 @dataclass
@@ -29,12 +30,15 @@ class FakeDevice:
     launched: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
     programs: dict[str, tuple] = field(default_factory=dict)
     kernels: list = field(default_factory=list)
+    dynamic: list[int] = field(default_factory=list)  # bytes of dynamic shared memory a launch
     freed: int = 0
     copies: int = 0  # device-to-device copies
 
     def register(self, kernel) -> None:
         """Make ``kernel``'s device kernels runnable here (before its first call)."""
-        compiled, addresses = emulated_launches(plan(kernel.lowered))
+        compiled, addresses = emulated_launches(plan(kernel.lowered,
+                                                     private_buffers(kernel.schedule),
+                                                     shared_copies(kernel.schedule)))
         self.programs[kernel.ptx()] = (compiled, addresses, dict(kernel.launches))
 
     # -- the Device interface ---------------------------------------------------------------------
@@ -50,10 +54,11 @@ class FakeDevice:
         compiled, addresses, nargs = self.programs[module]
         return (name, addresses[name], nargs[name], compiled)
 
-    def launch(self, function, grid, block, params: int, name: str) -> None:
+    def launch(self, function, grid, block, params: int, name: str, dynamic: int = 0) -> None:
         fname, address, nargs, _ = function
         assert fname == name and all(d >= 1 for d in (*grid, *block))
         self.launched.append((name, tuple(grid), tuple(block)))
+        self.dynamic.append(dynamic)
         slots = (ctypes.c_void_p * nargs).from_address(params)
         values = [ctypes.c_int64.from_address(slots[k]).value for k in range(nargs)]
         fn = ctypes.CFUNCTYPE(ctypes.c_int32, *([ctypes.c_int64] * nargs))(address)

@@ -30,7 +30,7 @@ from ..llvm.target import host_target as cpu_target
 from .codegen import device_module, host_module
 from .kernel import CUDAKernel
 from .launches import plan
-from .private import private_buffers
+from .private import private_buffers, shared_copies
 from .ptx import compile_ptx
 from .target import TRIPLE, CUDATarget, parse_target
 
@@ -73,7 +73,8 @@ def check_scopes(schedule: Schedule, program) -> None:
         CompileError: a ``"shared"`` copy is not computed at a loop of the block outside its
             thread loops, or a ``"local"`` one is.
     """
-    shared = {b for lc in program.launches for b in lc.shared}
+    shared = {b for lc in program.launches for b in lc.shared} | {
+        lc.dynamic[0] for lc in program.launches if lc.dynamic is not None}
     for name, st in schedule.states.items():
         if st.memory == "shared" and name not in shared:
             raise CompileError(
@@ -118,7 +119,7 @@ class CUDABackend(Backend):
     def build(self, lowered: LoweredFunc, pipeline: Pipeline, schedule: Schedule | None, *,
               target: Any = None, opt_level: int = 3, emit_object: bool = False) -> CUDAKernel:
         tgt = parse_target(target)
-        program = plan(lowered, private_buffers(schedule))
+        program = plan(lowered, private_buffers(schedule), shared_copies(schedule))
         if schedule is not None:
             check_scopes(schedule, program)
         ptx = compile_ptx(module_text(device_module(program, tgt)), tgt, opt=opt_level,

@@ -42,12 +42,17 @@ from .bounds import upper_bound
 from .launches import (AXES, MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM, DeviceProgram,
                        Launch)
 
+#: the emulator's array for a kernel's buffer sized at launch (``Launch.dynamic``): the most
+#: shared memory an H100 block may opt in to; a launch asking for more fails in emulation
+EMULATED_DYNAMIC_BYTES = 227 * 1024
+
 #: math functions with no NVPTX instruction and no tensorlang polynomial (tensorlang does not
 #: link libdevice): refused with a CompileError instead of LLVM's "no libcall" failure
 _NO_DEVICE_MATH = {"sin", "cos", "tanh", "erf"}
 
 VOID = ir.VoidType()
-#: ``i32 launch(i64 kernel, i64* dims6, i64* args)``, ``i64 alloc(i64 bytes)``, ``void free(i64)``
+#: ``i32 launch(i64 kernel, i64* dims7, i64* args)`` (grid x y z, block x y z, bytes of dynamic
+#: shared memory), ``i64 alloc(i64 bytes)``, ``void free(i64)``
 LAUNCH_FN = ir.FunctionType(I32, [I64, I64.as_pointer(), I64.as_pointer()])
 ALLOC_FN = ir.FunctionType(I64, [I64])
 FREE_FN = ir.FunctionType(VOID, [I64])
@@ -143,7 +148,8 @@ class DeviceGen(CodeGen):
             self.builder.call(self.intrinsic("llvm.nvvm.barrier0", VOID, []), [])
 
     def _allocate(self, s: Allocate) -> None:
-        if s.buffer.name in self.launch.shared:
+        if s.buffer.name in self.launch.shared or (
+                self.launch.dynamic is not None and s.buffer.name == self.launch.dynamic[0]):
             return self._shared(s)
         buf = s.buffer
         exts = [const_value(e) for e in buf.extents]
@@ -161,10 +167,22 @@ class DeviceGen(CodeGen):
 
     def _shared(self, s: Allocate) -> None:
         """A buffer of the block in shared memory (``.shared``, address space 3): a static
-        array of the kernel; emulated, a global of the module (one block runs at a time)."""
+        array of the kernel, or the kernel's dynamic shared memory (``.extern .shared``, sized
+        at launch) for the buffer ``Launch.dynamic`` names; emulated, a global of the module
+        (one block runs at a time; ``EMULATED_DYNAMIC_BYTES`` for the dynamic one)."""
         buf = s.buffer
-        n = self.launch.shared[buf.name]
         elem = memory_type(buf.dtype)
+        dynamic = self.launch.dynamic is not None and self.launch.dynamic[0] == buf.name
+        if dynamic and not self.emulate:
+            name = f"{self.launch.name}_dynamic_shared"  # (PTX names take no dots)
+            gv = self.module.globals.get(name)
+            if gv is None:
+                gv = ir.GlobalVariable(self.module, ir.ArrayType(elem, 0), name, addrspace=3)
+                gv.linkage = "external"
+                gv.align = 16
+            return self._in_shared(s, gv)
+        n = EMULATED_DYNAMIC_BYTES // buf.dtype.itemsize if dynamic \
+            else self.launch.shared[buf.name]
         arr = ir.ArrayType(elem, max(n, 1))
         # one array per buffer of the kernel, sized by its largest allocation: loop
         # partitioning may allocate a buffer in several versions of a nest (a whole tile's and
@@ -178,6 +196,11 @@ class DeviceGen(CodeGen):
             gv.linkage = "internal"
             gv.initializer = ir.Constant(arr, ir.Undefined)
             gv.align = 16
+        self._in_shared(s, gv)
+
+    def _in_shared(self, s: Allocate, gv: ir.GlobalVariable) -> None:
+        """Generate ``s``'s body with its buffer at the start of array ``gv``."""
+        buf = s.buffer
         # addressed in the shared space itself (``float addrspace(3)*``), not through a generic
         # pointer: LLVM then knows the array's alignment and merges a thread's consecutive
         # loads into ``ld.shared.v4`` (through ``addrspacecast`` it sees neither)
@@ -251,6 +274,8 @@ class HostGen(CodeGen):
     def launch(self, launch: Launch) -> None:
         b = self.builder
         dims = [self.expr(e) for e in (*launch.grid, *launch.block)]
+        dynamic = ir.Constant(I64, 0) if launch.dynamic is None else \
+            self.expr(launch.dynamic[1])
         some = b.and_(b.icmp_signed(">", dims[0], ir.Constant(I64, 0)),
                       b.icmp_signed(">", dims[1], ir.Constant(I64, 0)))
         for d in dims[2:]:
@@ -259,13 +284,18 @@ class HostGen(CodeGen):
             + [self.vars[n] for n in launch.scalars]
         with b.if_then(some):
             if self.devices is not None:
+                if launch.dynamic is not None:  # more than the emulator's array: an error
+                    over = b.icmp_signed(">", dynamic, ir.Constant(I64, EMULATED_DYNAMIC_BYTES))
+                    with b.if_then(over, likely=False):
+                        self.free_all()
+                        b.ret(ir.Constant(I32, 1))
                 self._emulate(launch, dims, args)
             else:
-                self._launch(launch, dims, args)
+                self._launch(launch, dims + [dynamic], args)
 
     def _launch(self, launch: Launch, dims: list[ir.Value], args: list[ir.Value]) -> None:
         b = self.builder
-        dim_arr = self.allocas.alloca(I64, 6, name=f"dims{launch.index}")
+        dim_arr = self.allocas.alloca(I64, 7, name=f"dims{launch.index}")
         arg_arr = self.allocas.alloca(I64, max(len(args), 1), name=f"args{launch.index}")
         for k, d in enumerate(dims):
             b.store(d, b.gep(dim_arr, [ir.Constant(I64, k)]))

@@ -52,7 +52,8 @@ def _check(result: Any, what: str) -> Any:
 class DeviceInfo:
     """The GPU kernels run on: ``name``, compute ``capability``, ``driver`` version (an int,
     1000 * major + 10 * minor), global ``memory`` in bytes, ``shared_per_block`` in bytes,
-    ``multiprocessors``."""
+    ``multiprocessors``, ``shared_optin``: the most shared memory a block may opt in to, in
+    bytes (0: unknown)."""
 
     name: str
     capability: tuple[int, int]
@@ -60,6 +61,7 @@ class DeviceInfo:
     memory: int
     shared_per_block: int
     multiprocessors: int
+    shared_optin: int = 0
 
 
 class Device:
@@ -92,8 +94,10 @@ class Device:
             driver=int(_check(drv.cuDriverGetVersion(), "cuDriverGetVersion")),
             memory=int(_check(drv.cuDeviceTotalMem(self.handle), "cuDeviceTotalMem")),
             shared_per_block=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK),
-            multiprocessors=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT))
+            multiprocessors=get(attr.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
+            shared_optin=get(attr.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN))
         self._local = threading.local()
+        self._dynamic: dict[int, int] = {}  # id of a function -> dynamic shared bytes allowed
 
     def _attribute(self, attr: Any) -> int:
         return int(_check(self._drv.cuDeviceGetAttribute(attr, self.handle),
@@ -116,10 +120,18 @@ class Device:
                       f"cuModuleGetFunction({name})")
 
     def launch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
-               params: int, name: str) -> None:
-        """Launch ``function`` on the default stream; ``params`` is the address of its
-        ``void*[]`` of argument addresses."""
-        result = self._drv.cuLaunchKernel(function, *grid, *block, 0, 0, params, 0)
+               params: int, name: str, dynamic: int = 0) -> None:
+        """Launch ``function`` on the default stream with ``dynamic`` bytes of dynamic shared
+        memory; ``params`` is the address of its ``void*[]`` of argument addresses. Over the
+        48 KiB a block gets by default, the function is first allowed that much
+        (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``)."""
+        if dynamic > self._dynamic.get(id(function), 48 * 1024):
+            attr = self._drv.CUfunction_attribute
+            _check(self._drv.cuFuncSetAttribute(
+                function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic),
+                f"cuFuncSetAttribute of {name} (dynamic shared memory)")
+            self._dynamic[id(function)] = dynamic
+        result = self._drv.cuLaunchKernel(function, *grid, *block, dynamic, 0, params, 0)
         err = result[0] if isinstance(result, tuple) else result
         if err == self._drv.CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES:
             attr = self._drv.CUfunction_attribute

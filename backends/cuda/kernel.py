@@ -313,14 +313,15 @@ class CUDAKernel:
             name, nargs = self.launches[index]
             grid = (int(dims[0]), int(dims[1]), int(dims[2]))
             block = (int(dims[3]), int(dims[4]), int(dims[5]))
-            why = launch_error(name, grid, block)
+            dynamic = int(dims[6])  # bytes of dynamic shared memory
+            why = launch_error(name, grid, block, dynamic, self._device.info.shared_optin)
             if why is not None:
                 raise DeviceError(why)
             values = (ctypes.c_int64 * max(nargs, 1))(*[args[k] for k in range(nargs)])
             params = (ctypes.c_void_p * max(nargs, 1))(
                 *[ctypes.addressof(values) + 8 * k for k in range(nargs)])
             self._device.launch(self._functions[index], grid, block,  # type: ignore[index]
-                                ctypes.addressof(params), name)
+                                ctypes.addressof(params), name, dynamic)
             return 0
         except BaseException as exc:  # noqa: BLE001  (reported by __call__)
             self._error = exc

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
-from tensorlang.expr import Cmp, Const, Expr, Var, walk
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, walk
 from tensorlang.dtypes import int64
 from tensorlang.schedule.ir import (
     GPU_KINDS,
@@ -88,7 +88,9 @@ class Launch(Stmt):
     loop of each thread nest -> the axes it uses) synchronises the block after every nest;
     ``shared`` gives its buffers in shared memory, with the number of elements they are
     allocated (a constant bound of their size; the largest where a buffer is allocated in
-    several versions of a nest, each version an array of its own)."""
+    several versions of a nest, each version an array of its own); ``dynamic`` the one whose
+    size is known only when launching (a ``cache_read(..., scope="shared")`` copy of a whole
+    row), in CUDA's dynamic shared memory."""
 
     index: int
     name: str
@@ -101,6 +103,9 @@ class Launch(Stmt):
     scalars: tuple[str, ...]
     nests: dict[str, frozenset[str]] = field(default_factory=dict, hash=False)
     shared: dict[str, int] = field(default_factory=dict, hash=False)
+    #: the one shared buffer sized when launching (dynamic shared memory), and its bytes as a
+    #: host expression (sizes and host variables): None where every one has a constant size
+    dynamic: tuple[str, Expr] | None = field(default=None, hash=False)
 
     @property
     def cooperative(self) -> bool:
@@ -108,7 +113,8 @@ class Launch(Stmt):
 
     @property
     def shared_bytes(self) -> int:
-        """The shared memory a block of this kernel takes, in bytes."""
+        """The shared memory a block of this kernel takes when compiled, in bytes (``dynamic``
+        comes on top, sized at each launch)."""
         return _shared_bytes(self.shared, self.body)
 
     @property
@@ -147,10 +153,14 @@ def _loop_names(s: Stmt) -> str:
     return ", ".join(n.var for n in walk_stmts(s) if isinstance(n, For) and n.kind in GPU_KINDS)
 
 
-def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset()) -> DeviceProgram:
+def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset(),
+         sized_at_launch: frozenset[str] = frozenset()) -> DeviceProgram:
     """Split ``lowered`` into its host program and device launches; ``private``: buffers each
     thread keeps its own share of where a block's threads would share them
-    (``cache_write(..., scope="local")``, ``private.thread_private``).
+    (``cache_write(..., scope="local")``, ``private.thread_private``); ``sized_at_launch``:
+    buffers that a block's threads share and that may take a size known only when launching
+    (``cache_read(..., scope="shared")`` copies, ``private.shared_copies``): one a kernel, in
+    dynamic shared memory.
 
     Raises:
         CompileError: a mapped loop is where no launch can put it (inside a serial loop of a
@@ -164,7 +174,7 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset()) -> DeviceP
     def region(s: Stmt, host_vars: frozenset[str]) -> Stmt:
         index = len(launches)
         launch = _region(lowered, s, index, f"{lowered.name}_k{index}", host_vars, order,
-                         private)
+                         private, sized_at_launch)
         launches.append(launch)
         return launch
 
@@ -194,7 +204,8 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset()) -> DeviceP
 
 
 def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: frozenset[str],
-            order: list[str], private: frozenset[str] = frozenset()) -> Launch:
+            order: list[str], private: frozenset[str] = frozenset(),
+            sized_at_launch: frozenset[str] = frozenset()) -> Launch:
     blocks: list[For] = []
     threads: list[For] = []
     lets: dict[str, Expr] = {}
@@ -220,7 +231,7 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
         node = node.body
     if has_gpu_loops(node) and blocks and not threads:
         return _cooperative(lowered, s, blocks, lets, node, index, name, host_vars, order,
-                            private)
+                            private, sized_at_launch)
     if has_gpu_loops(node):
         inner = next(n for n in walk_stmts(node) if isinstance(n, For) and n.kind in GPU_KINDS)
         where = (f"inside the gpu_threads loops {', '.join(t.var for t in threads)}"
@@ -306,7 +317,8 @@ def _grid(blocks: list[For], lets: dict[str, Expr], mapped: set[str],
 
 def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[str, Expr],
                  body: Stmt, index: int, name: str, host_vars: frozenset[str],
-                 order: list[str], private: frozenset[str] = frozenset()) -> Launch:
+                 order: list[str], private: frozenset[str] = frozenset(),
+                 sized_at_launch: frozenset[str] = frozenset()) -> Launch:
     """A kernel whose block runs several thread nests (see the module docstring)."""
     mapped = {n.var for n in walk_stmts(s) if isinstance(n, For) and n.kind in GPU_KINDS}
     axes: dict[str, tuple[str, str]] = {}
@@ -314,6 +326,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
     dims = [1, 1, 1]
     nests: dict[str, frozenset[str]] = {}
     shared: dict[str, int] = {}
+    dynamic: dict[str, Expr] = {}  # the buffer sized at launch -> its bytes (host expression)
     singles = [0]
 
     def nest(st: For, scope: dict[str, Expr]) -> None:
@@ -380,6 +393,11 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
             # each thread's share, in its own memory (after the nests inside: their axes)
             return thread_private(Allocate(st.buffer, block_level(st.body, scope)), axes,
                                   {**_lets_of(lowered.body), **scope}, name, blocks)
+        if isinstance(st, Allocate) and st.buffer.name in sized_at_launch and any(
+                upper_bound(inline_lets(ext, scope)) is None for ext in st.buffer.extents):
+            dynamic[st.buffer.name] = _launch_size(st.buffer, scope, host_vars, name,
+                                                   dynamic)
+            return Allocate(st.buffer, block_level(st.body, scope))
         if isinstance(st, Allocate):
             count = 1
             for ext in st.buffer.extents:
@@ -428,7 +446,35 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
     buffers, scalars = _arguments(kernel, name, host_vars, order)
     guarded = frozenset(v for v, (reg, _) in axes.items() if reg == "tid")
     return Launch(index, name, kernel, tuple(grid), tuple(Const(d, int64) for d in dims), axes,
-                  guarded, buffers, scalars, nests, shared)
+                  guarded, buffers, scalars, nests, shared,
+                  next(iter(dynamic.items())) if dynamic else None)
+
+
+def _launch_size(buf, scope: dict[str, Expr], host_vars: frozenset[str], kernel: str,
+                 dynamic: dict[str, Expr]) -> Expr:
+    """The bytes of shared buffer ``buf``, sized when launching kernel ``kernel``, as an
+    expression the host program evaluates (its extents in sizes and host variables).
+
+    Raises:
+        CompileError: the size depends on the block (a partial tile), or the kernel already has
+            another buffer sized at launch.
+    """
+    size: Expr = Const(buf.dtype.itemsize, int64)
+    for ext in buf.extents:  # (bytes: the element size times each extent)
+        e = inline_lets(ext, scope)
+        inner = {v.name for v in walk(e) if isinstance(v, Var)} - host_vars
+        if inner:
+            raise CompileError(
+                f"{buf.name} is shared by the threads of a block of kernel {kernel} and sized "
+                f"when launching, but its size ({', '.join(map(str, buf.extents))}) depends on "
+                f"{', '.join(sorted(inner))}, which only a block knows: give it a size that "
+                f"the sizes alone fix")
+        size = BinOp("mul", size, e, int64)
+    old = dynamic.get(buf.name)
+    if any(n != buf.name for n in dynamic):
+        raise CompileError(f"kernel {kernel} has two shared buffers sized when launching "
+                           f"({', '.join(dynamic)}, {buf.name}); it may have one")
+    return size if old is None or old.same_as(size) else BinOp("max", old, size, int64)
 
 
 def _lets_of(s: Stmt) -> dict[str, Expr]:
@@ -469,8 +515,16 @@ def walk_vars(e: Expr) -> list[Var]:
     return [n for n in walk(e) if isinstance(n, Var)]
 
 
-def launch_error(name: str, grid: tuple[int, ...], block: tuple[int, ...]) -> str | None:
-    """Why launching kernel ``name`` with these dimensions would fail (None: it can run)."""
+def launch_error(name: str, grid: tuple[int, ...], block: tuple[int, ...],
+                 dynamic: int = 0, shared_limit: int = 0) -> str | None:
+    """Why launching kernel ``name`` with these dimensions and ``dynamic`` bytes of dynamic
+    shared memory would fail (None: it can run); ``shared_limit``: the most shared memory a
+    block of this GPU may opt in to (0: unknown, not checked)."""
+    if shared_limit and dynamic > shared_limit:
+        return (f"kernel {name} needs {dynamic} bytes of shared memory sized at this launch "
+                f"(a copy with scope='shared' whose size the call's sizes fix); a block of "
+                f"this GPU holds at most {shared_limit}: stage a smaller tile, or without "
+                f"scope='shared'")
     threads = block[0] * block[1] * block[2]
     if threads > MAX_THREADS_PER_BLOCK:
         return (f"kernel {name} has blocks of {block[0]} x {block[1]} x {block[2]} = "

@@ -246,3 +246,12 @@ def private_buffers(schedule: Schedule | None) -> frozenset[str]:
     if schedule is None:
         return frozenset()
     return frozenset(n for n, st in schedule.states.items() if st.memory == "local")
+
+
+def shared_copies(schedule: Schedule | None) -> frozenset[str]:
+    """The copies asked for in shared memory (``cache_read(..., scope="shared")``): ``plan``
+    may size one a kernel when launching (a whole row, ``launches.Launch.dynamic``), where a
+    stage computed at a block loop must have a constant size."""
+    if schedule is None:
+        return frozenset()
+    return frozenset(n for n, st in schedule.states.items() if st.memory == "shared")

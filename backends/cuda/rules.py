@@ -339,6 +339,36 @@ def row_normalization(s: Schedule, name: str, rows: list[str],
         _tree(s, r, h, i)
 
 
+def stage_rows(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
+    """After ``row_normalization``, in place: the matrix that output ``name``'s rows read
+    copied once per row into shared memory sized when launching (the row's length is a
+    runtime size: ``cache_read(..., scope="shared", readers=...)``, ``Launch.dynamic``), its
+    columns over the block's ``threads`` threads, so that the row reductions and the output
+    read the row from shared memory instead of global memory (three passes, one read: the
+    row kept on chip as Triton's fused softmax keeps it in registers). One matrix (one buffer
+    sized at launch a kernel); a row must fit a block's shared memory when launched.
+
+    Raises:
+        ScheduleError: the stage is not a block per row, or a primitive does not apply.
+    """
+    st = s.states[name]
+    blocks = [lp for lp in st.loops if st.kinds.get(lp) is ForKind.GPU_BLOCK]
+    if len(blocks) != 1:
+        raise ScheduleError(f"{name} is not computed a block per row")
+    view = s.view
+    inputs = [i.name for i in view.pipeline.inputs if len(view.producer(i.name).bounds) == 2
+              and any(i.name in view.reads(f.name) for f in view.funcs)]
+    if len(inputs) != 1:
+        raise ScheduleError(f"{name}'s rows read {len(inputs)} matrices; one is staged")
+    (tensor,) = inputs
+    others = tuple(r for r in view.readers(tensor) if r != name)
+    copy = s.cache_read(tensor, s[name], blocks[0], scope="shared", readers=others or None)
+    col = s.states[copy.func].loops[-1]
+    outer, inner = copy.split(col, threads)
+    copy.reorder(inner, outer)
+    copy.gpu_threads(inner)
+
+
 @dataclass(frozen=True)
 class GemmTiling:
     """Rule 3's tiles: a block of ``threads`` (ty, tx), ``regs x regs`` outputs a thread, and

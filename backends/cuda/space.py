@@ -11,9 +11,9 @@ back to the inputs:
   loops (``gpu_tile``; 32 to 1024 threads), or ``tx`` for a stage with one pure loop; outer pure
   loops fused onto ``blockIdx.z``;
 - ``<stage>.thread_rows``: for such a stage with two pure loops (not staged as below), the
-  rows of its tile each thread computes, 1, 2, 4 or 8 (``map_pure_loops(rows=)``: a ``ty * rows x tx`` tile); a
-  producer staged in its block (``block``) then spreads its tile's rows over the block's
-  ``ty`` rows of threads (``stage_in_block(thread_rows=)``);
+  rows of its tile each thread computes, 1, 2, 4 or 8 (``map_pure_loops(rows=)``: a
+  ``ty * rows x tx`` tile); a producer staged in its block (``block``) then spreads its
+  tile's rows over the block's ``ty`` rows of threads (``stage_in_block(thread_rows=)``);
 - ``<f>.kblock``: for a root reduction whose operands a tile reads more than once (GEMM-like,
   batched or not, or a convolution: ``rules.reduction_axes``), none or a split of its
   outermost reduction loop by 4-32 with its operands staged in shared memory per step

@@ -1,0 +1,95 @@
+"""Shared memory sized when launching (CUDA's dynamic shared memory): a ``cache_read(...,
+scope="shared")`` copy whose size only the call's sizes fix, such as a whole row that a
+softmax's max, sum and output all read (``rules.stage_rows``). Checked in the emulator against
+NumPy on odd sizes, by ptxas, and through the host program on a stand-in for the driver."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner import workloads as W
+from tensorlang.backends.cuda.codegen import EMULATED_DYNAMIC_BYTES
+from tensorlang.backends.cuda.emulate import emulate
+from tensorlang.backends.cuda.launches import launch_error, plan
+from tensorlang.backends.cuda.private import private_buffers, shared_copies
+from tensorlang.backends.cuda.ptx import ptxas
+from tensorlang.backends.cuda.rules import gpu_schedule, stage_rows
+from tensorlang.errors import CompileError
+from tensorlang.schedule.lower import lower
+from test_cuda import HAS_PTXAS, _arrays
+
+
+def _staged(name: str):
+    f = W.BUILTIN[name].build()
+    s = gpu_schedule(f)
+    stage_rows(s, f.name)
+    return f, s
+
+
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_a_row_read_three_times_is_copied_once_into_shared_memory_sized_at_launch(name):
+    f, s = _staged(name)
+    text = s.to_python()
+    assert "cache_read('X', " in text and "scope='shared', readers=(" in text
+    program = plan(lower(f, s), private_buffers(s), shared_copies(s))
+    assert program.launches and all(lc.dynamic is not None and lc.dynamic[0] == "X_shared"
+                                    for lc in program.launches)
+    assert all("X_shared" not in lc.shared for lc in program.launches)  # not a static array
+    kern = emulate(f, s)
+    for sizes in (dict(R=3, S=1031), dict(R=1, S=1), dict(R=2, S=256)):
+        a = _arrays(f, sizes, 2)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN[name].numpy(a)(), rtol=1e-4, atol=1e-5)
+    ptx = tl.compile(f, s, target="cuda").ptx()
+    assert f".extern .shared .align 16 .b8 {f.name}_k0_dynamic_shared[];" in ptx
+    if HAS_PTXAS:
+        ptxas(ptx, "sm_90")
+
+
+def test_the_host_program_passes_the_rows_bytes_to_each_launch(monkeypatch):
+    import fake_cuda
+
+    f, s = _staged("softmax")
+    kern = tl.compile(f, s, target="cuda")
+    dev = fake_cuda.install(monkeypatch, kern)
+    a = _arrays(f, dict(R=5, S=333), 4)
+    np.testing.assert_allclose(kern(**a), W.BUILTIN["softmax"].numpy(a)(), rtol=1e-4,
+                               atol=1e-5)
+    assert dev.launched and dev.dynamic == [333 * 4] * len(dev.launched)
+    assert kern.launch_plan(dict(R=8192, S=8192)) == [("softmax_k0", (8192, 1, 1),
+                                                       (256, 1, 1))]
+
+
+def test_a_launch_over_the_gpus_shared_memory_is_refused_before_it_runs():
+    assert launch_error("k", (1, 1, 1), (256, 1, 1), 100_000, 232_448) is None
+    why = launch_error("k", (1, 1, 1), (256, 1, 1), 300_000, 232_448)
+    assert "300000 bytes of shared memory" in why and "at most 232448" in why
+    # the emulator's array holds what an H100 block may opt in to; more is an error, not a
+    # write past it
+    f, s = _staged("softmax")
+    kern = emulate(f, s)
+    row = EMULATED_DYNAMIC_BYTES // 4 + 1
+    with pytest.raises(MemoryError):
+        kern(X=np.ones((1, row), np.float32))
+
+
+def test_only_copies_and_one_buffer_a_kernel_are_sized_at_launch():
+    # two matrices read along the row: two buffers sized at launch in one kernel
+    R, S = tl.sizes("R S")
+    X, Y = tl.Input("X", (R, S), tl.float32), tl.Input("Y", (R, S), tl.float32)
+    i, j, k = tl.vars("i j k")
+    dot = tl.Func("dot")
+    dot[i] = X[i, k] * Y[i, k]
+    out = tl.Func("out")
+    out[i, j] = X[i, j] * Y[i, j] / dot[i]
+    s = gpu_schedule(out)
+    for t in ("X", "Y"):
+        s.cache_read(t, s[out], "i", scope="shared", readers=("dot_rf",))
+        c = s.states[f"{t}_shared"].loops[-1]
+        s[f"{t}_shared"].gpu_threads(s[f"{t}_shared"].split(c, 256)[1])
+    with pytest.raises(CompileError, match="two shared buffers sized when launching"):
+        tl.compile(out, s, target="cuda")
+    # a stage computed at a block loop (not a copy asked for in shared memory) still needs a
+    # constant size (tests/test_cuda.py: the convolution's padded input per block)
+    assert "X_shared" in shared_copies(s) and "dot" not in shared_copies(s)
