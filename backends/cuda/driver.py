@@ -122,10 +122,10 @@ class Device:
     def launch(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int],
                params: int, name: str, dynamic: int = 0) -> None:
         """Launch ``function`` on the default stream with ``dynamic`` bytes of dynamic shared
-        memory; ``params`` is the address of its ``void*[]`` of argument addresses. Over the
-        48 KiB a block gets by default, the function is first allowed that much
-        (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``)."""
-        if dynamic > self._dynamic.get(id(function), 48 * 1024):
+        memory; ``params`` is the address of its ``void*[]`` of argument addresses. The
+        function is first allowed that much (``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``:
+        without it, static and dynamic shared memory together get 48 KiB)."""
+        if dynamic > self._dynamic.get(id(function), 0):
             attr = self._drv.CUfunction_attribute
             _check(self._drv.cuFuncSetAttribute(
                 function, attr.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic),
