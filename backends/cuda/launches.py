@@ -13,7 +13,8 @@ and replaces each *region* by a :class:`Launch`. A region is
   nests (stages computed at a block loop, or at a serial loop inside it: the tiles a block
   stages in shared memory). Statements outside the thread nests run in every thread (``let``,
   ``if`` and serial loops: the same in all of them) or, when they store, in thread 0 alone; a
-  buffer allocated outside the thread nests is in shared memory (a constant size), and a
+  buffer allocated outside the thread nests is in shared memory (a constant size, or for one
+  ``cache_read(..., scope="shared")`` copy a size the call's sizes fix: ``Launch.dynamic``), and a
   barrier (``bar.sync``) follows every thread nest, so a nest sees what the previous ones
   wrote. The block has, per axis, the largest constant bound of the nests' extents; each nest
   runs where ``threadIdx`` is below its own extents (and 0 on the axes it does not use);
