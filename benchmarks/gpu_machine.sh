@@ -12,6 +12,7 @@
 #   gpu-device: only the GPU-only tests
 #   bench: benchmarks/gpu.py at the sizes (CUDA events, against torch and Triton);
 #          bench-auto: schedule="auto" alone against them; bench-blur: the blur's variants
+#   profile: Nsight Compute's speed-of-light, warp-state and memory tables of the sgemm kernel
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
 #          (1024^3, 60 trials or 90 s)
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
@@ -75,6 +76,10 @@ for phase in $phases; do
     bench-auto)
         step 120 gpu_bench_auto.log python3 benchmarks/gpu.py --repeat 30 --rounds 2 \
             --auto-only ;;
+    profile)  # Nsight Compute on the rule-based sgemm's kernel (works on Firecracker hosts)
+        step 200 ncu_sgemm.log ncu --section SpeedOfLight --section WarpStateStats \
+            --section MemoryWorkloadAnalysis_Tables -k regex:C_k0 -c 1 \
+            python3 benchmarks/gpu.py --workloads sgemm --auto-only --repeat 1 --rounds 1 ;;
     gpu-tune)
         TENSORLANG_CACHE=/tmp/tlcache step 120 gpu_tune.log python3 -m \
             tensorlang.autotuner.cli tune matmul --target cuda --shape M=4096,N=4096,K=4096 \
