@@ -426,5 +426,7 @@ def test_cache_read_with_readers_copies_a_row_once_for_every_stage_that_reads_it
     t[g["e"]].compute_inline()
     with pytest.raises(tl.ScheduleError, match="mx is not computed inside softmax's loop i"):
         t.cache_read("X", t[out], "i", readers=("mx", "e"))
-    with pytest.raises(tl.ScheduleError, match="not with index or panel"):
+    with pytest.raises(tl.ScheduleError, match="not with index, layout or panel"):
         t.cache_read("X", t[g["mx"]], "i", index=0, readers=("e",))
+    with pytest.raises(tl.ScheduleError, match="not with index, layout or panel"):
+        t.cache_read("X", t[g["mx"]], "i", layout=(1, 0), readers=("e",))

@@ -110,13 +110,13 @@ class CacheRead(Primitive):
             shape[order.index(dim)] = sceildiv(shape[order.index(dim)], size)
             copy_f = Func(name, shape=tuple(shape), dtype=src.dtype)
             copy_f[idx] = constant_exterior(src, 0)[tuple(src_idx)]
-        others = _other_readers(sched, st.func, tensor, loop, step, index, panel)
+        others = _other_readers(sched, st.func, tensor, loop, step, index, layout, panel)
         first = min((st.func, *others), key=lambda n: sched.view.funcs.index(
             sched.view.func(n)))
         sched.view.add_before(copy_f, first)
         sched.view.redirect(st.func, tensor, copy_f, index, layout, panel)
         for other in others:
-            sched.view.redirect(other, tensor, copy_f, None, layout, None)
+            sched.view.redirect(other, tensor, copy_f)
         new = StageState.initial(copy_f)
         new.compute = Location("at", st.func, loop)
         new.memory = scope
@@ -130,23 +130,23 @@ class CacheRead(Primitive):
 
 
 def _other_readers(sched, consumer: str, tensor: str, loop: str, step: Step,
-                   index: int | None, panel) -> tuple[str, ...]:
+                   index: int | None, layout, panel) -> tuple[str, ...]:
     """``cache_read``'s ``readers``: the other stages whose reads of ``tensor`` go to the copy
     too (TVM's ``readers``). Each must read ``tensor`` and be computed inside ``consumer``'s
     ``loop`` (at it, or at a loop of a stage computed there), where the copy exists.
 
     Raises:
         ScheduleError: a reader that does not read ``tensor``, is ``consumer`` itself, or is
-            computed elsewhere; ``readers`` with ``index`` or ``panel`` (one read of one
-            stage).
+            computed elsewhere; ``readers`` with ``index``, ``layout`` or ``panel`` (made for one
+            stage's reads: their boundary conditions are checked for those alone).
     """
     others = tuple(step.get("readers") or ())
     if not others:
         return ()
-    if index is not None or panel is not None:
+    if index is not None or layout is not None or panel is not None:
         raise ScheduleError.in_schedule(
             consumer, "cache_read's readers take every read of the tensor as it is: not "
-                      "with index or panel", step)
+                      "with index, layout or panel", step)
     for other in others:
         if other == consumer or other not in sched.states:
             raise ScheduleError.in_schedule(
