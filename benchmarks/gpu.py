@@ -37,7 +37,8 @@ from tensorlang.autotuner import workloads as W  # noqa: E402
 from tensorlang.backends.cuda.driver import DeviceError, device  # noqa: E402
 from tensorlang.backends.cuda.ptx import find_ptxas, ptxas  # noqa: E402
 from tensorlang.backends.cuda.rules import (gpu_schedule, map_pure_loops,  # noqa: E402
-                                           row_reduction, stage_rows)
+                                           row_reduction, stage_rows, staged_reduction)
+from tensorlang.schedule.trace import TailStrategy  # noqa: E402
 
 #: the issue's sizes: sgemm 4096, softmax 8192 x 8192, conv2d 32x64x56x56 -> 64, blur 8192^2
 CASES = {
@@ -118,15 +119,19 @@ def rows_a_thread(f: tl.Func, rows: int, per: int, cols: int = 32) -> tl.Schedul
 def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Schedule]:
     """The schedules measured besides ``"auto"``: the rule-based one at ``sizes`` (what
     ``"auto"`` takes with an empty cache; printed without a GPU), the hand-staged one, for
-    sgemm the rule with 8 x 8 register tiles (128 x 128 block tiles, reduction blocks of 8,
-    16 and 32: CUTLASS's SIMT sgemm shape) against its 4 x 4 ones, for softmax and the blur
+    sgemm the rule's 8 x 8 register tiles with reduction blocks of 16 and on 16 x 8 and
+    8 x 16 threads (128 x 64 and 64 x 128 tiles), for softmax and the blur
     the rule without its fusion (``unfused``), softmax with 512 and 1024 threads a row and
     with its row read once into shared memory (``stage_rows``), the blur with other tiles and
     rows a thread (``rows_a_thread``)."""
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
-    if name == "matmul":
-        for kb in (8, 16, 32):
-            out[f"rule 8x8 k{kb}"] = gpu_schedule(f, regs=8, kblock=kb, sizes=sizes)
+    if name == "matmul":  # (8 x 8 with blocks of 8 is the rule; of 32 measured slower)
+        out["rule 8x8 k16"] = gpu_schedule(f, regs=8, kblock=16, sizes=sizes)
+        for threads in ((16, 8), (8, 16)):  # 128 x 64 and 64 x 128 tiles of 128 threads
+            t = tl.Schedule(f)
+            staged_reduction(t, f.name, threads, 8, True, 8, registers=True,
+                             tail=TailStrategy.ShiftInwards)
+            out[f"8x8 on {threads[0]}x{threads[1]} threads"] = t
     if name in ("softmax", "blur"):
         out["unfused"] = unfused(name, f)
     if name == "softmax":
