@@ -93,3 +93,48 @@ def test_only_copies_and_one_buffer_a_kernel_are_sized_at_launch():
     # a stage computed at a block loop (not a copy asked for in shared memory) still needs a
     # constant size (tests/test_cuda.py: the convolution's padded input per block)
     assert "X_shared" in shared_copies(s) and "dot" not in shared_copies(s)
+
+
+def test_the_driver_allows_a_function_its_dynamic_shared_memory_and_explains_a_refusal(
+        monkeypatch):
+    # Device.launch against a stand-in for cuda.bindings.driver (CI has neither it nor a GPU)
+    from enum import Enum
+    from types import SimpleNamespace
+
+    from tensorlang.backends.cuda import driver
+    from tensorlang.backends.cuda.driver import Device
+    from tensorlang.errors import DeviceError
+
+    class CUresult(Enum):
+        CUDA_SUCCESS = 0
+        CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701
+
+    class Attr(Enum):
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+        CU_FUNC_ATTRIBUTE_NUM_REGS = 4
+        CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
+
+    calls = []
+    refuse = [False]
+
+    def set_attribute(f, attr, value):
+        calls.append((attr.name, value))
+        return (CUresult.CUDA_SUCCESS,)
+
+    drv = SimpleNamespace(
+        CUresult=CUresult, CUfunction_attribute=Attr, cuFuncSetAttribute=set_attribute,
+        cuFuncGetAttribute=lambda a, f: (CUresult.CUDA_SUCCESS, {4: 168, 0: 384}[a.value]),
+        cuLaunchKernel=lambda f, *a: (CUresult.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES if refuse[0]
+                                      else CUresult.CUDA_SUCCESS,))
+    monkeypatch.setattr(driver, "_driver", lambda: drv)
+    dev = Device.__new__(Device)
+    dev._drv, dev._dynamic = drv, {}
+    fn = object()
+    for dynamic in (0, 30_000, 60_000, 20_000):  # (static and dynamic share 48 KiB unless
+        dev.launch(fn, (1, 1, 1), (256, 1, 1), 0, "k", dynamic)  # the function is allowed)
+    assert calls == [("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 30_000),
+                     ("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 60_000)]
+    refuse[0] = True
+    with pytest.raises(DeviceError, match="uses 168 registers a thread, which allows at most "
+                                          "384 threads a block"):
+        dev.launch(fn, (1, 1, 1), (512, 1, 1), 0, "k")
