@@ -37,7 +37,8 @@ from tensorlang.autotuner import workloads as W  # noqa: E402
 from tensorlang.backends.cuda.driver import DeviceError, device  # noqa: E402
 from tensorlang.backends.cuda.ptx import find_ptxas, ptxas  # noqa: E402
 from tensorlang.backends.cuda.rules import (gpu_schedule, map_pure_loops,  # noqa: E402
-                                           row_reduction, stage_rows, staged_reduction)
+                                           row_reduction, stage_in_block, stage_rows,
+                                           staged_reduction)
 from tensorlang.schedule.trace import TailStrategy  # noqa: E402
 
 #: the issue's sizes: sgemm 4096, softmax 8192 x 8192, conv2d 32x64x56x56 -> 64, blur 8192^2
@@ -101,18 +102,8 @@ def rows_a_thread(f: tl.Func, rows: int, per: int, cols: int = 32) -> tl.Schedul
     of a column (cols x rows / per threads), the first pass staged per block as rule 2 stages
     it, its rows spread over the same threads (rule 2 takes 32 x 32, 4 rows a thread)."""
     s = tl.Schedule(f)
-    bx = next(g for g in tl.Pipeline(f).funcs if g.name == "bx")
-    h = s[f]
-    h.tile("y", "x", rows, cols)
-    h.split("y.i", per)
-    h.reorder("y.o", "x.o", "y.i.o", "x.i", "y.i.i")
-    h.gpu_blocks("y.o", "x.o")
-    h.gpu_threads("y.i.o", "x.i")
-    h.unroll("y.i.i")
-    s[bx].compute_at(h, "x.o")
-    s[bx].split("y", rows // per)
-    s[bx].reorder("y.i", "x", "y.o")
-    s[bx].gpu_threads("y.i", "x")
+    map_pure_loops(s, f.name, (rows // per, cols), rows=per)
+    stage_in_block(s, "bx", f.name, rows // per)
     return s
 
 
