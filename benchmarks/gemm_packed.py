@@ -6,7 +6,8 @@ Run: python benchmarks/gemm_packed.py MxNxK f32|f64 old,auto[,q8k128m16...]
 Prints per contender n-round medians, IQR / median and GFLOP/s. ``q<rows>k<kc>m<tiles per
 block>[u]`` is a hand-made packed nest (``u``: without the copy) for exploring the blocking;
 ``auto:NAME=VALUE`` is the rule-based schedule with ``heuristic.NAME`` set to VALUE (e.g.
-``auto:BLOCKS_PER_THREAD=2``; several joined by ``+``). ``b<rows>k<kc>m<tiles per block>``
+``auto:BLOCKS_PER_THREAD=2``; several joined by ``+``; ``MODULE.NAME`` another module of
+``tensorlang.autotuner``: ``auto:cpu_model.MAX_ACCUMULATORS=24``). ``b<rows>k<kc>m<tiles per block>``
 is a hand-made nest in BLIS's order (``p``: the copy of B in parallel, ``v``: vectorized).
 """
 import os
@@ -36,16 +37,25 @@ def sched(v):
     if v == "auto":
         return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
     if v.startswith("auto:"):  # auto:NAME=VALUE sets heuristic.NAME while scheduling
-        import tensorlang.autotuner.heuristic as H
+        import importlib
         sets = dict(a.split("=") for a in v[5:].split("+"))  # auto:A=1+B=2 sets both
-        keep = {name: getattr(H, name) for name in sets}
-        for name, value in sets.items():
-            setattr(H, name, type(keep[name])(value))
+        # NAME is heuristic's; MODULE.NAME another module's of tensorlang.autotuner
+        where = {n: (importlib.import_module("tensorlang.autotuner."
+                                             + (n.rpartition(".")[0] or "heuristic")),
+                     n.rpartition(".")[2]) for n in sets}
+        keep = {n: getattr(*where[n]) for n in sets}
+        for n, value in sets.items():
+            setattr(*where[n], type(keep[n])(value))
         try:
             return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
         finally:
-            for name, value in keep.items():
-                setattr(H, name, value)
+            for n, value in keep.items():
+                setattr(*where[n], value)
+    if v.startswith("ku"):  # ku<n>: the rule-based schedule with its k.i loop unrolled n times
+        s = heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+        s[C].split("k.i", int(v[2:]))
+        s[C].unroll("k.i.i")
+        return s
     if v == "old":
         import tensorlang.autotuner.heuristic as H
         from tensorlang.errors import ScheduleError

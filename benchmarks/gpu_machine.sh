@@ -11,7 +11,8 @@
 #   gpu:   the CUDA tests (the GPU-only ones in tests/test_cuda_device.py included) on the GPU
 #   gpu-device: only the GPU-only tests
 #   bench: benchmarks/gpu.py at the sizes (CUDA events, against torch and Triton);
-#          bench-auto: schedule="auto" alone against them; bench-blur: the blur's variants
+#          bench-auto: schedule="auto" alone against them; bench-blur: the blur's variants;
+#          bench-variants: the variants of sgemm, softmax and conv2d (not the blur's)
 #   profile: Nsight Compute's speed-of-light, warp-state and memory tables of the sgemm kernel
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
 #          (1024^3, 60 trials or 90 s)
@@ -70,6 +71,9 @@ for phase in $phases; do
             tests/test_cuda_device.py ;;
     bench)
         step 240 gpu_bench.log python3 benchmarks/gpu.py --repeat 20 --rounds 2 ;;
+    bench-variants)
+        step 200 gpu_bench_variants.log python3 benchmarks/gpu.py --repeat 20 --rounds 2 \
+            --workloads sgemm,softmax,conv2d ;;
     bench-blur)
         step 120 gpu_bench_blur.log python3 benchmarks/gpu.py --repeat 30 --rounds 3 \
             --workloads blur ;;

@@ -79,6 +79,9 @@ class StageState:
     #: atomic(): the update's accumulation into a cell may be reassociated (Halide's
     #: ``Stage::atomic``; ``schedule/cell_reduction.py``)
     atomic: bool = False
+    #: storage_align: storage dimension -> (factor, offset), its stride in elements made
+    #: ``factor * n + offset`` by padding the dimension inside it (TVM's ``storage_align``)
+    align: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     @staticmethod
     def initial_update(f: Func, number: int) -> StageState:

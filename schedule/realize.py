@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from tensorlang.affine import const_value, sadd, sconst, smax, smin, ssub
+from tensorlang.affine import const_value, sadd, sceildiv, sconst, smax, smin, smul, ssub
 from tensorlang.dtypes import DType, int64
 from tensorlang.expr import (
     Access,
@@ -419,7 +419,8 @@ class _Realizer:
                 assert g.dtype is not None
                 mins = regions.get(g.name + "@store", regions.get(g.name))
                 assert mins is not None
-                buf = Buffer(g.name, g.dtype, tuple(lo for lo, _ in mins), allocs[g.name],
+                buf = Buffer(g.name, g.dtype, tuple(lo for lo, _ in mins),
+                             aligned_extents(g.name, allocs[g.name], self.states[g.name].align),
                              "internal")
                 self.buffers[g.name] = buf
                 body = Allocate(buf, body)
@@ -570,8 +571,11 @@ class _Realizer:
         stmt: Stmt = Block(tuple(stages)) if len(stages) > 1 else stages[0]
         for f in reversed(roots):
             if not self.p.pipeline.is_output(f):
-                self.buffers[f.name] = self.domains[f.name]
-                stmt = Allocate(self.domains[f.name], stmt)
+                dom = self.domains[f.name]
+                buf = dataclasses.replace(dom, extents=aligned_extents(
+                    f.name, dom.extents, self.states[f.name].align))
+                self.buffers[f.name] = buf
+                stmt = Allocate(buf, stmt)
         return stmt
 
     def _root_order(self, roots: list[Func]) -> list[Func]:
@@ -619,6 +623,50 @@ def _alloc_extents(region, full_box: Box) -> tuple[Expr, ...]:
     out = []
     for (_, ext), full in zip(region, box_extents(full_box)):
         out.append(full if full is not None and const_value(full) is not None else ext)
+    return tuple(out)
+
+
+def aligned_extents(name: str, extents: tuple[Expr, ...],
+                    align: dict[int, tuple[int, int]]) -> tuple[Expr, ...]:
+    """``extents`` of buffer ``name`` padded so that, row-major, the stride of each dimension
+    ``d`` in ``align`` (``storage_align``) is ``factor * n + offset`` elements: the dimension
+    inside it padded, the innermost first (TVM's storage flattening with ``storage_align``).
+    A stride of a last-but-one dimension may be symbolic; others need constant extents.
+
+    >>> from tensorlang.affine import sconst
+    >>> [int(e.value) for e in aligned_extents("T", (sconst(8), sconst(128)), {0: (32, 4)})]
+    [8, 132]
+
+    Raises:
+        ScheduleError: a stride to align is not constant and not the extent of the innermost
+            dimension, or no padding below ``factor`` gives it.
+    """
+    out = list(extents)
+    for d in sorted(align, reverse=True):
+        factor, offset = align[d]
+        inner = [const_value(e) for e in out[d + 2:]]
+        if d + 2 == len(out) and const_value(out[d + 1]) is None:
+            # the innermost extent E is the stride: the least E' >= E with E' = offset (mod f)
+            out[d + 1] = sadd(smul(sceildiv(ssub(out[d + 1], sconst(offset)), factor), factor),
+                              sconst(offset))
+            continue
+        extent = const_value(out[d + 1])
+        if extent is None or any(c is None for c in inner):
+            raise ScheduleError(
+                f"storage_align of {name}'s dimension {d}: the dimensions inside it have no "
+                f"constant extents ({', '.join(map(str, out[d + 1:]))}), so its stride cannot "
+                f"be padded; align a dimension whose inner extent is the stride (the "
+                f"last-but-one), or compute {name} where its region has a constant size")
+        below = int(np.prod([int(c) for c in inner], dtype=np.int64))
+        pad = next((p for p in range(factor)
+                    if ((int(extent) + p) * below - offset) % factor == 0), None)
+        if pad is None:
+            raise ScheduleError(
+                f"storage_align of {name}'s dimension {d}: its stride is a multiple of "
+                f"{below} elements (the dimensions inside the padded one), which no padding "
+                f"makes {offset} modulo {factor}; align a dimension further in, or take a factor "
+                f"and offset that {below} allows")
+        out[d + 1] = sconst(int(extent) + pad)
     return tuple(out)
 
 

@@ -597,6 +597,27 @@ class Stage:
         self._do("store_at", consumer=consumer.func, loop=_name(loop, consumer.func, "store_at"))
         return self
 
+    def storage_align(self, dim: int, factor: int, offset: int = 0) -> Stage:
+        """Lay this Func's buffer out so that the stride of its storage dimension ``dim`` (0:
+        the outermost; its arguments in order, a ``cache_read`` copy's in its ``layout``) is
+        ``factor * n + offset`` elements, by padding the dimension inside it (the padding is
+        never read). A tile that a warp's threads write down its columns in GPU shared memory
+        (a transposed copy of ``A``'s tile in a GEMM), its rows ``factor * n + offset`` apart
+        instead of a multiple of 32 words, spreads over the banks (``factor=32, offset=4`` for
+        float32 keeps rows 16-byte aligned for vector reads). Changes no value: always legal.
+        See also: TVM ``storage_align(axis, factor, offset)``; Halide ``align_storage``
+        (a multiple only).
+
+        Raises:
+            ScheduleError: this is an update stage or an output, ``dim`` is the innermost
+                dimension (its stride is 1) or past it, a value is not a non-negative int
+                (``factor`` positive) or ``offset`` is not below ``factor``;
+                when lowering, where the dimensions inside ``dim`` are not of constant extent
+                and do not make its stride alone.
+        """
+        self._do("storage_align", dim=dim, factor=factor, offset=offset)
+        return self
+
     def compute_with(self, host: Stage, loop: LoopLike) -> Stage:
         """Run this stage inside ``host``'s loop nest: the loops from the outermost down to
         ``host``'s ``loop`` are shared (each iteration runs the host's body, then this stage's

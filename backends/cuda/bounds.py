@@ -28,7 +28,8 @@ def upper_bound(e: Expr) -> int | None:
     splits and bounds inference write (``min(factor, extent - factor * outer)``,
     ``min(16 o + 15, M - 1) - 16 o + 1``), and a floor division by a positive constant is
     bounded by its dividend's bound divided (a split tile's count, ``(min(16 o + 15, M - 1) +
-    2) // 2 - 8 o``).
+    2) // 2 - 8 o``); so is a product with a positive constant, and a sum by its terms' bounds
+    (a padded extent, ``storage_align``'s ``(e + 27) // 32 * 32 + 4``).
 
     >>> from tensorlang import minimum
     >>> from tensorlang.expr import Size, Var
@@ -52,6 +53,22 @@ def _bound(e: Expr) -> int | None:
     if c is not None:  # floor division by a positive constant is monotone
         a = _bound(e.a)  # type: ignore[attr-defined]
         return None if a is None else a // c
+    c = _multiplier(e)
+    if c is not None:  # so is a product with one (a padded extent: (e + 27) // 32 * 32 + 4)
+        a = _bound(e.a)  # type: ignore[attr-defined]
+        return None if a is None else a * c
+    if isinstance(e, BinOp) and e.op == "add":
+        a, b = _bound(e.a), _bound(e.b)
+        return None if a is None or b is None else a + b
+    return None
+
+
+def _multiplier(e: Expr) -> int | None:
+    """``c`` where ``e`` is ``x * c`` for a positive constant ``c``, else None."""
+    if isinstance(e, BinOp) and e.op == "mul":
+        c = const_value(e.b)
+        if c is not None and c > 0:
+            return c
     return None
 
 
@@ -81,6 +98,8 @@ def _push_sums(e: Expr, depth: int = 0) -> Expr:
         return _minmax(e.op, _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1))
     if _divisor(e) is not None:
         return BinOp("floordiv", _push_sums(e.a, depth + 1), e.b, e.dtype)
+    if _multiplier(e) is not None:
+        return BinOp("mul", _push_sums(e.a, depth + 1), e.b, e.dtype)
     if e.op not in ("add", "sub"):
         return e
     a, b = _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1)

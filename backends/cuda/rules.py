@@ -64,7 +64,7 @@ scheduling of imaging and vision pipelines for the GPU" (OOPSLA 2021).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from tensorlang.errors import CompileError, ScheduleError
@@ -99,6 +99,9 @@ GEMM_SHARED_BYTES = 32 * 1024
 #: rule 3 at known sizes: the fewest blocks its register tile may leave (an H100's 132
 #: multiprocessors, one block each); a smaller tile where the sizes give fewer
 GEMM_MIN_BLOCKS = 132
+#: rule 3: the rows of a transposed tile this many 4-byte words past a multiple of 32 apart
+#: (``staged_reduction``'s ``pad_words``); 0: not padded
+GEMM_PAD_WORDS = 0
 #: rule 4: the threads of a block that reduce one row, and those that combine their partial
 #: results (then one thread theirs)
 ROW_THREADS = 256
@@ -120,13 +123,14 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
 
 def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
                  kblock: int | None = None, sizes: dict[str, int] | None = None,
-                 row_threads: int = ROW_THREADS) -> Schedule:
+                 row_threads: int = ROW_THREADS, pad_words: int | None = None) -> Schedule:
     """The rule-based GPU schedule of ``output`` (see the module docstring); proven legal.
     ``regs`` and ``kblock``: rule 3's register tile (``regs x regs`` outputs a thread; default
     ``GEMM_REGS``, or at known sizes the largest of ``GEMM_REGS_KNOWN``, a half ... that
     ``gemm_tiling`` takes) and reduction block (default ``gemm_kblock``; halved while its tiles
     do not fit); ``sizes`` (by size name, optional): the sizes it will run at (rule 4 takes
-    only long rows); ``row_threads``: rule 5's threads a row.
+    only long rows); ``row_threads``: rule 5's threads a row; ``pad_words``: rule 3's
+    (default ``GEMM_PAD_WORDS``; ``staged_reduction``).
 
     Raises:
         ShapeError: ``sizes`` do not fit the algorithm.
@@ -170,6 +174,8 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
         if not f.updates and reduction_axes(s, f.name) is not None:
             tiling = GemmTiling(regs=regs or GEMM_REGS) if ranges is None else \
                 gemm_tiling(s, f.name, ranges.get(f.name, {}), regs or GEMM_REGS_KNOWN)
+            if pad_words is not None:
+                tiling = replace(tiling, pad_words=pad_words)
             t = _staged(s, f.name, tiling, kblock or gemm_kblock(tiling))
             if t is not s:
                 s = t
@@ -371,12 +377,13 @@ def stage_rows(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
 
 @dataclass(frozen=True)
 class GemmTiling:
-    """Rule 3's tiles: a block of ``threads`` (ty, tx), ``regs x regs`` outputs a thread, and
-    the tail strategy of the block tiles."""
+    """Rule 3's tiles: a block of ``threads`` (ty, tx), ``regs x regs`` outputs a thread, the
+    tail strategy of the block tiles, and ``staged_reduction``'s ``pad_words``."""
 
     threads: tuple[int, int] = GEMM_THREADS
     regs: int = GEMM_REGS
     tail: TailStrategy = TailStrategy.GuardWithIf
+    pad_words: int = GEMM_PAD_WORDS
 
 
 def gemm_tiling(s: Schedule, name: str, extents: dict[str, tuple[int, int]],
@@ -442,8 +449,9 @@ def _staged(s: Schedule, name: str, tiling: GemmTiling, kblock: int) -> Schedule
     window too); ``s`` itself when none applies."""
     fits = s
     for kb in (kblock, kblock // 2, kblock // 4):
-        t = _try(s, lambda t: staged_reduction(t, name, tiling.threads, max(kb, 1), True,
-                                               tiling.regs, registers=True, tail=tiling.tail))
+        t = _try(s, lambda t: staged_reduction(
+            t, name, tiling.threads, max(kb, 1), True, tiling.regs, registers=True,
+            tail=tiling.tail, pad_words=tiling.pad_words))
         if t is s:
             return s
         used = shared_bytes(t)
@@ -572,7 +580,8 @@ def reduction_axes(s: Schedule, name: str) -> tuple[list[str], str, str, list[st
 
 def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
                      unroll: bool, regs: int = 1, registers: bool = False,
-                     tail: TailStrategy = TailStrategy.GuardWithIf) -> None:
+                     tail: TailStrategy = TailStrategy.GuardWithIf,
+                     pad_words: int = 0) -> None:
     """Tile a root reduction stage as a GPU GEMM (rule 3, and the search space's staged
     points), in place. Its loops as ``reduction_axes`` sees them: ``y, x`` tiled by ``threads``
     (ty, tx) a block and ``regs x regs`` outputs a thread (its register tile, unrolled); the
@@ -582,7 +591,9 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
     spread over the block's threads. ``unroll``: unroll the inner reduction loops (the split's
     and those of constant extent inside it); ``registers``: the block's tile computed in each
     thread's registers (``cache_write(..., scope="local")`` at the block loop, that stage tiled
-    the same way) and copied out by the same threads; ``tail``: the block tiles' tail strategy.
+    the same way) and copied out by the same threads; ``tail``: the block tiles' tail strategy;
+    ``pad_words``: the rows of a transposed tile (``_tile_layout``) that many 4-byte words (banks) past a multiple of 32 apart
+    (``storage_align``): a warp's threads writing down its columns fall in different banks.
 
     Raises:
         ScheduleError: the stage has no such loops, or a primitive does not apply (the callers
@@ -640,6 +651,10 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
         if layout is not None:
             loops = [loops[layout.index(d)] for d in range(len(layout))]
             c.reorder(*loops)
+            if pad_words:  # (shared memory: 32 banks of 4 bytes)
+                size = s.view.func(c.func).dtype.itemsize
+                c.storage_align(len(layout) - 2, max(1, 128 // size),
+                                max(1, 4 * pad_words // size))
         fused = loops[0]
         for lp in loops[1:]:
             fused = c.fuse(fused, lp)

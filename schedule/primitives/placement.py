@@ -1,5 +1,6 @@
 """Placement primitives: compute_root, compute_inline, compute_at, store_at, compute_with — where
-a Func is computed and stored, not how its loops run.
+a Func is computed and stored, not how its loops run; and storage_align, how its buffer is laid
+out.
 
 Their argument checks run here (the consumer reads the Func, the loop is the consumer's); whether
 the placements of a whole schedule can be realized (every reader inside the compute loop,
@@ -10,8 +11,14 @@ both ``tl.check`` and lowering call: their legality obligation is "placement".
 A Func with update definitions is computed at root: its updates run in order over its whole
 domain, and recomputing it in pieces would cut the recurrences they carry.
 
-See also: Halide ``Func::compute_root/compute_inline/compute_at/store_at/compute_with``; TVM
-``compute_at/compute_inline`` (``src/s_tir/schedule/primitive/compute_at.cc``).
+``storage_align`` pads a dimension of a Func's buffer so that the stride of the dimension outside
+it is ``factor * n + offset`` elements: the rows of a tile that a warp's threads write down its
+columns (a transposed copy in GPU shared memory) then fall in different banks. It changes no
+value and no order: no legality obligation.
+
+See also: Halide ``Func::compute_root/compute_inline/compute_at/store_at/compute_with`` and
+``align_storage``; TVM ``compute_at/compute_inline`` (``src/s_tir/schedule/primitive/compute_at.cc``)
+and ``storage_align`` (``src/s_tir/schedule/primitive/block_annotate.cc``).
 """
 
 from __future__ import annotations
@@ -240,3 +247,37 @@ class ComputeWith(Primitive):
 
     def python_args(self, step: Step, schedule_name: str) -> list[str]:
         return [f'{schedule_name}["{step.get("host")}"]', repr(step.get("loop"))]
+
+
+@register
+class StorageAlign(Primitive):
+    """``storage_align(dim, factor, offset)``: the stride of the buffer's storage dimension
+    ``dim`` (0: outermost; the Func's arguments in order) is ``factor * n + offset`` elements,
+    by padding the dimension inside it."""
+
+    name, family = "storage_align", "placement"
+    params = (Param("dim", "index"), Param("factor", "factor"), Param("offset", "index"))
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        base, _ = parse_stage_id(st.func)
+        if st.update is not None:
+            raise ScheduleError.in_schedule(
+                st.func, f"storage_align lays out {base}'s buffer; call it on s[{base!r}]", step)
+        if sched.pipeline.is_output(base):
+            raise ScheduleError.in_schedule(
+                base, f"{base} is an output; its storage is the caller's array", step)
+        dim, factor, offset = step.get("dim"), step.get("factor"), step.get("offset")
+        rank = len(st.pure)
+        if dim >= rank - 1:
+            raise ScheduleError.in_schedule(
+                base, f"storage_align dim {dim}: {base} is stored in {rank} dimension(s), and "
+                f"only a dimension with one inside it (0 ... {rank - 2}) has a stride to align",
+                step)
+        if offset >= factor:
+            raise ScheduleError.in_schedule(
+                base, f"storage_align offset {offset} must be less than its factor {factor}",
+                step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        st.align[step.get("dim")] = (step.get("factor"), step.get("offset"))
+        return None
