@@ -52,7 +52,7 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.view import AlgorithmView
 
-from .rules import (TILE_1D, TILE_2D, block_loop, launchable, map_pure_loops,
+from .rules import (GEMM_PAD_WORDS, TILE_1D, TILE_2D, block_loop, launchable, map_pure_loops,
                     normalized_rows, reduction_axes, row_like, row_normalization, row_reduction,
                     stage_in_block, staged_reduction, tile_spec)
 
@@ -178,8 +178,10 @@ def _try(s: Schedule, apply) -> bool:
 
 def _staged(s: Schedule, name: str, threads: tuple[int, int], kblock: int, unroll: bool,
             regs: int, registers: bool) -> None:
-    """``staged_reduction`` in place, refused where its kernels could not launch (a
-    convolution's tiles over a block's shared memory)."""
-    staged_reduction(s, name, threads, kblock, unroll, regs, registers)
+    """``staged_reduction`` in place (a transposed tile's rows padded as rule 3 pads them),
+    refused where its kernels could not launch (a convolution's tiles over a block's shared
+    memory)."""
+    staged_reduction(s, name, threads, kblock, unroll, regs, registers,
+                     pad_words=GEMM_PAD_WORDS)
     if not launchable(s):
         raise ScheduleError(f"the tiles of {name} staged per {kblock} do not fit a block")

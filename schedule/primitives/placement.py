@@ -17,8 +17,9 @@ columns (a transposed copy in GPU shared memory) then fall in different banks. I
 value and no order: no legality obligation.
 
 See also: Halide ``Func::compute_root/compute_inline/compute_at/store_at/compute_with`` and
-``align_storage``; TVM ``compute_at/compute_inline`` (``src/s_tir/schedule/primitive/compute_at.cc``)
-and ``storage_align`` (``src/s_tir/schedule/primitive/block_annotate.cc``).
+``align_storage``; TVM ``compute_at/compute_inline``
+(``src/s_tir/schedule/primitive/compute_at.cc``) and ``storage_align``
+(``src/s_tir/schedule/primitive/block_annotate.cc``).
 """
 
 from __future__ import annotations
