@@ -215,6 +215,30 @@ def test_every_candidate_is_verified_on_its_own_output(dtype):
     assert all(r.error is None and r.verified is True for r in results)
 
 
+def test_verification_allows_a_long_float32_sum_in_another_order_and_nothing_wrong():
+    # a 4096-long float32 reduction of inputs in [-1, 1), summed one term at a time (a GPU
+    # thread's k loop), against the float64 sum rounded: off by up to ~3e-4. A fixed atol of
+    # 1e-4 refused every candidate of a GPU tuning at 4096^3 on an H200 for one element of
+    # 16.7M (|ref| 0.018, off by 3.5e-4); a wrong element, a missing one or a NaN still fails
+    from tensorlang.autotuner.measure import _allclose
+
+    rng = np.random.default_rng(0)
+    k = 4096
+    a = (rng.random((96, k)) * 2 - 1).astype(np.float32)
+    b = (rng.random((k, 96)) * 2 - 1).astype(np.float32)
+    ref = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    got = np.zeros((96, 96), np.float32)
+    for kk in range(k):
+        got += np.outer(a[:, kk], b[kk])
+    assert np.abs(got.astype(np.float64) - ref).max() > 1e-4
+    assert _allclose(got, ref) and _allclose((got, got), (ref, ref))
+    for wrong in (got + np.eye(96, dtype=np.float32) * 0.05, np.where(np.eye(96) > 0, 0, got),
+                  np.where(np.eye(96) > 0, np.nan, got)):
+        assert not _allclose(wrong, ref) and not _allclose((got, wrong), (ref, ref))
+    i = np.arange(8, dtype=np.int32)
+    assert _allclose(i, i) and not _allclose(i + 1, i)
+
+
 def test_the_shared_output_array_starts_poisoned():
     from tensorlang.autotuner.measure import _output_array
 
