@@ -292,3 +292,43 @@ def test_a_pointwise_func_is_inlined_on_the_gpu_where_each_consumer_reads_it_onc
     rng = np.random.default_rng(2)
     a, d, b = (rng.random(n, dtype=np.float32) for n in ((5, 7), (7,), (7, 3)))
     np.testing.assert_allclose(emulate(C, s)(A=a, D=d, B=b), (a * d) @ b, rtol=1e-5)
+
+
+def test_a_threads_register_tile_in_runs_of_columns_is_its_own():
+    # x_groups=2: a thread's 8 columns of a 128-column tile in two runs of 4, 64 apart (a
+    # quarter warp's vector reads of B's tile then cover consecutive words); its register tile
+    # is still its own (private.py packs the runs), and the result NumPy's on odd sizes
+    from tensorlang.backends.cuda.private import private_buffers
+    from tensorlang.backends.cuda.rules import staged_reduction
+
+    f = W.BUILTIN["matmul"].build()
+    s = gpu_schedule(f, sizes=dict(M=4096, N=4096, K=4096), x_groups=2)
+    text = s.to_python()
+    assert "split('j', 4)" in text and "split('j.o', 16)" in text
+    launches = plan(lower(f, s), private_buffers(s)).launches
+    assert all("C_local" not in lc.shared for lc in launches)
+    kern = emulate(f, s)
+    for m, n, k in [(128, 128, 8), (131, 67, 37), (1, 1, 1)]:
+        a = _arrays(f, dict(M=m, N=n, K=k), 9)
+        np.testing.assert_allclose(kern(**a), a["A"] @ a["B"], rtol=1e-5)
+    if HAS_PTXAS:
+        report = ptxas(tl.compile(f, s, target="cuda").ptx(), "sm_90")
+        whole = report[report.index("'C_k0'"):]  # the whole tiles' kernel
+        assert re.search(r"^\s+0 bytes stack frame", whole, re.M)  # registers, no stack
+    # the packing: l = v + 64 g (v < 4, g < 2) with threads 4 apart, 16 of them, is the
+    # thread's own (v + 4 g); with threads 2 apart, v's run reaches the next thread's: refused
+    from tensorlang.backends.cuda.private import _packed_groups, _Scope
+    from tensorlang.expr import Const, Var
+
+    sc = _Scope({}, loops={"v": (Const(0, tl.int64), Const(4, tl.int64)),
+                           "g": (Const(0, tl.int64), Const(2, tl.int64))})
+    form = ({"var:v": (Var("v"), 1), "var:g": (Var("g"), 64)}, 0)
+    packed = _packed_groups(form, 4, 16, sc)
+    assert packed is not None and {k: c for k, (_, c) in packed[0].items()} == {
+        "var:v": 1, "var:g": 4} and packed[1] == 0
+    assert _packed_groups(form, 2, 32, sc) is None
+    # 8 threads 4 apart hold [0, 32) and [64, 96): the runs 64 apart pack as v + 8 g
+    assert {k: c for k, (_, c) in _packed_groups(form, 4, 8, sc)[0].items()} == {
+        "var:v": 1, "var:g": 8}
+    # runs 48 apart: the second reaches other threads' columns
+    assert _packed_groups(({**form[0], "var:g": (Var("g"), 48)}, 0), 4, 16, sc) is None

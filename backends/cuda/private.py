@@ -15,7 +15,12 @@ every access (the same tile loops mapped to the same axes), ``l`` an affine inde
 nest's other loops of constant extent (a register tile), the same element set per thread in
 every nest. The thread's buffer is indexed by ``l``. Threads may not share an element (``|c|``
 at least the extent of ``l`` in each dimension): what the shared buffer would have passed from
-one thread to another has no place in a thread's own memory. Anything else is refused with a
+one thread to another has no place in a thread's own memory. A thread's elements may also come
+in groups (TVM's virtual threads: a thread's 8 columns as two runs of 4, 64 apart, so that a
+warp's vector reads of a row cover consecutive words): where one thread loop of ``T``
+iterations moves a dimension by ``c`` and ``l`` is a part within ``[0, c)`` plus multiples of
+``c T``, each thread's elements are disjoint from the others', and its buffer is indexed by
+the part plus ``c`` per multiple (the groups packed together). Anything else is refused with a
 ``CompileError`` that names the access.
 """
 
@@ -48,6 +53,8 @@ class _Scope:
     lets: dict[str, Expr]
     threads: dict[str, tuple[str, Expr]] = field(default_factory=dict)
     loops: dict[str, tuple[Expr, Expr]] = field(default_factory=dict)
+    #: the thread loops' extents (None: no constant bound)
+    spans: dict[str, int | None] = field(default_factory=dict)
 
     def inline(self, e: Expr) -> Expr:
         return inline_lets(e, self.lets)
@@ -76,6 +83,7 @@ def thread_private(alloc: Allocate, axes: dict[str, tuple[str, str]],
     mins = [linear_form(outer.inline(m), nonneg) for m in buf.mins]
     mapping: list[tuple] = []  # per access: per dimension, the coefficient of each axis
     highs = [0] * buf.rank
+    grouped: set[int] = set()  # dimensions a thread holds in groups (``_packed_groups``)
 
     def fail(why: str, where: str) -> CompileError:
         return CompileError(
@@ -101,6 +109,18 @@ def thread_private(alloc: Allocate, axes: dict[str, tuple[str, str]],
                     rest = _combine(_combine(rest, ({_VAR + v: (Var(v), c)}, 0), -1),
                                     linear_form(sc.inline(lo), nonneg), c)
             lo_hi = _range(rest, sc)
+            moving = [(v, c) for v in sc.threads
+                      if (c := rel[0].get(_VAR + v, (None, 0))[1])]
+            if lo_hi is not None and len(moving) == 1 and lo_hi[1] >= abs(moving[0][1]) > 0:
+                # a thread's elements in groups c T apart: packed, or refused as shared
+                v, c = moving[0]
+                packed = _packed_groups(rest, c, sc.spans.get(v), sc)
+                if packed is None:
+                    raise fail(f"shares elements of dimension {d} between threads (its index "
+                               f"spans {lo_hi[1] + 1} per thread, threads {c} apart)", where)
+                grouped.add(d)
+                rest, lo_hi = packed, _range(packed, sc)
+                assert lo_hi is not None
             if lo_hi is None:
                 left = " + ".join(str(x) for x, c in rest[0].values())
                 raise fail(f"indexes dimension {d} with {left}, which is more than the "
@@ -123,13 +143,14 @@ def thread_private(alloc: Allocate, axes: dict[str, tuple[str, str]],
     def go(s: Stmt, sc: _Scope) -> Stmt:
         inner = sc
         if isinstance(s, For):
-            inner = _Scope(sc.lets, dict(sc.threads), dict(sc.loops))
+            inner = _Scope(sc.lets, dict(sc.threads), dict(sc.loops), dict(sc.spans))
             if s.kind is ForKind.GPU_THREAD:
                 inner.threads[s.var] = (axes[s.var][1], s.min)
+                inner.spans[s.var] = upper_bound(sc.inline(s.extent))
             else:
                 inner.loops[s.var] = (s.min, s.extent)
         elif isinstance(s, LetStmt):
-            inner = _Scope({**sc.lets, s.var: s.value}, sc.threads, sc.loops)
+            inner = _Scope({**sc.lets, s.var: s.value}, sc.threads, sc.loops, sc.spans)
         where = f"the nest of {next(iter(sc.threads), 'the block')}"
         if isinstance(s, Store) and s.buffer == buf.name:
             return dataclasses.replace(s, indices=local(s.indices, sc, f"a store in {where}"),
@@ -146,7 +167,7 @@ def thread_private(alloc: Allocate, axes: dict[str, tuple[str, str]],
     extents = [h + 1 for h in highs]
     for d, coeffs in enumerate(first):
         moving = [c for c in coeffs if c]
-        if len(moving) > 1 or moving and abs(moving[0]) < extents[d]:
+        if len(moving) > 1 or moving and abs(moving[0]) < extents[d] and d not in grouped:
             raise fail(f"shares elements of dimension {d} between threads ({extents[d]} per "
                        f"thread, {moving} apart)", "an access")
     zero = Const(0, int64)
@@ -221,6 +242,25 @@ def _combine(a: Linear, b: Linear, scale: int) -> Linear:
     for k, (atom, c) in b[0].items():
         terms[k] = (atom, terms.get(k, (atom, 0))[1] + scale * c)
     return {k: v for k, v in terms.items() if v[1]}, a[1] + scale * b[1]
+
+
+def _packed_groups(rest: Linear, c: int, span: int | None, sc: _Scope) -> Linear | None:
+    """``rest`` (a thread's index ``l`` in one dimension, ``c`` its thread's stride, ``span``
+    the thread loop's extent) with its groups packed: ``l = p + m c T`` with the part ``p``
+    within ``[0, c)`` and ``m >= 0`` becomes ``p + m c``; None where ``l`` is not of that form
+    (its elements could then be another thread's)."""
+    if span is None or c <= 0:
+        return None
+    period = c * span
+    low = {k: t for k, t in rest[0].items() if t[1] % period}
+    high = {k: (atom, a // period * c) for k, (atom, a) in rest[0].items() if not a % period}
+    q, r = divmod(rest[1], period)
+    part = _range((low, r), sc)
+    if part is None or part[0] < 0 or part[1] >= c:
+        return None
+    packed = ({**low, **high}, r + q * c)
+    whole = _range(packed, sc)
+    return packed if whole is not None and whole[0] >= 0 else None
 
 
 def _range(form: Linear, sc: _Scope) -> tuple[int, int] | None:

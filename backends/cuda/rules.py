@@ -99,6 +99,10 @@ GEMM_SHARED_BYTES = 32 * 1024
 #: rule 3 at known sizes: the fewest blocks its register tile may leave (an H100's 132
 #: multiprocessors, one block each); a smaller tile where the sizes give fewer
 GEMM_MIN_BLOCKS = 132
+#: rule 3: a thread's columns in this many runs (``staged_reduction``'s ``x_groups``) where
+#: each run keeps ``GEMM_GROUP_VECTOR`` columns; 1: one run
+GEMM_X_GROUPS = 1
+GEMM_GROUP_VECTOR = 4
 #: rule 3: the rows of a transposed tile this many 4-byte words past a multiple of 32 apart
 #: (``staged_reduction``'s ``pad_words``; 0: not padded): 4 keeps them 16-byte aligned for
 #: the register tiles' vector reads (sgemm 4096 on an H200 9% faster, docs/gpu.md)
@@ -124,14 +128,15 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
 
 def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
                  kblock: int | None = None, sizes: dict[str, int] | None = None,
-                 row_threads: int = ROW_THREADS, pad_words: int | None = None) -> Schedule:
+                 row_threads: int = ROW_THREADS, pad_words: int | None = None,
+                 x_groups: int | None = None) -> Schedule:
     """The rule-based GPU schedule of ``output`` (see the module docstring); proven legal.
     ``regs`` and ``kblock``: rule 3's register tile (``regs x regs`` outputs a thread; default
     ``GEMM_REGS``, or at known sizes the largest of ``GEMM_REGS_KNOWN``, a half ... that
     ``gemm_tiling`` takes) and reduction block (default ``gemm_kblock``; halved while its tiles
     do not fit); ``sizes`` (by size name, optional): the sizes it will run at (rule 4 takes
-    only long rows); ``row_threads``: rule 5's threads a row; ``pad_words``: rule 3's
-    (default ``GEMM_PAD_WORDS``; ``staged_reduction``).
+    only long rows); ``row_threads``: rule 5's threads a row; ``pad_words``, ``x_groups``:
+    rule 3's (default ``GEMM_PAD_WORDS``, ``GEMM_X_GROUPS``; ``staged_reduction``).
 
     Raises:
         ShapeError: ``sizes`` do not fit the algorithm.
@@ -177,6 +182,8 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
                 gemm_tiling(s, f.name, ranges.get(f.name, {}), regs or GEMM_REGS_KNOWN)
             if pad_words is not None:
                 tiling = replace(tiling, pad_words=pad_words)
+            if x_groups is not None:
+                tiling = replace(tiling, x_groups=x_groups)
             t = _staged(s, f.name, tiling, kblock or gemm_kblock(tiling))
             if t is not s:
                 s = t
@@ -379,12 +386,14 @@ def stage_rows(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
 @dataclass(frozen=True)
 class GemmTiling:
     """Rule 3's tiles: a block of ``threads`` (ty, tx), ``regs x regs`` outputs a thread, the
-    tail strategy of the block tiles, and ``staged_reduction``'s ``pad_words``."""
+    tail strategy of the block tiles, and ``staged_reduction``'s ``pad_words`` and
+    ``x_groups``."""
 
     threads: tuple[int, int] = GEMM_THREADS
     regs: int = GEMM_REGS
     tail: TailStrategy = TailStrategy.GuardWithIf
     pad_words: int = GEMM_PAD_WORDS
+    x_groups: int = GEMM_X_GROUPS
 
 
 def gemm_tiling(s: Schedule, name: str, extents: dict[str, tuple[int, int]],
@@ -452,7 +461,9 @@ def _staged(s: Schedule, name: str, tiling: GemmTiling, kblock: int) -> Schedule
     for kb in (kblock, kblock // 2, kblock // 4):
         t = _try(s, lambda t: staged_reduction(
             t, name, tiling.threads, max(kb, 1), True, tiling.regs, registers=True,
-            tail=tiling.tail, pad_words=tiling.pad_words))
+            tail=tiling.tail, pad_words=tiling.pad_words,
+            x_groups=tiling.x_groups if tiling.regs >= GEMM_GROUP_VECTOR * tiling.x_groups
+            else 1))
         if t is s:
             return s
         used = shared_bytes(t)
@@ -582,7 +593,7 @@ def reduction_axes(s: Schedule, name: str) -> tuple[list[str], str, str, list[st
 def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
                      unroll: bool, regs: int = 1, registers: bool = False,
                      tail: TailStrategy = TailStrategy.GuardWithIf,
-                     pad_words: int = 0) -> None:
+                     pad_words: int = 0, x_groups: int = 1) -> None:
     """Tile a root reduction stage as a GPU GEMM (rule 3, and the search space's staged
     points), in place. Its loops as ``reduction_axes`` sees them: ``y, x`` tiled by ``threads``
     (ty, tx) a block and ``regs x regs`` outputs a thread (its register tile, unrolled); the
@@ -595,7 +606,10 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
     the same way) and copied out by the same threads; ``tail``: the block tiles' tail strategy;
     ``pad_words``: the rows of a transposed tile (``_tile_layout``) that many 4-byte words
     (banks) past a multiple of 32 apart (``storage_align``): a warp's threads writing down its
-    columns fall in different banks.
+    columns fall in different banks; ``x_groups``: a thread's ``regs`` columns in that many
+    runs of consecutive ones, ``tx * regs / x_groups`` apart (TVM's virtual threads, CUTLASS's
+    thread map), so that a quarter warp's vector reads of a row of ``B``'s tile cover
+    consecutive words, where consecutive columns a thread put them 32 bytes apart.
 
     Raises:
         ScheduleError: the stage has no such loops, or a primitive does not apply (the callers
@@ -613,8 +627,8 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
         out = h
         name = s.cache_write(name, xo, scope="local").func
         if regs > 1:  # the copy out: each thread its register tile, as computed
-            yt, xt, yr, xr = _register_tile(out, yi, xi, regs)
-            out.reorder(yo, xo, yt, xt, yr, xr)
+            yt, xt, yr, xr = _register_tile(out, yi, xi, regs, tx, x_groups)
+            out.reorder(yo, xo, yt, xt, yr, *xr)
             yi, xi = yt, xt
         _map_blocks(out, outer, yo, xo)
         out.gpu_threads(yi, xi)
@@ -625,8 +639,8 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
     ko, ki = h.split(k, kblock)
     inner = [ki, *rest]
     if regs > 1:
-        yt, xt, yr, xr = _register_tile(h, yi, xi, regs)
-        h.reorder(*outer, *([] if registers else [yo, xo]), ko, yt, xt, *inner, yr, xr)
+        yt, xt, yr, xr = _register_tile(h, yi, xi, regs, tx, x_groups)
+        h.reorder(*outer, *([] if registers else [yo, xo]), ko, yt, xt, *inner, yr, *xr)
         yi, xi = yt, xt
     else:
         h.reorder(*outer, *([] if registers else [yo, xo]), ko, yi, xi, *inner)
@@ -696,11 +710,19 @@ def _map_blocks(h, outer: Sequence[str], yo, xo) -> None:
         h.gpu_blocks(yo, xo)
 
 
-def _register_tile(h, y, x, regs: int) -> tuple:
+def _register_tile(h, y, x, regs: int, tx: int = 1, x_groups: int = 1) -> tuple:
     """Split ``y`` and ``x`` of stage ``h`` by ``regs`` and unroll the inner loops (a thread's
-    ``regs x regs`` register tile); returns the outer loops, then the inner ones."""
+    ``regs x regs`` register tile; with ``x_groups`` its columns in that many runs ``tx * regs /
+    x_groups`` apart, ``staged_reduction``); returns the thread loops, the register loop along
+    ``y`` and the list of those along ``x``."""
     yt, yr = h.split(y, regs)
-    xt, xr = h.split(x, regs)
     h.unroll(yr)
+    if x_groups > 1 and regs % x_groups == 0:
+        xo, xv = h.split(x, regs // x_groups)
+        xg, xt = h.split(xo, tx)
+        h.unroll(xg)
+        h.unroll(xv)
+        return yt, xt, yr, [xg, xv]
+    xt, xr = h.split(x, regs)
     h.unroll(xr)
-    return yt, xt, yr, xr
+    return yt, xt, yr, [xr]
