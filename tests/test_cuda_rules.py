@@ -295,14 +295,13 @@ def test_a_pointwise_func_is_inlined_on_the_gpu_where_each_consumer_reads_it_onc
 
 
 def test_a_threads_register_tile_in_runs_of_columns_is_its_own():
-    # x_groups=2: a thread's 8 columns of a 128-column tile in two runs of 4, 64 apart (a
+    # x_groups=2 (rule 3's): a thread's 8 columns of a 128-column tile in two runs of 4, 64 apart (a
     # quarter warp's vector reads of B's tile then cover consecutive words); its register tile
     # is still its own (private.py packs the runs), and the result NumPy's on odd sizes
     from tensorlang.backends.cuda.private import private_buffers
-    from tensorlang.backends.cuda.rules import staged_reduction
 
     f = W.BUILTIN["matmul"].build()
-    s = gpu_schedule(f, sizes=dict(M=4096, N=4096, K=4096), x_groups=2)
+    s = gpu_schedule(f, sizes=dict(M=4096, N=4096, K=4096))  # (rule 3: GEMM_X_GROUPS)
     text = s.to_python()
     assert "split('j', 4)" in text and "split('j.o', 16)" in text
     launches = plan(lower(f, s), private_buffers(s)).launches
