@@ -113,9 +113,10 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     sgemm and conv2d the rule with its transposed tile's rows padded (``pad_words=4``), for
     sgemm the rule with a thread's columns in one run (``x_groups=1``, the rule takes two),
     the rule's 8 x 8 register tiles with reduction blocks of 16 and on 16 x 8 and 8 x 16
-    threads (128 x 64 and 64 x 128 tiles), for softmax and the blur the rule without its fusion (``unfused``), softmax with 512 and 1024 threads a row and
-    with its row read once into shared memory (``stage_rows``), the blur with other tiles and
-    rows a thread (``rows_a_thread``)."""
+    threads (128 x 64 and 64 x 128 tiles), for softmax and the blur the rule without its
+    fusion (``unfused``), softmax with 512 and 1024 threads a row and with its row read once
+    into shared memory (``stage_rows``), the blur with other tiles and rows a thread
+    (``rows_a_thread``)."""
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
     if name in ("matmul", "conv2d"):  # the transposed tile's rows 4 words past 32n apart
         out["rule, transposed tile padded"] = gpu_schedule(f, sizes=sizes, pad_words=4)
