@@ -36,7 +36,10 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    (``gemm_tiling``), the largest register tile from ``GEMM_REGS_KNOWN x GEMM_REGS_KNOWN``
    (CUTLASS's SIMT shape) down to 1 x 1 that leaves ``GEMM_MIN_BLOCKS`` blocks of
    ``GEMM_MIN_THREADS`` threads, threads spanning a loop shorter than the tile, and whole tiles
-   shifted inside the loops. The choices were measured on one GPU (an H200: docs/gpu.md); the
+   shifted inside the loops. A transposed tile's rows are padded (``GEMM_PAD_WORDS``,
+   ``storage_align``) and a thread's columns come in ``GEMM_X_GROUPS`` runs (TVM's virtual
+   threads), so that neither the copies' stores nor the register tiles' vector reads meet in
+   a bank of shared memory. The choices were measured on one GPU (an H200: docs/gpu.md); the
    thread counts are the field's usual starting point.
 4. A root reduction over one loop of the rows of its operand (one pure loop ``i``, the
    reduction loop ``k`` their last, contiguous index: softmax's max and sum, a mean) gets a
