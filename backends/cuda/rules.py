@@ -465,9 +465,7 @@ def _staged(s: Schedule, name: str, tiling: GemmTiling, kblock: int) -> Schedule
     for kb in (kblock, kblock // 2, kblock // 4):
         t = _try(s, lambda t: staged_reduction(
             t, name, tiling.threads, max(kb, 1), True, tiling.regs, registers=True,
-            tail=tiling.tail, pad_words=tiling.pad_words,
-            x_groups=tiling.x_groups if tiling.regs >= GEMM_GROUP_VECTOR * tiling.x_groups
-            else 1))
+            tail=tiling.tail, pad_words=tiling.pad_words, x_groups=tiling.x_groups))
         if t is s:
             return s
         used = shared_bytes(t)
@@ -611,9 +609,10 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
     ``pad_words``: the rows of a transposed tile (``_tile_layout``) that many 4-byte words
     (banks) past a multiple of 32 apart (``storage_align``): a warp's threads writing down its
     columns fall in different banks; ``x_groups``: a thread's ``regs`` columns in that many
-    runs of consecutive ones, ``tx * regs / x_groups`` apart (TVM's virtual threads, CUTLASS's
-    thread map), so that a quarter warp's vector reads of a row of ``B``'s tile cover
-    consecutive words, where consecutive columns a thread put them 32 bytes apart.
+    runs of consecutive ones (where each run keeps ``GEMM_GROUP_VECTOR``), ``tx * regs /
+    x_groups`` apart (TVM's virtual threads, CUTLASS's thread map), so that a quarter warp's
+    vector reads of a row of ``B``'s tile cover consecutive words, where consecutive columns a
+    thread put them 32 bytes apart.
 
     Raises:
         ScheduleError: the stage has no such loops, or a primitive does not apply (the callers
@@ -717,11 +716,12 @@ def _map_blocks(h, outer: Sequence[str], yo, xo) -> None:
 def _register_tile(h, y, x, regs: int, tx: int = 1, x_groups: int = 1) -> tuple:
     """Split ``y`` and ``x`` of stage ``h`` by ``regs`` and unroll the inner loops (a thread's
     ``regs x regs`` register tile; with ``x_groups`` its columns in that many runs ``tx * regs /
-    x_groups`` apart, ``staged_reduction``); returns the thread loops, the register loop along
+    x_groups`` apart where each run keeps ``GEMM_GROUP_VECTOR`` columns, ``staged_reduction``);
+    returns the thread loops, the register loop along
     ``y`` and the list of those along ``x``."""
     yt, yr = h.split(y, regs)
     h.unroll(yr)
-    if x_groups > 1 and regs % x_groups == 0:
+    if x_groups > 1 and regs % x_groups == 0 and regs // x_groups >= GEMM_GROUP_VECTOR:
         xo, xv = h.split(x, regs // x_groups)
         xg, xt = h.split(xo, tx)
         h.unroll(xg)

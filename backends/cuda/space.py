@@ -52,10 +52,9 @@ from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.view import AlgorithmView
 
-from .rules import (GEMM_GROUP_VECTOR, GEMM_PAD_WORDS, GEMM_X_GROUPS, TILE_1D, TILE_2D,
-                    block_loop, launchable, map_pure_loops, normalized_rows, reduction_axes,
-                    row_like, row_normalization, row_reduction, stage_in_block,
-                    staged_reduction, tile_spec)
+from .rules import (GEMM_PAD_WORDS, GEMM_X_GROUPS, TILE_1D, TILE_2D, block_loop, launchable,
+                    map_pure_loops, normalized_rows, reduction_axes, row_like, row_normalization,
+                    row_reduction, stage_in_block, staged_reduction, tile_spec)
 
 TILES_2D = ("1x32", "2x32", "4x32", "8x32", "16x16", "8x16", "4x64", "2x128", "1x256",
             "16x32", "32x32", "8x8")
@@ -183,7 +182,6 @@ def _staged(s: Schedule, name: str, threads: tuple[int, int], kblock: int, unrol
     in runs, as rule 3 has them), refused where its kernels could not launch (a convolution's
     tiles over a block's shared memory)."""
     staged_reduction(s, name, threads, kblock, unroll, regs, registers,
-                     pad_words=GEMM_PAD_WORDS,
-                     x_groups=GEMM_X_GROUPS if regs >= GEMM_GROUP_VECTOR * GEMM_X_GROUPS else 1)
+                     pad_words=GEMM_PAD_WORDS, x_groups=GEMM_X_GROUPS)
     if not launchable(s):
         raise ScheduleError(f"the tiles of {name} staged per {kblock} do not fit a block")
