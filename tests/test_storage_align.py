@@ -8,7 +8,6 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.autotuner import workloads as W
-from tensorlang.backends.cuda.emulate import emulate
 from tensorlang.backends.cuda.ptx import find_ptxas, ptxas
 from tensorlang.backends.cuda.rules import gpu_schedule, shared_bytes
 from tensorlang.errors import ScheduleError
@@ -111,12 +110,8 @@ def test_the_gpu_gemm_with_its_transposed_tile_padded_in_shared_memory():
     s = gpu_schedule(f, sizes=sizes)  # rule 3 pads A's tile (GEMM_PAD_WORDS)
     assert "s[\"A_shared\"].storage_align(0, 32, 4)" in s.to_python()
     assert shared_bytes(s) == 4 * (8 * 132 + 8 * 128)
-    kern = emulate(f, s)
-    rng = np.random.default_rng(2)
-    for m, n, k in [(128, 128, 16), (131, 67, 37), (1, 1, 1)]:
-        a = rng.random((m, k), dtype=np.float32)
-        b = rng.random((k, n), dtype=np.float32)
-        np.testing.assert_allclose(kern(A=a, B=b), a @ b, rtol=1e-5)
+    # (its results against NumPy, emulated on odd sizes: test_cuda_rules.py's
+    # test_a_threads_register_tile_in_runs_of_columns_is_its_own runs this rule-based schedule)
     ptx = tl.compile(f, s, target="cuda").ptx()
     assert "ld.shared.v4.b32" in ptx  # the padded rows stay 16-byte aligned
     if find_ptxas() is not None:
