@@ -5,8 +5,9 @@
 #   bash benchmarks/gpu_machine.sh [gpu] [bench] [cpu]      (default: all three)
 #
 # Python packages the machine lacks (islpy, optuna and their needs) come as wheels in .whl/
-# (pip download ... -d .whl, see docs/gpu.md); tensorlang is installed from the checkout without
-# build isolation. Each step runs under a time limit and prints its exit status, so one hung or
+# (pip download ... -d .whl, see docs/gpu.md; keep .whl/ out of git and copy it along with the
+# checkout: a copy of the tracked files alone lacks it); tensorlang is installed from the
+# checkout without build isolation. Each step runs under a time limit and prints its exit status, so one hung or
 # failing step leaves the others' output. Logs go to $OUT (default /tmp/gpu_machine).
 #   gpu:   the CUDA tests (the GPU-only ones in tests/test_cuda_device.py included) on the GPU
 #   gpu-device: only the GPU-only tests
