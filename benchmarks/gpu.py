@@ -111,6 +111,7 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     """The schedules measured besides ``"auto"``: the rule-based one at ``sizes`` (what
     ``"auto"`` takes with an empty cache; printed without a GPU), the hand-staged one, for
     sgemm and conv2d the rule with its transposed tile's rows padded (``pad_words=4``), for
+    conv2d the rule's tile in 8 x 8 register tiles on 8 x 7 threads, for
     sgemm the rule with a thread's columns in one run (``x_groups=1``, the rule takes two),
     the rule's 8 x 8 register tiles with reduction blocks of 16 and on 16 x 8 and 8 x 16
     threads (128 x 64 and 64 x 128 tiles), for softmax and the blur the rule without its
@@ -120,6 +121,11 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
     if name in ("matmul", "conv2d"):  # the transposed tile's rows 4 words past 32n apart
         out["rule, transposed tile padded"] = gpu_schedule(f, sizes=sizes, pad_words=4)
+    if name == "conv2d":  # the rule's 64 x 56 tile in 8 x 8 registers: 8 x 7 threads a block
+        t = tl.Schedule(f)
+        staged_reduction(t, f.name, (8, 7), 8, True, 8, registers=True,
+                         tail=TailStrategy.ShiftInwards, pad_words=4, x_groups=2)
+        out["8x8 on 8x7 threads"] = t
     if name == "matmul":  # (8 x 8 with blocks of 8 is the rule; of 32 measured slower)
         out["rule, columns in 1 run"] = gpu_schedule(f, sizes=sizes, x_groups=1)
         out["rule 8x8 k16"] = gpu_schedule(f, regs=8, kblock=16, sizes=sizes)
