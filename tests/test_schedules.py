@@ -426,6 +426,12 @@ def test_cache_read_with_readers_copies_a_row_once_for_every_stage_that_reads_it
     t[g["e"]].compute_inline()
     with pytest.raises(tl.ScheduleError, match="mx is not computed inside softmax's loop i"):
         t.cache_read("X", t[out], "i", readers=("mx", "e"))
+    t = tl.Schedule(out)  # mx at i, the copy at j.o inside it: mx would run before the copy
+    t[out].split("j", 4)
+    t[g["e"]].compute_inline()
+    t[g["mx"]].compute_at(t[out], "i")
+    with pytest.raises(tl.ScheduleError, match="mx is not computed inside softmax's loop j.o"):
+        t.cache_read("X", t[out], "j.o", readers=("mx", "e"))
     with pytest.raises(tl.ScheduleError, match="not with index, layout or panel"):
         t.cache_read("X", t[g["mx"]], "i", index=0, readers=("e",))
     with pytest.raises(tl.ScheduleError, match="not with index, layout or panel"):

@@ -163,8 +163,9 @@ def _other_readers(sched, consumer: str, tensor: str, loop: str, step: Step,
 
 
 def _inside(sched, name: str, consumer: str, loop: str, seen: set[str]) -> bool:
-    """Whether stage ``name`` is computed inside ``consumer``'s ``loop``: at it, at a loop of a
-    stage computed inside it, or inlined into stages that all are (or into ``consumer``)."""
+    """Whether stage ``name`` is computed inside ``consumer``'s ``loop``: at it or at a loop of
+    ``consumer`` inside it, at a loop of a stage computed inside it, or inlined into stages that
+    all are (or into ``consumer``)."""
     if name == consumer or name in seen:
         return name == consumer
     seen.add(name)
@@ -174,8 +175,10 @@ def _inside(sched, name: str, consumer: str, loop: str, seen: set[str]) -> bool:
         return bool(users) and all(_inside(sched, u, consumer, loop, seen) for u in users)
     if where.kind != "at":
         return False
-    return (where.func, where.loop) == (consumer, loop) or \
-        _inside(sched, where.func, consumer, loop, seen)
+    if where.func == consumer:  # (consumer's loops, outermost first)
+        loops = sched.states[consumer].loops
+        return where.loop in loops and loops.index(where.loop) >= loops.index(loop)
+    return _inside(sched, where.func, consumer, loop, seen)
 
 
 def _check_panel(consumer: str, tensor: str, src, panel: tuple[int, int], copied, step) -> None:
