@@ -124,4 +124,4 @@ res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('R
 flops = 2 * m * nn * kk
 print(f"{m}x{nn}x{kk} {dt} on {cpu_name()}, {os.environ.get('TENSORLANG_NUM_THREADS', os.cpu_count())} threads; NumPy calls {numpy_blas()}")
 for name, st in res.items():
-    print(f"{name:14s} median {st.median*1e3:8.3f} ms  IQR/med {st.iqr/st.median:5.1%}  {flops/st.median/1e9:7.1f} GFLOP/s")
+    print(f"{name:14s} median {st.median*1e3:8.3f} ms  IQR/med {st.iqr/st.median:5.1%}  {flops/st.median/1e9:7.1f} GFLOP/s  (q1 {flops/st.q1/1e9:.1f}, best {flops/st.min/1e9:.1f})")

@@ -30,7 +30,7 @@ from ..llvm.target import host_target as cpu_target
 from .codegen import device_module, host_module
 from .kernel import CUDAKernel
 from .launches import plan
-from .private import private_buffers, shared_copies
+from .private import private_buffers, pure_stages, shared_copies
 from .ptx import compile_ptx
 from .target import TRIPLE, CUDATarget, parse_target
 
@@ -119,7 +119,8 @@ class CUDABackend(Backend):
     def build(self, lowered: LoweredFunc, pipeline: Pipeline, schedule: Schedule | None, *,
               target: Any = None, opt_level: int = 3, emit_object: bool = False) -> CUDAKernel:
         tgt = parse_target(target)
-        program = plan(lowered, private_buffers(schedule), shared_copies(schedule))
+        program = plan(lowered, private_buffers(schedule), shared_copies(schedule),
+                   pure_stages(schedule))
         if schedule is not None:
             check_scopes(schedule, program)
         ptx = compile_ptx(module_text(device_module(program, tgt)), tgt, opt=opt_level,

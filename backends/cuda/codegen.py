@@ -126,7 +126,7 @@ class DeviceGen(CodeGen):
                     self.stmt(s.body)
             else:
                 self.stmt(s.body)
-            if nest is not None:
+            if s.var in self.launch.barriers:
                 self.barrier()
             if outer is None:
                 del self.vars[s.var]

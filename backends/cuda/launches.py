@@ -15,8 +15,13 @@ and replaces each *region* by a :class:`Launch`. A region is
   ``if`` and serial loops: the same in all of them) or, when they store, in thread 0 alone; a
   buffer allocated outside the thread nests is in shared memory (a constant size, or for one
   ``cache_read(..., scope="shared")`` copy a size the call's sizes fix: ``Launch.dynamic``), and a
-  barrier (``bar.sync``) follows every thread nest, so a nest sees what the previous ones
-  wrote. The block has, per axis, the largest constant bound of the nests' extents; each nest
+  barrier (``bar.sync``) follows a thread nest where what may run after it in the block (the
+  statements after it, and the whole body of a serial loop of the block around it) reads a
+  buffer the nest writes, writes one it reads, or writes one it writes (the nest's own next
+  iteration aside, where it does not read that buffer): a nest sees what the previous ones
+  wrote, and no thread overwrites what another has yet to read. A nest that only reads shared
+  buffers no later statement writes (softmax's output, reading the row's max and sum) runs
+  its iterations of a serial loop without a barrier between them. The block has, per axis, the largest constant bound of the nests' extents; each nest
   runs where ``threadIdx`` is below its own extents (and 0 on the axes it does not use);
 - any other statement that reads or writes a buffer (a stage left serial), run by one thread.
 
@@ -55,6 +60,7 @@ from tensorlang.schedule.ir import (
     ProducerConsumer,
     Stmt,
     Store,
+    child_stmts,
     reads_memory,
     walk_stmts,
 )
@@ -86,7 +92,8 @@ class Launch(Stmt):
     upper bound of their extent (their body runs only where ``tid < extent``). The kernel takes
     the buffers ``buffers`` (by name, in this order), then every size of the pipeline, then the
     host variables ``scalars`` (int64). A cooperative kernel (``nests`` not empty: the outermost
-    loop of each thread nest -> the axes it uses) synchronises the block after every nest;
+    loop of each thread nest -> the axes it uses) synchronises the block after each nest named
+    in ``barriers`` (see the module docstring);
     ``shared`` gives its buffers in shared memory, with the number of elements they are
     allocated (a constant bound of their size; the largest where a buffer is allocated in
     several versions of a nest, each version an array of its own); ``dynamic`` the one whose
@@ -107,6 +114,8 @@ class Launch(Stmt):
     #: the one shared buffer sized when launching (dynamic shared memory), and its bytes as a
     #: host expression (sizes and host variables): None where every one has a constant size
     dynamic: tuple[str, Expr] | None = field(default=None, hash=False)
+    #: the nests (by their outermost loop's variable) followed by a barrier
+    barriers: frozenset[str] = field(default=frozenset(), hash=False)
 
     @property
     def cooperative(self) -> bool:
@@ -155,13 +164,16 @@ def _loop_names(s: Stmt) -> str:
 
 
 def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset(),
-         sized_at_launch: frozenset[str] = frozenset()) -> DeviceProgram:
+         sized_at_launch: frozenset[str] = frozenset(),
+         pure: frozenset[str] = frozenset()) -> DeviceProgram:
     """Split ``lowered`` into its host program and device launches; ``private``: buffers each
     thread keeps its own share of where a block's threads would share them
     (``cache_write(..., scope="local")``, ``private.thread_private``); ``sized_at_launch``:
     buffers that a block's threads share and that may take a size known only when launching
     (``cache_read(..., scope="shared")`` copies, ``private.shared_copies``): one a kernel, in
-    dynamic shared memory.
+    dynamic shared memory; ``pure``: the stages whose value at a point is a function of the
+    point (no update, no reduction: ``private.pure_stages``), which two thread nests of a block
+    may write without a barrier between them (``barriers``).
 
     Raises:
         CompileError: a mapped loop is where no launch can put it (inside a serial loop of a
@@ -175,7 +187,7 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset(),
     def region(s: Stmt, host_vars: frozenset[str]) -> Stmt:
         index = len(launches)
         launch = _region(lowered, s, index, f"{lowered.name}_k{index}", host_vars, order,
-                         private, sized_at_launch)
+                         private, sized_at_launch, pure)
         launches.append(launch)
         return launch
 
@@ -206,7 +218,8 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset(),
 
 def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: frozenset[str],
             order: list[str], private: frozenset[str] = frozenset(),
-            sized_at_launch: frozenset[str] = frozenset()) -> Launch:
+            sized_at_launch: frozenset[str] = frozenset(),
+            pure: frozenset[str] = frozenset()) -> Launch:
     blocks: list[For] = []
     threads: list[For] = []
     lets: dict[str, Expr] = {}
@@ -232,7 +245,7 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
         node = node.body
     if has_gpu_loops(node) and blocks and not threads:
         return _cooperative(lowered, s, blocks, lets, node, index, name, host_vars, order,
-                            private, sized_at_launch)
+                            private, sized_at_launch, pure)
     if has_gpu_loops(node):
         inner = next(n for n in walk_stmts(node) if isinstance(n, For) and n.kind in GPU_KINDS)
         where = (f"inside the gpu_threads loops {', '.join(t.var for t in threads)}"
@@ -319,7 +332,8 @@ def _grid(blocks: list[For], lets: dict[str, Expr], mapped: set[str],
 def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[str, Expr],
                  body: Stmt, index: int, name: str, host_vars: frozenset[str],
                  order: list[str], private: frozenset[str] = frozenset(),
-                 sized_at_launch: frozenset[str] = frozenset()) -> Launch:
+                 sized_at_launch: frozenset[str] = frozenset(),
+                 pure: frozenset[str] = frozenset()) -> Launch:
     """A kernel whose block runs several thread nests (see the module docstring)."""
     mapped = {n.var for n in walk_stmts(s) if isinstance(n, For) and n.kind in GPU_KINDS}
     axes: dict[str, tuple[str, str]] = {}
@@ -428,7 +442,7 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
                 once = IfThenElse(Cmp("ge", st.extent, Const(1, int64)), once, None)
             return LetStmt(st.var, st.min, once)
         if isinstance(st, For):
-            return For(st.var, st.min, st.extent, ForKind.SERIAL, block_level(st.body, scope),
+            return For(st.var, st.min, st.extent, st.kind, block_level(st.body, scope),
                        st.width)
         raise CompileError(f"kernel {name}: a {type(st).__name__} holds GPU loops")
 
@@ -448,7 +462,66 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
     guarded = frozenset(v for v, (reg, _) in axes.items() if reg == "tid")
     return Launch(index, name, kernel, tuple(grid), tuple(Const(d, int64) for d in dims), axes,
                   guarded, buffers, scalars, nests, shared,
-                  next(iter(dynamic.items())) if dynamic else None)
+                  next(iter(dynamic.items())) if dynamic else None,
+                  barriers(new_body, frozenset(nests), private, pure))
+
+
+def barriers(body: Stmt, nests: frozenset[str], private: frozenset[str],
+             pure: frozenset[str]) -> frozenset[str]:
+    """The thread nests of a cooperative kernel's block ``body`` (``nests``: their outermost
+    loops' variables) that need a barrier after them (the module docstring): those whose
+    accesses conflict with what may run after them in the block. Buffers each thread keeps to
+    itself (``private``, and those allocated inside a nest) never conflict. Nor do two writes
+    of a buffer of ``pure`` (a stage whose value at a point is a function of the point: no
+    update, no reduction) allocated outside the block: they store the same value at an
+    element, unless what they read changed between them, which the nest's reads catch.
+    Buffer-granular otherwise, so conservative: two nests writing disjoint parts of one buffer
+    still get a barrier between them."""
+    need: set[str] = set()
+    inside = {n.buffer.name for n in walk_stmts(body) if isinstance(n, Allocate)}
+
+    def visit(st: Stmt, after: tuple[Stmt, ...]) -> None:
+        if isinstance(st, For) and st.var in nests:
+            local = private | {n.buffer.name for n in walk_stmts(st)
+                               if isinstance(n, Allocate)}
+            reads, writes = _accesses(st, local)
+            later_reads: set[str] = set()
+            later_writes: set[str] = set()
+            for a in after:
+                r, w = _accesses(a, local)
+                later_reads |= r
+                later_writes |= w
+            overwritten = {b for b in writes & later_writes if b not in pure or b in inside}
+            if writes & later_reads or reads & later_writes or overwritten:
+                need.add(st.var)
+            return
+        if isinstance(st, Block):
+            for k, c in enumerate(st.stmts):
+                visit(c, st.stmts[k + 1:] + after)
+            return
+        if isinstance(st, For):  # a serial loop of the block: its next iteration runs after
+            visit(st.body, (st,) + after)
+            return
+        for c in child_stmts(st):
+            visit(c, after)
+
+    visit(body, ())
+    return frozenset(need)
+
+
+def _accesses(s: Stmt, local: frozenset[str] | set[str]) -> tuple[set[str], set[str]]:
+    """The buffers statement ``s`` reads and writes, but the ``local`` ones."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    for n in walk_stmts(s):
+        if isinstance(n, Store) and n.buffer not in local:
+            writes.add(n.buffer)
+            if n.reduce_op is not None:  # buffer[i] op= value reads it too
+                reads.add(n.buffer)
+        for e in _stmt_exprs(n):
+            reads.update(x.buffer for x in walk(e) if isinstance(x, Load)
+                         and x.buffer not in local)
+    return reads, writes
 
 
 def _launch_size(buf, scope: dict[str, Expr], host_vars: frozenset[str], kernel: str,

@@ -34,6 +34,7 @@ from tensorlang.affine import Affine, const_value
 from tensorlang.dtypes import int64
 from tensorlang.errors import CompileError
 from tensorlang.expr import BinOp, Const, Expr, Size, Var, map_children
+from tensorlang.func import parse_stage_id
 from tensorlang.schedule.ir import (Allocate, For, ForKind, LetStmt, Load, Stmt, Store, map_stmt,
                                     walk_stmts)
 from tensorlang.schedule.schedule import Schedule
@@ -286,6 +287,18 @@ def private_buffers(schedule: Schedule | None) -> frozenset[str]:
     if schedule is None:
         return frozenset()
     return frozenset(n for n, st in schedule.states.items() if st.memory == "local")
+
+
+def pure_stages(schedule: Schedule | None) -> frozenset[str]:
+    """The stages whose value at a point is a function of the point (neither an update nor a
+    reduction): ``plan`` lets two thread nests of a block write one of them without a barrier
+    between them (``launches.barriers``)."""
+    if schedule is None:
+        return frozenset()
+    view = schedule.view
+    funcs = {parse_stage_id(n)[0] for n in schedule.states}
+    return frozenset(n for n in funcs
+                     if not view.func(n).updates and not view.definition(n).rvars)
 
 
 def shared_copies(schedule: Schedule | None) -> frozenset[str]:

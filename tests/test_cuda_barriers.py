@@ -1,0 +1,110 @@
+"""Barriers of a cooperative kernel (``launches.barriers``): after a thread nest only where what
+may run after it in the block conflicts with its accesses; checked on hand-built blocks, on the
+rule-based softmax and a staged GEMM, and run in the emulator (each block's threads an OpenMP
+team) against NumPy on odd sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner import workloads as W
+from tensorlang.backends.cuda.emulate import emulate
+from tensorlang.backends.cuda.launches import barriers, plan
+from tensorlang.backends.cuda.private import private_buffers, pure_stages, shared_copies
+from tensorlang.backends.cuda.rules import gpu_schedule
+from tensorlang.dtypes import float32, int64
+from tensorlang.expr import Const, Var
+from tensorlang.schedule.ir import Allocate, Block, Buffer, For, ForKind, Load, Store
+from tensorlang.schedule.lower import lower
+
+TID = Var("t")
+
+
+def _nest(var: str, store: Store) -> For:
+    """A thread nest of 32 threads running ``store``."""
+    return For(var, Const(0, int64), Const(32, int64), ForKind.GPU_THREAD, store)
+
+
+def _store(buf: str, read: str) -> Store:
+    """``buf[t] = read[t]``."""
+    return Store(buf, (TID,), Load(read, (TID,), float32))
+
+
+def _shared(name: str, body) -> Allocate:
+    return Allocate(Buffer(name, float32, (Const(0, int64),), (Const(32, int64),), "internal"),
+                    body)
+
+
+def test_a_nest_gets_a_barrier_only_where_a_later_access_conflicts():
+    # s: shared; out: the output (a pure stage, global); p: a thread's own buffer
+    body = _shared("s", _shared("p", Block((
+        _nest("a", _store("s", "X")),          # RAW: b reads s
+        _nest("b", _store("out", "s")),        # WAR: c writes s
+        _nest("c", _store("s", "X")),          # RAW: d reads s
+        _nest("d", _store("p", "s")),          # writes only p (private), reads s: nothing after
+    ))))
+    got = barriers(body, frozenset("abcd"), frozenset({"p"}), frozenset({"out", "s"}))
+    assert got == {"a", "b", "c"}
+
+
+def test_a_serial_loop_of_the_block_runs_its_body_again_after_each_nest():
+    loop = For("k", Const(0, int64), Const(4, int64), ForKind.SERIAL, Block((
+        _nest("copy", _store("s", "X")),
+        _nest("use", _store("out", "s")),      # the next iteration's copy overwrites s
+    )))
+    assert barriers(_shared("s", loop), frozenset({"copy", "use"}), frozenset(),
+                    frozenset({"out", "s"})) == {"copy", "use"}
+    # a nest reading only what nothing in the block writes, writing a pure stage's global
+    # buffer: its iterations need no barrier between them
+    alone = For("j", Const(0, int64), Const(4, int64), ForKind.SERIAL,
+                _nest("out_nest", _store("out", "X")))
+    assert barriers(alone, frozenset({"out_nest"}), frozenset(), frozenset({"out"})) == set()
+
+
+def test_two_writes_of_one_buffer_keep_a_barrier_unless_the_stage_is_pure_and_global():
+    body = Block((_nest("a", _store("out", "X")), _nest("b", _store("out", "Y"))))
+    assert barriers(body, frozenset("ab"), frozenset(), frozenset()) == {"a"}  # not pure
+    assert barriers(body, frozenset("ab"), frozenset(), frozenset({"out"})) == set()
+    # a buffer of the block (its storage reused by the block's tiles) keeps it, pure or not
+    assert barriers(_shared("out", body), frozenset("ab"), frozenset(),
+                    frozenset({"out"})) == {"a"}
+
+
+def _planned(f, s):
+    return plan(lower(f, s), private_buffers(s), shared_copies(s), pure_stages(s))
+
+
+def test_softmax_writes_its_rows_columns_without_a_barrier_between_them():
+    f = W.BUILTIN["softmax"].build()
+    s = gpu_schedule(f, sizes=dict(R=64, S=1024))
+    coop = [lc for lc in _planned(f, s).launches if lc.cooperative]
+    assert coop
+    for lc in coop:  # every reduction stage still synchronises; the output's columns do not
+        assert set(lc.nests) - lc.barriers == {"j.i"}
+
+
+@pytest.mark.parametrize("unroll", [1, 4])
+def test_softmax_without_barriers_in_its_output_loop_is_correct(unroll):
+    w = W.BUILTIN["softmax"]
+    f = w.build()
+    s = gpu_schedule(f, sizes=dict(R=64, S=1024))
+    if unroll > 1:  # thread nests in an unrolled loop of the block
+        s[f].split("j.o", unroll)
+        s[f].unroll("j.o.i")
+    rng = np.random.default_rng(3)
+    for sizes in (dict(R=3, S=1031), dict(R=2, S=1024), dict(R=1, S=1)):
+        x = rng.standard_normal((sizes["R"], sizes["S"])).astype(np.float32)
+        got = emulate(f, s)(X=x)
+        np.testing.assert_allclose(got, w.numpy({"X": x})(), rtol=2e-5, atol=1e-6)
+
+
+def test_a_staged_gemm_keeps_its_barriers():
+    f = W.BUILTIN["matmul"].build()
+    s = gpu_schedule(f, sizes=dict(M=256, N=256, K=256))
+    for lc in _planned(f, s).launches:
+        if not lc.cooperative:
+            continue
+        copies = {v for v in lc.nests if v.startswith(("A_", "B_"))}
+        assert copies and copies <= lc.barriers  # read by the tile's product
