@@ -8,7 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tensorlang as tl
 from tensorlang.autotuner import workloads as W
 from tensorlang.backends.cuda.emulate import emulate
 from tensorlang.backends.cuda.launches import barriers, plan

@@ -17,12 +17,14 @@ and replaces each *region* by a :class:`Launch`. A region is
   ``cache_read(..., scope="shared")`` copy a size the call's sizes fix: ``Launch.dynamic``), and a
   barrier (``bar.sync``) follows a thread nest where what may run after it in the block (the
   statements after it, and the whole body of a serial loop of the block around it) reads a
-  buffer the nest writes, writes one it reads, or writes one it writes (the nest's own next
-  iteration aside, where it does not read that buffer): a nest sees what the previous ones
-  wrote, and no thread overwrites what another has yet to read. A nest that only reads shared
-  buffers no later statement writes (softmax's output, reading the row's max and sum) runs
-  its iterations of a serial loop without a barrier between them. The block has, per axis, the largest constant bound of the nests' extents; each nest
-  runs where ``threadIdx`` is below its own extents (and 0 on the axes it does not use);
+  buffer the nest writes, writes one it reads, or writes one it writes (but two writes of a
+  pure stage's buffer allocated outside the block: they store the same values): a nest sees
+  what the previous ones wrote, and no thread overwrites what another has yet to read
+  (``barriers``). A nest that only reads buffers no later statement writes (softmax's output,
+  reading the row's max and sum) runs the iterations of a serial loop around it without a
+  barrier between them. The block has, per axis, the largest constant bound of the nests'
+  extents; each nest runs where ``threadIdx`` is below its own extents (and 0 on the axes it
+  does not use);
 - any other statement that reads or writes a buffer (a stage left serial), run by one thread.
 
 Launch dimensions are host expressions: a ``gpu_block`` loop's extent (it may use sizes and host
