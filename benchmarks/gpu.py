@@ -115,8 +115,9 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     sgemm the rule with a thread's columns in one run (``x_groups=1``, the rule takes two),
     the rule's 8 x 8 register tiles with reduction blocks of 16 and on 16 x 8 and 8 x 16
     threads (128 x 64 and 64 x 128 tiles), for softmax and the blur the rule without its
-    fusion (``unfused``), softmax with 512 and 1024 threads a row and with its row read once
-    into shared memory (``stage_rows``), the blur with other tiles and rows a thread
+    fusion (``unfused``), softmax with 512 and 1024 threads a row, with its row read once
+    into shared memory (``stage_rows``), with its output loop's 256-column steps unrolled 4 and
+    8 times (several loads in flight a thread), and both, the blur with other tiles and rows a thread
     (``rows_a_thread``)."""
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
     if name in ("matmul", "conv2d"):  # the transposed tile's rows 4 words past 32n apart
@@ -143,6 +144,16 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
         row = gpu_schedule(f, sizes=sizes)
         stage_rows(row, f.name)  # the row read once, into shared memory sized at launch
         out["row in shared memory"] = row
+        for u in (4, 8):  # u loads of X in flight a thread in the output loop, not one
+            t = gpu_schedule(f, sizes=sizes)
+            t[f].split("j.o", u)
+            t[f].unroll("j.o.i")
+            out[f"rule, columns unrolled {u}"] = t
+        t = gpu_schedule(f, sizes=sizes)
+        stage_rows(t, f.name)
+        t[f].split("j.o", 4)
+        t[f].unroll("j.o.i")
+        out["row in shared memory, columns unrolled 4"] = t
     if name == "blur":
         out["1 row a thread"] = rows_a_thread(f, 8, 1)
         out["8 rows a thread"] = rows_a_thread(f, 64, 8)
