@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tensorlang.affine import const_value, sadd, smul, ssub
 from tensorlang.dtypes import int64
-from tensorlang.expr import BinOp, Expr, Var, substitute, walk
+from tensorlang.expr import BinOp, Const, Expr, Var, substitute, walk
 
 
 def inline_lets(e: Expr, lets: dict[str, Expr]) -> Expr:
@@ -55,7 +55,7 @@ def _bound(e: Expr) -> int | None:
         return None if a is None else a // c
     c = _multiplier(e)
     if c is not None:  # so is a product with one (a padded extent: (e + 27) // 32 * 32 + 4)
-        a = _bound(e.a)  # type: ignore[attr-defined]
+        a = _bound(_multiplied(e))
         return None if a is None else a * c
     if isinstance(e, BinOp) and e.op == "add":
         a, b = _bound(e.a), _bound(e.b)
@@ -64,12 +64,18 @@ def _bound(e: Expr) -> int | None:
 
 
 def _multiplier(e: Expr) -> int | None:
-    """``c`` where ``e`` is ``x * c`` for a positive constant ``c``, else None."""
+    """``c`` where ``e`` is ``x * c`` or ``c * x`` for a positive constant ``c``, else None."""
     if isinstance(e, BinOp) and e.op == "mul":
-        c = const_value(e.b)
-        if c is not None and c > 0:
-            return c
+        for side in (e.b, e.a):
+            c = const_value(side)
+            if c is not None and c > 0:
+                return c
     return None
+
+
+def _multiplied(e: BinOp) -> Expr:
+    """``x`` of a product ``x * c`` or ``c * x`` (``_multiplier``)."""
+    return e.a if const_value(e.b) is not None and const_value(e.b) > 0 else e.b
 
 
 def _divisor(e: Expr) -> int | None:
@@ -98,8 +104,9 @@ def _push_sums(e: Expr, depth: int = 0) -> Expr:
         return _minmax(e.op, _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1))
     if _divisor(e) is not None:
         return BinOp("floordiv", _push_sums(e.a, depth + 1), e.b, e.dtype)
-    if _multiplier(e) is not None:
-        return BinOp("mul", _push_sums(e.a, depth + 1), e.b, e.dtype)
+    c = _multiplier(e)
+    if c is not None:
+        return BinOp("mul", _push_sums(_multiplied(e), depth + 1), Const(c, e.dtype), e.dtype)
     if e.op not in ("add", "sub"):
         return e
     a, b = _push_sums(e.a, depth + 1), _push_sums(e.b, depth + 1)

@@ -32,13 +32,16 @@ import llvmlite.ir as ir
 
 from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
-from tensorlang.dtypes import DType
+from tensorlang.dtypes import DType, int64
+from tensorlang.expr import BinOp, Expr, Size, walk
+from tensorlang.intervals import Interval, value_range
 from tensorlang.schedule.ir import GPU_KINDS, Allocate, For, ForKind, LoweredFunc, Stmt
+from tensorlang.schedule.simplify import simplify_expr
 
 from ..llvm.codegen import CodeGen
 from ..llvm.memory import MAX_STACK_BYTES
 from ..llvm.types import I32, I64, memory_type
-from .bounds import upper_bound
+from .bounds import inline_lets, upper_bound
 from .launches import (AXES, MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM, DeviceProgram,
                        Launch)
 
@@ -77,6 +80,8 @@ class DeviceGen(CodeGen):
             arg.name = name
             self.vars[name] = arg
         self._ids = {}
+        #: the values each loop variable of the kernel takes, where constants bound them
+        self.ranges: dict[str, Interval] = {}
         if emulate:
             ids = self.fn.args[first + len(launch.scalars):]
             for k, arg in enumerate(ids):
@@ -107,6 +112,57 @@ class DeviceGen(CodeGen):
         return self.builder.zext(v, I64)
 
     def loop(self, s: For) -> None:
+        outer_range = self.ranges.pop(s.var, None)
+        reg, axis = self.launch.axes.get(s.var, ("", ""))
+        if reg == "tid":  # min + threadIdx, below the block's size
+            count = const_value(self.launch.block[AXES.index(axis)])
+        else:
+            count = None if s.kind in GPU_KINDS else self.count_bound(s.extent)
+        first = self.range_of(s.min)
+        if first is not None and count is not None and count >= 1:
+            self.ranges[s.var] = first[0], first[1] + count - 1
+        try:
+            self._loop(s)
+        finally:
+            self.ranges.pop(s.var, None)
+            if outer_range is not None:
+                self.ranges[s.var] = outer_range
+
+    def count_bound(self, extent: Expr) -> int | None:
+        """A constant bound of a serial loop's iteration count ``extent`` (the largest value
+        of its range, or of its structure where sizes leave it no range: a partial tile's
+        copy, ``((min(8 o + 7, CI - 1) - 8 o + 1) * 174 + 13) // 14``), or None."""
+        r = self.range_of(extent)
+        if r is not None:
+            return r[1]
+        return upper_bound(simplify_expr(inline_lets(extent, self.lets)))
+
+    def range_of(self, e: Expr) -> Interval | None:
+        """The values integer expression ``e`` takes in the kernel where constants bound its
+        loop variables (``let`` variables replaced by their values), or None."""
+        e = inline_lets(e, self.lets)
+        if any(isinstance(n, Size) for n in walk(e)):
+            return None
+        return value_range(e, self.ranges, {})
+
+    def _expr(self, e: Expr) -> ir.Value:
+        """A floor division or modulo of a value known to lie in ``[0, 2**31)`` by a positive
+        constant is an unsigned 32-bit one: a GPU has no 64-bit integer divider, and a signed
+        64-bit division by a constant is a long sequence of 32-bit multiplies and fix-ups (a
+        fused copy loop's coordinates, ``f // 58 // 3 % 8``; the 64-bit form is kept where
+        the value's range is unknown: a block index, a size)."""
+        if isinstance(e, BinOp) and e.op in ("floordiv", "mod") and e.dtype == int64 and \
+                self.vec is None:
+            c = const_value(inline_lets(e.b, self.lets))
+            r = self.range_of(e.a) if c is not None and 0 < c < 2 ** 31 else None
+            if r is not None and r[0] >= 0 and r[1] < 2 ** 31:
+                b = self.builder
+                x = b.trunc(self.expr(e.a), I32)
+                y = ir.Constant(I32, c)
+                return b.zext(b.udiv(x, y) if e.op == "floordiv" else b.urem(x, y), I64)
+        return super()._expr(e)
+
+    def _loop(self, s: For) -> None:
         if s.kind in GPU_KINDS:
             b = self.builder
             idx = self.special(*self.launch.axes[s.var])

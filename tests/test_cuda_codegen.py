@@ -1,9 +1,12 @@
-"""Barriers of a cooperative kernel (``launches.barriers``): after a thread nest only where what
-may run after it in the block conflicts with its accesses; checked on hand-built blocks, on the
-rule-based softmax and a staged GEMM, and run in the emulator (each block's threads an OpenMP
-team) against NumPy on odd sizes."""
+"""What the CUDA code generator emits besides the computation: the barriers of a cooperative
+kernel (``launches.barriers``: after a thread nest only where what may run after it in the block
+conflicts with its accesses; checked on hand-built blocks, on the rule-based softmax and a
+staged GEMM, and run in the emulator, each block's threads an OpenMP team, against NumPy on odd
+sizes) and the integer divisions it narrows to 32 bits (``codegen.DeviceGen``)."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -107,3 +110,24 @@ def test_a_staged_gemm_keeps_its_barriers():
             continue
         copies = {v for v in lc.nests if v.startswith(("A_", "B_"))}
         assert copies and copies <= lc.barriers  # read by the tile's product
+
+
+def _device_ir(f, s) -> str:
+    from tensorlang.backends.cuda.codegen import device_module
+    from tensorlang.backends.cuda.target import parse_target
+    from tensorlang.backends.llvm.codegen import module_text
+    return module_text(device_module(_planned(f, s), parse_target("cuda")))
+
+
+def test_a_staged_copy_divides_its_coordinates_in_32_bits():
+    # conv2d's rule stages 8 input channels x 3 rows x 58 columns of the padded input per
+    # block and step, one fused loop over the tile split onto 224 threads: its coordinates
+    # are the fused index // 58 // 3 and % 58, % 3, % 8 of a value below 224 * 7, which the
+    # code generator divides in 32 bits (a 64-bit division by a constant is a dozen
+    # instructions on a GPU); a value it cannot bound stays 64-bit (the block's n.y // H)
+    f = W.BUILTIN["conv2d"].build()
+    s = gpu_schedule(f, sizes=dict(Nb=32, CI=64, H=56, W=56, CO=64))
+    text = _device_ir(f, s)
+    assert re.search(r"udiv i32 %\S+, 58", text) and re.search(r"udiv i32 %\S+, 3\b", text)
+    assert not re.search(r"[su]div i64 %\S+, 58", text)
+    assert re.search(r"sdiv i64 %\S+, %", text)  # by a size
