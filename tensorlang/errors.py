@@ -62,6 +62,12 @@ class TuningError(TensorlangError):
     schedule could be measured (the message gives the most common failure)."""
 
 
+class SerialKernelWarning(UserWarning):
+    """A stage compiled for a GPU with none of its loops mapped to blocks or threads runs as a
+    kernel of one thread: correct, but its loops run one iteration at a time (TVM refuses such
+    a kernel, "did you forget to bind?"; Halide runs the stage on the host)."""
+
+
 def schedule_message(func: str, message: str, step: object = None) -> str:
     """``In schedule for F: <step>: message`` (see :meth:`ScheduleError.in_schedule`)."""
     return f"In schedule for {func}: {'' if step is None else f'{step}: '}{message}"

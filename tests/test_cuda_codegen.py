@@ -131,3 +131,16 @@ def test_a_staged_copy_divides_its_coordinates_in_32_bits():
     assert re.search(r"udiv i32 %\S+, 58", text) and re.search(r"udiv i32 %\S+, 3\b", text)
     assert not re.search(r"[su]div i64 %\S+, 58", text)
     assert re.search(r"sdiv i64 %\S+, %", text)  # by a size
+
+
+def test_a_stage_left_in_one_gpu_thread_is_warned_about():
+    import warnings
+
+    import tensorlang as tl
+    from tensorlang.errors import SerialKernelWarning
+    f = W.BUILTIN["matmul"].build()
+    with pytest.warns(SerialKernelWarning, match=r"C runs on the GPU in one thread.*i, j, k"):
+        tl.compile(f, tl.Schedule(f), target="cuda")  # the default schedule: nothing mapped
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SerialKernelWarning)
+        tl.compile(f, gpu_schedule(f), target="cuda")  # every loop nest mapped

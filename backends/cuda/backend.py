@@ -14,9 +14,12 @@ See also: ``backends/base.py`` (the interface), ``docs/gpu.md`` (the user's guid
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any, Sequence
 
-from tensorlang.errors import CompileError
+from tensorlang.affine import const_value
+from tensorlang.errors import CompileError, SerialKernelWarning
+from tensorlang.schedule.ir import For, Store, walk_stmts
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.ir import LoweredFunc
@@ -29,7 +32,7 @@ from ..llvm.jit import compile_ir, load_object
 from ..llvm.target import host_target as cpu_target
 from .codegen import device_module, host_module
 from .kernel import CUDAKernel
-from .launches import plan
+from .launches import DeviceProgram, plan
 from .private import private_buffers, pure_stages, shared_copies
 from .ptx import compile_ptx
 from .target import TRIPLE, CUDATarget, parse_target
@@ -123,6 +126,7 @@ class CUDABackend(Backend):
                    pure_stages(schedule))
         if schedule is not None:
             check_scopes(schedule, program)
+        warn_serial(program)
         ptx = compile_ptx(module_text(device_module(program, tgt)), tgt, opt=opt_level,
                           what=f"kernel {lowered.name}")
         host = compile_ir(module_text(host_module(program, cpu_target())), lowered.name,
@@ -198,3 +202,21 @@ class CUDABackend(Backend):
             return dev.elapsed(base, mark)
 
         return now
+
+def warn_serial(program: DeviceProgram) -> None:
+    """A ``SerialKernelWarning`` per kernel of one thread that runs a loop whose trip count is
+    not a constant (it grows with the sizes): a stage left unmapped."""
+    for lc in program.launches:
+        if not lc.single_thread:
+            continue
+        loops = [n.var for n in walk_stmts(lc.body)
+                 if isinstance(n, For) and const_value(n.extent) is None]
+        if not loops:
+            continue
+        stages = sorted({n.buffer for n in walk_stmts(lc.body) if isinstance(n, Store)})
+        warnings.warn(SerialKernelWarning(
+            f"{', '.join(stages)} runs on the GPU in one thread (kernel {lc.name}: "
+            f"no loop mapped to gpu_blocks or gpu_threads), its loops {', '.join(loops[:4])} "
+            f"one iteration at a time; map its loops (s[F].gpu_tile(y, x, 8, 32), gpu_blocks, "
+            f"gpu_threads), compute it at a block loop of its consumer, or compile with "
+            f"schedule='auto'"), stacklevel=2)
