@@ -13,7 +13,9 @@
 #   gpu-device: only the GPU-only tests
 #   bench: benchmarks/gpu.py at the issue's sizes (CUDA events, against torch and Triton);
 #          bench-auto: schedule="auto" alone against them; bench-blur: the blur's variants;
-#          bench-variants: the variants of sgemm, softmax and conv2d (not the blur's)
+#          bench-variants: the variants of sgemm, softmax and conv2d (not the blur's);
+#          bench-new: softmax, the blur and conv2d with their variants, 3 rounds (stop 46's
+#          changes, made without a GPU: docs/gpu.md)
 #   profile: Nsight Compute's speed-of-light, warp-state and memory tables of the sgemm kernel
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
 #          (1024^3, 60 trials or 90 s)
@@ -66,7 +68,7 @@ for phase in $phases; do
     gpu)
         step 200 pytest_gpu.log python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 200 \
             tests/test_cuda_device.py tests/test_cuda.py tests/test_cuda_rules.py \
-            tests/test_cuda_specialize.py ;;
+            tests/test_cuda_specialize.py tests/test_cuda_codegen.py ;;
     gpu-device)
         step 120 pytest_gpu.log python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 100 \
             tests/test_cuda_device.py ;;
@@ -75,6 +77,9 @@ for phase in $phases; do
     bench-variants)
         step 200 gpu_bench_variants.log python3 benchmarks/gpu.py --repeat 20 --rounds 2 \
             --workloads sgemm,softmax,conv2d ;;
+    bench-new)  # stop 46's changes: softmax's output loop unrolled, the blur's shifted rows
+        step 200 gpu_bench_new.log python3 benchmarks/gpu.py --repeat 30 --rounds 3 \
+            --workloads softmax,blur,conv2d ;;
     bench-blur)
         step 120 gpu_bench_blur.log python3 benchmarks/gpu.py --repeat 30 --rounds 3 \
             --workloads blur ;;
