@@ -68,13 +68,21 @@ class DispatchKernel:
         return tuple(i.name for i in self.pipeline.inputs)
 
     def __call__(self, *args: Any, out: Any = None, **kwargs: Any) -> Any:
+        if not kwargs and len(args) == len(self._inputs) and all(
+                type(a) is np.ndarray for a in args):
+            # fast path: the inputs positionally, a shape seen before (the key of the general
+            # path below, built from the same arrays); the kernel checks dtypes and layout
+            kern = self._by_shapes.get((tuple(a.shape for a in args), (), None if out is None
+                                        else self._out_shapes(out)))
+            if kern is not None:
+                return kern(*args, out=out)
         arrays, sizes = collect_arrays(self.pipeline, args, kwargs)
         outs = None if out is None else dict(zip((o.name for o in self.pipeline.outputs),
                                                  out if isinstance(out, (tuple, list))
                                                  and len(self.pipeline.outputs) > 1 else (out,)))
         # the arrays' shapes decide the kernel: bind (which checks every read) once per shape
         shapes = (tuple(arrays[n].shape for n in self._inputs), tuple(sorted(sizes.items())),
-                  None if outs is None else tuple(np.shape(v) for v in outs.values()))
+                  None if out is None else self._out_shapes(out))
         kern = self._by_shapes.get(shapes)
         if kern is None:
             b = self.pipeline.bind({k: v.shape for k, v in arrays.items()}, sizes,
@@ -89,6 +97,11 @@ class DispatchKernel:
             self._by_shapes[shapes] = kern
         # positionally, in Input order: the kernel's fast path for exactly what it takes
         return kern(*(arrays[n] for n in self._inputs), **sizes, out=out)
+
+    def _out_shapes(self, out: Any) -> tuple:
+        """The shapes of ``out=`` (one array, or one per output), part of a call's key."""
+        several = isinstance(out, (tuple, list)) and len(self.pipeline.outputs) > 1
+        return tuple(np.shape(v) for v in (out if several else (out,)))
 
     def _choose(self, sizes: dict[str, int]) -> Any:
         bucket = shape_bucket(sizes)

@@ -455,3 +455,26 @@ def test_dispatch_checks_the_reads_of_a_shape_once(tmp_path, rng, monkeypatch):
         with pytest.raises(tl.ShapeError):
             kern(a, rng.random((4, 7), dtype=np.float32))
     assert len(binds) == first + 2
+
+
+def test_dispatch_fast_path_keeps_the_checks_of_the_general_one(tmp_path, rng):
+    # a call with the inputs positionally and a shape seen before skips argument matching;
+    # what it skipped still holds: a wrong dtype is refused naming the Input, a transposed
+    # view is copied into a contiguous array, out= of a wrong shape is refused, a good out= is
+    # filled
+    out = BUILTIN["matmul"].build()
+    kern = compile_auto(out, cache=KernelCache(tmp_path / "k.sqlite"))
+    a, b = rng.random((5, 3), dtype=np.float32), rng.random((3, 7), dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TuningWarning)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4)
+        with pytest.raises(tl.ShapeError, match="A"):
+            kern(a.astype(np.float64), b)
+        bt = np.ascontiguousarray(b.T).T  # (3, 7), not C-contiguous
+        np.testing.assert_allclose(kern(a, bt), a @ b, rtol=1e-4)
+        o = np.empty((5, 7), np.float32)
+        assert kern(a, b, out=o) is o
+        np.testing.assert_allclose(o, a @ b, rtol=1e-4)
+        assert kern(a, b, out=o) is o  # (the fast path: this shape and out= seen)
+        with pytest.raises(tl.ShapeError, match="out="):
+            kern(a, b, out=np.empty((7, 5), np.float32))
