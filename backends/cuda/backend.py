@@ -19,10 +19,9 @@ from typing import Any, Sequence
 
 from tensorlang.affine import const_value
 from tensorlang.errors import CompileError, SerialKernelWarning
-from tensorlang.schedule.ir import For, Store, walk_stmts
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
-from tensorlang.schedule.ir import LoweredFunc
+from tensorlang.schedule.ir import For, LoweredFunc, Store, walk_stmts
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.version import __version__
 
@@ -202,6 +201,7 @@ class CUDABackend(Backend):
             return dev.elapsed(base, mark)
 
         return now
+
 
 def warn_serial(program: DeviceProgram) -> None:
     """A ``SerialKernelWarning`` per kernel of one thread that runs a loop whose trip count is
