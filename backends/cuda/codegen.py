@@ -7,8 +7,9 @@ and stores, serial / unrolled / vector loops) and change what differs on a GPU:
   host scalars...)`` with the ``ptx_kernel`` calling convention; a mapped loop is not a loop but
   its variable ``min + ctaid.<axis>`` / ``min + tid.<axis>`` (NVVM's special registers), guarded
   where the launch used an upper bound; buffers allocated inside a thread are fixed-size stack
-  arrays (local memory); float32 ``exp``/``log`` are the code generator's polynomials (no
-  libdevice); buffer parameters carry ``align 16`` (``CUDATarget.buffer_align``), from which
+  arrays (local memory); float32 ``exp`` is two ``ex2.approx`` of a reduced argument
+  (:meth:`DeviceGen.exp_f32`), ``log`` and float64's ``exp`` the code generator's polynomials
+  (no libdevice); buffer parameters carry ``align 16`` (``CUDATarget.buffer_align``), from which
   LLVM proves a vector loop's accesses aligned and emits ``ld.global.v4`` / ``st.global.v4``.
 - :class:`HostGen`, the host program: ``i32 @name(buffers..., sizes..., launch, alloc, free)``
   where the last three are callbacks (``kernel.py``): it evaluates the launch dimensions,
@@ -27,6 +28,8 @@ IR -> PTX through llvmlite).
 """
 
 from __future__ import annotations
+
+import functools
 
 import llvmlite.ir as ir
 
@@ -272,6 +275,47 @@ class DeviceGen(CodeGen):
                 del self.ptrs[buf.name]
             else:
                 self.ptrs[buf.name] = outer
+
+    def exp_f32(self, x: ir.Value) -> ir.Value:
+        """``exp`` of float32 on the GPU: ``2**n * 2**f`` with ``n = floor(x log2 e)`` and
+        ``f = (x - n ln 2) log2 e`` in ``[0, 1)`` (Cody and Waite's reduction, ln 2 in two
+        parts, as the CPU's ``exp_f32``), each power of two by the multiprocessor's special
+        function unit (PTX ``ex2.approx.ftz.f32``, the instruction of CUDA's ``exp2f``, which
+        CUDA documents within 2 ulp): about a dozen instructions where the polynomial takes
+        some 25, within a few ulp over the whole range. The argument is clamped to
+        ``[-104, 89]`` first: ``inf`` above 88.72 (``2**128``), 0 where the result is below
+        the normal numbers (``x`` below about -87.3, as on the CPU; the instruction flushes
+        subnormals), NaN for NaN. In the emulator the powers are LLVM's ``exp2``, flushed the
+        same way. See also: CUDA's ``__expf`` and Triton's ``exp`` (one ``ex2.approx`` of
+        ``x log2 e``, whose error grows with ``|x|``)."""
+        b = self.builder
+        t = x.type
+        c = functools.partial(self.const, t)
+        log2e = 1.4426950408889634
+        xc = self.call_intrinsic("minnum", self.call_intrinsic("maxnum", x, c(-104.0)), c(89.0))
+        n = self.call_intrinsic("floor", self.fop("fmul", xc, c(log2e)))
+        r = self.fop("fsub", xc, self.fop("fmul", n, c(0.693359375)))
+        r = self.fop("fsub", r, self.fop("fmul", n, c(-2.12194440e-4)))
+        res = self.fop("fmul", self._ex2(self.fop("fmul", r, c(log2e))), self._ex2(n))
+        return b.select(b.fcmp_unordered("uno", x, x), x, res)
+
+    def _ex2(self, x: ir.Value) -> ir.Value:
+        """``2**x`` of float32 scalars or vectors (lane by lane), results below the normal
+        numbers flushed to 0: ``ex2.approx.ftz.f32`` on the GPU, LLVM's ``exp2`` in the
+        emulator."""
+        b = self.builder
+        if self.emulate:
+            p = self.call_intrinsic("exp2", x)
+            tiny = b.fcmp_ordered("<", p, self.const(x.type, 2.0 ** -126))
+            return b.select(tiny, self.const(x.type, 0.0), p)
+        fn = self.intrinsic("llvm.nvvm.ex2.approx.ftz.f", ir.FloatType(), [ir.FloatType()])
+        if not isinstance(x.type, ir.VectorType):
+            return b.call(fn, [x])
+        out: ir.Value = ir.Constant(x.type, None)
+        for k in range(x.type.count):
+            lane = b.extract_element(x, ir.Constant(I32, k))
+            out = b.insert_element(out, b.call(fn, [lane]), ir.Constant(I32, k))
+        return out
 
     def call(self, name: str, x: ir.Value, d: DType) -> ir.Value:
         if name in _NO_DEVICE_MATH or (
