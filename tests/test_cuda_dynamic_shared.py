@@ -15,7 +15,7 @@ from tensorlang.backends.cuda.emulate import emulate
 from tensorlang.backends.cuda.launches import launch_error, plan
 from tensorlang.backends.cuda.private import private_buffers, shared_copies
 from tensorlang.backends.cuda.ptx import ptxas
-from tensorlang.backends.cuda.rules import gpu_schedule, stage_rows
+from tensorlang.backends.cuda.rules import gpu_schedule, stage_row_values, stage_rows
 from tensorlang.errors import CompileError
 from tensorlang.schedule.lower import lower
 from test_cuda import HAS_PTXAS, _arrays
@@ -45,6 +45,29 @@ def test_a_row_read_three_times_is_copied_once_into_shared_memory_sized_at_launc
     assert f".extern .shared .align 16 .b8 {f.name}_k0_dynamic_shared[];" in ptx
     if HAS_PTXAS:
         ptxas(ptx, "sm_90")
+
+
+def test_softmax_computes_each_exp_once_into_shared_memory_sized_at_launch():
+    # rules.stage_row_values: e = exp(X - mx), inlined into the sum and the output by the
+    # rule, computed once per row into a copy the sum's threads and the output read
+    f = W.BUILTIN["softmax"].build()
+    s = gpu_schedule(f)
+    stage_row_values(s, f.name)
+    assert "cache_read('e', " in s.to_python()
+    program = plan(lower(f, s), private_buffers(s), shared_copies(s))
+    assert all(lc.dynamic is not None and lc.dynamic[0] == "e_shared"
+               for lc in program.launches)
+    kern = emulate(f, s)
+    for sizes in (dict(R=3, S=1031), dict(R=1, S=1), dict(R=2, S=256)):
+        a = _arrays(f, sizes, 5)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN["softmax"].numpy(a)(), rtol=1e-4,
+                                   atol=1e-5)
+    nest = tl.compile(f, s, target="cuda").loop_nest()
+    exps = [ln.strip() for ln in nest.splitlines() if "exp(" in ln]
+    assert exps and all(ln.startswith("e_shared[") for ln in exps)  # only the copy computes it
+    g = W.BUILTIN["layernorm"].build()  # nothing of it is inlined into a reduction
+    with pytest.raises(tl.ScheduleError, match="0 inlined Funcs"):
+        stage_row_values(gpu_schedule(g), g.name)
 
 
 def test_the_host_program_passes_the_rows_bytes_to_each_launch(monkeypatch):

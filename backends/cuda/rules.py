@@ -387,6 +387,43 @@ def stage_rows(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
     copy.gpu_threads(inner)
 
 
+def stage_row_values(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
+    """After ``row_normalization``, in place: each pointwise Func inlined into output
+    ``name`` and into one of its row reductions (softmax's ``e = exp(X - mx)``, read by the
+    sum and by the output) computed once per row into shared memory sized when launching
+    (``cache_read`` of the inlined Func with the reduction's factored-out stage as a reader,
+    ``Launch.dynamic``), its columns over the block's ``threads`` threads: each element's
+    ``exp`` is computed once where the rule computes it for the sum and again for the output,
+    and the row is read twice from global memory (the max, then ``e``) instead of three times.
+    One such Func (one buffer sized at launch a kernel); a row must fit a block's shared
+    memory when launched.
+
+    Raises:
+        ScheduleError: the stage is not a block per row, no or several Funcs qualify, or a
+            primitive does not apply.
+    """
+    st = s.states[name]
+    blocks = [lp for lp in st.loops if st.kinds.get(lp) is ForKind.GPU_BLOCK]
+    if len(blocks) != 1:
+        raise ScheduleError(f"{name} is not computed a block per row")
+    view = s.view
+    inlined = [g for g in view.pipeline.funcs if g.name != name
+               and s.states[g.name].compute.kind == "inline" and not view.definition(g.name).rvars]
+    readers = {g.name: [r for r in s.states if r != name and g.name in view.reads(r)]
+               for g in inlined}
+    found = [g for g in inlined if name in view.readers(g.name) and readers[g.name]]
+    if len(found) != 1:
+        raise ScheduleError(f"{len(found)} inlined Funcs are read by {name} and a row "
+                            f"reduction; one is staged")
+    (g,) = found
+    copy = s.cache_read(g.name, s[name], blocks[0], scope="shared",
+                        readers=tuple(readers[g.name]))
+    col = s.states[copy.func].loops[-1]
+    outer, inner = copy.split(col, threads)
+    copy.reorder(inner, outer)
+    copy.gpu_threads(inner)
+
+
 @dataclass(frozen=True)
 class GemmTiling:
     """Rule 3's tiles: a block of ``threads`` (ty, tx), ``regs x regs`` outputs a thread, the
