@@ -128,7 +128,8 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     ``"auto"`` takes with an empty cache; printed without a GPU), the hand-staged one, for
     sgemm and conv2d the rule with its transposed tile's rows padded (``pad_words=4``), for
     conv2d the rule's tile in 8 x 8 register tiles on 8 x 7 threads, for
-    sgemm the rule with a thread's columns in one run (``x_groups=1``, the rule takes two),
+    sgemm the rule with a thread's columns in one run (``x_groups=1``, the rule takes two), with
+    its tiles double buffered (``double_buffer()``),
     the rule's 8 x 8 register tiles with reduction blocks of 16 and on 16 x 8 and 8 x 16
     threads (128 x 64 and 64 x 128 tiles), for softmax and the blur the rule without its
     fusion (``unfused``), softmax with 512 and 1024 threads a row, with its row read once
@@ -148,6 +149,10 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
         out["8x8 on 8x7 threads"] = t
     if name == "matmul":  # (8 x 8 with blocks of 8 is the rule; of 32 measured slower)
         out["rule, columns in 1 run"] = gpu_schedule(f, sizes=sizes, x_groups=1)
+        t = gpu_schedule(f, sizes=sizes)
+        for copy in ("A_shared", "B_shared"):
+            t[copy].double_buffer()
+        out["rule, double-buffered"] = t
         out["rule 8x8 k16"] = gpu_schedule(f, regs=8, kblock=16, sizes=sizes)
         for threads in ((16, 8), (8, 16)):  # 128 x 64 and 64 x 128 tiles of 128 threads
             t = tl.Schedule(f)

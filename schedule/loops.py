@@ -82,6 +82,9 @@ class StageState:
     #: storage_align: storage dimension -> (factor, offset), its stride in elements made
     #: ``factor * n + offset`` by padding the dimension inside it (TVM's ``storage_align``)
     align: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: double_buffer(): a GPU copy in shared memory gets two slots, the next step's tile copied
+    #: while the current one is used (TVM's ``double_buffer``; ``backends/cuda/double_buffer.py``)
+    double_buffer: bool = False
 
     @staticmethod
     def initial_update(f: Func, number: int) -> StageState:

@@ -597,6 +597,22 @@ class Stage:
         self._do("store_at", consumer=consumer.func, loop=_name(loop, consumer.func, "store_at"))
         return self
 
+    def double_buffer(self) -> Stage:
+        """Give this GPU copy in shared memory (``cache_read(..., scope="shared")``, computed
+        at a serial loop of a block: a GEMM's reduction blocks) two buffers, so that the copy
+        of the loop's next step is issued before the current step's tile is used: its loads
+        from GPU memory overlap the current step's arithmetic, and the step needs one barrier
+        instead of two. Where the copy's tile varies in size (a partial tile's kernel) it
+        stays single-buffered; twice the shared memory otherwise. Changes no value: always
+        legal; the CPU ignores it.
+        See also: TVM ``double_buffer``; CUTLASS's multistage mainloop.
+
+        Raises:
+            ScheduleError: this stage is not a copy in shared memory.
+        """
+        self._do("double_buffer")
+        return self
+
     def storage_align(self, dim: int, factor: int, offset: int = 0) -> Stage:
         """Lay this Func's buffer out so that the stride of its storage dimension ``dim`` (0:
         the outermost; its arguments in order, a ``cache_read`` copy's in its ``layout``) is

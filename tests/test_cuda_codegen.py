@@ -14,7 +14,8 @@ import pytest
 from tensorlang.autotuner import workloads as W
 from tensorlang.backends.cuda.emulate import emulate
 from tensorlang.backends.cuda.launches import barriers, plan
-from tensorlang.backends.cuda.private import private_buffers, pure_stages, shared_copies
+from tensorlang.backends.cuda.private import (double_buffered, private_buffers, pure_stages,
+                                              shared_copies)
 from tensorlang.backends.cuda.rules import gpu_schedule
 from tensorlang.dtypes import float32, int64
 from tensorlang.expr import Const, Var
@@ -75,7 +76,8 @@ def test_two_writes_of_one_buffer_keep_a_barrier_unless_the_stage_is_pure_and_gl
 
 
 def _planned(f, s):
-    return plan(lower(f, s), private_buffers(s), shared_copies(s), pure_stages(s))
+    return plan(lower(f, s), private_buffers(s), shared_copies(s), pure_stages(s),
+                double_buffered(s))
 
 
 def test_softmax_writes_its_rows_columns_without_a_barrier_between_them():
@@ -102,14 +104,33 @@ def test_softmax_without_barriers_in_its_output_loop_is_correct(unroll):
         np.testing.assert_allclose(got, w.numpy({"X": x})(), rtol=2e-5, atol=1e-6)
 
 
-def test_a_staged_gemm_keeps_its_barriers():
+def test_a_staged_gemm_synchronises_once_after_its_copies_and_once_after_its_product():
+    # the copies of A's and B's tiles touch different buffers: one barrier after both (their
+    # loads in flight together), one after the product (the next step's copies overwrite the
+    # tiles it reads)
     f = W.BUILTIN["matmul"].build()
     s = gpu_schedule(f, sizes=dict(M=256, N=256, K=256))
-    for lc in _planned(f, s).launches:
-        if not lc.cooperative:
-            continue
-        copies = {v for v in lc.nests if v.startswith(("A_", "B_"))}
-        assert copies and copies <= lc.barriers  # read by the tile's product
+    lc = _planned(f, s).launches[0]  # the whole tiles' kernel
+    a = [v for v in lc.nests if v.startswith("A_")]
+    b = [v for v in lc.nests if v.startswith("B_")]
+    assert len(a) == len(b) == 1 and b[0] in lc.barriers and a[0] not in lc.barriers
+    assert len(lc.barriers) == 2  # B's copy and the product
+
+
+def test_the_barrier_after_a_nest_merges_into_the_next_nests_where_they_do_not_conflict():
+    body = _shared("s", _shared("u", Block((
+        _nest("a", _store("s", "X")),          # b does not touch s: a's barrier is b's
+        _nest("b", _store("u", "Y")),          # c reads u: a barrier
+        _nest("c", _store("out", "u")),
+        _nest("d", _store("out", "s")),        # (reads s after b's barrier)
+    ))))
+    assert barriers(body, frozenset("abcd"), frozenset(), frozenset({"out"})) == {"b"}
+    body = _shared("s", Block((
+        _nest("a", _store("s", "X")),          # b reads s: a keeps its own
+        _nest("b", _store("out", "s")),
+        _nest("c", _store("s", "Y")),          # ... and b's (WAR with c)
+    )))
+    assert barriers(body, frozenset("abc"), frozenset(), frozenset({"out"})) == {"a", "b"}
 
 
 def _device_ir(f, s) -> str:
@@ -171,3 +192,37 @@ def test_exp_of_float32_on_the_gpu_takes_the_special_function_unit():
     assert np.isnan(got[-9]) and got[-7] == 0 and got[-6] == 1 and got[-5] == 1
     ptx = tl.compile(e, s, target="cuda").ptx()
     assert ptx.count("ex2.approx.ftz.f32") >= 2 and "fma.rn" in ptx
+
+
+def test_double_buffered_gemm_tiles_prefetch_the_next_step_without_a_barrier():
+    import tensorlang as tl
+    from tensorlang.errors import CompileError, ScheduleError
+    from tensorlang.schedule.schedule import Schedule
+    w = W.BUILTIN["matmul"]
+    f = w.build()
+    s = gpu_schedule(f, sizes=dict(M=256, N=256, K=256))
+    single = _planned(f, s).launches[0]
+    s["A_shared"].double_buffer()
+    s["B_shared"].double_buffer()
+    assert 's["A_shared"].double_buffer()' in s.to_python()
+    s = Schedule.from_json(f, s.to_json())  # (a step of the schedule like any other)
+    lc = _planned(f, s).launches[0]  # the whole tiles' kernel: two slots a buffer
+    assert {k: 2 * v for k, v in single.shared.items()} == lc.shared
+    prefetch = {v for v in lc.nests if v.endswith(".next")}
+    assert len(prefetch) == 2 and not prefetch & lc.barriers
+    # the prologue's copies (A's merged into B's) and the product: one barrier a step
+    assert len(lc.barriers) == 2
+    rng = np.random.default_rng(7)
+    for sizes in (dict(M=128, N=128, K=64), dict(M=19, N=37, K=13), dict(M=64, N=64, K=8)):
+        a = {k: rng.standard_normal(v).astype(np.float32)
+             for k, v in W.input_shapes(f, sizes).items()}
+        np.testing.assert_allclose(emulate(f, s)(**a), w.numpy(a)(), rtol=1e-4, atol=1e-4)
+    tl.compile(f, s, target="cuda").ptx()
+    with pytest.raises(ScheduleError, match="double_buffer applies to a copy in GPU shared"):
+        gpu_schedule(f)["C"].double_buffer()
+    g = W.BUILTIN["conv2d"].build()  # its two staged tiles take 25 KiB: doubled, too many
+    t = gpu_schedule(g, sizes=dict(Nb=32, CI=64, H=56, W=56, CO=64))
+    t["pad_shared"].double_buffer()
+    t["Wt_shared"].double_buffer()
+    with pytest.raises(CompileError, match="double buffered: twice their tiles"):
+        tl.compile(g, t, target="cuda")

@@ -32,7 +32,7 @@ from ..llvm.target import host_target as cpu_target
 from .codegen import device_module, host_module
 from .kernel import CUDAKernel
 from .launches import DeviceProgram, plan
-from .private import private_buffers, pure_stages, shared_copies
+from .private import double_buffered, private_buffers, pure_stages, shared_copies
 from .ptx import compile_ptx
 from .target import TRIPLE, CUDATarget, parse_target
 
@@ -122,7 +122,7 @@ class CUDABackend(Backend):
               target: Any = None, opt_level: int = 3, emit_object: bool = False) -> CUDAKernel:
         tgt = parse_target(target)
         program = plan(lowered, private_buffers(schedule), shared_copies(schedule),
-                   pure_stages(schedule))
+                   pure_stages(schedule), double_buffered(schedule))
         if schedule is not None:
             check_scopes(schedule, program)
         warn_serial(program)

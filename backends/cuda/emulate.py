@@ -27,7 +27,7 @@ from ..llvm.runtime import load_libgomp
 from ..llvm.target import host_target
 from .codegen import host_module
 from .launches import DeviceProgram, plan
-from .private import private_buffers, pure_stages, shared_copies
+from .private import double_buffered, private_buffers, pure_stages, shared_copies
 
 #: LLVM's optimisation level for emulated kernels: -O1 keeps their meaning (and promotes a
 #: thread's own buffer to registers, as on the GPU) and compiles unrolled register tiles in
@@ -68,7 +68,7 @@ def emulate(output: Func | Sequence[Func], schedule: Schedule | None = None, *,
     pipeline = schedule.pipeline if schedule is not None else Pipeline(output)
     lowered = lower(output if schedule is not None else pipeline, schedule)
     program = plan(lowered, private_buffers(schedule), shared_copies(schedule),
-                   pure_stages(schedule))
+                   pure_stages(schedule), double_buffered(schedule))
     if any(lc.cooperative for lc in program.launches):
         load_libgomp()  # a block's threads run as an OpenMP team (barriers)
     target = host_target()

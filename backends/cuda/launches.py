@@ -63,11 +63,13 @@ from tensorlang.schedule.ir import (
     Stmt,
     Store,
     child_stmts,
+    map_stmt,
     reads_memory,
     walk_stmts,
 )
 
 from .bounds import inline_lets, upper_bound
+from .double_buffer import double_buffer, substituted
 from .private import AXES, thread_private
 from .specialize import has_gpu_loops, specialize
 
@@ -167,7 +169,8 @@ def _loop_names(s: Stmt) -> str:
 
 def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset(),
          sized_at_launch: frozenset[str] = frozenset(),
-         pure: frozenset[str] = frozenset()) -> DeviceProgram:
+         pure: frozenset[str] = frozenset(),
+         double: frozenset[str] = frozenset()) -> DeviceProgram:
     """Split ``lowered`` into its host program and device launches; ``private``: buffers each
     thread keeps its own share of where a block's threads would share them
     (``cache_write(..., scope="local")``, ``private.thread_private``); ``sized_at_launch``:
@@ -175,7 +178,8 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset(),
     (``cache_read(..., scope="shared")`` copies, ``private.shared_copies``): one a kernel, in
     dynamic shared memory; ``pure``: the stages whose value at a point is a function of the
     point (no update, no reduction: ``private.pure_stages``), which two thread nests of a block
-    may write without a barrier between them (``barriers``).
+    may write without a barrier between them (``barriers``); ``double``: the shared copies to
+    double buffer (``Stage.double_buffer()``, ``double_buffer.py``).
 
     Raises:
         CompileError: a mapped loop is where no launch can put it (inside a serial loop of a
@@ -189,7 +193,7 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset(),
     def region(s: Stmt, host_vars: frozenset[str]) -> Stmt:
         index = len(launches)
         launch = _region(lowered, s, index, f"{lowered.name}_k{index}", host_vars, order,
-                         private, sized_at_launch, pure)
+                         private, sized_at_launch, pure, double)
         launches.append(launch)
         return launch
 
@@ -221,7 +225,8 @@ def plan(lowered: LoweredFunc, private: frozenset[str] = frozenset(),
 def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: frozenset[str],
             order: list[str], private: frozenset[str] = frozenset(),
             sized_at_launch: frozenset[str] = frozenset(),
-            pure: frozenset[str] = frozenset()) -> Launch:
+            pure: frozenset[str] = frozenset(),
+            double: frozenset[str] = frozenset()) -> Launch:
     blocks: list[For] = []
     threads: list[For] = []
     lets: dict[str, Expr] = {}
@@ -247,7 +252,7 @@ def _region(lowered: LoweredFunc, s: Stmt, index: int, name: str, host_vars: fro
         node = node.body
     if has_gpu_loops(node) and blocks and not threads:
         return _cooperative(lowered, s, blocks, lets, node, index, name, host_vars, order,
-                            private, sized_at_launch, pure)
+                            private, sized_at_launch, pure, double)
     if has_gpu_loops(node):
         inner = next(n for n in walk_stmts(node) if isinstance(n, For) and n.kind in GPU_KINDS)
         where = (f"inside the gpu_threads loops {', '.join(t.var for t in threads)}"
@@ -335,7 +340,8 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
                  body: Stmt, index: int, name: str, host_vars: frozenset[str],
                  order: list[str], private: frozenset[str] = frozenset(),
                  sized_at_launch: frozenset[str] = frozenset(),
-                 pure: frozenset[str] = frozenset()) -> Launch:
+                 pure: frozenset[str] = frozenset(),
+                 double: frozenset[str] = frozenset()) -> Launch:
     """A kernel whose block runs several thread nests (see the module docstring)."""
     mapped = {n.var for n in walk_stmts(s) if isinstance(n, For) and n.kind in GPU_KINDS}
     axes: dict[str, tuple[str, str]] = {}
@@ -449,11 +455,16 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
         raise CompileError(f"kernel {name}: a {type(st).__name__} holds GPU loops")
 
     new_body = block_level(body, dict(lets))
+    new_body, prefetching = double_buffer(new_body, double, nests, axes, shared)
+    new_body = _distinct_nests(new_body, nests, axes)
     used_bytes = _shared_bytes(shared, body)
     if used_bytes > MAX_SHARED_BYTES:
+        twice = f" ({', '.join(sorted(double & set(shared)))} double buffered: twice their " \
+            f"tiles)" if double & set(shared) else ""
         raise CompileError(f"the buffers the threads of a block of kernel {name} share "
-                           f"({', '.join(shared)}) need up to {used_bytes} bytes; shared memory "
-                           f"holds at most {MAX_SHARED_BYTES} bytes a block: stage smaller tiles")
+                           f"({', '.join(shared)}) need up to {used_bytes} bytes{twice}; shared "
+                           f"memory holds at most {MAX_SHARED_BYTES} bytes a block: stage "
+                           f"smaller tiles" + (" or leave them single-buffered" if twice else ""))
     threads = dims[0] * dims[1] * dims[2]
     if threads > MAX_THREADS_PER_BLOCK:
         raise CompileError(f"kernel {name} needs blocks of {dims[0]} x {dims[1]} x {dims[2]} = "
@@ -465,11 +476,11 @@ def _cooperative(lowered: LoweredFunc, s: Stmt, blocks: list[For], lets: dict[st
     return Launch(index, name, kernel, tuple(grid), tuple(Const(d, int64) for d in dims), axes,
                   guarded, buffers, scalars, nests, shared,
                   next(iter(dynamic.items())) if dynamic else None,
-                  barriers(new_body, frozenset(nests), private, pure))
+                  barriers(new_body, frozenset(nests), private, pure, prefetching))
 
 
 def barriers(body: Stmt, nests: frozenset[str], private: frozenset[str],
-             pure: frozenset[str]) -> frozenset[str]:
+             pure: frozenset[str], exempt: frozenset[str] = frozenset()) -> frozenset[str]:
     """The thread nests of a cooperative kernel's block ``body`` (``nests``: their outermost
     loops' variables) that need a barrier after them (the module docstring): those whose
     accesses conflict with what may run after them in the block. Buffers each thread keeps to
@@ -478,11 +489,15 @@ def barriers(body: Stmt, nests: frozenset[str], private: frozenset[str],
     update, no reduction) allocated outside the block: they store the same value at an
     element, unless what they read changed between them, which the nest's reads catch.
     Buffer-granular otherwise, so conservative: two nests writing disjoint parts of one buffer
-    still get a barrier between them."""
+    still get a barrier between them. The nests ``exempt`` get none: a double-buffered loop's
+    prefetching copies (``double_buffer.py``), which write the slot no one reads until the
+    loop's next barrier."""
     need: set[str] = set()
     inside = {n.buffer.name for n in walk_stmts(body) if isinstance(n, Allocate)}
 
     def visit(st: Stmt, after: tuple[Stmt, ...]) -> None:
+        if isinstance(st, For) and st.var in exempt:
+            return
         if isinstance(st, For) and st.var in nests:
             local = private | {n.buffer.name for n in walk_stmts(st)
                                if isinstance(n, Allocate)}
@@ -508,7 +523,68 @@ def barriers(body: Stmt, nests: frozenset[str], private: frozenset[str],
             visit(c, after)
 
     visit(body, ())
+    _merge_barriers(body, nests, private, need)
     return frozenset(need)
+
+
+def _distinct_nests(body: Stmt, nests: dict[str, frozenset[str]],
+                    axes: dict[str, tuple[str, str]]) -> Stmt:
+    """``body`` with each thread nest that occurs more than once (a nest in each version of a
+    stage: a whole tile's and a partial tile's) renamed past its first occurrence
+    (``<var>.v2``, ...; registered in ``nests`` and ``axes`` as the first), so that each
+    occurrence has a barrier of its own (``barriers``)."""
+    seen: dict[str, int] = {}
+
+    def go(st: Stmt) -> Stmt:
+        if isinstance(st, For) and st.var in nests:
+            n = seen[st.var] = seen.get(st.var, 0) + 1
+            if n == 1:
+                return st
+            renames = {lp.var: f"{lp.var}.v{n}" for lp in walk_stmts(st)
+                       if isinstance(lp, For) and lp.var in axes}
+            for old, new in renames.items():
+                axes[new] = axes[old]
+                if old in nests:
+                    nests[new] = nests[old]
+            return substituted(st, {}, renames)
+        return map_stmt(st, go, lambda e: e)
+
+    return go(body)
+
+
+def _merge_barriers(body: Stmt, nests: frozenset[str], private: frozenset[str],
+                    need: set[str]) -> None:
+    """Drop the barrier after a nest where the nests right after it in its sequence neither
+    read what it writes nor write what it reads or writes, up to one that keeps its barrier:
+    that barrier orders the nest before everything after it too (a GEMM's copies of ``A``'s
+    and ``B``'s tiles, one barrier after both; their loads in flight together). Each nest
+    occurs once (``_distinct_nests``); a sequence is walked from its end, so a chain of such
+    nests keeps only its last barrier."""
+
+    def nest_of(st: Stmt) -> str | None:
+        while isinstance(st, (ProducerConsumer, LetStmt)):
+            st = st.body
+        return st.var if isinstance(st, For) and st.var in nests else None
+
+    for blk in walk_stmts(body):
+        if not isinstance(blk, Block):
+            continue
+        stmts = blk.stmts
+        for k in range(len(stmts) - 2, -1, -1):
+            var = nest_of(stmts[k])
+            if var is None or var not in need:
+                continue
+            local = private | {n.buffer.name for n in walk_stmts(stmts[k])
+                               if isinstance(n, Allocate)}
+            reads, writes = _accesses(stmts[k], local)
+            for later in stmts[k + 1:]:
+                other = nest_of(later)
+                r, w = _accesses(later, local)
+                if other is None or writes & (r | w) or reads & w:
+                    break
+                if other in need:
+                    need.discard(var)
+                    break
 
 
 def _accesses(s: Stmt, local: frozenset[str] | set[str]) -> tuple[set[str], set[str]]:

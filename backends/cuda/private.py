@@ -301,6 +301,14 @@ def pure_stages(schedule: Schedule | None) -> frozenset[str]:
                      if not view.func(n).updates and not view.definition(n).rvars)
 
 
+def double_buffered(schedule: Schedule | None) -> frozenset[str]:
+    """The copies in shared memory asked to be double buffered (``Stage.double_buffer()``):
+    ``plan`` gives them two slots (``double_buffer.py``)."""
+    if schedule is None:
+        return frozenset()
+    return frozenset(n for n, st in schedule.states.items() if st.double_buffer)
+
+
 def shared_copies(schedule: Schedule | None) -> frozenset[str]:
     """The copies asked for in shared memory (``cache_read(..., scope="shared")``): ``plan``
     may size one a kernel when launching (a whole row, ``launches.Launch.dynamic``), where a

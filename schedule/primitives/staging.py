@@ -471,3 +471,23 @@ def _derived(st: StageState, names) -> set[str]:
                 out.update(kids)
                 changed = True
     return out
+
+
+@register
+class DoubleBuffer(Primitive):
+    """``double_buffer()``: a ``cache_read(..., scope="shared")`` copy computed at a serial loop
+    of a GPU block gets two slots in shared memory, the copy of the loop's next step issued
+    before the current step's use (``backends/cuda/double_buffer.py``). Changes no value and
+    no order of what reads it: no legality obligation."""
+
+    name, family = "double_buffer", "staging"
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        if st.memory != "shared":
+            raise ScheduleError.in_schedule(
+                st.func, f"double_buffer applies to a copy in GPU shared memory "
+                f"(s.cache_read(..., scope=\"shared\")); {st.func} is not one", step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        st.double_buffer = True
+        return None
