@@ -35,7 +35,7 @@ import dataclasses
 
 from tensorlang.affine import const_value
 from tensorlang.dtypes import int64
-from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, map_children
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, map_children, walk
 from tensorlang.schedule.ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, Load,
                                     ProducerConsumer, Stmt, Store, map_stmt,
                                     walk_stmts)
@@ -116,10 +116,18 @@ def _loop(loop: For, names: frozenset[str], written: set[str],
 
 
 def _reads(s: Stmt) -> set[str]:
-    from tensorlang.expr import walk
-    from .launches import _stmt_exprs
-    return {x.buffer for n in walk_stmts(s) for e in _stmt_exprs(n) for x in walk(e)
-            if isinstance(x, Load)}
+    """The buffers ``s`` loads from."""
+    out: set[str] = set()
+
+    def fe(e: Expr) -> Expr:
+        out.update(x.buffer for x in walk(e) if isinstance(x, Load))
+        return e
+
+    def fs(st: Stmt) -> Stmt:
+        return map_stmt(st, fs, fe)
+
+    fs(s)
+    return out
 
 
 def _slotted(s: Stmt, mins: dict[str, tuple[Expr, ...]], k: Var) -> Stmt:
