@@ -167,10 +167,14 @@ def test_a_stage_left_in_one_gpu_thread_is_warned_about():
         tl.compile(f, gpu_schedule(f), target="cuda")  # every loop nest mapped
 
 
-def test_exp_of_float32_on_the_gpu_takes_the_special_function_unit():
-    # exp(x) = 2**floor(x log2 e) * 2**f, each power one ex2.approx.ftz.f32 on the GPU; the
-    # emulator computes the same formula with LLVM's exp2, flushed alike: checked against
-    # NumPy over the whole float32 range, its ends and its special values
+#: float32 arguments of exp: its whole range past both ends, then NaN, +-inf, 0, -0 and the
+#: ends of the normal results
+EXP_ARGUMENTS = np.concatenate([np.linspace(-110, 95, 40_003, dtype=np.float32), np.array(
+    [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, 88.73, -87.3, -87.4], np.float32)])
+
+
+def exp_kernel():
+    """``E[i] = exp(X[i])`` of float32, 64 threads a block."""
     import tensorlang as tl
     n = tl.sizes("N")[0]
     x = tl.Input("X", (n,), tl.float32)
@@ -178,18 +182,27 @@ def test_exp_of_float32_on_the_gpu_takes_the_special_function_unit():
     e = tl.Func("E")
     e[i] = tl.exp(x[i])
     s = tl.Schedule(e)
-    s[e].split("i", 64)
-    s[e].gpu_blocks("i.o")
-    s[e].gpu_threads("i.i")
-    v = np.concatenate([np.linspace(-110, 95, 40_003, dtype=np.float32), np.array(
-        [np.nan, np.inf, -np.inf, 0.0, -0.0, 88.72, 88.73, -87.3, -87.4], np.float32)])
-    got = emulate(e, s)(X=v)
+    s[e].gpu_tile("i", 64)
+    return e, s
+
+
+def check_exp(got: np.ndarray, v: np.ndarray, ulps: int) -> None:
+    """``got`` is exp of ``v`` within ``ulps`` (relative, float32) where the result is normal,
+    0 below, inf above, NaN for NaN, 1 for +-0 (``v`` ends as ``EXP_ARGUMENTS``)."""
     with np.errstate(over="ignore", under="ignore"):
         ref = np.exp(v.astype(np.float64))
     normal = (ref > 2.0 ** -126) & (ref < 3.4e38)
-    np.testing.assert_allclose(got[normal], ref[normal], rtol=2 * 2.0 ** -23)
+    np.testing.assert_allclose(got[normal], ref[normal], rtol=ulps * 2.0 ** -24)
     assert np.all(got[ref < 1.17e-38] == 0) and np.all(np.isinf(got[ref > 3.41e38]))
     assert np.isnan(got[-9]) and got[-7] == 0 and got[-6] == 1 and got[-5] == 1
+
+
+def test_exp_of_float32_on_the_gpu_takes_the_special_function_unit():
+    # exp(x) = 2**floor(x log2 e) * 2**f, each power one ex2.approx.ftz.f32 on the GPU; the
+    # emulator computes the same formula with LLVM's exp2, flushed alike
+    import tensorlang as tl
+    e, s = exp_kernel()
+    check_exp(emulate(e, s)(X=EXP_ARGUMENTS), EXP_ARGUMENTS, 4)
     ptx = tl.compile(e, s, target="cuda").ptx()
     assert ptx.count("ex2.approx.ftz.f32") >= 2 and "fma.rn" in ptx
 

@@ -52,23 +52,10 @@ def test_rule_based_schedules_on_the_gpu_at_whole_and_partial_tiles(name):
 
 def test_float32_exp_of_the_special_function_unit_is_within_a_few_ulp():
     # DeviceGen.exp_f32: two ex2.approx.ftz.f32 after Cody and Waite's reduction; the
-    # emulator checks the formula with an exact exp2, this the instruction itself
-    n = tl.sizes("N")[0]
-    x = tl.Input("X", (n,), tl.float32)
-    i = tl.vars("i")[0]
-    e = tl.Func("E")
-    e[i] = tl.exp(x[i])
-    s = tl.Schedule(e)
-    s[e].gpu_tile("i", 128)
-    v = np.concatenate([np.linspace(-110, 95, 1_000_003, dtype=np.float32),
-                        np.array([np.nan, np.inf, -np.inf, 0.0], np.float32)])
-    got = tl.compile(e, s, target="cuda")(v)
-    with np.errstate(over="ignore", under="ignore"):
-        ref = np.exp(v.astype(np.float64))
-    normal = (ref > 2.0 ** -126) & (ref < 3.4e38)
-    np.testing.assert_allclose(got[normal], ref[normal], rtol=8 * 2.0 ** -24)
-    assert np.all(got[ref < 1.17e-38] == 0) and np.all(np.isinf(got[ref > 3.41e38]))
-    assert np.isnan(got[-4]) and got[-3] == np.inf and got[-2] == 0 and got[-1] == 1
+    # emulator checks the formula with an exact exp2 (test_cuda_codegen), this the instruction
+    from test_cuda_codegen import EXP_ARGUMENTS, check_exp, exp_kernel
+    e, s = exp_kernel()
+    check_exp(tl.compile(e, s, target="cuda")(EXP_ARGUMENTS), EXP_ARGUMENTS, 8)
 
 
 @pytest.mark.parametrize("name", ["matmul", "softmax", "blur", "conv2d", "layernorm"])
