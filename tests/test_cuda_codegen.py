@@ -226,7 +226,8 @@ def test_double_buffered_gemm_tiles_prefetch_the_next_step_without_a_barrier():
     # the prologue's copies (A's merged into B's) and the product: one barrier a step
     assert len(lc.barriers) == 2
     rng = np.random.default_rng(7)
-    for sizes in (dict(M=128, N=128, K=64), dict(M=19, N=37, K=13), dict(M=64, N=64, K=8)):
+    for sizes in (dict(M=128, N=128, K=64), dict(M=19, N=37, K=13), dict(M=64, N=64, K=8),
+                  dict(M=64, N=64, K=0)):  # (no step: no prologue either)
         a = {k: rng.standard_normal(v).astype(np.float32)
              for k, v in W.input_shapes(f, sizes).items()}
         np.testing.assert_allclose(emulate(f, s)(**a), w.numpy(a)(), rtol=1e-4, atol=1e-4)

@@ -6,7 +6,7 @@ operands' tiles, a barrier, the product of the tiles, a barrier: each step's loa
 memory wait for the previous step's product and the product waits for them. Double buffered,
 each copied buffer gets two slots, ``k % 2`` its slot at step ``k``, and the loop becomes::
 
-    copies of step k0 into slot k0 % 2                     (the prologue; barrier)
+    if n > 0: copies of step k0 into slot k0 % 2          (the prologue; barrier)
     for k in [k0, k0 + n):
         if k + 1 < k0 + n: copies of step k + 1 into slot (k + 1) % 2     (no barrier)
         the product of step k from slot k % 2                            (barrier)
@@ -105,7 +105,9 @@ def _loop(loop: For, names: frozenset[str], written: set[str],
     prefetch = [substituted(c, {loop.var: nxt}, renames) for c in slotted]
     body = Block((IfThenElse(Cmp("lt", nxt, end), Block(tuple(prefetch))),
                   *(_slotted(s, mins, k) for s in stmts)))
-    out: Stmt = Block((*prologue, dataclasses.replace(loop, body=body)))
+    # the prologue only where the loop runs (an empty reduction has no tile to copy)
+    out: Stmt = Block((IfThenElse(Cmp("gt", loop.extent, Const(0, int64)), Block(tuple(prologue))),
+                       dataclasses.replace(loop, body=body)))
     for b in reversed(allocs):  # outside the loop now: a slot dimension, the origin 0
         if b.name in staged:
             shared[b.name] = 2 * shared.get(b.name, 0)
