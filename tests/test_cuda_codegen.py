@@ -160,8 +160,10 @@ def test_a_stage_left_in_one_gpu_thread_is_warned_about():
     import tensorlang as tl
     from tensorlang.errors import SerialKernelWarning
     f = W.BUILTIN["matmul"].build()
-    with pytest.warns(SerialKernelWarning, match=r"C runs on the GPU in one thread.*i, j, k"):
+    with pytest.warns(SerialKernelWarning,
+                      match=r"C runs on the GPU in one thread.*i, j, k") as rec:
         tl.compile(f, tl.Schedule(f), target="cuda")  # the default schedule: nothing mapped
+    assert rec[0].filename == __file__  # the warning points at the call, not at tensorlang
     with warnings.catch_warnings():
         warnings.simplefilter("error", SerialKernelWarning)
         tl.compile(f, gpu_schedule(f), target="cuda")  # every loop nest mapped

@@ -14,6 +14,7 @@ See also: ``backends/base.py`` (the interface), ``docs/gpu.md`` (the user's guid
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from typing import Any, Sequence
 
@@ -219,4 +220,14 @@ def warn_serial(program: DeviceProgram) -> None:
             f"no loop mapped to gpu_blocks or gpu_threads), its loops {', '.join(loops[:4])} "
             f"one iteration at a time; map its loops (s[F].gpu_tile(y, x, 8, 32), gpu_blocks, "
             f"gpu_threads), compute it at a block loop of its consumer, or compile with "
-            f"schedule='auto'"), stacklevel=2)
+            f"schedule='auto'"), stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning raised by the caller of this function at the
+    first frame outside tensorlang (the user's ``tl.compile`` call)."""
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and frame.f_globals.get("__name__", "").startswith(
+            "tensorlang"):
+        frame, level = frame.f_back, level + 1
+    return level
