@@ -35,7 +35,7 @@ import dataclasses
 
 from tensorlang.affine import const_value
 from tensorlang.dtypes import int64
-from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, map_children, walk
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Var, map_children, substitute, walk
 from tensorlang.schedule.ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, Load,
                                     ProducerConsumer, Stmt, Store, map_stmt,
                                     walk_stmts)
@@ -160,13 +160,8 @@ def substituted(s: Stmt, values: dict[str, Expr], renames: dict[str, str]) -> St
     ``renames`` (and their uses) renamed."""
     mapping = {**values, **{old: Var(new) for old, new in renames.items()}}
 
-    def fe(e: Expr) -> Expr:
-        if isinstance(e, Var) and e.name in mapping:
-            return mapping[e.name]
-        return map_children(e, fe)
-
     def fs(st: Stmt) -> Stmt:
-        st = map_stmt(st, fs, fe)
+        st = map_stmt(st, fs, lambda e: substitute(e, mapping))
         if isinstance(st, For) and st.var in renames:
             return dataclasses.replace(st, var=renames[st.var])
         return st
