@@ -16,9 +16,11 @@
 #          bench-variants: the variants of sgemm, softmax and conv2d (not the blur's);
 #          bench-new: softmax, the blur and conv2d with their variants, 3 rounds (stop 46's
 #          changes, made without a GPU: docs/gpu.md)
+#   bench-four: softmax, the blur, conv2d and sgemm with all their variants, 2 rounds
 #   profile: Nsight Compute's speed-of-light, warp-state and memory tables of the sgemm kernel
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
 #          (1024^3, 60 trials or 90 s)
+#   cpu-blocks: float64 GEMM 1024^3 on all threads, the rule against auto:BLOCKS_PER_THREAD=4
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -80,6 +82,9 @@ for phase in $phases; do
     bench-new)  # stop 46's changes: softmax's output loop unrolled, the blur's shifted rows
         step 200 gpu_bench_new.log python3 benchmarks/gpu.py --repeat 30 --rounds 3 \
             --workloads softmax,blur,conv2d ;;
+    bench-four)  # every variant of the four workloads (compiling them takes ~90 s)
+        step 330 gpu_bench_four.log python3 benchmarks/gpu.py --repeat 20 --rounds 2 \
+            --workloads softmax,blur,conv2d,sgemm ;;
     bench-blur)
         step 120 gpu_bench_blur.log python3 benchmarks/gpu.py --repeat 30 --rounds 3 \
             --workloads blur ;;
@@ -100,6 +105,9 @@ for phase in $phases; do
             tensorlang.autotuner.cli tune matmul --shape M=1024,N=1024,K=1024 --trials 60 \
             --timeout 90 --log /tmp/tune/cpu_tune.jsonl
         cp /tmp/tune/cpu_tune.jsonl "$OUT/" ;;
+    cpu-blocks)  # issue 16: smaller row blocks claimed dynamically, on all threads
+        ROUNDS=9 step 90 gemm_blocks_f64.log python3 benchmarks/gemm_packed.py \
+            1024x1024x1024 f64 auto,auto:BLOCKS_PER_THREAD=4 ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do
