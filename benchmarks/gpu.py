@@ -36,9 +36,10 @@ import tensorlang as tl  # noqa: E402
 from tensorlang.autotuner import workloads as W  # noqa: E402
 from tensorlang.backends.cuda.driver import DeviceError, device  # noqa: E402
 from tensorlang.backends.cuda.ptx import find_ptxas, ptxas  # noqa: E402
+from tensorlang.backends.cuda import rules  # noqa: E402
 from tensorlang.backends.cuda.rules import (gpu_schedule, map_pure_loops,  # noqa: E402
                                            row_reduction, stage_in_block, stage_row_values,
-                                           stage_rows, staged_reduction)
+                                           staged_reduction)
 from tensorlang.schedule.trace import TailStrategy  # noqa: E402
 
 #: the issue's sizes: sgemm 4096, softmax 8192 x 8192, conv2d 32x64x56x56 -> 64, blur 8192^2
@@ -107,20 +108,30 @@ def rows_a_thread(f: tl.Func, rows: int, per: int, cols: int = 32) -> tl.Schedul
     return s
 
 
-def shifted_rows(f: tl.Func) -> tl.Schedule:
+def guarded_rows(f: tl.Func) -> tl.Schedule:
     """The rule-based blur (32 x 32 tiles, 4 rows a thread, the first pass staged per block on
-    8 rows of threads) with the staged tile's 34 rows split by 8 shifting the last step
-    inwards (two rows computed twice) and that loop unrolled: a whole tile's copy is 5 rows a
-    thread with no guard, all 15 loads in flight (the rule guards each row: 34 is no multiple
-    of 8)."""
+    8 rows of threads) as it was before the staged tile's 34 rows were split with their last
+    step shifted inwards: each of the 5 rows a thread stages guarded (34 is no multiple of 8),
+    the loop not unrolled."""
     s = tl.Schedule(f)
     map_pure_loops(s, f.name, (8, 32), rows=4)
     s["bx"].compute_at(s[f], "x.o")
-    yo, yi = s["bx"].split("y", 8, tail=TailStrategy.ShiftInwards)
+    yo, yi = s["bx"].split("y", 8)
     s["bx"].reorder(yi, "x", yo)
     s["bx"].gpu_threads(yi, "x")
-    s["bx"].unroll(yo)
     return s
+
+
+def unstaged_rows(f: tl.Func, sizes: dict[str, int]) -> tl.Schedule:
+    """The rule-based softmax with its row not staged in shared memory (rule 5 before stop 47:
+    the max, the sum and the output each read the row from global memory, the later two
+    mostly from the cache)."""
+    keep = rules.ROW_SHARED_BYTES
+    rules.ROW_SHARED_BYTES = 0
+    try:
+        return gpu_schedule(f, sizes=sizes)
+    finally:
+        rules.ROW_SHARED_BYTES = keep
 
 
 def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Schedule]:
@@ -131,13 +142,12 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     sgemm the rule with a thread's columns in one run (``x_groups=1``, the rule takes two), with
     its tiles double buffered (``double_buffer()``),
     the rule's 8 x 8 register tiles with reduction blocks of 16 and on 16 x 8 and 8 x 16
-    threads (128 x 64 and 64 x 128 tiles), for softmax and the blur the rule without its
-    fusion (``unfused``), softmax with 512 and 1024 threads a row, with its row read once
-    into shared memory (``stage_rows``), with its output loop's 256-column steps unrolled 4 and
-    8 times (several loads in flight a thread), and both, with its ``exp`` computed once an
-    element into shared memory (``stage_row_values``), the blur with other tiles and rows
-    a thread (``rows_a_thread``) and with its staged rows' tail shifted inwards
-    (``shifted_rows``)."""
+    threads (128 x 64 and 64 x 128 tiles), with reduction blocks of 16 double buffered, for
+    softmax and the blur the rule without its fusion (``unfused``), softmax with 128, 512 and
+    1024 threads a row, without its row staged in shared memory (``unstaged_rows``) and so
+    with its ``exp`` computed once an element into shared memory (``stage_row_values``), the
+    blur with other tiles and rows a thread (``rows_a_thread``) and with its staged rows
+    guarded (``guarded_rows``)."""
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
     if name in ("matmul", "conv2d"):  # the transposed tile's rows 4 words past 32n apart
         out["rule, transposed tile padded"] = gpu_schedule(f, sizes=sizes, pad_words=4)
@@ -154,6 +164,10 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
             t[copy].double_buffer()
         out["rule, double-buffered"] = t
         out["rule 8x8 k16"] = gpu_schedule(f, regs=8, kblock=16, sizes=sizes)
+        t = gpu_schedule(f, regs=8, kblock=16, sizes=sizes)
+        for copy in ("A_shared", "B_shared"):
+            t[copy].double_buffer()
+        out["rule 8x8 k16, double-buffered"] = t
         for threads in ((16, 8), (8, 16)):  # 128 x 64 and 64 x 128 tiles of 128 threads
             t = tl.Schedule(f)
             staged_reduction(t, f.name, threads, 8, True, 8, registers=True,
@@ -162,28 +176,16 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     if name in ("softmax", "blur"):
         out["unfused"] = unfused(name, f)
     if name == "softmax":
-        for t in (512, 1024):
+        for t in (128, 512, 1024):
             out[f"rule {t} threads"] = gpu_schedule(f, sizes=sizes, row_threads=t)
-        row = gpu_schedule(f, sizes=sizes)
-        stage_rows(row, f.name)  # the row read once, into shared memory sized at launch
-        out["row in shared memory"] = row
-        for u in (4, 8):  # u loads of X in flight a thread in the output loop, not one
-            t = gpu_schedule(f, sizes=sizes)
-            t[f].split("j.o", u)
-            t[f].unroll("j.o.i")
-            out[f"rule, columns unrolled {u}"] = t
-        t = gpu_schedule(f, sizes=sizes)
-        stage_rows(t, f.name)
-        t[f].split("j.o", 4)
-        t[f].unroll("j.o.i")
-        out["row in shared memory, columns unrolled 4"] = t
-        t = gpu_schedule(f, sizes=sizes)
+        out["rule, row not staged"] = unstaged_rows(f, sizes)  # (the rule before stop 47)
+        t = unstaged_rows(f, sizes)
         stage_row_values(t, f.name)  # exp once an element, into shared memory
         out["rule, e once in shared memory"] = t
     if name == "blur":
         out["1 row a thread"] = rows_a_thread(f, 8, 1)
         out["8 rows a thread"] = rows_a_thread(f, 64, 8)
-        out["rule, staged rows shifted inwards"] = shifted_rows(f)
+        out["rule, staged rows guarded"] = guarded_rows(f)  # (the rule before stop 47)
         for rows, per, cols in ((16, 2, 32), (32, 4, 64), (64, 4, 32), (64, 4, 64),
                                 (128, 4, 32)):
             out[f"{rows}x{cols} tiles, {per} rows"] = rows_a_thread(f, rows, per, cols)

@@ -84,6 +84,26 @@ def test_the_host_program_passes_the_rows_bytes_to_each_launch(monkeypatch):
                                                        (256, 1, 1))]
 
 
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_the_rule_stages_a_row_where_its_bucket_fits(name):
+    # rule 5 at known sizes stages the row (stage_rows) where the row, rounded up to a power
+    # of two as the dispatcher's bucket is, takes at most ROW_SHARED_BYTES; not where the
+    # sizes are unknown (a row may be longer than a block's shared memory) or too long
+    from tensorlang.backends.cuda.rules import ROW_SHARED_BYTES
+
+    f = W.BUILTIN[name].build()
+    widest = ROW_SHARED_BYTES // 4  # float32 columns
+    assert "cache_read('X'" in gpu_schedule(f, sizes=dict(R=3, S=widest)).to_python()
+    assert "cache_read('X'" in gpu_schedule(f, sizes=dict(R=3, S=widest // 2 + 1)).to_python()
+    assert "cache_read" not in gpu_schedule(f, sizes=dict(R=3, S=widest + 1)).to_python()
+    assert "cache_read" not in gpu_schedule(f).to_python()
+    s = gpu_schedule(f, sizes=dict(R=3, S=1031))
+    kern = emulate(f, s)
+    for sizes in (dict(R=3, S=1031), dict(R=1, S=1), dict(R=2, S=600)):
+        a = _arrays(f, sizes, 5)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN[name].numpy(a)(), rtol=1e-4, atol=1e-5)
+
+
 def test_a_launch_over_the_gpus_shared_memory_is_refused_before_it_runs():
     assert launch_error("k", (1, 1, 1), (256, 1, 1), 100_000, 232_448) is None
     why = launch_error("k", (1, 1, 1), (256, 1, 1), 300_000, 232_448)

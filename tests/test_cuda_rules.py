@@ -192,7 +192,9 @@ def test_the_gpu_space_holds_rows_a_thread_and_the_rule_based_blur():
     assert rule.to_python() == gpu_schedule(f).to_python()
     wide = space.sample(optuna.trial.FixedTrial(
         {"out.tile": "4x64", "out.thread_rows": 8, "bx.place": "block"}))
-    assert "tile('y', 'x', 32, 64)" in wide.to_python() and "split('y', 4)" in wide.to_python()
+    text = wide.to_python()  # (the staged rows' last step shifted inwards: no guard a row)
+    assert "tile('y', 'x', 32, 64)" in text and "split('y', 4, tail='ShiftInwards')" in text
+    assert "unroll('y.o')" in text
     kern = emulate(f, wide)
     for h, w in ((70, 66), (3, 5)):
         a = _arrays(f, dict(H=h, W=w), 6)

@@ -58,6 +58,10 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    cache, where three kernels (the max, the sum, the output) read the whole matrix from GPU
    memory three times (the one-row-per-program softmax of Triton's tutorial; the online
    normalizer of Milakov and Gimelshein, 2018, would also merge the max and sum passes).
+   Where the sizes are known and a row (rounded up to a power of two, as the dispatcher's
+   shape bucket) takes at most ``ROW_SHARED_BYTES``, the row is copied once into shared
+   memory sized at launch (``stage_rows``) and the three passes read it there, as Triton's
+   fused softmax keeps its row in registers.
 6. A step that ``tl.check`` refuses (a pure loop of an update that carries a dependence) is not
    taken; a stage with no mappable loop runs in one thread.
 
@@ -115,6 +119,10 @@ GEMM_PAD_WORDS = 4
 #: results (then one thread theirs)
 ROW_THREADS = 256
 ROW_TREE = 16
+#: rule 5: a row staged in shared memory (``stage_rows``) where, rounded up to a power of two,
+#: it takes at most this many bytes (an H100's multiprocessor holds 228 KiB: three such rows'
+#: blocks at once)
+ROW_SHARED_BYTES = 64 * 1024
 #: rule 2: the rows of the consumer's tile each thread computes where a stencil's producer is
 #: staged per block (a tile of 4 x 8 rows by 32 columns, 8 x 32 threads): more loads in flight
 #: a thread, and a smaller halo a tile, than one output a thread
@@ -166,6 +174,8 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
                 if t is not s:
                     s = t
                     placed.update(rows)
+                    if ranges is not None and row_fits(s, f.name, ranges):
+                        s = _try(s, lambda t, f=f: stage_rows(t, f.name, row_threads))
                     continue
         if not p.is_output(f) and d.reduce_op is None and not f.updates \
                 and inlined_by_rule_1(s, f.name):
@@ -357,6 +367,20 @@ def row_normalization(s: Schedule, name: str, rows: list[str],
         _tree(s, r, h, i)
 
 
+def row_fits(s: Schedule, name: str, ranges: dict[str, dict[str, tuple[int, int]]]) -> bool:
+    """Whether a row of output ``name``'s columns, at the sizes of ``ranges`` rounded up to a
+    power of two (the dispatcher's shape bucket, whose kernel serves rows up to that long), of
+    the widest array its stages read takes at most ``ROW_SHARED_BYTES`` (rule 5's
+    ``stage_rows``)."""
+    lo, hi = ranges.get(name, {}).get(s.states[name].pure[-1], (0, 0))
+    n = hi - lo
+    if n <= 0:
+        return False
+    view = s.view
+    size = max((i.dtype.itemsize for i in view.pipeline.inputs), default=8)
+    return (1 << max(0, (n - 1).bit_length())) * size <= ROW_SHARED_BYTES
+
+
 def stage_rows(s: Schedule, name: str, threads: int = ROW_THREADS) -> None:
     """After ``row_normalization``, in place: the matrix that output ``name``'s rows read
     copied once per row into shared memory sized when launching (the row's length is a
@@ -544,7 +568,10 @@ def stage_in_block(s: Schedule, name: str, consumer: str,
     on the block's threads (rule 2's stencil producers; the space's ``block`` placement);
     with ``thread_rows``, the outer of the two split by it, the block's ``thread_rows`` rows of
     threads each staging every ``thread_rows``-th row (a consumer with several rows a thread,
-    ``map_pure_loops(rows=)``, reads more rows than it has threads along them).
+    ``map_pure_loops(rows=)``, reads more rows than it has threads along them); the split's
+    last step shifted inwards (a tile of 34 rows on 8 rows of threads: two rows staged twice,
+    the same values, where a guard on each row would keep the loads from being issued
+    together) and its loop unrolled.
 
     Raises:
         ScheduleError: ``consumer`` has no block loop, or the tile has no constant size (a
@@ -556,8 +583,12 @@ def stage_in_block(s: Schedule, name: str, consumer: str,
     s[name].compute_at(s[consumer], loop)
     y, x = s.states[name].loops[-2:]
     if thread_rows is not None:
-        yo, y = s[name].split(y, thread_rows)
+        yo, y = s[name].split(y, thread_rows, tail=TailStrategy.ShiftInwards)
         s[name].reorder(y, x, yo)
+        try:  # (a tile of constant rows: unrolled, every row's loads in flight a thread)
+            s[name].unroll(yo)
+        except ScheduleError:
+            pass
     s[name].gpu_threads(y, x)
     if not launchable(s):
         raise ScheduleError(f"{name} computed per block of {consumer} cannot be staged")
