@@ -138,7 +138,8 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     """The schedules measured besides ``"auto"``: the rule-based one at ``sizes`` (what
     ``"auto"`` takes with an empty cache; printed without a GPU), the hand-staged one, for
     sgemm and conv2d the rule with its transposed tile's rows padded (``pad_words=4``), for
-    conv2d the rule's tile in 8 x 8 register tiles on 8 x 7 threads, for
+    conv2d the rule with its copies' last steps guarded (``copy_tail``) and its tile in 8 x 8
+    register tiles on 8 x 7 threads, for
     sgemm the rule with a thread's columns in one run (``x_groups=1``, the rule takes two), with
     its tiles double buffered (``double_buffer()``),
     the rule's 8 x 8 register tiles with reduction blocks of 16 and on 16 x 8 and 8 x 16
@@ -151,6 +152,9 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     out = {"rule-based": gpu_schedule(f, sizes=sizes), "staged": staged(name, f)}
     if name in ("matmul", "conv2d"):  # the transposed tile's rows 4 words past 32n apart
         out["rule, transposed tile padded"] = gpu_schedule(f, sizes=sizes, pad_words=4)
+    if name == "conv2d":  # (the rule before stop 47: a copy's last step guarded)
+        out["rule, copies guarded"] = gpu_schedule(f, sizes=sizes,
+                                                   copy_tail=TailStrategy.GuardWithIf)
     if name == "conv2d":  # the rule's 64 x 56 tile in 8 x 8 registers: 8 x 7 threads a block
         t = tl.Schedule(f)
         t["pad"].compute_inline()  # (as the rule: into the copy of its rows)

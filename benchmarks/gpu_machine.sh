@@ -18,6 +18,7 @@
 #          changes, made without a GPU: docs/gpu.md)
 #   bench-four: softmax, the blur, conv2d and sgemm with all their variants, 2 rounds
 #   profile: Nsight Compute's speed-of-light, warp-state and memory tables of the sgemm kernel
+#          (profile-conv: of the conv2d kernel)
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
 #          (1024^3, 60 trials or 90 s)
 #   cpu-blocks: float64 GEMM 1024^3 on all threads, the rule against auto:BLOCKS_PER_THREAD=4
@@ -95,6 +96,10 @@ for phase in $phases; do
         step 200 ncu_sgemm.log ncu --section SpeedOfLight --section WarpStateStats \
             --section MemoryWorkloadAnalysis_Tables -k regex:C_k0 -c 1 \
             python3 benchmarks/gpu.py --workloads sgemm --auto-only --repeat 1 --rounds 1 ;;
+    profile-conv)  # the same tables for the rule-based conv2d's whole-tile kernel
+        step 150 ncu_conv2d.log ncu --section SpeedOfLight --section WarpStateStats \
+            --section MemoryWorkloadAnalysis_Tables -k regex:O_k0 -c 1 \
+            python3 benchmarks/gpu.py --workloads conv2d --auto-only --repeat 1 --rounds 1 ;;
     gpu-tune)
         TENSORLANG_CACHE=/tmp/tlcache step 120 gpu_tune.log python3 -m \
             tensorlang.autotuner.cli tune matmul --target cuda --shape M=4096,N=4096,K=4096 \

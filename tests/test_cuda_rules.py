@@ -140,13 +140,17 @@ def test_a_convolution_is_an_implicit_gemm_on_the_gpu():
     text = s.to_python()
     assert "tile('co', 'x', 64, 64)" in text and "split('ci', 8)" in text
     assert "cache_write('O', 'x.o', scope='local')" in text and 's["pad"].compute_inline()' in text
+    # each copy's last step over the 256 threads shifted back, not guarded (its tiles, 8 x 3 x
+    # 66 and 64 x 8 x 9, are no multiple of them)
+    assert text.count(", 256, tail='ShiftInwards')") == 2
     launches = plan(lower(f, s), private_buffers(s)).launches
     # (the weights' tile is stored transposed, output channels last, its rows padded from 64
     # to 68 elements: GEMM_PAD_WORDS)
     assert all(lc.shared == {"pad_shared": 8 * 3 * 66, "Wt_shared": 68 * 8 * 9}
                for lc in launches)
     kern = emulate(f, s)
-    for sizes in (dict(Nb=1, CI=1, H=1, W=1, CO=1), dict(Nb=2, CI=11, H=3, W=67, CO=66)):
+    for sizes in (dict(Nb=1, CI=1, H=1, W=1, CO=1), dict(Nb=2, CI=11, H=3, W=67, CO=66),
+                  dict(Nb=1, CI=16, H=2, W=64, CO=64)):  # (the last: whole tiles)
         a = _arrays(f, sizes, 5)
         np.testing.assert_allclose(kern(**a), W.BUILTIN["conv2d"].numpy(a)(), rtol=2e-5,
                                    atol=1e-5)

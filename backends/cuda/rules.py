@@ -39,7 +39,9 @@ starting point, as in its GPU schedules and the GPU autoschedulers' initial stat
    shifted inside the loops. A transposed tile's rows are padded (``GEMM_PAD_WORDS``,
    ``storage_align``) and a thread's columns come in ``GEMM_X_GROUPS`` runs (TVM's virtual
    threads), so that neither the copies' stores nor the register tiles' vector reads meet in
-   a bank of shared memory. The choices were measured on one GPU (an H200: docs/gpu.md); the
+   a bank of shared memory. A copy's last step over the threads is shifted inwards, not
+   guarded (a convolution's tiles are no multiple of its threads), so that ptxas issues a
+   thread's loads together. The choices were measured on one GPU (an H200: docs/gpu.md); the
    thread counts are the field's usual starting point.
 4. A root reduction over one loop of the rows of its operand (one pure loop ``i``, the
    reduction loop ``k`` their last, contiguous index: softmax's max and sum, a mean) gets a
@@ -141,14 +143,15 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule:
 def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
                  kblock: int | None = None, sizes: dict[str, int] | None = None,
                  row_threads: int = ROW_THREADS, pad_words: int | None = None,
-                 x_groups: int | None = None) -> Schedule:
+                 x_groups: int | None = None, copy_tail: TailStrategy | None = None) -> Schedule:
     """The rule-based GPU schedule of ``output`` (see the module docstring); proven legal.
     ``regs`` and ``kblock``: rule 3's register tile (``regs x regs`` outputs a thread; default
     ``GEMM_REGS``, or at known sizes the largest of ``GEMM_REGS_KNOWN``, a half ... that
     ``gemm_tiling`` takes) and reduction block (default ``gemm_kblock``; halved while its tiles
     do not fit); ``sizes`` (by size name, optional): the sizes it will run at (rule 4 takes
-    only long rows); ``row_threads``: rule 5's threads a row; ``pad_words``, ``x_groups``:
-    rule 3's (default ``GEMM_PAD_WORDS``, ``GEMM_X_GROUPS``; ``staged_reduction``).
+    only long rows); ``row_threads``: rule 5's threads a row; ``pad_words``, ``x_groups``,
+    ``copy_tail``: rule 3's (default ``GEMM_PAD_WORDS``, ``GEMM_X_GROUPS``, ShiftInwards;
+    ``staged_reduction``).
 
     Raises:
         ShapeError: ``sizes`` do not fit the algorithm.
@@ -198,6 +201,8 @@ def gpu_schedule(output: Func | Sequence[Func], regs: int | None = None,
                 tiling = replace(tiling, pad_words=pad_words)
             if x_groups is not None:
                 tiling = replace(tiling, x_groups=x_groups)
+            if copy_tail is not None:
+                tiling = replace(tiling, copy_tail=copy_tail)
             t = _staged(s, f.name, tiling, kblock or gemm_kblock(tiling))
             if t is not s:
                 s = t
@@ -451,14 +456,15 @@ def stage_row_values(s: Schedule, name: str, threads: int = ROW_THREADS) -> None
 @dataclass(frozen=True)
 class GemmTiling:
     """Rule 3's tiles: a block of ``threads`` (ty, tx), ``regs x regs`` outputs a thread, the
-    tail strategy of the block tiles, and ``staged_reduction``'s ``pad_words`` and
-    ``x_groups``."""
+    tail strategy of the block tiles, and ``staged_reduction``'s ``pad_words``, ``x_groups``
+    and ``copy_tail``."""
 
     threads: tuple[int, int] = GEMM_THREADS
     regs: int = GEMM_REGS
     tail: TailStrategy = TailStrategy.GuardWithIf
     pad_words: int = GEMM_PAD_WORDS
     x_groups: int = GEMM_X_GROUPS
+    copy_tail: TailStrategy = TailStrategy.ShiftInwards
 
 
 def gemm_tiling(s: Schedule, name: str, extents: dict[str, tuple[int, int]],
@@ -526,7 +532,8 @@ def _staged(s: Schedule, name: str, tiling: GemmTiling, kblock: int) -> Schedule
     for kb in (kblock, kblock // 2, kblock // 4):
         t = _try(s, lambda t: staged_reduction(
             t, name, tiling.threads, max(kb, 1), True, tiling.regs, registers=True,
-            tail=tiling.tail, pad_words=tiling.pad_words, x_groups=tiling.x_groups))
+            tail=tiling.tail, pad_words=tiling.pad_words, x_groups=tiling.x_groups,
+            copy_tail=tiling.copy_tail))
         if t is s:
             return s
         used = shared_bytes(t)
@@ -663,7 +670,8 @@ def reduction_axes(s: Schedule, name: str) -> tuple[list[str], str, str, list[st
 def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: int,
                      unroll: bool, regs: int = 1, registers: bool = False,
                      tail: TailStrategy = TailStrategy.GuardWithIf,
-                     pad_words: int = 0, x_groups: int = 1) -> None:
+                     pad_words: int = 0, x_groups: int = 1,
+                     copy_tail: TailStrategy = TailStrategy.GuardWithIf) -> None:
     """Tile a root reduction stage as a GPU GEMM (rule 3, and the search space's staged
     points), in place. Its loops as ``reduction_axes`` sees them: ``y, x`` tiled by ``threads``
     (ty, tx) a block and ``regs x regs`` outputs a thread (its register tile, unrolled); the
@@ -680,7 +688,10 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
     runs of consecutive ones (where each run keeps ``GEMM_GROUP_VECTOR``), ``tx * regs /
     x_groups`` apart (TVM's virtual threads, CUTLASS's thread map), so that a quarter warp's
     vector reads of a row of ``B``'s tile cover consecutive words, where consecutive columns a
-    thread put them 32 bytes apart.
+    thread put them 32 bytes apart; ``copy_tail``: the tail strategy of a copy's steps over
+    the block's threads (ShiftInwards: where the tile is no multiple of the threads, the last
+    step shifted back so that some elements are copied twice, the same values, and no step is
+    guarded: a guarded step's load and store keep one load in flight a thread).
 
     Raises:
         ScheduleError: the stage has no such loops, or a primitive does not apply (the callers
@@ -745,8 +756,12 @@ def staged_reduction(s: Schedule, name: str, threads: tuple[int, int], kblock: i
         fused = loops[0]
         for lp in loops[1:]:
             fused = c.fuse(fused, lp)
-        fo, qi = c.split(fused, tx)
-        fo, ri = c.split(fo, ty)
+        if copy_tail is TailStrategy.GuardWithIf:
+            fo, qi = c.split(fused, tx)
+            fo, ri = c.split(fo, ty)
+        else:  # (the same elements a thread; the last step's shifted back, no guard)
+            fo, t = c.split(fused, tx * ty, tail=copy_tail)
+            ri, qi = c.split(t, tx)
         c.reorder(ri, qi, fo)
         c.gpu_threads(ri, qi)
 
