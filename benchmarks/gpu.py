@@ -122,6 +122,20 @@ def guarded_rows(f: tl.Func) -> tl.Schedule:
     return s
 
 
+def interleaved_columns(f: tl.Func, sizes: dict[str, int]) -> tl.Schedule:
+    """The rule-based schedule with a thread's register-tile columns ``tx`` apart (runs of one
+    column: ``x_groups`` = the tile's columns, ``GEMM_GROUP_VECTOR`` 1), so that a warp's
+    threads read consecutive words of the staged input and store consecutive outputs, where
+    the rule's runs of 4 put them 16 bytes apart (bank conflicts, a quarter of each sector
+    stored)."""
+    keep = rules.GEMM_GROUP_VECTOR
+    rules.GEMM_GROUP_VECTOR = 1
+    try:
+        return gpu_schedule(f, sizes=sizes, x_groups=rules.GEMM_REGS)
+    finally:
+        rules.GEMM_GROUP_VECTOR = keep
+
+
 def unstaged_rows(f: tl.Func, sizes: dict[str, int]) -> tl.Schedule:
     """The rule-based softmax with its row not staged in shared memory (rule 5 before stop 47:
     the max, the sum and the output each read the row from global memory, the later two
@@ -138,12 +152,13 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     """The schedules measured besides ``"auto"``: the rule-based one at ``sizes`` (what
     ``"auto"`` takes with an empty cache; printed without a GPU), the hand-staged one, for
     sgemm and conv2d the rule with its transposed tile's rows padded (``pad_words=4``), for
-    conv2d the rule with its copies' last steps guarded (``copy_tail``) and its tile in 8 x 8
-    register tiles on 8 x 7 threads, for
+    conv2d the rule with its copies' last steps guarded (``copy_tail``), with its columns
+    interleaved (``interleaved_columns``) and its tile in 8 x 8 register tiles on 8 x 7
+    threads, for
     sgemm the rule with a thread's columns in one run (``x_groups=1``, the rule takes two), with
     its tiles double buffered (``double_buffer()``),
-    the rule's 8 x 8 register tiles with reduction blocks of 16 and on 16 x 8 and 8 x 16
-    threads (128 x 64 and 64 x 128 tiles), with reduction blocks of 16 double buffered, for
+    the rule with reduction blocks of 8, its 8 x 8 register tiles on 16 x 8 and 8 x 16
+    threads (128 x 64 and 64 x 128 tiles), for
     softmax and the blur the rule without its fusion (``unfused``), softmax with 128, 512 and
     1024 threads a row, without its row staged in shared memory (``unstaged_rows``) and so
     with its ``exp`` computed once an element into shared memory (``stage_row_values``), the
@@ -155,6 +170,7 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
     if name == "conv2d":  # (the rule before stop 47: a copy's last step guarded)
         out["rule, copies guarded"] = gpu_schedule(f, sizes=sizes,
                                                    copy_tail=TailStrategy.GuardWithIf)
+        out["rule, columns interleaved"] = interleaved_columns(f, sizes)
     if name == "conv2d":  # the rule's 64 x 56 tile in 8 x 8 registers: 8 x 7 threads a block
         t = tl.Schedule(f)
         t["pad"].compute_inline()  # (as the rule: into the copy of its rows)
@@ -167,11 +183,7 @@ def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Sche
         for copy in ("A_shared", "B_shared"):
             t[copy].double_buffer()
         out["rule, double-buffered"] = t
-        out["rule 8x8 k16"] = gpu_schedule(f, regs=8, kblock=16, sizes=sizes)
-        t = gpu_schedule(f, regs=8, kblock=16, sizes=sizes)
-        for copy in ("A_shared", "B_shared"):
-            t[copy].double_buffer()
-        out["rule 8x8 k16, double-buffered"] = t
+        out["rule, k8"] = gpu_schedule(f, kblock=8, sizes=sizes)  # (the rule before stop 47)
         for threads in ((16, 8), (8, 16)):  # 128 x 64 and 64 x 128 tiles of 128 threads
             t = tl.Schedule(f)
             staged_reduction(t, f.name, threads, 8, True, 8, registers=True,

@@ -17,6 +17,7 @@
 #          bench-new: softmax, the blur and conv2d with their variants, 3 rounds (stop 46's
 #          changes, made without a GPU: docs/gpu.md)
 #   bench-four: softmax, the blur, conv2d and sgemm with all their variants, 2 rounds
+#   bench-rules: conv2d, sgemm and softmax with their variants, 3 rounds
 #   profile: Nsight Compute's speed-of-light, warp-state and memory tables of the sgemm kernel
 #          (profile-conv: of the conv2d kernel)
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
@@ -86,6 +87,9 @@ for phase in $phases; do
     bench-four)  # every variant of the four workloads (compiling them takes ~90 s)
         step 330 gpu_bench_four.log python3 benchmarks/gpu.py --repeat 20 --rounds 2 \
             --workloads softmax,blur,conv2d,sgemm ;;
+    bench-rules)  # the rules changed in stop 47 against their variants, 3 rounds
+        step 240 gpu_bench_rules.log python3 benchmarks/gpu.py --repeat 20 --rounds 3 \
+            --workloads conv2d,sgemm,softmax ;;
     bench-blur)
         step 120 gpu_bench_blur.log python3 benchmarks/gpu.py --repeat 30 --rounds 3 \
             --workloads blur ;;

@@ -94,11 +94,14 @@ TILE_1D = 256
 #: rule 3's GEMM: threads of a block (y, x); outputs per thread along each pure loop where
 #: the sizes are symbolic, and the most tried where they are known (``gemm_tiling``); the
 #: elements of each operand's tile staged in shared memory per reduction block (the block
-#: is this over the tile's longer side: 8 for 128 x 128 tiles, 16 for 64 x 64)
+#: is this over the tile's longer side, at most ``GEMM_MAX_KBLOCK``: 16 for 128 x 128 tiles
+#: and 64 x 64; sgemm 4096 on an H200 4-5% faster with 128 x 128 tiles in blocks of 16 than
+#: of 8, docs/gpu.md)
 GEMM_THREADS = (16, 16)
 GEMM_REGS = 4
 GEMM_REGS_KNOWN = 8
-GEMM_STAGE_ELEMENTS = 1024
+GEMM_STAGE_ELEMENTS = 2048
+GEMM_MAX_KBLOCK = 16
 #: rule 3 at known sizes: a register tile is taken only where a block keeps at least this many
 #: threads (a 64 x 56 convolution tile in 8 x 8 registers would leave 8 x 7)
 GEMM_MIN_THREADS = 128
@@ -518,9 +521,10 @@ def _threads_along(extent: int, regs: int, threads: int) -> int:
 
 def gemm_kblock(tiling: GemmTiling) -> int:
     """Rule 3's reduction block for ``tiling``: ``GEMM_STAGE_ELEMENTS`` over the longer side
-    of the block's tile, within 8 ... 32 (8 for 128 x 128 tiles, 16 for 64 x 64)."""
+    of the block's tile, within 8 ... ``GEMM_MAX_KBLOCK`` (16 for 128 x 128 and 64 x 64
+    tiles)."""
     side = max(tiling.threads) * tiling.regs
-    return min(32, max(8, GEMM_STAGE_ELEMENTS // max(side, 1)))
+    return min(GEMM_MAX_KBLOCK, max(8, GEMM_STAGE_ELEMENTS // max(side, 1)))
 
 
 def _staged(s: Schedule, name: str, tiling: GemmTiling, kblock: int) -> Schedule:
