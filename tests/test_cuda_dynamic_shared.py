@@ -104,6 +104,26 @@ def test_the_rule_stages_a_row_where_its_bucket_fits(name):
         np.testing.assert_allclose(kern(**a), W.BUILTIN[name].numpy(a)(), rtol=1e-4, atol=1e-5)
 
 
+def test_a_rule_based_kernel_called_with_a_row_too_long_for_its_staging_says_what_to_do(
+        monkeypatch):
+    # rule 5 staged the row for the sizes it was compiled for; a call with a row longer than a
+    # block's shared memory is refused before the launch, naming the way out
+    import fake_cuda
+    from tensorlang.backends.cuda.driver import DeviceInfo
+    from tensorlang.errors import DeviceError
+
+    f = W.BUILTIN["softmax"].build()
+    kern = tl.compile(f, gpu_schedule(f, sizes=dict(R=3, S=600)), target="cuda")
+    kern.schedule_source = "heuristic"  # (as tl.compile(f, "auto", shapes=...) makes it)
+    dev = fake_cuda.install(monkeypatch, kern)
+    dev.info = DeviceInfo("small fake GPU", (9, 0), 12040, 1 << 30, 4096, 1, shared_optin=4096)
+    a = _arrays(f, dict(R=2, S=1000), 4)  # 4,000 bytes a row: fits
+    np.testing.assert_allclose(kern(**a), W.BUILTIN["softmax"].numpy(a)(), rtol=1e-4, atol=1e-5)
+    with pytest.raises(DeviceError, match=r"needs 8000 bytes .*staged it for other sizes.*"
+                                          r"shapes="):
+        kern(**_arrays(f, dict(R=2, S=2000), 4))
+
+
 def test_a_launch_over_the_gpus_shared_memory_is_refused_before_it_runs():
     assert launch_error("k", (1, 1, 1), (256, 1, 1), 100_000, 232_448) is None
     why = launch_error("k", (1, 1, 1), (256, 1, 1), 300_000, 232_448)

@@ -59,6 +59,8 @@ def test_the_gpu_gemm_tiles_follow_the_sizes_where_they_are_known():
 
     assert tile(f) == ("64", "64", None)
     assert tile(f, M=4096, N=4096, K=4096) == ("128", "128", "ShiftInwards")
+    # (its reduction blocks of 16: 2048 elements of each operand a step)
+    assert "split('k', 16)" in gpu_schedule(f, sizes=dict(M=4096, N=4096, K=4096)).to_python()
     assert tile(f, M=1000, N=1000, K=9) == ("64", "64", "ShiftInwards")  # 64 blocks, or 256
     assert tile(f, M=512, N=512, K=512) == ("32", "32", "ShiftInwards")
     assert tile(f, M=256, N=256, K=7) == ("16", "16", "ShiftInwards")

@@ -316,6 +316,11 @@ class CUDAKernel:
             dynamic = int(dims[6])  # bytes of dynamic shared memory
             why = launch_error(name, grid, block, dynamic, self._device.info.shared_optin)
             if why is not None:
+                if dynamic and self.schedule_source != "user":  # (not the user's own copy)
+                    why += (f"; this kernel's {self.schedule_source} schedule staged it for "
+                            f"other sizes: compile it for these (tl.compile(F, 'auto', "
+                            f"shapes=...)), or with tl.compile(F, 'auto') and no shapes, which "
+                            f"compiles one kernel per shape bucket")
                 raise DeviceError(why)
             values = (ctypes.c_int64 * max(nargs, 1))(*[args[k] for k in range(nargs)])
             params = (ctypes.c_void_p * max(nargs, 1))(
