@@ -11,6 +11,7 @@ import llvmlite.ir as ir
 from tensorlang.affine import const_value
 from tensorlang.dtypes import DType
 from tensorlang.expr import BinOp, Cast, Const, Expr, Var, walk
+from tensorlang.schedule.flat_index import flat_offset
 from tensorlang.schedule.ir import Allocate, Buffer, Load, Store
 
 from .types import F32, I8, I32, I64, REDUCE_FLAGS, memory_type
@@ -46,6 +47,9 @@ class MemoryGen:
     def address(self, name: str, indices: tuple[Expr, ...]) -> ir.Value:
         b = self.builder
         buf = self.buffer(name)
+        fused = flat_offset(indices, buf.mins, buf.extents)  # (a fused loop's index, whole)
+        if fused is not None:
+            return b.gep(self.ptrs[name], [self.expr(fused)], inbounds=True)
         flat: ir.Value | None = None
         for d, (ix, lo) in enumerate(zip(indices, buf.mins)):
             rel = b.sub(self.expr(ix), self.expr(lo), flags=["nsw"])
