@@ -2,7 +2,8 @@
 kernel (``launches.barriers``: after a thread nest only where what may run after it in the block
 conflicts with its accesses; checked on hand-built blocks, on the rule-based softmax and a
 staged GEMM, and run in the emulator, each block's threads an OpenMP team, against NumPy on odd
-sizes) and the integer divisions it narrows to 32 bits (``codegen.DeviceGen``)."""
+sizes), the integer divisions it narrows to 32 bits (``codegen.DeviceGen``) and the clamps of
+a boundary condition's read it drops (``bounds.unclamped_load``)."""
 
 from __future__ import annotations
 
@@ -242,3 +243,39 @@ def test_double_buffered_gemm_tiles_prefetch_the_next_step_without_a_barrier():
     t["Wt_shared"].double_buffer()
     with pytest.raises(CompileError, match="double buffered: twice their tiles"):
         tl.compile(g, t, target="cuda")
+
+
+def test_a_boundary_conditions_read_on_the_gpu_drops_the_clamps_its_condition_states():
+    # conv2d's padded input, copied into shared memory: where(x in bounds, In[clamp(x)], 0);
+    # the GPU loads In[x] from an address selected by the condition (no clamps, no branch)
+    from tensorlang.backends.cuda.bounds import unclamped_load
+    from tensorlang.expr import BinOp, Cmp, Select
+    from tensorlang.schedule.ir import walk_stmts
+
+    f = W.BUILTIN["conv2d"].build()
+    sizes = dict(Nb=32, CI=64, H=56, W=56, CO=64)
+    s = gpu_schedule(f, sizes=sizes)
+    lc = plan(lower(f, s), private_buffers(s), shared_copies(s)).launches[0]
+    copies = [n.value for n in walk_stmts(lc.body) if isinstance(n, Store)
+              and n.buffer == "pad_shared"]
+    assert copies and all(isinstance(v, Select) for v in copies)
+    for v in copies:
+        load = unclamped_load(v)
+        assert load is not None and load.buffer == "In"
+        assert not any(isinstance(ix, BinOp) and ix.op == "max" for ix in load.indices)
+        assert sum(isinstance(ix, BinOp) and ix.op == "max" for ix in v.t.indices) == 4
+    # a clamp its condition does not state is kept
+    x, hi = Var("x"), Var("hi")
+    clamped = Load("In", (BinOp("max", BinOp("min", x, hi, int64), Const(0, int64), int64),),
+                   float32)
+    half = Select(Cmp("ge", x, Const(0, int64)), clamped, Const(0.0, float32), float32)
+    assert unclamped_load(half) is None
+    both = Select(BinOp("and", Cmp("ge", x, Const(0, int64)), Cmp("le", x, hi), half.cond.dtype),
+                  clamped, Const(0.0, float32), float32)
+    assert unclamped_load(both).indices[0].same_as(x)
+    kern = emulate(f, s)  # the copies at the image's edges (the condition false) are zero
+    from test_cuda import _arrays
+    for small in (dict(Nb=1, CI=3, H=2, W=5, CO=2), dict(Nb=2, CI=9, H=7, W=57, CO=65)):
+        a = _arrays(f, small, 3)
+        np.testing.assert_allclose(kern(**a), W.BUILTIN["conv2d"].numpy(a)(), rtol=1e-5,
+                                   atol=1e-5)

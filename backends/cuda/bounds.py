@@ -1,12 +1,14 @@
 """Constant upper bounds of the integer expressions a launch needs as constants: a thread
 loop's extent in a cooperative kernel (the block's size), a shared buffer's size, a thread's
-own buffer's index (``private.py``); and the ``let`` values inlined into them."""
+own buffer's index (``private.py``); and the ``let`` values inlined into them. Also the
+clamps a boundary condition's read need not keep on a GPU (``unclamped_load``)."""
 
 from __future__ import annotations
 
 from tensorlang.affine import const_value, sadd, smul, ssub
 from tensorlang.dtypes import int64
-from tensorlang.expr import BinOp, Const, Expr, Var, substitute, walk
+from tensorlang.expr import BinOp, Cmp, Const, Expr, Select, Var, substitute, walk
+from tensorlang.schedule.ir import Load
 
 
 def inline_lets(e: Expr, lets: dict[str, Expr]) -> Expr:
@@ -132,3 +134,38 @@ def _push_sums(e: Expr, depth: int = 0) -> Expr:
         return _minmax(_FLIP[b.op], _push_sums(ssub(a, b.a), depth + 1),
                        _push_sums(ssub(a, b.b), depth + 1))
     return sadd(a, b) if e.op == "add" else ssub(a, b)
+
+
+def unclamped_load(e: Select) -> Load | None:
+    """The load of ``where(cond, In[clamp(x)], other)`` with its indices unclamped, where
+    ``cond`` states that each clamped index lies inside its clamp: a boundary condition
+    (``constant_exterior``) reads ``In[max(min(x, hi), lo)]`` under ``x >= lo and x <= hi``
+    so that the read stays inside the buffer when the condition is false; a GPU loads only
+    where it holds (a predicated load), so the clamps are work for nothing. None: ``e`` is not
+    of that form (its true branch is no load, or no index is a clamp its condition states)."""
+    t = e.t
+    if not isinstance(t, Load):
+        return None
+    facts = _conjuncts(e.cond)
+
+    def stated(op: str, x: Expr, y: Expr) -> bool:
+        return any(isinstance(c, Cmp) and c.op == op and c.a.same_as(x) and c.b.same_as(y)
+                   for c in facts)
+
+    indices, changed = [], False
+    for ix in t.indices:
+        if isinstance(ix, BinOp) and ix.op == "max" and isinstance(ix.a, BinOp) \
+                and ix.a.op == "min":
+            x, hi, lo = ix.a.a, ix.a.b, ix.b
+            if stated("ge", x, lo) and stated("le", x, hi):
+                indices.append(x)
+                changed = True
+                continue
+        indices.append(ix)
+    return Load(t.buffer, tuple(indices), t.dtype) if changed else None
+
+
+def _conjuncts(c: Expr) -> list[Expr]:
+    if isinstance(c, BinOp) and c.op == "and":
+        return [*_conjuncts(c.a), *_conjuncts(c.b)]
+    return [c]

@@ -36,15 +36,15 @@ import llvmlite.ir as ir
 from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
 from tensorlang.dtypes import DType, int64
-from tensorlang.expr import BinOp, Expr, Size, walk
+from tensorlang.expr import BinOp, Expr, Select, Size, walk
 from tensorlang.intervals import Interval, value_range
-from tensorlang.schedule.ir import GPU_KINDS, Allocate, For, ForKind, LoweredFunc, Stmt
+from tensorlang.schedule.ir import GPU_KINDS, Allocate, For, ForKind, Load, LoweredFunc, Stmt
 from tensorlang.schedule.simplify import simplify_expr
 
 from ..llvm.codegen import CodeGen
 from ..llvm.memory import MAX_STACK_BYTES
 from ..llvm.types import I32, I64, memory_type
-from .bounds import inline_lets, upper_bound
+from .bounds import inline_lets, unclamped_load, upper_bound
 from .launches import (AXES, MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM, DeviceProgram,
                        Launch)
 
@@ -163,7 +163,25 @@ class DeviceGen(CodeGen):
                 x = b.trunc(self.expr(e.a), I32)
                 y = ir.Constant(I32, c)
                 return b.zext(b.udiv(x, y) if e.op == "floordiv" else b.urem(x, y), I64)
+        if isinstance(e, Select) and self.vec is None:
+            load = unclamped_load(e)
+            if load is not None and load.dtype in (DType.float32, DType.float64):
+                return self._guarded_load(e.cond, load, e.f)
         return super()._expr(e)
+
+    def _guarded_load(self, cond: Expr, load: Load, other: Expr) -> ir.Value:
+        """``load`` where ``cond`` holds, else ``other`` (``bounds.unclamped_load``), with no
+        branch: the address where ``cond`` holds, else the buffer's first element (read where
+        the clamped indices would have read some element), loaded unconditionally so that
+        ptxas can issue a thread's loads together (a branch around each load made every load
+        wait for the one before), then the value selected."""
+        b = self.builder
+        c = self.expr(cond)
+        f = self.expr(other)
+        ptr = self.address(load.buffer, load.indices)
+        safe = b.select(c, ptr, self.ptrs[load.buffer])
+        v = b.load(safe, align=load.dtype.itemsize)
+        return b.select(c, v, f)
 
     def _loop(self, s: For) -> None:
         if s.kind in GPU_KINDS:
