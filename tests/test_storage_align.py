@@ -105,11 +105,11 @@ def test_the_gpu_gemm_with_its_transposed_tile_padded_in_shared_memory():
     # A's tile is staged transposed (A_shared[k, i]): threads that read a row of A write down a
     # column; rows 132 floats apart (4 mod 32) put eight consecutive k in eight banks
     f = W.BUILTIN["matmul"].build()
-    sizes = dict(M=4096, N=4096, K=4096)  # 128 x 128 tiles, k blocks of 8
-    assert shared_bytes(gpu_schedule(f, sizes=sizes, pad_words=0)) == 4 * (8 * 128 + 8 * 128)
+    sizes = dict(M=4096, N=4096, K=4096)  # 128 x 128 tiles, k blocks of 16
+    assert shared_bytes(gpu_schedule(f, sizes=sizes, pad_words=0)) == 4 * (16 * 128 + 16 * 128)
     s = gpu_schedule(f, sizes=sizes)  # rule 3 pads A's tile (GEMM_PAD_WORDS)
     assert "s[\"A_shared\"].storage_align(0, 32, 4)" in s.to_python()
-    assert shared_bytes(s) == 4 * (8 * 132 + 8 * 128)
+    assert shared_bytes(s) == 4 * (16 * 132 + 16 * 128)
     # (its results against NumPy, emulated on odd sizes: test_cuda_rules.py's
     # test_a_threads_register_tile_in_runs_of_columns_is_its_own runs this rule-based schedule)
     ptx = tl.compile(f, s, target="cuda").ptx()
