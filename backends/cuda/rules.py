@@ -95,8 +95,7 @@ TILE_1D = 256
 #: the sizes are symbolic, and the most tried where they are known (``gemm_tiling``); the
 #: elements of each operand's tile staged in shared memory per reduction block (the block
 #: is this over the tile's longer side, at most ``GEMM_MAX_KBLOCK``: 16 for 128 x 128 tiles
-#: and 64 x 64; sgemm 4096 on an H200 4-5% faster with 128 x 128 tiles in blocks of 16 than
-#: of 8, docs/gpu.md)
+#: and 64 x 64; 16 rather than 8 for 128 x 128 tiles measured on an H200, docs/gpu.md)
 GEMM_THREADS = (16, 16)
 GEMM_REGS = 4
 GEMM_REGS_KNOWN = 8
