@@ -27,6 +27,7 @@ import re
 import statistics
 import sys
 import warnings
+from unittest import mock
 
 import numpy as np
 
@@ -128,24 +129,16 @@ def interleaved_columns(f: tl.Func, sizes: dict[str, int]) -> tl.Schedule:
     threads read consecutive words of the staged input and store consecutive outputs, where
     the rule's runs of 4 put them 16 bytes apart (bank conflicts, a quarter of each sector
     stored)."""
-    keep = rules.GEMM_GROUP_VECTOR
-    rules.GEMM_GROUP_VECTOR = 1
-    try:
+    with mock.patch.object(rules, "GEMM_GROUP_VECTOR", 1):
         return gpu_schedule(f, sizes=sizes, x_groups=rules.GEMM_REGS)
-    finally:
-        rules.GEMM_GROUP_VECTOR = keep
 
 
 def unstaged_rows(f: tl.Func, sizes: dict[str, int]) -> tl.Schedule:
     """The rule-based softmax with its row not staged in shared memory (rule 5 before stop 47:
     the max, the sum and the output each read the row from global memory, the later two
     mostly from the cache)."""
-    keep = rules.ROW_SHARED_BYTES
-    rules.ROW_SHARED_BYTES = 0
-    try:
+    with mock.patch.object(rules, "ROW_SHARED_BYTES", 0):
         return gpu_schedule(f, sizes=sizes)
-    finally:
-        rules.ROW_SHARED_BYTES = keep
 
 
 def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Schedule]:
