@@ -22,6 +22,7 @@ kernels a call at the case's sizes launches (``CUDAKernel.launch_plan``), which 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import statistics
@@ -139,6 +140,35 @@ def unstaged_rows(f: tl.Func, sizes: dict[str, int]) -> tl.Schedule:
     mostly from the cache)."""
     with mock.patch.object(rules, "ROW_SHARED_BYTES", 0):
         return gpu_schedule(f, sizes=sizes)
+
+
+def codegen_before_stop_48() -> contextlib.ExitStack:
+    """While open, the CUDA code generator as before stop 47's last two changes (made after
+    its GPU time): a boundary condition's read kept its clamps and a branch-free select of two
+    clamped loads (no ``bounds.unclamped_load``), and an index with a division or remainder by
+    a constant was flattened one dimension at a time (no ``flat_index.flat_offset``)."""
+    stack = contextlib.ExitStack()
+    stack.enter_context(mock.patch("tensorlang.backends.cuda.codegen.unclamped_load",
+                                   lambda e: None))
+    stack.enter_context(mock.patch("tensorlang.backends.llvm.memory.flat_offset",
+                                   lambda indices, mins, extents: None))
+    return stack
+
+
+#: variants compiled with the code generator changed: the rule's schedule, another codegen
+CODEGEN_VARIANTS = {"conv2d": {"rule, codegen before stop 48": codegen_before_stop_48}}
+
+
+def compile_variants(name: str, case: str, f: tl.Func, sizes: dict[str, int],
+                     target: str) -> dict[str, object]:
+    """The kernels of ``schedules`` (less the rule-based one, which is ``"auto"``) and of
+    ``CODEGEN_VARIANTS`` for ``case``, compiled for ``target``."""
+    out = {label: tl.compile(f, s, target=target)
+           for label, s in schedules(name, f, sizes).items() if label != "rule-based"}
+    for label, patched in CODEGEN_VARIANTS.get(case, {}).items():
+        with patched():
+            out[label] = tl.compile(f, gpu_schedule(f, sizes=sizes), target=target)
+    return out
 
 
 def schedules(name: str, f: tl.Func, sizes: dict[str, int]) -> dict[str, tl.Schedule]:
@@ -332,9 +362,8 @@ def main() -> int:
             warnings.simplefilter("ignore")
             kernels = {"tensorlang auto": tl.compile(f, "auto", shapes=sizes, target="cuda")}
             if not args.auto_only:
-                kernels.update({f"tensorlang {label}": tl.compile(f, s, target="cuda")
-                                for label, s in schedules(name, f, sizes).items()
-                                if label != "rule-based"})
+                kernels.update({f"tensorlang {label}": k for label, k in
+                                compile_variants(name, case, f, sizes, "cuda").items()})
         ok = {label: np.allclose(kern(**arrays), want, rtol=1e-3, atol=1e-4)
               for label, kern in kernels.items()}
         rounds: dict[str, list[float]] = {label: [] for label in kernels}
