@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import re
 import statistics
@@ -155,8 +156,28 @@ def codegen_before_stop_48() -> contextlib.ExitStack:
     return stack
 
 
+def two_ex2_exp(gen, x):
+    """float32 ``exp`` as ``DeviceGen.exp_f32`` took it before stop 48: ``2**n * 2**f`` with
+    ``n = floor(x log2 e)`` and ``f`` reduced by Cody and Waite's two-part ln 2, two
+    ``ex2.approx`` an ``exp``."""
+    c = functools.partial(gen.const, x.type)
+    log2e = 1.4426950408889634
+    xc = gen.call_intrinsic("minnum", gen.call_intrinsic("maxnum", x, c(-104.0)), c(89.0))
+    n = gen.call_intrinsic("floor", gen.fop("fmul", xc, c(log2e)))
+    r = gen.fop("fsub", xc, gen.fop("fmul", n, c(0.693359375)))
+    r = gen.fop("fsub", r, gen.fop("fmul", n, c(-2.12194440e-4)))
+    res = gen.fop("fmul", gen._ex2(gen.fop("fmul", r, c(log2e))), gen._ex2(n))
+    return gen.builder.select(gen.builder.fcmp_unordered("uno", x, x), x, res)
+
+
+def exp_before_stop_48() -> contextlib.AbstractContextManager:
+    """While open, the CUDA code generator's float32 ``exp`` is ``two_ex2_exp``."""
+    return mock.patch("tensorlang.backends.cuda.codegen.DeviceGen.exp_f32", two_ex2_exp)
+
+
 #: variants compiled with the code generator changed: the rule's schedule, another codegen
-CODEGEN_VARIANTS = {"conv2d": {"rule, codegen before stop 48": codegen_before_stop_48}}
+CODEGEN_VARIANTS = {"conv2d": {"rule, codegen before stop 48": codegen_before_stop_48},
+                    "softmax": {"rule, exp of two ex2 (before stop 48)": exp_before_stop_48}}
 
 
 def compile_variants(name: str, case: str, f: tl.Func, sizes: dict[str, int],
@@ -168,6 +189,9 @@ def compile_variants(name: str, case: str, f: tl.Func, sizes: dict[str, int],
     for label, patched in CODEGEN_VARIANTS.get(case, {}).items():
         with patched():
             out[label] = tl.compile(f, gpu_schedule(f, sizes=sizes), target=target)
+            if case == "softmax":  # (and with 512 threads a row)
+                out[f"{label}, 512 threads"] = tl.compile(
+                    f, gpu_schedule(f, sizes=sizes, row_threads=512), target=target)
     return out
 
 

@@ -18,6 +18,8 @@
 #          changes, made without a GPU: docs/gpu.md)
 #   bench-four: softmax, the blur, conv2d and sgemm with all their variants, 2 rounds
 #   bench-rules: conv2d, sgemm and softmax with their variants, 3 rounds
+#   bench-stop48: softmax and conv2d with their variants (the code generator before stop 48's
+#          changes among them), 3 rounds
 #   profile: Nsight Compute's speed-of-light, warp-state and memory tables of the sgemm kernel
 #          (profile-conv: of the conv2d kernel)
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
@@ -90,6 +92,9 @@ for phase in $phases; do
     bench-rules)  # the rules changed in stop 47 against their variants, 3 rounds
         step 240 gpu_bench_rules.log python3 benchmarks/gpu.py --repeat 20 --rounds 3 \
             --workloads conv2d,sgemm,softmax ;;
+    bench-stop48)  # stop 48's code generator changes against the code generator before them
+        step 200 gpu_bench_stop48.log python3 benchmarks/gpu.py --repeat 20 --rounds 3 \
+            --workloads softmax,conv2d ;;
     bench-blur)
         step 120 gpu_bench_blur.log python3 benchmarks/gpu.py --repeat 30 --rounds 3 \
             --workloads blur ;;

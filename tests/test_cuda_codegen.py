@@ -201,13 +201,16 @@ def check_exp(got: np.ndarray, v: np.ndarray, ulps: int) -> None:
 
 
 def test_exp_of_float32_on_the_gpu_takes_the_special_function_unit():
-    # exp(x) = 2**floor(x log2 e) * 2**f, each power one ex2.approx.ftz.f32 on the GPU; the
-    # emulator computes the same formula with LLVM's exp2, flushed alike
+    # exp(x) = 2**p * (1 + e ln 2), p = x log2 e rounded and e its rounding error (fused
+    # multiply-adds), the power one ex2.approx.ftz.f32 on the GPU; the emulator computes the
+    # same formula with LLVM's exp2, flushed alike
     import tensorlang as tl
     e, s = exp_kernel()
     check_exp(emulate(e, s)(X=EXP_ARGUMENTS), EXP_ARGUMENTS, 4)
     ptx = tl.compile(e, s, target="cuda").ptx()
-    assert ptx.count("ex2.approx.ftz.f32") >= 2 and "fma.rn" in ptx
+    kernels = ptx.count(".entry")  # (one exp each)
+    assert ptx.count("ex2.approx.ftz.f32") == kernels and ptx.count("fma.rn") == 3 * kernels
+    assert ptx.count("mul.rn.f32") == kernels  # (x log2 e not contracted into a use)
 
 
 def test_double_buffered_gemm_tiles_prefetch_the_next_step_without_a_barrier():

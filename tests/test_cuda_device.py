@@ -51,7 +51,7 @@ def test_rule_based_schedules_on_the_gpu_at_whole_and_partial_tiles(name):
 
 
 def test_float32_exp_of_the_special_function_unit_is_within_a_few_ulp():
-    # DeviceGen.exp_f32: two ex2.approx.ftz.f32 after Cody and Waite's reduction; the
+    # DeviceGen.exp_f32: one ex2.approx.ftz.f32 of x log2 e, its rounding error compensated; the
     # emulator checks the formula with an exact exp2 (test_cuda_codegen), this the instruction
     from test_cuda_codegen import EXP_ARGUMENTS, check_exp, exp_kernel
     e, s = exp_kernel()

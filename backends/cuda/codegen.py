@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 
 import llvmlite.ir as ir
+import numpy as np
 
 from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
@@ -295,26 +296,30 @@ class DeviceGen(CodeGen):
                 self.ptrs[buf.name] = outer
 
     def exp_f32(self, x: ir.Value) -> ir.Value:
-        """``exp`` of float32 on the GPU: ``2**n * 2**f`` with ``n = floor(x log2 e)`` and
-        ``f = (x - n ln 2) log2 e`` in ``[0, 1)`` (Cody and Waite's reduction, ln 2 in two
-        parts, as the CPU's ``exp_f32``), each power of two by the multiprocessor's special
-        function unit (PTX ``ex2.approx.ftz.f32``, the instruction of CUDA's ``exp2f``, which
-        CUDA documents within 2 ulp): about a dozen instructions where the polynomial takes
-        some 25, within a few ulp over the whole range. The argument is clamped to
-        ``[-104, 89]`` first: ``inf`` above 88.72 (``2**128``), 0 where the result is below
-        the normal numbers (``x`` below about -87.3, as on the CPU; the instruction flushes
-        subnormals), NaN for NaN. In the emulator the powers are LLVM's ``exp2``, flushed the
-        same way. See also: CUDA's ``__expf`` and Triton's ``exp`` (one ``ex2.approx`` of
-        ``x log2 e``, whose error grows with ``|x|``)."""
+        """``exp`` of float32 on the GPU: ``2**p * (1 + e ln 2)`` with ``p = x log2 e`` rounded
+        to float32 and ``e`` what that rounding dropped (``fma(x, L, -p)`` is exact, plus
+        ``x`` times the part of log2 e that ``L``, its float32, lacks), so that ``2**(p + e)`` is
+        ``x``'s ``exp`` and the one power of two not an integer takes the multiprocessor's
+        special function unit once (PTX ``ex2.approx.ftz.f32``, the instruction of CUDA's
+        ``exp2f``, which CUDA documents within 2 ulp); ``|e|`` is below ``2**-17``, so the
+        first-order factor's error (``(e ln 2)**2 / 2``) is below float32's resolution. Within
+        a few ulp over the whole range. The argument is clamped to ``[-104, 89]`` first:
+        ``inf`` above 88.72 (``2**128``), 0 where the result is below the normal numbers
+        (``x`` below about -87.3, as on the CPU; the instruction flushes subnormals), NaN for
+        NaN. In the emulator the power is LLVM's ``exp2``, flushed the same way. See also:
+        CUDA's ``__expf`` and Triton's ``exp`` (``ex2.approx`` of ``p`` alone, whose error
+        grows with ``|x|``); the compensated product is Dekker's (via a fused multiply-add)."""
         b = self.builder
         t = x.type
         c = functools.partial(self.const, t)
         log2e = 1.4426950408889634
+        hi = float(np.float32(log2e))
         xc = self.call_intrinsic("minnum", self.call_intrinsic("maxnum", x, c(-104.0)), c(89.0))
-        n = self.call_intrinsic("floor", self.fop("fmul", xc, c(log2e)))
-        r = self.fop("fsub", xc, self.fop("fmul", n, c(0.693359375)))
-        r = self.fop("fsub", r, self.fop("fmul", n, c(-2.12194440e-4)))
-        res = self.fop("fmul", self._ex2(self.fop("fmul", r, c(log2e))), self._ex2(n))
+        p = self.fop("fmul", xc, c(hi), flags=())  # (not contracted: e is what it rounds off)
+        e = self.call_intrinsic("fma", xc, c(hi), self.fop("fsub", c(-0.0), p, flags=()))
+        e = self.call_intrinsic("fma", xc, c(log2e - hi), e)
+        one_plus = self.call_intrinsic("fma", e, c(0.6931471805599453), c(1.0))
+        res = self.fop("fmul", self._ex2(p), one_plus)  # (inf times a factor near 1: inf)
         return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
     def _ex2(self, x: ir.Value) -> ir.Value:
