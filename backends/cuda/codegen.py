@@ -7,10 +7,11 @@ and stores, serial / unrolled / vector loops) and change what differs on a GPU:
   host scalars...)`` with the ``ptx_kernel`` calling convention; a mapped loop is not a loop but
   its variable ``min + ctaid.<axis>`` / ``min + tid.<axis>`` (NVVM's special registers), guarded
   where the launch used an upper bound; buffers allocated inside a thread are fixed-size stack
-  arrays (local memory); float32 ``exp`` is two ``ex2.approx`` of a reduced argument
-  (:meth:`DeviceGen.exp_f32`), ``log`` and float64's ``exp`` the code generator's polynomials
-  (no libdevice); buffer parameters carry ``align 16`` (``CUDATarget.buffer_align``), from which
-  LLVM proves a vector loop's accesses aligned and emits ``ld.global.v4`` / ``st.global.v4``.
+  arrays (local memory); float32 ``exp`` is one ``ex2.approx``, its argument's rounding
+  error compensated (:meth:`DeviceGen.exp_f32`), ``log`` and float64's ``exp`` the code
+  generator's polynomials (no libdevice); buffer parameters carry ``align 16``
+  (``CUDATarget.buffer_align``), from which LLVM proves a vector loop's accesses aligned and
+  emits ``ld.global.v4`` / ``st.global.v4``.
 - :class:`HostGen`, the host program: ``i32 @name(buffers..., sizes..., launch, alloc, free)``
   where the last three are callbacks (``kernel.py``): it evaluates the launch dimensions,
   allocates root buffers on the device and launches the kernels in order, returning the first
