@@ -3,20 +3,20 @@
     python benchmarks/gpu.py [--repeat 50] [--rounds 2] [--auto-only]
                              [--workloads sgemm,softmax,conv2d,blur]
 
-Per workload: the rule-based GPU schedule (``schedule="auto"`` with an empty cache; for sgemm
-and conv2d, an implicit GEMM there, register tiles per thread kept across reduction blocks
-staged in shared memory; for softmax a block of 256 threads per row for its max, its sum and
-its output; for the blur its first pass staged per block), a hand schedule that stages tiles
-in shared memory, and variants of the rule (``schedules``), timed with CUDA events around the
-launches (inputs already on the GPU, ``CUDAKernel.benchmark``), against torch (cuBLAS with TF32
-off, cuDNN, ``torch.softmax``) and, for softmax, a one-row-per-program Triton kernel when Triton is
-installed, and for the blur a copy of its input (torch ``clone``: the bandwidth yardstick).
-Kernels are timed in ``--rounds`` interleaved rounds of ``--repeat`` runs. Prints n, median
-and IQR (and the rounds' medians), the GPU's name, the ratio to the fastest peer, and the
-blur's bytes a second as a share of the copy's; every kernel's result is checked against
-NumPy first. Without a usable GPU it says so and prints
-each kernel's resources from ``ptxas`` (registers, bytes spilled, shared memory) and which
-kernels a call at the case's sizes launches (``CUDAKernel.launch_plan``), which need no GPU.
+Per workload: the rule-based GPU schedule (``schedule="auto"`` with an empty cache; for sgemm and
+conv2d, an implicit GEMM there, register tiles per thread kept across reduction blocks staged in
+shared memory; for softmax a block of 256 threads per row for its max, its sum and its output; for
+the blur its first pass staged per block), a hand schedule that stages tiles in shared memory, and
+variants of the rule (``schedules``; ``CODEGEN_VARIANTS``: the rule compiled with part of the code
+generator as it was before a change), timed with CUDA events around the launches (inputs already on
+the GPU, ``CUDAKernel.benchmark``), against torch (cuBLAS with TF32 off, cuDNN, ``torch.softmax``)
+and, for softmax, a one-row-per-program Triton kernel when Triton is installed, and for the blur a
+copy of its input (torch ``clone``: the bandwidth yardstick). Kernels are timed in ``--rounds``
+interleaved rounds of ``--repeat`` runs. Prints n, median and IQR (and the rounds' medians), the
+GPU's name, the ratio to the fastest peer, and the blur's bytes a second as a share of the copy's;
+every kernel's result is checked against NumPy first. Without a usable GPU it says so and prints
+each kernel's resources from ``ptxas`` (registers, bytes spilled, shared memory) and which kernels
+a call at the case's sizes launches (``CUDAKernel.launch_plan``), which need no GPU.
 """
 
 from __future__ import annotations

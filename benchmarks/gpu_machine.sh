@@ -57,7 +57,9 @@ if ! python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . \
     export PYTHONPATH=/tmp/shim${PYTHONPATH:+:$PYTHONPATH}
 fi
 nvidia-smi -L
-lscpu | grep -E "Model name|^CPU\(s\)"
+lscpu | grep -E "Model name|^CPU\(s\)|Thread\(s\) per core|Core\(s\) per socket"
+echo "L2 of cpu0 shared with: $(cat /sys/devices/system/cpu/cpu0/cache/index2/shared_cpu_list \
+    2>/dev/null)"  # (issue 16: whether the model's L2 per thread is a core's)
 python3 - <<'EOF'
 import importlib
 for m in ("llvmlite", "islpy", "optuna", "numpy", "cuda.bindings", "torch", "triton", "cupy"):
