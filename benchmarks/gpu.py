@@ -175,9 +175,14 @@ def exp_before_stop_48() -> contextlib.AbstractContextManager:
     return mock.patch("tensorlang.backends.cuda.codegen.DeviceGen.exp_f32", two_ex2_exp)
 
 
-#: variants compiled with the code generator changed: the rule's schedule, another codegen
-CODEGEN_VARIANTS = {"conv2d": {"rule, codegen before stop 48": codegen_before_stop_48},
-                    "softmax": {"rule, exp of two ex2 (before stop 48)": exp_before_stop_48}}
+#: variants compiled with the code generator changed, by case and label: the patch that changes
+#: it while the rule's schedule (with these arguments of ``gpu_schedule``) compiles
+CODEGEN_VARIANTS = {
+    "conv2d": {"rule, codegen before stop 48": (codegen_before_stop_48, {})},
+    "softmax": {"rule, exp of two ex2 (before stop 48)": (exp_before_stop_48, {}),
+                "rule, exp of two ex2 (before stop 48), 512 threads": (exp_before_stop_48,
+                                                                        {"row_threads": 512})},
+}
 
 
 def compile_variants(name: str, case: str, f: tl.Func, sizes: dict[str, int],
@@ -186,12 +191,9 @@ def compile_variants(name: str, case: str, f: tl.Func, sizes: dict[str, int],
     ``CODEGEN_VARIANTS`` for ``case``, compiled for ``target``."""
     out = {label: tl.compile(f, s, target=target)
            for label, s in schedules(name, f, sizes).items() if label != "rule-based"}
-    for label, patched in CODEGEN_VARIANTS.get(case, {}).items():
+    for label, (patched, kwargs) in CODEGEN_VARIANTS.get(case, {}).items():
         with patched():
-            out[label] = tl.compile(f, gpu_schedule(f, sizes=sizes), target=target)
-            if case == "softmax":  # (and with 512 threads a row)
-                out[f"{label}, 512 threads"] = tl.compile(
-                    f, gpu_schedule(f, sizes=sizes, row_threads=512), target=target)
+            out[label] = tl.compile(f, gpu_schedule(f, sizes=sizes, **kwargs), target=target)
     return out
 
 
