@@ -6,7 +6,7 @@ clamps a boundary condition's read need not keep on a GPU (``unclamped_load``)."
 from __future__ import annotations
 
 from tensorlang.affine import const_value, sadd, smul, ssub
-from tensorlang.dtypes import int64
+from tensorlang.dtypes import DType, int64
 from tensorlang.expr import BinOp, Cmp, Const, Expr, Select, Var, substitute, walk
 from tensorlang.schedule.ir import Load
 
@@ -146,7 +146,7 @@ def unclamped_load(e: Select) -> Load | None:
     t = e.t
     if not isinstance(t, Load):
         return None
-    facts = _conjuncts(e.cond)
+    facts = conjuncts(e.cond)
 
     def stated(op: str, x: Expr, y: Expr) -> bool:
         return any(isinstance(c, Cmp) and c.op == op and c.a.same_as(x) and c.b.same_as(y)
@@ -165,7 +165,8 @@ def unclamped_load(e: Select) -> Load | None:
     return Load(t.buffer, tuple(indices), t.dtype) if changed else None
 
 
-def _conjuncts(c: Expr) -> list[Expr]:
-    if isinstance(c, BinOp) and c.op == "and":
-        return [*_conjuncts(c.a), *_conjuncts(c.b)]
+def conjuncts(c: Expr) -> list[Expr]:
+    """The operands of ``c``'s top-level ``and``s, in order."""
+    if isinstance(c, BinOp) and c.op == "and" and c.dtype is DType.bool_:
+        return conjuncts(c.a) + conjuncts(c.b)
     return [c]

@@ -55,6 +55,7 @@ from tensorlang.schedule.ir import (
 )
 from tensorlang.schedule.legality.isl_text import Unrepresentable, quasi_affine
 
+from .bounds import conjuncts
 from .private import linear_form
 
 #: the isl work one proof may take (isl's operation count): a condition whose proof would take
@@ -279,13 +280,6 @@ def _ident(name: str) -> str:
     """An isl identifier for a tensorlang name (``C_local.i.o`` has dots)."""
     kind, _, rest = name.partition(":")
     return f"{kind}_" + "".join(c if c.isalnum() or c == "_" else f"_{ord(c):x}_" for c in rest)
-
-
-def conjuncts(c: Expr) -> list[Expr]:
-    """The operands of ``c``'s top-level ``and``s, in order."""
-    if isinstance(c, BinOp) and c.op == "and" and c.dtype is DType.bool_:
-        return conjuncts(c.a) + conjuncts(c.b)
-    return [c]
 
 
 def _conjunction(cs: list[Expr]) -> Expr:
