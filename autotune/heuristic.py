@@ -140,6 +140,10 @@ A_PANELS = 0
 #: AVX-512 Xeon and lost at mid sizes on two with the same blocks (docs/performance.md, "BLIS's
 #: whole loop order"). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
 BLIS_ORDER = 0
+#: native vectors per row of a packed tile in place of the CPU model's
+#: (``CpuModel.packed_vectors``); 0: the model's. An int, for ``benchmarks/gemm_packed.py``'s
+#: ``auto:PACKED_VECTORS=3+cpu_model.MAX_ACCUMULATORS=24`` (BLIS's 8 x 24 float64 tile)
+PACKED_VECTORS = 0
 #: rows of a row block in BLIS's order, as many blocks as that gives (at least one per
 #: thread): B is copied once per ``kc`` block whatever their number, so more, smaller blocks
 #: cost only reads of its panels from L3 again, each serving the block's rows, and keep less
@@ -714,7 +718,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     # (RDom.where mentioning them: syrk's j <= i) bounds the tiles: wider tiles cross its edge
     # more (syrk, syr2k 3-10% slower 4 vectors wide on Zen 4); a triangle over the row and
     # the reduction only (symm's, trmm's k > i) bounds every column of a tile alike
-    vectors = TILE_VECTORS if condition_mentions(f, args[-1]) else cpu.packed_vectors
+    vectors = (TILE_VECTORS if condition_mentions(f, args[-1])
+               else PACKED_VECTORS or cpu.packed_vectors)
     width, near = register_tile(ext[x], ext[i], lanes, accs, vectors)
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)

@@ -41,9 +41,11 @@ def sched(v):
         import importlib
         sets = dict(a.split("=") for a in v[5:].split("+"))  # auto:A=1+B=2 sets both
         # NAME is heuristic's; MODULE.NAME another module's of tensorlang.autotuner
-        where = {n: (importlib.import_module("tensorlang.autotuner."
-                                             + (n.rpartition(".")[0] or "heuristic")),
-                     n.rpartition(".")[2]) for n in sets}
+        # (a MODULE starting "tensorlang." is that module: tensorlang.schedule.promote.NAME)
+        where = {n: (importlib.import_module(
+            n.rpartition(".")[0] if n.startswith("tensorlang.")
+            else "tensorlang.autotuner." + (n.rpartition(".")[0] or "heuristic")),
+            n.rpartition(".")[2]) for n in sets}
         keep = {n: getattr(*where[n]) for n in sets}
         for n, value in sets.items():
             setattr(*where[n], type(keep[n])(value))

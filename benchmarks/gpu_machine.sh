@@ -25,6 +25,9 @@
 #   gpu-tune, cpu-tune: tensorlang tune matmul on the GPU (4096^3, 75 s) and on the CPU
 #          (1024^3, 60 trials or 90 s)
 #   cpu-blocks: float64 GEMM 1024^3 on all threads, the rule against auto:BLOCKS_PER_THREAD=4
+#   cpu-stop49: GEMM 1024^3 float64/float32 on one thread and all threads (2048^3 too), the rule
+#          against its variants: the sum tile loaded from C first (SUM_FROM_ZERO=0), 8 x 3-vector
+#          tiles (24 accumulators), A in micro-panels; then PolyBench's GEMM-class kernels
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -124,6 +127,24 @@ for phase in $phases; do
     cpu-blocks)  # issue 16: smaller row blocks claimed dynamically, on all threads
         ROUNDS=9 step 90 gemm_blocks_f64.log python3 benchmarks/gemm_packed.py \
             1024x1024x1024 f64 auto,auto:BLOCKS_PER_THREAD=4 ;;
+    cpu-stop49)  # issue 16: stop 49's variants of the packed GEMM, interleaved with NumPy
+        old=auto:tensorlang.schedule.promote.SUM_FROM_ZERO=0
+        wide=auto:PACKED_VECTORS=3+cpu_model.MAX_ACCUMULATORS=24
+        f64="auto,$old,$wide,auto:A_PANELS=1,$wide+A_PANELS=1"
+        for rep in 1 2; do
+            TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=11 step 120 \
+                "gemm49_1t_f64_$rep.log" python3 benchmarks/gemm_packed.py 1024x1024x1024 f64 "$f64"
+            ROUNDS=11 step 90 "gemm49_all_f64_$rep.log" \
+                python3 benchmarks/gemm_packed.py 1024x1024x1024 f64 "$f64"
+        done
+        TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=11 step 60 gemm49_1t_f32.log \
+            python3 benchmarks/gemm_packed.py 1024x1024x1024 f32 "auto,$old,$wide"
+        ROUNDS=11 step 60 gemm49_all_f32.log \
+            python3 benchmarks/gemm_packed.py 1024x1024x1024 f32 "auto,$old,$wide"
+        ROUNDS=7 step 90 gemm49_all_f64_2048.log \
+            python3 benchmarks/gemm_packed.py 2048x2048x2048 f64 "auto,$old,$wide"
+        step 170 polybench49.log python3 benchmarks/polybench.py --no-default --rounds 3 \
+            --kernels gemm,2mm,3mm,symm,syrk,syr2k,trmm,covariance,correlation,doitgen ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do
