@@ -152,6 +152,10 @@ BLIS_BLOCK_ROWS = 256
 #: the fewest rows of a packed tile's row block: each copied panel of B serves that many rows
 #: (doitgen at 8 rows per block spent more time copying than multiplying)
 MIN_BLOCK_ROWS = 32
+#: whether a packed tile whose row blocks would all be under ``MIN_BLOCK_ROWS`` rows takes
+#: fewer, larger blocks than the threads ask for (``_packed_rows``); 0: no packing then, as
+#: before (for ``benchmarks/polybench.py --against FEWER_BLOCKS=0``)
+FEWER_BLOCKS = 1
 #: the least share of the threads' time a packed tile's row blocks keep busy (``_packed_rows``)
 MIN_BALANCE = 0.9
 #: the most accumulators a packed tile takes, past the model's, to share its row blocks evenly
@@ -575,19 +579,29 @@ def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str
 
 
 def row_block(tiles: int, rows: int, mc: int, threads: int,
-              per_thread: int = BLOCKS_PER_THREAD) -> int:
+              per_thread: int = BLOCKS_PER_THREAD, least_rows: int = 0) -> int:
     """Register tiles per row block of a packed GEMM: the model's ``mc`` rows, fewer where
     the row blocks would not give each of ``threads`` threads ``per_thread`` blocks
     (``blocks_per_thread``), moved down to a divisor of ``tiles`` of at least a quarter of that
-    when there is one (no partial block; a smaller block only packs B more often).
+    when there is one (no partial block; a smaller block only packs B more often). With
+    ``least_rows``, a block of fewer rows is raised to the smallest divisor of ``tiles`` (up to
+    ``mc``) that has that many: fewer blocks than ``per_thread * threads``, some threads idle in
+    the blocks' loop (``_packed_rows`` asks so when no row count qualifies otherwise).
 
     >>> row_block(128, 8, 1536, 2), row_block(125, 8, 1536, 2), row_block(128, 8, 96, 16)
     (64, 25, 8)
     >>> row_block(125, 8, 768, 1), row_block(127, 8, 768, 1), row_block(128, 8, 1536, 2, 2)
     (25, 96, 32)
+    >>> row_block(150, 8, 1536, 16, 2), row_block(150, 8, 1536, 16, 2, least_rows=32)
+    (3, 5)
     """
-    per_block = max(1, min(mc // rows, tiles // (per_thread * threads)))
-    return near_divisor(tiles, per_block, shrink=4) or per_block
+    most = max(1, mc // rows)
+    per_block = max(1, min(most, tiles // (per_thread * threads)))
+    block = near_divisor(tiles, per_block, shrink=4) or per_block
+    least = min(tiles, -(-least_rows // rows))
+    if block < least:
+        block = next((d for d in range(least, max(most, least) + 1) if tiles % d == 0), block)
+    return block
 
 
 def blocks_per_thread(f: Func, row: str) -> int:
@@ -630,19 +644,27 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     # more rows first (more accumulators, each copied panel of B serving more rows), then fewer
     others = [*range(full + 1, most + 1), *range(full - 1, 1, -1)]
     found: list[tuple[float, int, int, int, GemmBlocking, int]] = []
-    for n, rows in enumerate(dict.fromkeys([full, *others])):
-        blocking = packed_blocking(f, rows, width, target)
-        tiles = extent // rows
-        mb = row_block(tiles, rows, blocking.mc, threads, per_thread)
-        if tiles % mb or (mb * rows < MIN_BLOCK_ROWS and mb != tiles):
-            continue
-        blocks = tiles // mb
-        shared = blocks / (-(-blocks // threads) * threads)
-        # remainder rows run after the row blocks, as a partitioned piece of their own on one
-        # thread that copies every panel of B again; a tile of the model's rows or more that
-        # leaves none is preferred
-        whole = extent % rows == 0 and rows >= full
-        found.append((shared, whole, mb * rows, -n, rows, blocking, mb))
+    # with many threads every row count can give blocks under MIN_BLOCK_ROWS rows (1200 rows,
+    # 16 threads, two blocks each): then fewer, larger blocks, of the model's tile rows or more
+    # where one gives them, rather than no packing (an unpacked tile reads a transposed operand
+    # a column at a time)
+    for least_rows in (0, MIN_BLOCK_ROWS) if FEWER_BLOCKS else (0,):
+        for n, rows in enumerate(dict.fromkeys([full, *others])):
+            blocking = packed_blocking(f, rows, width, target)
+            tiles = extent // rows
+            mb = row_block(tiles, rows, blocking.mc, threads, per_thread, least_rows)
+            if tiles % mb or (mb * rows < MIN_BLOCK_ROWS and mb != tiles):
+                continue
+            blocks = tiles // mb
+            shared = blocks / (-(-blocks // threads) * threads)
+            # remainder rows run after the row blocks, as a partitioned piece of their own on
+            # one thread that copies every panel of B again; a tile of the model's rows or more
+            # that leaves none is preferred
+            whole = extent % rows == 0 and rows >= full
+            found.append((shared, whole, mb * rows, -n, rows, blocking, mb))
+        if found:
+            found = [c for c in found if c[4] >= full] or found if least_rows else found
+            break
     if not found:
         raise ScheduleError(f"{f.name}: no row block for the packed tile")
     # balanced ones first, then those whose copied panels of B serve REUSE_ROWS rows, in order

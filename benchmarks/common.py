@@ -1,12 +1,45 @@
 """Helpers shared by the benchmarks: ``median_seconds`` (the package's, ``autotune.measure``) and a
 plain-text table; the lines of interleaved times against NumPy; the host CPU's name; which BLAS
-NumPy calls, and with which kernels."""
+NumPy calls, and with which kernels; ``rule_settings``, the rule-based schedule's constants set
+for one call (A/B of a rule against its variant in one process)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+from collections.abc import Iterator
+
 from tensorlang.autotuner.measure import median_seconds
 
-__all__ = ["cpu_name", "median_seconds", "numpy_blas", "print_vs_numpy", "table"]
+__all__ = ["cpu_name", "median_seconds", "numpy_blas", "print_vs_numpy", "rule_settings", "table"]
+
+
+@contextlib.contextmanager
+def rule_settings(settings: str) -> Iterator[None]:
+    """Set module constants while the block runs, then restore them: ``NAME=VALUE`` joined by
+    ``+``; ``NAME`` is ``tensorlang.autotuner.heuristic``'s, ``MODULE.NAME`` another module's of
+    ``tensorlang.autotuner`` (``cpu_model.MAX_ACCUMULATORS=24``) and a ``MODULE`` starting with
+    ``tensorlang.`` that module (``tensorlang.schedule.promote.SUM_FROM_ZERO=0``); VALUE is
+    converted to the constant's type.
+
+    Raises:
+        AttributeError: a constant that does not exist (a misspelt name sets nothing).
+    """
+    sets = dict(a.split("=", 1) for a in settings.split("+") if a)
+    where = {}
+    for n in sets:
+        mod, _, attr = n.rpartition(".")
+        if not mod.startswith("tensorlang."):
+            mod = "tensorlang.autotuner." + (mod or "heuristic")
+        where[n] = (importlib.import_module(mod), attr)
+    keep = {n: getattr(*where[n]) for n in sets}
+    try:
+        for n, value in sets.items():
+            setattr(*where[n], type(keep[n])(value))
+        yield
+    finally:
+        for n, value in keep.items():
+            setattr(*where[n], value)
 
 
 def table(rows: list[tuple], head: tuple[str, ...]) -> str:

@@ -6,8 +6,8 @@ Run: python benchmarks/gemm_packed.py MxNxK f32|f64 old,auto[,q8k128m16...]
 Prints per contender n-round medians, IQR / median and GFLOP/s. ``q<rows>k<kc>m<tiles per
 block>[u]`` is a hand-made packed nest (``u``: without the copy) for exploring the blocking;
 ``auto:NAME=VALUE`` is the rule-based schedule with ``heuristic.NAME`` set to VALUE (e.g.
-``auto:BLOCKS_PER_THREAD=2``; several joined by ``+``; ``MODULE.NAME`` another module of
-``tensorlang.autotuner``: ``auto:cpu_model.MAX_ACCUMULATORS=24``); ``ku<n>`` the rule-based
+``auto:BLOCKS_PER_THREAD=2``; several joined by ``+``; other modules' constants as
+``common.rule_settings`` names them: ``auto:cpu_model.MAX_ACCUMULATORS=24``); ``ku<n>`` the rule-based
 schedule with its ``k.i`` loop unrolled ``n`` times. ``b<rows>k<kc>m<tiles per block>``
 is a hand-made nest in BLIS's order (``p``: the copy of B in parallel, ``v``: vectorized).
 """
@@ -23,7 +23,7 @@ from tensorlang.autotuner.heuristic import lanes as heuristic_lanes
 from tensorlang.autotuner.timing import Stats, interleaved
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import cpu_name, numpy_blas  # noqa: E402
+from common import cpu_name, numpy_blas, rule_settings  # noqa: E402
 
 m, nn, kk = map(int, sys.argv[1].split("x")); dt = sys.argv[2]; variants = sys.argv[3].split(",")
 dtype = tl.float32 if dt == "f32" else tl.float64
@@ -37,23 +37,9 @@ lanes = heuristic_lanes(C)  # the host's native SIMD lanes of this dtype
 def sched(v):
     if v == "auto":
         return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
-    if v.startswith("auto:"):  # auto:NAME=VALUE sets heuristic.NAME while scheduling
-        import importlib
-        sets = dict(a.split("=") for a in v[5:].split("+"))  # auto:A=1+B=2 sets both
-        # NAME is heuristic's; MODULE.NAME another module's of tensorlang.autotuner
-        # (a MODULE starting "tensorlang." is that module: tensorlang.schedule.promote.NAME)
-        where = {n: (importlib.import_module(
-            n.rpartition(".")[0] if n.startswith("tensorlang.")
-            else "tensorlang.autotuner." + (n.rpartition(".")[0] or "heuristic")),
-            n.rpartition(".")[2]) for n in sets}
-        keep = {n: getattr(*where[n]) for n in sets}
-        for n, value in sets.items():
-            setattr(*where[n], type(keep[n])(value))
-        try:
+    if v.startswith("auto:"):  # auto:NAME=VALUE[+NAME=VALUE] sets constants while scheduling
+        with rule_settings(v[5:]):
             return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
-        finally:
-            for n, value in keep.items():
-                setattr(*where[n], value)
     if v.startswith("ku"):  # ku<n>: the rule-based schedule with its k.i loop unrolled n times
         s = heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
         s[C].split("k.i", int(v[2:]))
@@ -121,7 +107,7 @@ for v in variants:
     assert err < 1e-4, (v, err)
     cont[v] = (lambda kern=kern, o=o: kern(a, b, out=o))
     print(v, "compile", round(ct,2), "s", flush=True)
-    if os.environ.get("NEST"): print(kern.loop_nest())
+    if os.environ.get("NEST", "0") != "0": print(kern.loop_nest())
 res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('ROUNDS', '7')), runs=5, warmup=1, settle=["numpy"]).items()}
 flops = 2 * m * nn * kk
 print(f"{m}x{nn}x{kk} {dt} on {cpu_name()}, {os.environ.get('TENSORLANG_NUM_THREADS', os.cpu_count())} threads; NumPy calls {numpy_blas()}")

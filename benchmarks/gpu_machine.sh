@@ -28,6 +28,8 @@
 #   cpu-stop49: GEMM 1024^3 float64/float32 on one thread and all threads (2048^3 too), the rule
 #          against its variants: the sum tile loaded from C first (SUM_FROM_ZERO=0), 8 x 3-vector
 #          tiles (24 accumulators), A in micro-panels; then PolyBench's GEMM-class kernels
+#   cpu-fewer: PolyBench's GEMM-class kernels on all threads against FEWER_BLOCKS=0 (twice), then
+#          all 30 kernels (--no-default)
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -145,6 +147,13 @@ for phase in $phases; do
             python3 benchmarks/gemm_packed.py 2048x2048x2048 f64 "auto,$old,$wide"
         step 170 polybench49.log python3 benchmarks/polybench.py --no-default --rounds 3 \
             --kernels gemm,2mm,3mm,symm,syrk,syr2k,trmm,covariance,correlation,doitgen ;;
+    cpu-fewer)  # issue 16: packed triangles on 16 threads (heuristic.FEWER_BLOCKS)
+        for rep in 1 2; do
+            step 90 "polybench_fewer_$rep.log" python3 benchmarks/polybench.py --no-default \
+                --rounds 5 --against FEWER_BLOCKS=0 \
+                --kernels gemm,2mm,3mm,symm,syrk,syr2k,trmm,covariance,correlation,doitgen
+        done
+        step 360 polybench_all.log python3 benchmarks/polybench.py --no-default --rounds 3 ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do

@@ -2,7 +2,7 @@
 ``--tune``) against NumPy, measured in the same run.
 
 Run: python benchmarks/polybench.py [--size large|small] [--kernels gemm,atax] [--tune SECONDS]
-     [--rounds 3] [--no-default]
+     [--rounds 3] [--no-default] [--against NAME=VALUE[+NAME=VALUE]]
 
 For each kernel (``benchmarks/polybench/kernels.py``): every output is checked against the NumPy
 reference, then NumPy, the default schedule (every Func at root, the naive loop nest), the
@@ -12,7 +12,9 @@ interleaved rounds (``autotune.timing.interleaved``: one warm-up and one timed r
 NumPy's BLAS threads given time to settle). The table gives the median seconds, the spread
 (interquartile range / median) of NumPy and the rule-based schedule, the ratio
 NumPy / tensorlang (> 1: tensorlang is faster), rule-based / default (the no-trap check: it must
-not be below 0.9) and the geometric means over the kernels run.
+not be below 0.9) and the geometric means over the kernels run. ``--against`` adds a column
+"variant": the rule-based schedule made with those constants set (``common.rule_settings``:
+``FEWER_BLOCKS=0`` is ``heuristic.FEWER_BLOCKS``), for an A/B of a rule in one process.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
-from common import cpu_name, numpy_blas  # noqa: E402
+from common import cpu_name, numpy_blas, rule_settings  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
 from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
 from tensorlang.backends.llvm.runtime import num_threads  # noqa: E402
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-default", action="store_true",
                     help="skip the default schedule (minutes per kernel at LARGE) and the "
                          "no-trap column")
+    ap.add_argument("--against", default="",
+                    help="NAME=VALUE[+...]: time the rule-based schedule made with these "
+                         "constants too (column 'variant')")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     names = [n for n in args.kernels.split(",") if n] or list(KERNELS)
@@ -72,10 +77,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{numpy_blas()}")
     default = not args.no_default
     cols = ["numpy"] + (["default"] if default else []) + ["rule-based"] \
-        + (["tuned"] if args.tune else [])
+        + (["tuned"] if args.tune else []) + (["variant"] if args.against else [])
     print(f"{'kernel':<15}" + "".join(f"{c:>13}" for c in cols)
           + (f"{'np/default':>11}" if default else "") + f"{'np/rule':>9}"
           + (f"{'np/tuned':>10}" if args.tune else "")
+          + (f"{'np/variant':>11}" if args.against else "")
           + (f"{'rule/def':>10}" if default else "") + f"{'IQR/median np, rule':>21}")
     ratios: dict[str, list[float]] = {c: [] for c in cols[1:]}
     no_trap: list[float] = []
@@ -92,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
             variants["tuned"] = tl.compile(h, tl.autotune(
                 h, sizes, trials=10**6, timeout=args.tune, cache=False,
                 arrays={i.name: arrays[i.name] for i in tl.Pipeline(h).inputs}).best_schedule)
+        if args.against:
+            with rule_settings(args.against):
+                variants["variant"] = tl.compile(h, heuristic_schedule(h, sizes))
         calls = {"numpy": lambda a=arrays, f=kern.numpy, s=sizes: f(a, s)}
         for label, ks in variants.items():
             run, results = _runner(kern, outs, ks, arrays, sizes)
@@ -115,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         row += f"{ratios['rule-based'][-1]:>8.2f}x"
         if args.tune:
             row += f"{ratios['tuned'][-1]:>9.2f}x"
+        if args.against:
+            row += f"{ratios['variant'][-1]:>10.2f}x"
         if default:
             row += f"{no_trap[-1]:>9.2f}x"
         spread = "  ".join(f"{stats[c].iqr / stats[c].median:.0%}" for c in ("numpy", "rule-based"))
@@ -128,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
           + (f"{geo(ratios['default']):>10.2f}x" if default else "")
           + f"{geo(ratios['rule-based']):>8.2f}x"
           + (f"{geo(ratios['tuned']):>9.2f}x" if args.tune else "")
+          + (f"{geo(ratios['variant']):>10.2f}x" if args.against else "")
           + (f"{geo(no_trap):>9.2f}x" if default else ""))
     if args.size == "large" and any(KERNELS[n].dataset != "LARGE" for n in names):
         print("* MEDIUM dataset: NumPy would take more than 10 s at LARGE")

@@ -419,3 +419,39 @@ def test_a_triangle_over_the_columns_keeps_the_narrow_packed_tile(monkeypatch):
             a, b, s = rng.random((m, m)), rng.random((m, n)), rng.random((m, n))
             args = {"A": a, "B": b} if f is trmm else {"S": s}
             np.testing.assert_allclose(kern(**args), want(a, b, s), rtol=1e-10)
+
+
+@pytest.mark.parametrize("threads", [16, 32])
+def test_many_threads_take_fewer_larger_row_blocks_not_an_unpacked_tile(threads, monkeypatch):
+    # A A^T over the lower triangle (PolyBench's syrk, 1200 rows): two row blocks a thread on
+    # 16 threads would hold 24-40 rows at any tile height, so every row count failed
+    # MIN_BLOCK_ROWS and the stage ran unpacked, reading A[j, k] a column at a time. Now fewer
+    # blocks of at least MIN_BLOCK_ROWS rows, and the transposed panel is packed; a plain GEMM
+    # of 1000 rows on 32 threads likewise (on 16 it had 40-row blocks already, and keeps them).
+    # FEWER_BLOCKS = 0 gives the old answer
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", str(threads))
+    N, K = tl.sizes("N K")
+    A = tl.Input("A", (N, K), tl.float64)
+    i, j = tl.vars("i j")
+    k = tl.RDom((0, K), name="k")
+    k.where(j <= i)
+    aat = tl.Func("aat")
+    aat[i, j] = A[i, k] * A[j, k]
+    target = _target("skylake-avx512")
+    for f, sizes in [(aat, {"N": 1200, "K": 1000}), (gemm(tl.float64),
+                                                     {"M": 1000, "N": 1100, "K": 1200})]:
+        text = heuristic_schedule(f, sizes, target).to_python()
+        rows, per_block = _row_split(text)
+        assert "cache_read(" in text and rows >= 8 and rows * per_block >= heuristic.MIN_BLOCK_ROWS
+        monkeypatch.setattr(heuristic, "FEWER_BLOCKS", 0)
+        old = heuristic_schedule(f, sizes, target).to_python()
+        assert (old == text) == (f is not aat and threads == 16)  # (GEMM on 16: 40-row blocks)
+        assert old == text or "split('i.o'" not in old
+        monkeypatch.setattr(heuristic, "FEWER_BLOCKS", 1)
+    kern = tl.compile(aat, heuristic_schedule(aat, {"N": 1200, "K": 1000}))
+    rng = np.random.default_rng(7)
+    for n, kk in [(1200, 1000), (1201, 997), (7, 3)]:
+        a = rng.random((n, kk))
+        got, want = kern(a), a @ a.T
+        lower = np.tri(n, dtype=bool)
+        np.testing.assert_allclose(got[lower], want[lower], rtol=1e-10)
