@@ -19,7 +19,7 @@ def rule_settings(settings: str) -> Iterator[None]:
     """Set module constants while the block runs, then restore them: ``NAME=VALUE`` joined by
     ``+``; ``NAME`` is ``tensorlang.autotuner.heuristic``'s, ``MODULE.NAME`` another module's of
     ``tensorlang.autotuner`` (``cpu_model.MAX_ACCUMULATORS=24``) and a ``MODULE`` starting with
-    ``tensorlang.`` that module (``tensorlang.schedule.promote.SUM_FROM_ZERO=0``); VALUE is
+    ``tensorlang.`` that module (``tensorlang.schedule.promote.MAX_TILE_ELEMENTS=512``); VALUE is
     converted to the constant's type.
 
     Raises:

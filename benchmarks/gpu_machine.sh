@@ -26,8 +26,8 @@
 #          (1024^3, 60 trials or 90 s)
 #   cpu-blocks: float64 GEMM 1024^3 on all threads, the rule against auto:BLOCKS_PER_THREAD=4
 #   cpu-stop49: GEMM 1024^3 float64/float32 on one thread and all threads (2048^3 too), the rule
-#          against its variants: the sum tile loaded from C first (SUM_FROM_ZERO=0), 8 x 3-vector
-#          tiles (24 accumulators), A in micro-panels; then PolyBench's GEMM-class kernels
+#          against 8 x 3-vector tiles (24 accumulators) and A in micro-panels; then PolyBench's
+#          GEMM-class kernels
 #   cpu-fewer: PolyBench's GEMM-class kernels on all threads against FEWER_BLOCKS=0 (twice), then
 #          all 30 kernels (--no-default)
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
@@ -129,10 +129,9 @@ for phase in $phases; do
     cpu-blocks)  # issue 16: smaller row blocks claimed dynamically, on all threads
         ROUNDS=9 step 90 gemm_blocks_f64.log python3 benchmarks/gemm_packed.py \
             1024x1024x1024 f64 auto,auto:BLOCKS_PER_THREAD=4 ;;
-    cpu-stop49)  # issue 16: stop 49's variants of the packed GEMM, interleaved with NumPy
-        old=auto:tensorlang.schedule.promote.SUM_FROM_ZERO=0
+    cpu-stop49)  # issue 16: variants of the packed GEMM, interleaved with NumPy
         wide=auto:PACKED_VECTORS=3+cpu_model.MAX_ACCUMULATORS=24
-        f64="auto,$old,$wide,auto:A_PANELS=1,$wide+A_PANELS=1"
+        f64="auto,$wide,auto:A_PANELS=1,$wide+A_PANELS=1"
         for rep in 1 2; do
             TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=11 step 120 \
                 "gemm49_1t_f64_$rep.log" python3 benchmarks/gemm_packed.py 1024x1024x1024 f64 "$f64"
@@ -140,11 +139,11 @@ for phase in $phases; do
                 python3 benchmarks/gemm_packed.py 1024x1024x1024 f64 "$f64"
         done
         TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=11 step 60 gemm49_1t_f32.log \
-            python3 benchmarks/gemm_packed.py 1024x1024x1024 f32 "auto,$old,$wide"
+            python3 benchmarks/gemm_packed.py 1024x1024x1024 f32 "auto,$wide"
         ROUNDS=11 step 60 gemm49_all_f32.log \
-            python3 benchmarks/gemm_packed.py 1024x1024x1024 f32 "auto,$old,$wide"
+            python3 benchmarks/gemm_packed.py 1024x1024x1024 f32 "auto,$wide"
         ROUNDS=7 step 90 gemm49_all_f64_2048.log \
-            python3 benchmarks/gemm_packed.py 2048x2048x2048 f64 "auto,$old,$wide"
+            python3 benchmarks/gemm_packed.py 2048x2048x2048 f64 "auto,$wide"
         step 170 polybench49.log python3 benchmarks/polybench.py --no-default --rounds 3 \
             --kernels gemm,2mm,3mm,symm,syrk,syr2k,trmm,covariance,correlation,doitgen ;;
     cpu-fewer)  # issue 16: packed triangles on 16 threads (heuristic.FEWER_BLOCKS)

@@ -6,24 +6,17 @@ inside ``L`` that the indices do use is unrolled or vectorized with a constant e
 tile; other loops inside ``L`` are reduction loops and stay in place)::
 
     for k:                                   allocate C.acc[8, 32]
-      unrolled for i.i in [0, 8):            unrolled for i.i: vectorized for j.i: C.acc[..] = 0
+      unrolled for i.i in [0, 8):            unrolled for i.i: vectorized for j.i: C.acc[..] = C[..]
         vectorized for j.i in [0, 32):  ->   for k:
           C[i, j] += A[i, k] * B[k, j]         unrolled for i.i: vectorized for j.i: C.acc[..] += ..
-                                             unrolled for i.i: vectorized for j.i: C[..] += C.acc
-
-A sum's tile starts at zero and is added to C after ``L`` (``C[..] += C.acc[..]``), as BLIS's
-micro-kernels do: C's loads then come after the products, where the out-of-order core overlaps
-them with the next tile's, instead of stalling the tile's first products (a row-major C tile's
-rows are a row stride apart, which the hardware prefetchers do not follow). Other reductions
-(product, max, min) load C into the tile first (``SUM_FROM_ZERO``).
+                                             unrolled for i.i: vectorized for j.i: C[..] = C.acc[..]
 
 The accumulator has constant shape and is indexed by unrolled constants and whole vectors (or is
 one cell of an internal buffer: an rfactor stage's partial sum), so LLVM (SROA) keeps it in
 registers; C is read and written once per tile instead of once per ``k``. This
 is what TVM's ``cache_write(C, "local")`` and Halide's register blocking achieve, done automatically:
 without it LLVM cannot keep the tile in registers when C's row stride is symbolic (the rows might
-overlap). It changes no result but a sum's rounding (reassociation, which ``Store.reduce_op``
-allows): C is touched by nothing else inside ``L``.
+overlap). It changes no result: C is touched by nothing else inside ``L``.
 
 The remainder pieces of loop partitioning keep their tile too: a masked vector loop
 (``min(8, N - 8 * x.o)``, possibly inside another loop of the tile) takes its lane cap as the
@@ -38,17 +31,12 @@ from __future__ import annotations
 import dataclasses
 
 from tensorlang.affine import const_value, sconst
-from tensorlang.expr import BinOp, Const, Expr, Var, walk
+from tensorlang.expr import BinOp, Expr, Var, walk
 
 from .ir import (CONCURRENT, Allocate, Block, Buffer, For, ForKind, IfThenElse, Load, LoweredFunc,
                  Stmt, Store, lane_cap, map_stmt, reads_memory)
 
 MAX_TILE_ELEMENTS = 1024
-#: a sum's tile starts at zero and is added to C after the loop (BLIS's micro-kernel: C's
-#: loads then overlap the next tile's products instead of stalling the start of this one);
-#: other reductions (product, max, min) load C first. An int, for
-#: ``benchmarks/gemm_packed.py``'s ``auto:tensorlang.schedule.promote.SUM_FROM_ZERO=0``
-SUM_FROM_ZERO = 1
 
 
 def _stores(s: Stmt, path: tuple[For, ...] = ()) -> list[tuple[Store, tuple[For, ...]]]:
@@ -174,14 +162,8 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
                 else dataclasses.replace(f, body=core)
         return core
 
-    if store.reduce_op == "sum" and SUM_FROM_ZERO:
-        zero = Const(0.0 if cbuf.dtype.is_float else 0, cbuf.dtype)
-        load_in = nest(Store(acc.name, acc_idx, zero))
-        write_out = nest(Store(store.buffer, store.indices, Load(acc.name, acc_idx, cbuf.dtype),
-                               "sum"))
-    else:
-        load_in = nest(Store(acc.name, acc_idx, Load(store.buffer, store.indices, cbuf.dtype)))
-        write_out = nest(Store(store.buffer, store.indices, Load(acc.name, acc_idx, cbuf.dtype)))
+    load_in = nest(Store(acc.name, acc_idx, Load(store.buffer, store.indices, cbuf.dtype)))
+    write_out = nest(Store(store.buffer, store.indices, Load(acc.name, acc_idx, cbuf.dtype)))
     new_store = Store(acc.name, acc_idx, store.value, store.reduce_op)
     new_loop = dataclasses.replace(loop, body=_replace(loop.body, store, new_store))
     return Allocate(acc, Block((load_in, new_loop, write_out)))
