@@ -604,6 +604,14 @@ def row_block(tiles: int, rows: int, mc: int, threads: int,
     return block
 
 
+def least_block_rows() -> int:
+    """The ``least_rows`` of ``row_block`` where no row count of a packed tile qualifies
+    otherwise (``_packed_rows``): ``MIN_BLOCK_ROWS``, or 0 with ``FEWER_BLOCKS`` off. The search
+    space's "model" row block asks the same, so the rule-based schedule stays a point of it (a
+    block that ``least_rows`` raises is one ``_packed_rows``' first pass rejects)."""
+    return MIN_BLOCK_ROWS if FEWER_BLOCKS else 0
+
+
 def blocks_per_thread(f: Func, row: str) -> int:
     """Row blocks per thread of ``f``'s packed tile over its row Var ``row``:
     ``UNEVEN_BLOCKS_PER_THREAD`` where the reduction's condition (``RDom.where``) mentions
@@ -648,7 +656,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     # 16 threads, two blocks each): then fewer, larger blocks, of the model's tile rows or more
     # where one gives them, rather than no packing (an unpacked tile reads a transposed operand
     # a column at a time)
-    for least_rows in (0, MIN_BLOCK_ROWS) if FEWER_BLOCKS else (0,):
+    for least_rows in dict.fromkeys((0, least_block_rows())):
         for n, rows in enumerate(dict.fromkeys([full, *others])):
             blocking = packed_blocking(f, rows, width, target)
             tiles = extent // rows

@@ -123,6 +123,7 @@ from .heuristic import (
     block_threads,
     blocks_per_thread,
     lanes,
+    least_block_rows,
     pack,
     packed_blocking,
     packed_operand,
@@ -574,7 +575,7 @@ class SearchSpace:
         outer = [a for a in args[:-1] if a != row]
         threads = block_threads(outer, {a: self.extent(f.name, a) for a in outer})
         return row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc, threads,
-                         blocks_per_thread(f, row))
+                         blocks_per_thread(f, row), least_block_rows())
 
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split

@@ -440,9 +440,14 @@ def test_many_threads_take_fewer_larger_row_blocks_not_an_unpacked_tile(threads,
     target = _target("skylake-avx512")
     for f, sizes in [(aat, {"N": 1200, "K": 1000}), (gemm(tl.float64),
                                                      {"M": 1000, "N": 1100, "K": 1200})]:
-        text = heuristic_schedule(f, sizes, target).to_python()
+        rule = heuristic_schedule(f, sizes, target)
+        text = rule.to_python()
         rows, per_block = _row_split(text)
         assert "cache_read(" in text and rows >= 8 and rows * per_block >= heuristic.MIN_BLOCK_ROWS
+        # the search space's "model" row block asks the same: the rule stays a point of it
+        from tensorlang.autotuner.space import SearchSpace
+
+        assert SearchSpace(f, sizes, target).point(rule) is not None
         monkeypatch.setattr(heuristic, "FEWER_BLOCKS", 0)
         old = heuristic_schedule(f, sizes, target).to_python()
         assert (old == text) == (f is not aat and threads == 16)  # (GEMM on 16: 40-row blocks)
