@@ -138,6 +138,7 @@ from .heuristic import (
 )
 from .rfactor_rules import (
     RFACTOR_CHUNKS_PER_THREAD,
+    ROW_VECTORS,
     rfactor_chunks,
     rfactor_lanes,
     rfactor_lanes_possible,
@@ -492,7 +493,11 @@ class SearchSpace:
                 stage.vectorize(last)
             elif ext is None or ext > width:
                 stage.vectorize(last, width)
-                if ext is not None and ext % width == 0 and ext // width <= MAX_VECTOR_UNROLL:
+                # (one row of accumulators, no row tile: as many vectors as the rule's A^T x
+                # segment, rfactor_rules.ROW_VECTORS)
+                most = MAX_VECTOR_UNROLL if row is not None else max(MAX_VECTOR_UNROLL,
+                                                                     ROW_VECTORS)
+                if ext is not None and ext % width == 0 and ext // width <= most:
                     # a tile of several whole vectors (x.i of 32 as two of 16): unrolled, so the
                     # register tile stays in registers (promote_accumulators needs it)
                     stage.unroll(f"{last}.o")
@@ -525,30 +530,30 @@ class SearchSpace:
     def point(self, target: Schedule, attempts: int = 64) -> tuple[dict, dict] | None:
         """The decisions with which ``sample`` reproduces ``target`` (the same stage signature:
         ``stage_signature``), and each decision's choices; None when ``target`` is not a point
-        of the space (or none was found in ``attempts`` samples).
+        of the space (or none was found in ``attempts`` samples, twice).
 
         The tuner uses it to place the rule-based schedule (``heuristic.py``) in the space, so
         the search refines it (TVM's MetaSchedule likewise seeds its evolutionary search with
         the schedules of earlier records). The first sample answers every decision with its
         guess from ``target``; the ambiguous ones (rows as ``regs`` or a factor, the loop order
-        family, the vector width) are then varied, fewest changes first."""
+        family, the vector width) are then varied, fewest changes first. Where that fails
+        (three or more changes: several stages each off by one or two), a hill climb keeps
+        every single change that brings the sample's stages closer to ``target``'s (more equal
+        parts of their signatures), until they match or no change helps."""
         import itertools
 
         want = self.signature(target)
         queue: list[dict[str, Any]] = [{}]
         tried: set[tuple] = set()
-        while queue and attempts > 0:
+        budget = attempts
+        while queue and budget > 0:
             fixed = queue.pop(0)
             key = tuple(sorted(fixed.items()))
             if key in tried:
                 continue
             tried.add(key)
-            attempts -= 1
-            oracle = _Oracle(target, fixed)
-            try:
-                got = self.signature(self.sample(oracle))
-            except (_NoAnswer, ScheduleError):
-                got = None
+            budget -= 1
+            oracle, got = self._try_point(target, fixed)
             if got == want:
                 return oracle.params, oracle.choices
             if not fixed:  # single changes first, then pairs
@@ -556,6 +561,45 @@ class SearchSpace:
                 queue += singles
                 queue += [{**a, **b} for a, b in itertools.combinations(singles, 2)
                           if a.keys() != b.keys()]
+        return self._climb(target, want, attempts)
+
+    def _try_point(self, target: Schedule, fixed: dict[str, Any]
+                   ) -> tuple[_Oracle, dict[str, tuple] | None]:
+        """A sample answered from ``target`` but for ``fixed``, and its signature (None: the
+        sample failed)."""
+        oracle = _Oracle(target, fixed)
+        try:
+            return oracle, self.signature(self.sample(oracle))
+        except (_NoAnswer, ScheduleError):
+            return oracle, None
+
+    def _climb(self, target: Schedule, want: dict[str, tuple], attempts: int
+               ) -> tuple[dict, dict] | None:
+        """``point``'s hill climb over single changes (first improvement), at most
+        ``attempts`` samples."""
+        fixed: dict[str, Any] = {}
+        oracle, got = self._try_point(target, fixed)
+        score = _likeness(want, got)
+        while attempts > 0:
+            for name, alts in oracle.alternatives:
+                better = None
+                for alt in alts:
+                    if attempts <= 0 or fixed.get(name) == alt:
+                        continue
+                    attempts -= 1
+                    trial = {**fixed, name: alt}
+                    o2, g2 = self._try_point(target, trial)
+                    if g2 == want:
+                        return o2.params, o2.choices
+                    if _likeness(want, g2) > score:
+                        better = (trial, o2, g2)
+                        break
+                if better is not None:
+                    fixed, oracle, got = better
+                    score = _likeness(want, got)
+                    break
+            else:
+                return None
         return None
 
     def _row_vectors(self, f: Func, tile: int | None, width: int) -> int:
@@ -627,6 +671,18 @@ def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> di
         out[name] = (tuple(st.loops), tuple(sorted((k, v.value) for k, v in st.kinds.items())),
                      tuple(rels), st.compute, st.store, st.fused)
     return out
+
+
+def _likeness(want: dict[str, tuple], got: dict[str, tuple] | None) -> int:
+    """How close the stage signatures ``got`` are to ``want``: the number of equal parts of the
+    stages both have, less one for each stage only one of them has; -1 for no sample."""
+    if got is None:
+        return -1
+    score = 0
+    for name in want.keys() | got.keys():
+        a, b = want.get(name), got.get(name)
+        score += -1 if a is None or b is None else sum(x == y for x, y in zip(a, b))
+    return score
 
 
 class _Oracle:
@@ -725,8 +781,12 @@ class _Oracle:
             return [f"at{k}"] if k < AT_LEVELS else []
         if rest == "order":
             found = packed_operand(self.target.pipeline.func(func))
-            local = states.get(f"{found[0]}_local") if found else None
-            if local is not None and local.compute.func == func:
+            # the operand's copy for this stage: ``A_local``, or ``A_local2``... where another
+            # stage copies the same operand (symm's two sums)
+            base = f"{found[0]}_local" if found else None
+            if base is not None and any(
+                    (n == base or (n.startswith(base) and n[len(base):].isdigit()))
+                    and local.compute.func == func for n, local in states.items()):
                 return ["packed"]
             last = st.loops[-1]
             return ["dot", "tile"] if st.is_reduction_loop(last) else ["tile", "dot"]

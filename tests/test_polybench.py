@@ -249,3 +249,28 @@ def test_the_rule_based_update_forms_are_points_of_the_search_space(name, sizes,
     want = kern.numpy(arrays, sizes)[0]
     tol = 1e-4 if want.dtype == np.float32 else 1e-10
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("threads", [2, 16])
+def test_the_rule_based_schedules_of_the_level2_and_packed_kernels_are_points(threads,
+                                                                              monkeypatch):
+    # these were not points of the search space, so the tuner could not start from them: the
+    # level-2 kernels' A^T x segment of ROW_VECTORS unrolled vectors (the space unrolled at most
+    # MAX_VECTOR_UNROLL), covariance's column means likewise, symm's second packed sum (its
+    # copies named A_local2: the order's guess looked for A_local only), and syrk / syr2k on
+    # 16 threads (the rule's fewer, larger row blocks); each replayed point is the same schedule
+    import optuna
+
+    from tensorlang.autotuner.space import SearchSpace
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", str(threads))
+    for name in ("atax", "bicg", "mvt", "gemver", "covariance", "correlation", "symm", "syrk",
+                 "syr2k"):
+        kern = KERNELS[name]
+        h = kern.handle(kern.build())
+        hs = heuristic_schedule(h, kern.large)
+        space = SearchSpace(h, kern.large)
+        point = space.point(hs)
+        assert point is not None, (name, hs.to_python())
+        again = space.sample(optuna.trial.FixedTrial(point[0]))
+        assert space.signature(again) == space.signature(hs), name
