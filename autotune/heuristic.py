@@ -671,7 +671,8 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             whole = extent % rows == 0 and rows >= full
             found.append((shared, whole, mb * rows, -n, rows, blocking, mb))
         if found:
-            found = [c for c in found if c[4] >= full] or found if least_rows else found
+            if least_rows:
+                found = [c for c in found if c[4] >= full] or found
             break
     if not found:
         raise ScheduleError(f"{f.name}: no row block for the packed tile")

@@ -530,7 +530,8 @@ class SearchSpace:
     def point(self, target: Schedule, attempts: int = 64) -> tuple[dict, dict] | None:
         """The decisions with which ``sample`` reproduces ``target`` (the same stage signature:
         ``stage_signature``), and each decision's choices; None when ``target`` is not a point
-        of the space (or none was found in ``attempts`` samples, twice).
+        of the space (or none was found: at most ``attempts`` samples varying the guesses, as
+        many climbing).
 
         The tuner uses it to place the rule-based schedule (``heuristic.py``) in the space, so
         the search refines it (TVM's MetaSchedule likewise seeds its evolutionary search with
