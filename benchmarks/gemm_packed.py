@@ -7,8 +7,8 @@ Prints per contender n-round medians, IQR / median and GFLOP/s. ``q<rows>k<kc>m<
 block>[u]`` is a hand-made packed nest (``u``: without the copy) for exploring the blocking;
 ``auto:NAME=VALUE`` is the rule-based schedule with ``heuristic.NAME`` set to VALUE (e.g.
 ``auto:BLOCKS_PER_THREAD=2``; several joined by ``+``; other modules' constants as
-``common.rule_settings`` names them: ``auto:cpu_model.MAX_ACCUMULATORS=24``); ``ku<n>`` the rule-based
-schedule with its ``k.i`` loop unrolled ``n`` times. ``b<rows>k<kc>m<tiles per block>``
+``common.rule_settings`` names them: ``auto:cpu_model.MAX_ACCUMULATORS=24``); ``ku<n>`` the
+rule-based schedule with its ``k.i`` loop unrolled ``n`` times. ``b<rows>k<kc>m<tiles per block>``
 is a hand-made nest in BLIS's order (``p``: the copy of B in parallel, ``v``: vectorized).
 """
 import os
