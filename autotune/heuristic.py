@@ -583,25 +583,47 @@ def row_block(tiles: int, rows: int, mc: int, threads: int,
     """Register tiles per row block of a packed GEMM: the model's ``mc`` rows, fewer where
     the row blocks would not give each of ``threads`` threads ``per_thread`` blocks
     (``blocks_per_thread``), moved down to a divisor of ``tiles`` of at least a quarter of that
-    when there is one (no partial block; a smaller block only packs B more often). With
-    ``least_rows``, a block of fewer rows is raised to the smallest divisor of ``tiles`` (up to
-    ``mc``) that has that many: fewer blocks than ``per_thread * threads``, some threads idle in
-    the blocks' loop (``_packed_rows`` asks so when no row count qualifies otherwise).
+    when there is one (no partial block; a smaller block only packs B more often); where those
+    blocks keep less than ``MIN_BALANCE`` of the threads' time busy (``shared``), the divisor up
+    from the threads' share (up to ``mc``) if its blocks keep that much busy: fewer blocks than
+    ``per_thread * threads``, all in one round. With ``least_rows``, a block of fewer rows is
+    raised to the smallest divisor of ``tiles`` (up to ``mc``) that has that many: fewer blocks
+    again, some threads idle in the blocks' loop (``_packed_rows`` asks so when no row count
+    qualifies otherwise).
 
     >>> row_block(128, 8, 1536, 2), row_block(125, 8, 1536, 2), row_block(128, 8, 96, 16)
     (64, 25, 8)
     >>> row_block(125, 8, 768, 1), row_block(127, 8, 768, 1), row_block(128, 8, 1536, 2, 2)
     (25, 96, 32)
-    >>> row_block(150, 8, 1536, 16, 2), row_block(150, 8, 1536, 16, 2, least_rows=32)
-    (3, 5)
+    >>> row_block(90, 10, 1536, 16), row_block(150, 8, 1536, 16, 2)
+    (6, 5)
+    >>> row_block(160, 8, 1536, 32, 2), row_block(160, 8, 1536, 32, 2, least_rows=32)
+    (2, 4)
     """
     most = max(1, mc // rows)
     per_block = max(1, min(most, tiles // (per_thread * threads)))
     block = near_divisor(tiles, per_block, shrink=4) or per_block
+    if tiles and tiles % block == 0 and shared(tiles // block, threads) < MIN_BALANCE:
+        # the divisor up from the threads' share where that one shares out evenly: 90 tiles on
+        # 16 threads in 15 blocks of 6 (one round), not 18 of 5 (two, the second 2/16 busy)
+        up = next((d for d in range(-(-tiles // (per_thread * threads)), most + 1)
+                   if tiles % d == 0), None)
+        if up is not None and shared(tiles // up, threads) >= MIN_BALANCE:
+            block = up
     least = min(tiles, -(-least_rows // rows))
     if block < least:
         block = next((d for d in range(least, max(most, least) + 1) if tiles % d == 0), block)
     return block
+
+
+def shared(blocks: int, threads: int) -> float:
+    """The share of ``threads`` threads' time that ``blocks`` equal row blocks keep busy, the
+    parallel loop handing them out a round of ``threads`` at a time.
+
+    >>> shared(16, 16), shared(18, 16), shared(5, 2)
+    (1.0, 0.5625, 0.8333333333333334)
+    """
+    return blocks / (-(-blocks // threads) * threads)
 
 
 def least_block_rows() -> int:
@@ -638,8 +660,8 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     with at least ``MIN_BALANCE`` of the threads' time busy (1000 rows on 2 threads: 8-row tiles
     give 5 blocks, 10-row tiles 4), else the best shared; among them one of the model's rows or
     more that leaves no remainder piece (900 rows: 9, not 8 and a 4-row piece, which runs on
-    one thread after the blocks and copies B again), then the first whose blocks have at least
-    ``REUSE_ROWS`` rows, else the first.
+    one thread after the blocks and copies B again; on 16 threads 10 in 15 blocks, ``row_block``),
+    then the first whose blocks have at least ``REUSE_ROWS`` rows, else the first.
 
     Raises:
         ScheduleError: no row count gives whole row blocks.
@@ -664,12 +686,12 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             if tiles % mb or (mb * rows < MIN_BLOCK_ROWS and mb != tiles):
                 continue
             blocks = tiles // mb
-            shared = blocks / (-(-blocks // threads) * threads)
+            busy = shared(blocks, threads)
             # remainder rows run after the row blocks, as a partitioned piece of their own on
             # one thread that copies every panel of B again; a tile of the model's rows or more
             # that leaves none is preferred
             whole = extent % rows == 0 and rows >= full
-            found.append((shared, whole, mb * rows, -n, rows, blocking, mb))
+            found.append((busy, whole, mb * rows, -n, rows, blocking, mb))
         if found:
             if least_rows:
                 found = [c for c in found if c[4] >= full] or found
