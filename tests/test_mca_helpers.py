@@ -67,3 +67,16 @@ def test_the_vector_loop_wins_over_a_scalar_remainder_with_as_many_fmas():
     body = mca.innermost_fma_loop(asm)
     assert body[0].startswith("vmovupd") and body[-1] == "jne\t.LBB0_1"
     assert mca.loop_flops(body) == 2 * 4 * 2
+
+
+def test_the_fma_probe_is_independent_fmas_of_one_width():
+    # model_peak times it with llvm-mca: 16 FMAs whose accumulators are all different registers
+    # (no chain between them) and whose sources are none of the accumulators
+    body = mca.fma_probe("zmm", "pd")
+    fmas = [x for x in body if x.startswith(mca.FMA_STEMS)]
+    assert len(fmas) == 16 and body[-1].startswith("jne")
+    accs = [x.split(", ")[-1] for x in fmas]
+    sources = {r for x in fmas for r in x.split("\t")[1].split(", ")[:2]}
+    assert len(set(accs)) == 16 and not sources & set(accs)
+    assert mca.loop_flops(body) == 16 * 8 * 2  # float64 zmm: 8 lanes, 2 FLOPs each
+    assert mca.loop_flops(mca.fma_probe("ymm", "ps")) == 16 * 8 * 2
