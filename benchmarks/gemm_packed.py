@@ -2,7 +2,9 @@
 rules without packing ("old") and NumPy's BLAS, interleaved in one process.
 
 Run: python benchmarks/gemm_packed.py MxNxK f32|f64 old,auto[,q8k128m16...]
-     (TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for one thread; ROUNDS=n, default 7)
+     (TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 for one thread; ROUNDS=n, default 7;
+     TARGET_CPU=haswell compiles every contender for that described CPU, AVX2 code an AVX-512
+     host runs, against NumPy's BLAS with OPENBLAS_CORETYPE=Haswell)
 Prints per contender n-round medians, IQR / median and GFLOP/s. ``q<rows>k<kc>m<tiles per
 block>[u]`` is a hand-made packed nest (``u``: without the copy) for exploring the blocking;
 ``auto:NAME=VALUE`` is the rule-based schedule with ``heuristic.NAME`` set to VALUE (e.g.
@@ -32,16 +34,24 @@ M, N, K = tl.sizes("M N K")
 A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
 i, j, k = tl.vars("i j k")
 C = tl.Func("C"); C[i, j] = A[i, k] * B[k, j]
-lanes = heuristic_lanes(C)  # the host's native SIMD lanes of this dtype
+TARGET = None
+if os.environ.get("TARGET_CPU"):  # a described CPU's code (benchmarks/mca.py's features)
+    from mca import FEATURES
+
+    from tensorlang.backends.llvm.target import Target, host_target
+    _h = host_target()
+    TARGET = Target(_h.triple, os.environ["TARGET_CPU"], FEATURES[os.environ["TARGET_CPU"]],
+                    _h.llvm_version, _h.llvmlite_version)
+lanes = heuristic_lanes(C, TARGET)  # the target's native SIMD lanes of this dtype
 
 def sched(v):
     if v == "auto":
-        return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+        return heuristic_schedule(C, {"M": m, "N": nn, "K": kk}, TARGET)
     if v.startswith("auto:"):  # auto:NAME=VALUE[+NAME=VALUE] sets constants while scheduling
         with rule_settings(v[5:]):
-            return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+            return heuristic_schedule(C, {"M": m, "N": nn, "K": kk}, TARGET)
     if v.startswith("ku"):  # ku<n>: the rule-based schedule with its k.i loop unrolled n times
-        s = heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+        s = heuristic_schedule(C, {"M": m, "N": nn, "K": kk}, TARGET)
         s[C].split("k.i", int(v[2:]))
         s[C].unroll("k.i.i")
         return s
@@ -52,7 +62,7 @@ def sched(v):
         def no(*a, **k): raise ScheduleError("off")
         H._packed_tile = no
         try:
-            return heuristic_schedule(C, {"M": m, "N": nn, "K": kk})
+            return heuristic_schedule(C, {"M": m, "N": nn, "K": kk}, TARGET)
         finally:
             H._packed_tile = keep
     if v.startswith("p"):
@@ -100,7 +110,7 @@ o0 = np.empty((m, nn), npd)
 cont = {"numpy": lambda: np.matmul(a, b, out=o0)}
 for v in variants:
     s = sched(v)
-    t0 = time.time(); kern = tl.compile(C, s); ct = time.time() - t0
+    t0 = time.time(); kern = tl.compile(C, s, target=TARGET) if TARGET else tl.compile(C, s); ct = time.time() - t0
     o = np.empty((m, nn), npd)
     kern(a, b, out=o)
     err = np.abs(o - ref).max() / np.abs(ref).max()
@@ -110,6 +120,7 @@ for v in variants:
     if os.environ.get("NEST", "0") != "0": print(kern.loop_nest())
 res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('ROUNDS', '7')), runs=5, warmup=1, settle=["numpy"]).items()}
 flops = 2 * m * nn * kk
-print(f"{m}x{nn}x{kk} {dt} on {cpu_name()}, {os.environ.get('TENSORLANG_NUM_THREADS', os.cpu_count())} threads; NumPy calls {numpy_blas()}")
+built = f", code for {TARGET.cpu}" if TARGET else ""
+print(f"{m}x{nn}x{kk} {dt} on {cpu_name()}{built}, {os.environ.get('TENSORLANG_NUM_THREADS', os.cpu_count())} threads; NumPy calls {numpy_blas()}")
 for name, st in res.items():
     print(f"{name:14s} median {st.median*1e3:8.3f} ms  IQR/med {st.iqr/st.median:5.1%}  {flops/st.median/1e9:7.1f} GFLOP/s  (q1 {flops/st.q1/1e9:.1f}, best {flops/st.min/1e9:.1f})")
