@@ -168,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
             libs[parts[1]] += 1
     text, loops = loops_of(dis)
     print(schedule)
-    print(f"{len(samples)} samples, {len(ips)} in the kernel ({len(ips) / max(1, len(samples)):.0%})")
+    share = len(ips) / max(1, len(samples))
+    print(f"{len(samples)} samples, {len(ips)} in the kernel ({share:.0%})")
     print(f"{'share':>6}  loop (offsets)      instructions  FMAs  first instruction")
     for share, lp, n, fmas in charge(ips, text, loops)[:args.top]:
         where = f"{lp[0] - lo}-{lp[1] - lo}" if lp else "outside loops"
