@@ -36,12 +36,8 @@ i, j, k = tl.vars("i j k")
 C = tl.Func("C"); C[i, j] = A[i, k] * B[k, j]
 TARGET = None
 if os.environ.get("TARGET_CPU"):  # a described CPU's code (benchmarks/mca.py's features)
-    from mca import FEATURES
-
-    from tensorlang.backends.llvm.target import Target, host_target
-    _h = host_target()
-    TARGET = Target(_h.triple, os.environ["TARGET_CPU"], FEATURES[os.environ["TARGET_CPU"]],
-                    _h.llvm_version, _h.llvmlite_version)
+    from mca import target_for
+    TARGET = target_for(os.environ["TARGET_CPU"])
 lanes = heuristic_lanes(C, TARGET)  # the target's native SIMD lanes of this dtype
 
 def sched(v):

@@ -88,13 +88,9 @@ def _run(args: argparse.Namespace) -> None:
     sizes = dict(w.shape, **(parse_shape(args.shape) if args.shape else {}))
     target = None
     if args.cpu:
-        from mca import FEATURES
+        from mca import target_for
 
-        from tensorlang.backends.llvm.target import Target, host_target
-
-        h = host_target()
-        target = Target(h.triple, args.cpu, FEATURES[args.cpu], h.llvm_version,
-                        h.llvmlite_version)
+        target = target_for(args.cpu)
     with rule_settings(args.set):
         s = heuristic_schedule(out, sizes, target)
     kern = tl.compile(out, s, target=target) if target else tl.compile(out, s)

@@ -112,6 +112,13 @@ def mca_cycles(body: list[str], cpu: str, mca: str) -> float:
     return cycles / iters
 
 
+def target_for(cpu: str) -> Target:
+    """A ``Target`` for the CPU named ``cpu`` (a key of ``FEATURES``), with the host's triple and
+    LLVM: code for it that an AVX-512 host also runs (AVX2 for ``haswell``)."""
+    h = host_target()
+    return Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)
+
+
 def fma_probe(register: str, kind: str, chains: int = 16) -> list[str]:
     """A loop of ``chains`` independent FMAs (``vfmadd231`` + ``kind``: ``ps`` or ``pd``) on
     ``register`` registers (``xmm``/``ymm``/``zmm``), more chains than any CPU's FMA latency x
@@ -191,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'% peak':>8}{'model peak':>11}{'% model':>8}")
     short = []
     for cpu in cpus:
-        t = Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)
+        t = target_for(cpu)
         sched = s if args.host_schedule else heuristic_schedule(out, sizes, t)
         body = innermost_fma_loop(tl.compile(out, sched, target=t).assembly())
         if not body:
