@@ -140,6 +140,13 @@ A_PANELS = 0
 #: AVX-512 Xeon and lost at mid sizes on two with the same blocks (docs/performance.md, "BLIS's
 #: whole loop order"). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
 BLIS_ORDER = 0
+#: row blocks per thread from which a packed tile with a split reduction runs BLIS's loop order
+#: (``BLIS_ORDER`` for every one): then B's panels are copied once per ``kc`` block, not once per
+#: row block. A small L2 makes many blocks: AVX2 code for ``haswell`` (256 KiB L2, 85-row
+#: blocks, twelve on one thread at 1024 rows) spent 12-13% of its samples copying B and ran
+#: 5-9% faster in BLIS's order (docs/performance.md, "AVX2 code on the AVX-512 VM"); with two
+#: blocks a thread the orders timed alike. 0: never
+BLIS_ORDER_BLOCKS = 4
 #: native vectors per row of a packed tile in place of the CPU model's
 #: (``CpuModel.packed_vectors``); 0: the model's. An int, for ``benchmarks/gemm_packed.py``'s
 #: ``auto:PACKED_VECTORS=3+cpu_model.MAX_ACCUMULATORS=24`` (BLIS's 8 x 24 float64 tile)
@@ -555,7 +562,7 @@ def packed_operand(f: Func) -> Packed | None:
     return found[0] if found else None
 
 
-def _panel_dim(op: Packed) -> int:
+def panel_dim(op: Packed) -> int:
     """The dimension of ``op``'s copy that counts its panels (``cache_read``'s ``panel``: the
     panelled dimension's place in the copy's ``layout``)."""
     assert op.panel is not None
@@ -745,6 +752,9 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     where it leaves remainder rows (loop partitioning runs them, and the columns past the last
     whole panel, as pieces of their own). A reduction of at most ``kc`` is not
     split: the row block is packed per row block, the whole ``K x nr`` panel per column panel.
+    Where each thread gets at least ``BLIS_ORDER_BLOCKS`` row blocks (a small L2), BLIS's own
+    order instead: per ``kc`` block, B's ``kc x N`` block copied once in panels, then the row
+    blocks (Goto and van de Geijn, TOMS 2008, Fig. 8).
 
     Raises:
         ScheduleError: the reduction is not GEMM-like, its operand fits in L1 (nothing to gain),
@@ -788,6 +798,10 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
             (rows, blocking, mb), kc = more, more_kc
     if kc is None or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
+    # BLIS's order where each thread would run several row blocks, each copying all of B's
+    # panels again (a small L2's mc)
+    blis = BLIS_ORDER or (kc < ext[k] and BLIS_ORDER_BLOCKS > 0
+                          and ext[i] // rows // mb >= BLIS_ORDER_BLOCKS * threads)
     count = {**ext, "blocks": ext[i] // rows // mb}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     if par is None and num_threads() > 1:
@@ -797,7 +811,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     io, ii = st.split(i, rows)
     ioo, ioi = st.split(io, mb)
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
-    if kc < ext[k] and BLIS_ORDER:
+    if kc < ext[k] and blis:
         # BLIS's order: for each kc block, B's kc x N block copied once in nr-wide panels
         # (by all threads where the row blocks are the parallel loop), then the row blocks,
         # each with its mc x kc block of A (packed) in L2 for every column panel; column
@@ -811,7 +825,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         if par == "blocks":
             for op in panels:
                 # the copy's loop over the panels: the panel's dimension (``_tile_reads``)
-                copies[op].parallel(f"{copies[op].func}_d{_panel_dim(op)}")
+                copies[op].parallel(f"{copies[op].func}_d{panel_dim(op)}")
     elif kc < ext[k]:
         # the mc x kc block of A (packed) stays in L2 for every column panel; each row block
         # copies B's kc x nr panels itself

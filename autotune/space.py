@@ -31,6 +31,10 @@ Func computed at root or at a consumer loop):
   the row block of the row operand (``heuristic.row_operands``: A) is copied at the reduction
   block loop (at the row block loop when the reduction is not split), the operand's ``kc x nr``
   panel at the column panel loop (``cache_read``), into contiguous buffers read from L2 and L1.
+- ``<F>.blis``, with ``packed`` and a split reduction: BLIS's own loop order instead — per
+  reduction block, the operand's ``kc x N`` block copied once in ``nr``-wide panels (by the
+  threads together where the row blocks run in parallel), then the row blocks, each copying its
+  block of the row operand, then the column panels (``heuristic.BLIS_ORDER_BLOCKS``).
 - ``<F>.<row>.block``, with ``packed``: register tiles per row block (``mc / mr``): ``"model"``
   (``heuristic.row_block``: the analytical model's ``mc``, at least ``blocks_per_thread`` blocks
   per thread) or 1 to 64.
@@ -116,6 +120,7 @@ from tensorlang.schedule.trace import TailStrategy
 
 from .cpu_model import cpu_model
 from .heuristic import (
+    Packed,
     MAX_KC,
     fuse_siblings,
     accumulator_rows,
@@ -128,6 +133,7 @@ from .heuristic import (
     packed_blocking,
     packed_operand,
     packed_operands,
+    panel_dim,
     row_block,
     row_operands,
     row_var,
@@ -466,7 +472,15 @@ class SearchSpace:
             # the tile's rows right outside its vector loop (conv2d: co.i, then x.i)
             inner_p.remove(tile_rows)
             inner_p.insert(inner_p.index(inner_of[args[-1]]), tile_rows)
-        if order == "packed" and rvars[0] in factor:
+        blis = order == "packed" and rvars[0] in factor and \
+            trial.suggest_categorical(f"{f.name}.blis", [False, True])
+        if blis:
+            # BLIS's order: per k block B's kc x N block copied once in panels, then the row
+            # blocks, each with its block of A, then the column panels
+            panel, rows_o = outer_of[args[-1]], outer_of[row]
+            loops = [lp for lp in outer_p if lp not in (panel, rows_o)] + outer_r \
+                + [rows_o, panel] + mid + inner_r + inner_p
+        elif order == "packed" and rvars[0] in factor:
             # per k block the row block of A, then per column panel the kc x nr panel of B
             panel = outer_of[args[-1]]
             loops = [lp for lp in outer_p if lp != panel] + outer_r + [panel] + mid + inner_r \
@@ -478,7 +492,17 @@ class SearchSpace:
         else:
             loops = outer_p + outer_r + inner_p + inner_r
         stage.reorder(*loops)
-        if order == "packed":
+        panels: list[Packed] = []
+        copies: dict = {}
+        if blis:
+            # (heuristic._packed_tile's BLIS branch) B's panels at the k block loop, A's row
+            # block at the row block loop
+            blocks = row_operands(f, row, split=True,
+                                  rows=factor[row] if tile_rows is not None else 1)
+            panels = packed_operands(f, factor[args[-1]])
+            copies = pack(s, stage, [*panels, *blocks], [outer_r[0]] * len(panels)
+                          + [outer_of[row]] * len(blocks))
+        elif order == "packed":
             # the row block at the k block loop (at the row block loop: the whole reduction)
             blocks = row_operands(f, row, split=rvars[0] in factor,
                                   rows=factor[row] if tile_rows is not None else 1)
@@ -517,6 +541,10 @@ class SearchSpace:
             par = next((lp for lp in pure_order if lp in outer_p and
                         self._outer_extent(s, f, lp) > 1), pure_order[0])
             stage.parallel(par)
+            if blis and par == outer_of[row]:
+                # the row blocks in parallel: B's panels copied by the threads together
+                for op in panels:
+                    copies[op].parallel(f"{copies[op].func}_d{panel_dim(op)}")
 
     def signature(self, s: Schedule) -> dict[str, tuple]:
         """``stage_signature`` of ``s`` at this space's sizes."""
@@ -791,6 +819,14 @@ class _Oracle:
                 return ["packed"]
             last = st.loops[-1]
             return ["dot", "tile"] if st.is_reduction_loop(last) else ["tile", "dot"]
+        if rest == "blis":
+            # BLIS's order: the first reduction loop outside the row blocks' loop
+            fn = self.target.pipeline.func(func)
+            row = row_var(fn, [v.name for v in fn.definition.args])  # type: ignore[union-attr]
+            loops = st.loops
+            red = next((n for n, lp in enumerate(loops) if st.is_reduction_loop(lp)), None)
+            done = red is not None and f"{row}.o.o" in loops and red < loops.index(f"{row}.o.o")
+            return [done, not done]
         if rest == "vectorize":
             vec = [lp for lp, k in kinds.items() if k == ForKind.VECTORIZED]
             if not vec:

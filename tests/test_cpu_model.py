@@ -16,6 +16,7 @@ from tensorlang.autotuner import cpu_model as cm
 from tensorlang.autotuner import heuristic
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.backends.llvm.target import Target
+from tensorlang.errors import IllegalScheduleError
 
 
 # (cpu, bytes per element) -> (mr, nr, kc, mc), worked by hand from the formulas in
@@ -405,6 +406,59 @@ def test_blis_order_matches_numpy_on_odd_sizes(form, threads, monkeypatch):
         else:
             got, want = tl.compile(out, s)(X=x, Y=y), x @ y.T + y @ x.T
         np.testing.assert_allclose(got, want, rtol=1e-10)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_many_row_blocks_a_thread_take_blis_order_and_stay_a_point(threads, monkeypatch):
+    # haswell's 256 KiB L2 gives 85-row blocks: twelve over 1024 rows, each copying all of
+    # B's panels again in the rule's own order; from BLIS_ORDER_BLOCKS blocks a thread the
+    # rule runs BLIS's order (B copied once per kc block). An AVX-512 Xeon's 2 MiB L2 gives two
+    # blocks on one thread: its order stays. Either is a point of the search space (its
+    # ``blis`` decision), and random points in BLIS's order compute what NumPy computes
+    import optuna
+
+    from tensorlang.autotuner.space import SearchSpace
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    sizes = {"M": 1024, "N": 1024, "K": 1024}
+    for cpu, want in [("haswell", True), ("sapphirerapids", False)]:
+        target = _target(cpu)
+        rule = heuristic_schedule(gemm(tl.float64), sizes, target)
+        text = rule.to_python()
+        assert ("'k.o', 'i.o.o', 'j.o'" in text) == want, (cpu, text)
+        space = SearchSpace(gemm(tl.float64), sizes, target)
+        point = space.point(rule)
+        assert point is not None and point[0]["C.blis"] is want, (cpu, text)
+        again = space.sample(optuna.trial.FixedTrial(point[0]))
+        assert space.signature(again) == space.signature(rule)
+    monkeypatch.setattr(heuristic, "BLIS_ORDER_BLOCKS", 0)
+    rule = heuristic_schedule(gemm(tl.float64), sizes, _target("haswell")).to_python()
+    assert "'i.o.o', 'k.o', 'j.o'" in rule, rule
+    rng = np.random.default_rng(8)
+    C = gemm(tl.float64)
+    for m, n, k in [(263, 131, 600), (97, 61, 301)]:
+        space = SearchSpace(C, {"M": m, "N": n, "K": k})
+        sampler = optuna.samplers.RandomSampler(seed=m)
+        study = optuna.create_study(sampler=sampler)
+        found = 0
+        for _ in range(200):
+            trial = study.ask()
+            try:
+                s = space.sample(trial)
+            except Exception:
+                continue
+            if not trial.params.get("C.blis"):
+                continue
+            try:  # (a ShiftInwards tail inside the k blocks: the legality check refuses it)
+                kern = tl.compile(C, s)
+            except IllegalScheduleError:
+                continue
+            found += 1
+            a, b = rng.random((m, k)), rng.random((k, n))
+            np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-10, err_msg=s.to_python())
+            if found == 3:
+                break
+        assert found, "no random point in BLIS's order"
 
 
 def test_a_triangle_over_the_columns_keeps_the_narrow_packed_tile(monkeypatch):
