@@ -140,12 +140,13 @@ A_PANELS = 0
 #: AVX-512 Xeon and lost at mid sizes on two with the same blocks (docs/performance.md, "BLIS's
 #: whole loop order"). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
 BLIS_ORDER = 0
-#: row blocks per thread from which a packed tile with a split reduction runs BLIS's loop order
-#: (``BLIS_ORDER`` for every one): then B's panels are copied once per ``kc`` block, not once per
-#: row block. A small L2 makes many blocks: AVX2 code for ``haswell`` (256 KiB L2, 85-row
-#: blocks, twelve on one thread at 1024 rows) spent 12-13% of its samples copying B and ran
-#: 5-9% faster in BLIS's order (docs/performance.md, "AVX2 code on the AVX-512 VM"); with two
-#: blocks a thread the orders timed alike. 0: never
+#: how many times the row blocks a thread asked for (``blocks_per_thread``) a packed tile with a
+#: split reduction must give each thread to run BLIS's loop order (``BLIS_ORDER``: always):
+#: then B's panels are copied once per ``kc`` block, not once per row block. A small L2 makes
+#: many blocks: AVX2 code for ``haswell`` (256 KiB L2, 85-row blocks, twelve on one thread at
+#: 1024 rows) spent 12-13% of its samples copying B and ran 10-12% faster in BLIS's order;
+#: symm's five blocks (two asked for, its rows differ in work) ran slower in it on one thread
+#: (docs/performance.md, "AVX2 code on the AVX-512 VM"). 0: never
 BLIS_ORDER_BLOCKS = 4
 #: native vectors per row of a packed tile in place of the CPU model's
 #: (``CpuModel.packed_vectors``); 0: the model's. An int, for ``benchmarks/gemm_packed.py``'s
@@ -752,9 +753,9 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     where it leaves remainder rows (loop partitioning runs them, and the columns past the last
     whole panel, as pieces of their own). A reduction of at most ``kc`` is not
     split: the row block is packed per row block, the whole ``K x nr`` panel per column panel.
-    Where each thread gets at least ``BLIS_ORDER_BLOCKS`` row blocks (a small L2), BLIS's own
-    order instead: per ``kc`` block, B's ``kc x N`` block copied once in panels, then the row
-    blocks (Goto and van de Geijn, TOMS 2008, Fig. 8).
+    Where each thread gets ``BLIS_ORDER_BLOCKS`` times the row blocks it asked for or more (a
+    small L2's ``mc``), BLIS's own order instead: per ``kc`` block, B's ``kc x N`` block copied
+    once in panels, then the row blocks (Goto and van de Geijn, TOMS 2008, Fig. 8).
 
     Raises:
         ScheduleError: the reduction is not GEMM-like, its operand fits in L1 (nothing to gain),
@@ -798,10 +799,10 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
             (rows, blocking, mb), kc = more, more_kc
     if kc is None or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
-    # BLIS's order where each thread would run several row blocks, each copying all of B's
-    # panels again (a small L2's mc)
+    # BLIS's order where a small L2's mc gives each thread several times the row blocks it
+    # asked for, each copying all of B's panels again
     blis = BLIS_ORDER or (kc < ext[k] and BLIS_ORDER_BLOCKS > 0
-                          and ext[i] // rows // mb >= BLIS_ORDER_BLOCKS * threads)
+                          and ext[i] // rows // mb >= BLIS_ORDER_BLOCKS * per_thread * threads)
     count = {**ext, "blocks": ext[i] // rows // mb}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     if par is None and num_threads() > 1:

@@ -411,9 +411,9 @@ def test_blis_order_matches_numpy_on_odd_sizes(form, threads, monkeypatch):
 @pytest.mark.parametrize("threads", ["1", "2"])
 def test_many_row_blocks_a_thread_take_blis_order_and_stay_a_point(threads, monkeypatch):
     # haswell's 256 KiB L2 gives 85-row blocks: twelve over 1024 rows, each copying all of
-    # B's panels again in the rule's own order; from BLIS_ORDER_BLOCKS blocks a thread the
-    # rule runs BLIS's order (B copied once per kc block). An AVX-512 Xeon's 2 MiB L2 gives two
-    # blocks on one thread: its order stays. Either is a point of the search space (its
+    # B's panels again in the rule's own order; from BLIS_ORDER_BLOCKS times the blocks a
+    # thread asked for, the rule runs BLIS's order (B copied once per kc block). An AVX-512
+    # Xeon's 2 MiB L2 gives two blocks on one thread: its order stays. Either is a point of the search space (its
     # ``blis`` decision), and random points in BLIS's order compute what NumPy computes
     import optuna
 
