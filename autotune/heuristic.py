@@ -132,13 +132,15 @@ MIN_KC = 256
 #: thread 5% faster but PolyBench's 3mm 7-10% and syr2k 3-12% slower (docs/performance.md).
 #: An int, for ``benchmarks/gemm_packed.py``'s ``auto:A_PANELS=1``
 A_PANELS = 0
-#: whether a packed tile with a split reduction runs BLIS's loop order: for each ``kc`` block,
-#: the whole ``kc x N`` block of B is copied once, in ``nr``-wide panels (by the threads
-#: together), then the row blocks run in parallel, each copying its ``mc x kc`` block of A
-#: (Goto and van de Geijn, TOMS 2008, Fig. 8). Off: each row block copies B's ``kc x nr``
-#: panels itself, as many times as there are row blocks. BLIS's order won on one thread on an
-#: AVX-512 Xeon and lost at mid sizes on two with the same blocks (docs/performance.md, "BLIS's
-#: whole loop order"). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
+#: whether every packed tile with a split reduction runs BLIS's loop order (else only where
+#: ``BLIS_ORDER_BLOCKS`` says; with this on, the row blocks are re-chosen as
+#: ``BLIS_BLOCK_ROWS`` says): for each ``kc`` block, the whole ``kc x N`` block of B is copied
+#: once, in ``nr``-wide panels (by the threads together), then the row blocks run in parallel,
+#: each copying its ``mc x kc`` block of A (Goto and van de Geijn, TOMS 2008, Fig. 8). Off:
+#: each row block copies B's ``kc x nr`` panels itself, as many times as there are row blocks.
+#: BLIS's order won on one thread on an AVX-512 Xeon and lost at mid sizes on two with the same
+#: blocks (docs/performance.md, "BLIS's whole loop order"). An int, for
+#: ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
 BLIS_ORDER = 0
 #: how many times the row blocks a thread asked for (``blocks_per_thread``) a packed tile with a
 #: split reduction must give each thread to run BLIS's loop order (``BLIS_ORDER``: always):
