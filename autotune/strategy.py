@@ -10,7 +10,9 @@ schedules already measured or pruned (or twice in one pool), ranks the rest by p
 and picks the best ``measure_per_round - 2``, the best-ranked of the sampler's own proposals
 (mutants alone would only refine the incumbent) and one random exploratory candidate; the others
 are told to Optuna as failed, so they do not bias TPE. Without the model every legal proposal is
-measured (plain Optuna, for ablations).
+measured (plain Optuna, for ablations). After ``DUPLICATE_STREAK`` duplicate proposals in a row
+the sampler is set aside for random draws until one is new (TPE can settle on one measured
+point).
 
 Proposals are asked of an in-memory study that mirrors the tuning's own (``main``, in its
 storage, shared by workers): proposals not measured — ranked out, duplicates, past the budget —
@@ -39,6 +41,11 @@ from .results import TrialRecord
 
 #: a candidate: (Optuna trial, schedule, feature vector, predicted seconds or None)
 Candidate = tuple
+#: duplicate proposals in a row after which the next proposals are drawn at random until one is
+#: new: TPE, once the best trial sits on a branch with no further decisions (matmul 48³'s
+#: ``C.rfactor=True``, resumed), proposed it again and again, and the run ended as if the
+#: space were exhausted (the tuner stops after 20 duplicates a trial) after measuring nothing
+DUPLICATE_STREAK = 8
 
 
 def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -92,6 +99,9 @@ class SearchStrategy:
         self.params_of: dict[int, tuple[dict, dict]] = {}
         #: proposals dropped as already seen (the space is exhausted when they pile up)
         self.duplicates = 0
+        #: duplicates in a row; from DUPLICATE_STREAK on, proposals are random draws
+        self._streak = 0
+        self._random = optuna.samplers.RandomSampler(seed=int(rng.integers(2 ** 31)))
         #: another worker's measurement is in the study (``skip``)
         self.shared = False
         self._own = set(own_trials or ())
@@ -167,16 +177,25 @@ class SearchStrategy:
         log: ``seen``; or claimed by another worker), or already in this round's pool, ends in
         the proposal study (``skip``) and is dropped (None): measuring it again would teach
         nothing."""
-        trial = trial if trial is not None else self.study.ask()
-        s = self.space.sample(trial)
+        stuck = trial is None and self._streak >= DUPLICATE_STREAK
+        if stuck:  # the sampler keeps proposing what was measured: a random draw instead
+            keep, self.study.sampler = self.study.sampler, self._random
+        try:
+            trial = trial if trial is not None else self.study.ask()
+            s = self.space.sample(trial)
+        finally:
+            if stuck:
+                self.study.sampler = keep
         trace = s.to_json()
         owner = None
         if trace not in self.seen and trace not in self._pool_traces and self.claims:
             owner = self.claims.owner(trace)
         if trace in self.seen or trace in self._pool_traces or owner is not None:
             self.duplicates += 1
+            self._streak += 1
             self.skip(trial, duplicate=True)
             return None
+        self._streak = 0
         if self.model is not None:
             self._pool_traces.add(trace)
         report = s.check()
