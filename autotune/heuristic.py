@@ -146,9 +146,10 @@ BLIS_ORDER = 0
 #: split reduction must give each thread to run BLIS's loop order (``BLIS_ORDER``: always):
 #: then B's panels are copied once per ``kc`` block, not once per row block. A small L2 makes
 #: many blocks: AVX2 code for ``haswell`` (256 KiB L2, 85-row blocks, twelve on one thread at
-#: 1024 rows) spent 12-13% of its samples copying B and ran 10-12% faster in BLIS's order;
-#: symm's five blocks (two asked for, its rows differ in work) ran slower in it on one thread
-#: (docs/performance.md, "AVX2 code on the AVX-512 VM"). 0: never
+#: 1024 rows) spent 12-13% of its samples copying B; in BLIS's order 1% (10-12% faster in
+#: three runs, even in two later ones); symm's five blocks (two asked for, its rows differ in
+#: work) ran slower in it on one thread (docs/performance.md, "AVX2 code on the AVX-512 VM").
+#: 0: never
 BLIS_ORDER_BLOCKS = 4
 #: native vectors per row of a packed tile in place of the CPU model's
 #: (``CpuModel.packed_vectors``); 0: the model's. An int, for ``benchmarks/gemm_packed.py``'s
