@@ -13,7 +13,9 @@ clock: it works in virtual machines without hardware counters). Each sample insi
 code is charged to the innermost loop holding it (a backward branch and its target in the
 disassembly of the code's bytes, ``objdump``); the script prints each loop's share of the
 kernel's samples with its instruction and FMA counts, the hottest instructions, and the share of
-all samples in library functions (``memmove`` is a copy loop LLVM turned into a call).
+all samples in library functions (``memmove`` is a copy loop LLVM turned into a call), and
+last the share of the kernel's time in its innermost FMA loops (``fma_share``), the figure to
+compare between two schedules: it does not depend on how fast the machine ran that minute.
 
 A sampled instruction is the one after the stall, not the stalled one (skid): a load that
 misses shows up as the instruction using its value. See also: perf-record(1); Halide's
@@ -71,6 +73,23 @@ def charge(ips: list[int], text: dict[int, str], loops: list[tuple[int, int]]
         body = [t for a, t in text.items() if lp and lp[0] <= a <= lp[1]]
         out.append((n / max(1, len(ips)), lp, len(body), sum(t.startswith("vfm") for t in body)))
     return out
+
+
+#: library functions a kernel's copies and fills become (LLVM turns such loops into calls)
+COPY_CALLS = ("memmove", "memcpy", "memset")
+
+
+def fma_share(ips: list[int], text: dict[int, str], loops: list[tuple[int, int]],
+              copies: int = 0) -> float:
+    """The share of ``ips`` plus ``copies`` (samples in ``COPY_CALLS``, the kernel's too) that
+    fall in an innermost loop holding FMAs: the time the kernel spends in its register tile's
+    loop, the rest being copies, the tile's loads and stores, and loop overhead."""
+    inner = [lp for lp in loops if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1]
+                                           for o in loops)]
+    fma = [lp for lp in inner if any(t.startswith("vfm") for a, t in text.items()
+                                     if lp[0] <= a <= lp[1])]
+    hits = sum(1 for ip in ips if innermost(ip, loops) in fma)
+    return hits / max(1, len(ips) + copies)
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -178,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     print("library functions (share of all samples):")
     for sym, n in libs.most_common(5):
         print(f"{n / max(1, len(samples)):6.1%}  {sym}")
+    copies = sum(n for sym, n in libs.items() if any(c in sym for c in COPY_CALLS))
+    print(f"innermost FMA loops: {fma_share(ips, text, loops, copies):.1%} of the kernel's "
+          f"samples and its copy calls' ({len(ips)} + {copies})")
     return 0
 
 

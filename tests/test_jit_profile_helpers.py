@@ -32,3 +32,12 @@ def test_loops_are_backward_branches_and_samples_go_to_the_innermost():
     rows = jit_profile.charge([0x1008, 0x100d, 0x1010, 0x1012, 0x1000], text, loops)
     assert rows[0][:2] == (0.6, (0x1008, 0x1010)) and rows[0][2:] == (3, 1)
     assert {(r[1], r[0]) for r in rows[1:]} == {((0x1003, 0x1015), 0.2), (None, 0.2)}
+
+
+def test_the_fma_share_counts_innermost_fma_loops_against_kernel_and_copy_samples():
+    text, loops = jit_profile.loops_of(DIS)
+    # 0x1008-0x1010 is the innermost FMA loop; 0x1003-0x1015 holds it and is not innermost
+    ips = [0x1008, 0x100d, 0x1012, 0x1000]
+    assert jit_profile.fma_share(ips, text, loops) == 0.5
+    assert jit_profile.fma_share(ips, text, loops, copies=4) == 0.25
+    assert jit_profile.fma_share([], text, loops) == 0.0
