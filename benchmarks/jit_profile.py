@@ -15,7 +15,8 @@ disassembly of the code's bytes, ``objdump``); the script prints each loop's sha
 kernel's samples with its instruction and FMA counts, the hottest instructions, and the share of
 all samples in library functions (``memmove`` is a copy loop LLVM turned into a call), and
 last the share of the kernel's time in its innermost FMA loops (``fma_share``), the figure to
-compare between two schedules: it does not depend on how fast the machine ran that minute.
+compare between two schedules on a shared machine: a slower minute stretches every loop alike
+(other tenants' use of the caches still moves it).
 
 A sampled instruction is the one after the stall, not the stalled one (skid): a load that
 misses shows up as the instruction using its value. See also: perf-record(1); Halide's
