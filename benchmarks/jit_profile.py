@@ -38,6 +38,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+from mca import FMA_STEMS, target_for  # noqa: E402
+
 #: a backward branch of objdump's disassembly: its address and target
 _JUMP = re.compile(r"^\s*([0-9a-f]+):.*\sj\w+\s+(?:0x)?([0-9a-f]+)")
 
@@ -72,7 +74,8 @@ def charge(ips: list[int], text: dict[int, str], loops: list[tuple[int, int]]
     out = []
     for lp, n in count.most_common():
         body = [t for a, t in text.items() if lp and lp[0] <= a <= lp[1]]
-        out.append((n / max(1, len(ips)), lp, len(body), sum(t.startswith("vfm") for t in body)))
+        fmas = sum(t.startswith(FMA_STEMS) for t in body)
+        out.append((n / max(1, len(ips)), lp, len(body), fmas))
     return out
 
 
@@ -87,7 +90,7 @@ def fma_share(ips: list[int], text: dict[int, str], loops: list[tuple[int, int]]
     loop, the rest being copies, the tile's loads and stores, and loop overhead."""
     inner = [lp for lp in loops if not any(o != lp and lp[0] <= o[0] and o[1] <= lp[1]
                                            for o in loops)]
-    fma = [lp for lp in inner if any(t.startswith("vfm") for a, t in text.items()
+    fma = [lp for lp in inner if any(t.startswith(FMA_STEMS) for a, t in text.items()
                                      if lp[0] <= a <= lp[1])]
     hits = sum(1 for ip in ips if innermost(ip, loops) in fma)
     return hits / max(1, len(ips) + copies)
@@ -108,8 +111,6 @@ def _run(args: argparse.Namespace) -> None:
     sizes = dict(w.shape, **(parse_shape(args.shape) if args.shape else {}))
     target = None
     if args.cpu:
-        from mca import target_for
-
         target = target_for(args.cpu)
     with rule_settings(args.set):
         s = heuristic_schedule(out, sizes, target)
