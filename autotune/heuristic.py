@@ -151,6 +151,11 @@ BLIS_ORDER = 0
 #: work) ran slower in it on one thread (docs/performance.md, "AVX2 code on the AVX-512 VM").
 #: 0: never
 BLIS_ORDER_BLOCKS = 4
+#: the packed tile prefetches the next register tile's rows of its output at the top of each
+#: tile (``Stage.prefetch``), as BLIS's and OpenBLAS's micro-kernels prefetch C: the tile's
+#: first loads of C, a row stride apart, otherwise stall its first multiply-adds. 0: never
+PREFETCH_TILE = 0
+PREFETCH_OFFSET = 1
 #: native vectors per row of a packed tile in place of the CPU model's
 #: (``CpuModel.packed_vectors``); 0: the model's. An int, for ``benchmarks/gemm_packed.py``'s
 #: ``auto:PACKED_VECTORS=3+cpu_model.MAX_ACCUMULATORS=24`` (BLIS's 8 x 24 float64 tile)
@@ -846,6 +851,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
     else:
         st.vectorize(xi)
+    if PREFETCH_TILE:
+        st.prefetch(f.name, ioi, offset=PREFETCH_OFFSET)
     if par is not None:
         st.parallel(ioo.name if par == "blocks" else par)
 

@@ -38,6 +38,8 @@ Func computed at root or at a consumer loop):
 - ``<F>.<row>.block``, with ``packed``: register tiles per row block (``mc / mr``): ``"model"``
   (``heuristic.row_block``: the analytical model's ``mc``, at least ``blocks_per_thread`` blocks
   per thread) or 1 to 64.
+- ``<F>.prefetch``, with a ``packed`` row block: each register tile prefetches the next tile's
+  rows of ``F`` (``Stage.prefetch``; ``heuristic.PREFETCH_TILE``), or not.
 - ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not. An inner split loop
   of constant extent up to 4 widths (``x.i`` of 32 at width 16) becomes that many unrolled
   vectors: the register tile of the split, kept in registers. When that extent is not a multiple
@@ -535,6 +537,8 @@ class SearchSpace:
             ext = self._loop_extent(s, f, cand)
             if ext is not None and ext <= 16 and cand in inner_p:
                 stage.unroll(cand)
+        if mid and trial.suggest_categorical(f"{f.name}.prefetch", [False, True]):
+            stage.prefetch(f.name, mid[0])  # the next register tile's rows of the output
         if pure_order and trial.suggest_categorical(f"{f.name}.parallel", [False, True]):
             # the outermost pure loop that has more than one iteration (conv2d's batch of 1
             # would give the thread pool nothing to share)
@@ -698,7 +702,7 @@ def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> di
                 ext[r.fused] = None if a is None or b is None else a * b
                 rels.append(r)
         out[name] = (tuple(st.loops), tuple(sorted((k, v.value) for k, v in st.kinds.items())),
-                     tuple(rels), st.compute, st.store, st.fused)
+                     tuple(rels), st.compute, st.store, st.fused, tuple(st.prefetches))
     return out
 
 
@@ -826,6 +830,9 @@ class _Oracle:
             loops = st.loops
             red = next((n for n, lp in enumerate(loops) if st.is_reduction_loop(lp)), None)
             done = red is not None and f"{row}.o.o" in loops and red < loops.index(f"{row}.o.o")
+            return [done, not done]
+        if rest == "prefetch":
+            done = any(t == func for t, _, _ in st.prefetches)
             return [done, not done]
         if rest == "vectorize":
             vec = [lp for lp, k in kinds.items() if k == ForKind.VECTORIZED]

@@ -2,6 +2,7 @@
 
 Run: python benchmarks/jit_profile.py [--workload matmul] [--shape M=1024,N=1024,K=1024]
      [--dtype float64] [--cpu haswell] [--set NAME=VALUE[+NAME=VALUE]] [--seconds 6]
+     [--list FIRST-LAST]
      (TENSORLANG_NUM_THREADS=1 for one thread; needs ``perf``, Debian package linux-perf)
 
 The rule-based schedule of a built-in workload (``--set`` changes the rules' constants as
@@ -136,6 +137,15 @@ def _run(args: argparse.Namespace) -> None:
     print(f"{calls} calls in {args.seconds:g} s", flush=True)
 
 
+def listing(ips: list[int], text: dict[int, str], lo: int, span: str) -> list[str]:
+    """Lines "share offset instruction" for the instructions at offsets ``span`` ("FIRST-LAST",
+    as the loop table prints them) of the code starting at address ``lo``."""
+    first, last = (int(v) for v in span.split("-"))
+    count = collections.Counter(ips)
+    return [f"{count[a] / max(1, len(ips)):6.1%}  {a - lo:>7}  {t[:60]}"
+            for a, t in sorted(text.items()) if first <= a - lo <= last]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="matmul")
@@ -145,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", default="", help="NAME=VALUE[+...]: the rules' constants")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--top", type=int, default=12)
+    ap.add_argument("--list", default="", metavar="FIRST-LAST",
+                    help="also print the instructions at these offsets with their samples")
     ap.add_argument("--dump", default="", help=argparse.SUPPRESS)  # the sampled child's
     args = ap.parse_args(argv)
     if args.dump:
@@ -196,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     print("hottest instructions (share of the kernel's samples):")
     for ip, n in sorted(hot):
         print(f"{n / max(1, len(ips)):6.1%}  {ip - lo:>7}  {text.get(ip, '?')[:60]}")
+    if args.list:
+        print(f"offsets {args.list} (share of the kernel's samples):")
+        for line in listing(ips, text, lo, args.list):
+            print(line)
     print("library functions (share of all samples):")
     for sym, n in libs.most_common(5):
         print(f"{n / max(1, len(samples)):6.1%}  {sym}")

@@ -26,6 +26,7 @@ from .ir import (
     LetStmt,
     Load,
     LoweredFunc,
+    Prefetch,
     ProducerConsumer,
     Stmt,
     Store,
@@ -84,6 +85,8 @@ def _exprs_of(s: Stmt) -> list[Expr]:
         return [s.min, s.extent]
     if isinstance(s, Store):
         return [*s.indices, s.value]
+    if isinstance(s, Prefetch):
+        return list(s.indices)
     if isinstance(s, IfThenElse):
         return [s.cond]
     if isinstance(s, LetStmt):

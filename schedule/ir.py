@@ -150,6 +150,17 @@ class Store(Stmt):
 
 
 @dataclass(frozen=True, eq=False)
+class Prefetch(Stmt):
+    """A hint: bring the cache line holding ``buffer[indices]`` into the nearest cache. It
+    changes no value, and an address outside the buffer is never touched (codegen clamps none:
+    lowering emits only indices inside the buffer's domain). Halide's ``Prefetch`` node; x86
+    ``prefetcht0`` (LLVM ``llvm.prefetch``)."""
+
+    buffer: str
+    indices: tuple[Expr, ...]
+
+
+@dataclass(frozen=True, eq=False)
 class Allocate(Stmt):
     """Storage for an internal ``buffer`` that lives for the duration of ``body``."""
 
@@ -233,6 +244,8 @@ def map_stmt(s: Stmt, fs: Callable[[Stmt], Stmt], fe: Callable[[Expr], Expr]) ->
         new = dict(min=fe(s.min), extent=fe(s.extent), body=fs(s.body))
     elif isinstance(s, Store):
         new = dict(indices=tuple(fe(i) for i in s.indices), value=fe(s.value))
+    elif isinstance(s, Prefetch):
+        new = dict(indices=tuple(fe(i) for i in s.indices))
     elif isinstance(s, Allocate):
         new = dict(body=fs(s.body))
     elif isinstance(s, Block):
@@ -282,6 +295,8 @@ def print_stmt(s: Stmt, indent: int = 0) -> str:
         idx = ", ".join(e2s(i) for i in s.indices)
         op = "=" if s.reduce_op is None else _OPS[s.reduce_op]
         return f"{pad}{s.buffer}[{idx}] {op} {e2s(s.value)}\n"
+    if isinstance(s, Prefetch):
+        return f"{pad}prefetch {s.buffer}[{', '.join(e2s(i) for i in s.indices)}]\n"
     if isinstance(s, Allocate):
         b = s.buffer
         dims = "".join(f", {e2s(e)}" for e in b.extents)

@@ -85,6 +85,9 @@ class StageState:
     #: double_buffer(): a GPU copy in shared memory gets two slots, the next step's tile copied
     #: while the current one is used (TVM's ``double_buffer``; ``backends/cuda/double_buffer.py``)
     double_buffer: bool = False
+    #: prefetch(): (tensor, loop, offset) — at the top of each iteration of ``loop``, fetch the
+    #: box of ``tensor`` that iteration ``loop + offset`` touches (``schedule/prefetch.py``)
+    prefetches: list[tuple[str, str, int]] = field(default_factory=list)
 
     @staticmethod
     def initial_update(f: Func, number: int) -> StageState:

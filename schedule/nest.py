@@ -601,7 +601,8 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
               before: Callable[[Leaf], list[Stmt]], wrap: Callable[[Leaf, Stmt], Stmt],
               partition: bool = False,
               after: Callable[[Leaf], list[Stmt]] | None = None,
-              plain: Callable[[Leaf], bool] | None = None) -> Stmt:
+              plain: Callable[[Leaf], bool] | None = None,
+              prefetch: Callable[[Leaf], list[Stmt]] | None = None) -> Stmt:
     """The statement running ``update`` over the stage's loops, with ``init`` (for a reduction)
     placed before the outermost reduction loop, ``before(leaf)`` statements (compute_at
     producers) at the top of each loop body, ``after(leaf)`` statements (compute_with stages)
@@ -616,7 +617,15 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
 
     ``plain(leaf)``: nothing is computed, stored or fused at that loop (no ``before``,
     ``wrap`` or ``after`` content); ``nest.peel``'s loop runs as two loops (see ``Peel``) only
-    when it and every loop inside it are plain (default: never)."""
+    when it and every loop inside it are plain (default: never).
+
+    ``prefetch(leaf)``: statements at the very top of each of that loop's bodies, whichever
+    way it is emitted (partitioned, peeled): hints that read no result of the loop
+    (``schedule/prefetch.py``)."""
+
+    def top(lf: Leaf, body: Stmt) -> Stmt:
+        pf = prefetch(lf) if prefetch is not None else []
+        return Block((*pf, body)) if pf else body
 
     def go_part(k: int, core: Stmt, full: frozenset) -> Stmt:
         if k == len(nest.leaves):
@@ -628,11 +637,11 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
             whole = guarded(lf, go_part(k + 1, core, full | {inner}))
             rest = guarded(lf, go_part(k + 1, core, full))
             nfull = smin(nfull, ext)
-            return Block((For(lf.var, lf.min, nfull, lf.kind, whole, _width(lf)),
-                          For(lf.var, sadd(lf.min, nfull), ssub(ext, nfull), lf.kind, rest,
-                              _width(lf))))
-        return For(lf.var, lf.min, ext, lf.kind, guarded(lf, go_part(k + 1, core, full)),
-                   _width(lf))
+            return Block((For(lf.var, lf.min, nfull, lf.kind, top(lf, whole), _width(lf)),
+                          For(lf.var, sadd(lf.min, nfull), ssub(ext, nfull), lf.kind,
+                              top(lf, rest), _width(lf))))
+        return For(lf.var, lf.min, ext, lf.kind,
+                   top(lf, guarded(lf, go_part(k + 1, core, full))), _width(lf))
 
     def guarded(lf: Leaf, body: Stmt, drop: frozenset = frozenset()) -> Stmt:
         for g in reversed(lf.guards):
@@ -651,8 +660,8 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         if (pl is not None and lf.var == pl.loop and steady is not None and plain is not None
                 and lf.kind is ForKind.SERIAL and all(plain(x) for x in nest.leaves[k:])
                 and (init is None or init_done)):
-            return _peeled(lf, pl, guarded(lf, go(k + 1, core, init_done, drop), drop),
-                           guarded(lf, go(k + 1, steady, init_done, drop), drop))
+            return _peeled(lf, pl, top(lf, guarded(lf, go(k + 1, core, init_done, drop), drop)),
+                           top(lf, guarded(lf, go(k + 1, steady, init_done, drop), drop)))
         tp = nest.tail_peels.get(lf.var)
         if (tp is not None and plain is not None and lf.kind is ForKind.SERIAL
                 and (pl is None or pl.loop != lf.var) and id(tp[2]) not in drop
@@ -660,13 +669,13 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
             # the iterations whose inner loop is whole first, without the tail's guard
             whole = frozenset(drop | {id(tp[2])})
             return _peeled(lf, Peel(lf.var, tp[0], tp[2], False),
-                           guarded(lf, go(k + 1, core, init_done, drop), drop),
-                           guarded(lf, go(k + 1, core, init_done, whole), whole))
+                           top(lf, guarded(lf, go(k + 1, core, init_done, drop), drop)),
+                           top(lf, guarded(lf, go(k + 1, core, init_done, whole), whole)))
         inner = go(k + 1, core, init_done, drop)
         pre = before(lf)
         post = after(lf) if after is not None else []
         body = Block((*pre, inner, *post)) if pre or post else inner
-        body = wrap(lf, guarded(lf, body, drop))
+        body = wrap(lf, top(lf, guarded(lf, body, drop)))
         return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
 
     def go_plain(k: int, leaves: list[Leaf], core: Stmt) -> Stmt:

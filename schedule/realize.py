@@ -57,6 +57,7 @@ from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
 from .nest import Leaf, build_stage_nest, conjunction, emit_nest, extent_divides
 from .placement import live_funcs, live_readers, plan_placements
+from .prefetch import prefetch_at
 from .trace import TailStrategy
 from .view import AlgorithmView
 
@@ -294,8 +295,11 @@ class _Realizer:
                           for i in u.index)  # (a scatter's index reads data)
             store = Store(f.name, index, lower_reads(value, self.domains),
                           reassociable=st.atomic)
+            target = Access(f.name, tuple(substitute(i, nest.values) for i in u.index),
+                            f.dtype)  # type: ignore[arg-type]
             return emit_nest(nest, store, None, lambda lf: [], lambda lf, body: body,
-                             partition=True, plain=lambda lf: True)
+                             partition=True, plain=lambda lf: True,
+                             prefetch=self._prefetcher(name, nest, value, target))
 
         nest = build_stage_nest(st, reg, set(), True, u.predicate)
         if not nest.versions:
@@ -436,15 +440,44 @@ class _Realizer:
                     and not any(self.states[g.name].fused.loop == lf.name  # type: ignore
                                 for g in self.guests.get(f.name, ())))
 
+        pf = self._prefetcher(f.name, nest, value, Access(f.name, idx, f.dtype))
         if shared:
             inner = dataclasses.replace(
                 nest, leaves=nest.leaves[shared:], partitions={},
                 first_reduction=None if nest.first_reduction is None
                 else nest.first_reduction - shared)
             return ProducerConsumer(f.name, emit_nest(inner, update, init, before, wrap,
-                                                      plain=plain))
+                                                      plain=plain, prefetch=pf))
         return ProducerConsumer(f.name, emit_nest(nest, update, init, before, wrap,
-                                                  after=after, plain=plain))
+                                                  after=after, plain=plain, prefetch=pf))
+
+    def _prefetcher(self, stage: str, nest, value: Expr, target: Access
+                    ) -> Callable[[Leaf], list[Stmt]] | None:
+        """``emit_nest``'s ``prefetch`` for ``stage``'s ``prefetch`` steps (None: it has none);
+        ``value`` and ``target`` are its right side and its store over ``nest``'s loops.
+
+        Raises:
+            ScheduleError: a step's loop no longer exists, or its tensor is not stored whole
+                (a Func computed at a loop, inline or with a store_at).
+        """
+        specs = self.states[stage].prefetches
+        if not specs:
+            return None
+        leaves = {lf.name for lf in nest.leaves}
+        for tensor, loop, _ in specs:
+            what = f"prefetch({tensor!r}, {loop!r})"
+            if loop not in leaves:
+                self.states[stage].resolve(loop, what)  # (names the primitive that consumed it)
+            st = self.states.get(tensor)
+            if st is not None and (st.compute.kind != "root" or st.store is not None):
+                raise ScheduleError.in_schedule(
+                    stage, f"{what}: {tensor} is computed {st.compute.kind}, not stored whole; "
+                    f"prefetch an input, an output or a Func at root", what)
+
+        def at(lf: Leaf) -> list[Stmt]:
+            return prefetch_at(stage, specs, nest, lf, value, target, self.domains)
+
+        return at
 
     def _guest_nest(self, g: Func, host_reg: dict[str, tuple[Expr, Expr]], fast: bool):
         """Region and nest of stage ``g``, computed with a host over ``host_reg``: its domain,

@@ -634,6 +634,35 @@ class Stage:
         self._do("storage_align", dim=dim, factor=factor, offset=offset)
         return self
 
+    def prefetch(self, tensor: Input | Func | str, loop: LoopLike, offset: int = 1) -> Stage:
+        """At the top of each iteration of ``loop``, bring into the cache the box of ``tensor``
+        that iteration ``loop + offset`` of this stage reads (or, for this stage's own Func,
+        writes): the data then arrives while the current iteration computes. The box comes
+        from bounds inference, clipped to ``tensor``'s domain, fetched one cache line (64
+        bytes) at a time; past the loop's last iteration nothing is fetched. A GEMM's register
+        tile prefetches the next tile's rows of ``C`` (``s[C].prefetch(C, "i.o.i")``), whose
+        first loads would otherwise stall its multiply-adds. Changes no value and no order:
+        always legal; the GPU ignores it.
+        See also: Halide ``Func::prefetch`` (its ``GuardWithIf`` bound strategy); TVM
+        ``Schedule.prefetch``.
+
+        Args:
+            tensor: an Input or Func (or its name) this stage reads, or this stage's own Func;
+                stored whole (an input, an output or a Func at root), checked when lowering.
+            loop: the loop at whose top the prefetches go.
+            offset: how many iterations ahead (a positive int).
+
+        Raises:
+            ScheduleError: the stage neither reads nor writes ``tensor``, ``loop`` is not its
+                loop, ``offset`` is not a positive int; when lowering, ``tensor`` is a Func
+                computed inside a loop nest or inline, its index inside the loop is a gather,
+                or a later primitive consumed ``loop``.
+        """
+        name = tensor if isinstance(tensor, str) else tensor.name
+        self._do("prefetch", tensor=name, loop=_name(loop, self.func, "prefetch"),
+                 offset=_int(offset))
+        return self
+
     def compute_with(self, host: Stage, loop: LoopLike) -> Stage:
         """Run this stage inside ``host``'s loop nest: the loops from the outermost down to
         ``host``'s ``loop`` are shared (each iteration runs the host's body, then this stage's

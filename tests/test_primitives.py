@@ -20,7 +20,7 @@ from tensorlang.schedule.schedule import Schedule, Stage, steps_to_python
 from tensorlang.schedule.trace import Step
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAMILIES = {"loops", "loop kinds", "placement", "staging"}
+FAMILIES = {"loops", "loop kinds", "placement", "staging", "hints"}
 
 
 #: primitives that add a stage are methods of the Schedule (TVM's s.cache_read, s.rfactor)
@@ -33,7 +33,7 @@ def test_every_primitive_has_its_method_and_module():
         assert callable(getattr(owner, name, None)), f"{name} has no {owner.__name__} method"
         assert prim.family in FAMILIES and prim.obligations <= set(OBLIGATIONS)
         module = inspect.getmodule(type(prim)).__name__.rsplit(".", 1)[1]
-        assert module in ("loops", "kinds", "placement", "staging")
+        assert module in ("loops", "kinds", "placement", "staging", "hints")
     methods = {n for n, v in vars(Stage).items() if callable(v) and not n.startswith("_")}
     assert methods - {"update"} == {n for n in PRIMITIVES if n not in SCHEDULE_METHODS}
 

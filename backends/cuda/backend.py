@@ -23,6 +23,7 @@ from tensorlang.errors import CompileError, SerialKernelWarning
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 from tensorlang.schedule.ir import For, LoweredFunc, Store, walk_stmts
+from tensorlang.schedule.prefetch import without_prefetches
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.version import __version__
 
@@ -122,6 +123,7 @@ class CUDABackend(Backend):
     def build(self, lowered: LoweredFunc, pipeline: Pipeline, schedule: Schedule | None, *,
               target: Any = None, opt_level: int = 3, emit_object: bool = False) -> CUDAKernel:
         tgt = parse_target(target)
+        lowered = without_prefetches(lowered)  # (CPU cache hints: Stage.prefetch)
         program = plan(lowered, private_buffers(schedule), shared_copies(schedule),
                    pure_stages(schedule), double_buffered(schedule))
         if schedule is not None:

@@ -19,6 +19,7 @@ from tensorlang.schedule.ir import (
     IfThenElse,
     LetStmt,
     Load,
+    Prefetch,
     ProducerConsumer,
     Stmt,
     Store,
@@ -67,6 +68,8 @@ class LoopGen:
                         self.stmt(s.otherwise)
         elif isinstance(s, Allocate):
             self.allocate(s)
+        elif isinstance(s, Prefetch):
+            self.prefetch(s)
         else:
             raise CompileError(f"codegen: unsupported statement {type(s).__name__}")
 

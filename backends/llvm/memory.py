@@ -12,7 +12,7 @@ from tensorlang.affine import const_value
 from tensorlang.dtypes import DType
 from tensorlang.expr import BinOp, Cast, Const, Expr, Var, walk
 from tensorlang.schedule.flat_index import flat_offset
-from tensorlang.schedule.ir import Allocate, Buffer, Load, Store
+from tensorlang.schedule.ir import Allocate, Buffer, Load, Prefetch, Store
 
 from .types import F32, I8, I32, I64, REDUCE_FLAGS, memory_type
 
@@ -162,6 +162,21 @@ class MemoryGen:
                 ptr = self.address(s.buffer, s.indices)
                 self._end_lane()
                 b.store(b.extract_element(value, ir.Constant(I32, lane)), ptr, align=d.itemsize)
+
+    def prefetch(self, s: Prefetch) -> None:
+        """``llvm.prefetch`` of ``s.buffer[s.indices]``: a read, kept in every cache level
+        (locality 3: x86 ``prefetcht0``), of data (cache type 1). Inside a vector loop the
+        first lane's address stands for the line."""
+        b = self.builder
+        if self.vec is not None and not self.lane0:
+            self._lane(0)
+            addr = self.address(s.buffer, s.indices)
+            self._end_lane()
+        else:
+            addr = self.address(s.buffer, s.indices)
+        fn = self.intrinsic(f"llvm.prefetch.p{_space(addr)}", ir.VoidType(),
+                            [addr.type, I32, I32, I32])
+        b.call(fn, [addr, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
     def _masked(self, name: str) -> bool:
         """Whether a vector access of ``name`` takes the lane mask: inside a masked vector loop,

@@ -1,0 +1,165 @@
+"""prefetch: the box of a tensor that a loop's next iteration touches, fetched at the top of the
+current one (Halide's ``Func::prefetch``) — results against NumPy on odd sizes, the fetched box,
+the code it becomes, the GPU leaving it out, its errors, and its place in the search space."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import optuna
+import pytest
+from algorithms import described_target, gemm
+
+import tensorlang as tl
+from tensorlang.autotuner import heuristic
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.space import SearchSpace
+from tensorlang.errors import ScheduleError
+from tensorlang.schedule.ir import Prefetch, walk_stmts
+from tensorlang.schedule.lower import lower
+from tensorlang.schedule.prefetch import LINE_BYTES, without_prefetches
+
+
+def _tiled(C: tl.Func) -> tl.Schedule:
+    s = tl.Schedule(C)
+    io, ii = s[C].split("i", 4)
+    jo, ji = s[C].split("j", 8)
+    s[C].reorder(io, jo, "k", ii, ji).unroll(ii).vectorize(ji)
+    return s
+
+
+def _prefetches(lowered) -> list[Prefetch]:
+    return [s for s in walk_stmts(lowered.body) if isinstance(s, Prefetch)]
+
+
+@pytest.mark.parametrize("m,n,k", [(37, 29, 53), (1, 1, 1), (4, 8, 3), (13, 61, 7)])
+@pytest.mark.parametrize("offset", [0, 1, 2])
+def test_prefetching_changes_no_result(m, n, k, offset, rng):
+    C = gemm(tl.float64)
+    s = _tiled(C)
+    s[C].prefetch(C, "j.o", offset=offset)  # its own tile, a few ahead
+    s[C].prefetch("A", "i.o", offset=offset)
+    s[C].prefetch("B", "k")
+    s[C].parallel("i.o")
+    kernel = tl.compile(C, s)
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    np.testing.assert_allclose(kernel(A=a, B=b), a @ b, rtol=1e-12, atol=1e-12)
+    assert len({p.buffer for p in _prefetches(lower(C, s))}) == 3
+    assert "@llvm.prefetch" in kernel._compiled.optimized_ir
+
+
+def test_the_box_is_the_next_iterations_tile_a_line_at_a_time():
+    C = gemm(tl.float64)
+    s = _tiled(C)
+    s[C].prefetch(C, "j.o")
+    text = str(lower(C, s))
+    # at the top of j.o: C's 4 rows of the next 8-column tile, one line of 64 bytes (eight
+    # float64) per step from its first column, the last step clamped to its last column
+    assert "if j.o + 1 <" in text
+    assert "max(8 * j.o + 8, 0)" in text and "min(8 * j.o + 15, " in text  # next tile's columns
+    assert "for C.pf0.d0 in [" in text  # its rows, one at a time
+    assert re.search(r"prefetch C\[C\.pf0\.d0, min\(\w+ \+ 8 \* C\.pf0\.line, \w+\)\]", text)
+    f32 = gemm(tl.float32)
+    s = _tiled(f32)
+    s[f32].prefetch("A", "i.o")
+    assert "16 * A.pf0.line" in str(lower(f32, s))  # (LINE_BYTES // 4)
+    assert LINE_BYTES == 64  # sixteen float32 to a line
+
+
+def test_an_update_definition_and_a_boundary_read_prefetch_too(rng):
+    H, Wd = tl.sizes("H W")
+    In = tl.Input("In", (H, Wd), tl.float32)
+    y, x = tl.vars("y x")
+    r = tl.RDom((0, 3))
+    out = tl.Func("out", shape=(H, Wd))
+    out[y, x] = tl.constant_exterior(In, 0.0)[y - 1, x] * 0.0
+    out[y, x] = out[y, x] + tl.clamp_edge(In)[y + r.x - 1, x]
+    s = tl.Schedule(out)
+    s[out].prefetch(In, y)
+    s[out].update(0).split(y, 3)
+    s[out].update(0).prefetch(In, "y.o")
+    s[out].update(0).prefetch(out, "y.o", offset=2)
+    assert "s[\"out\"].update(0).prefetch('out', 'y.o', offset=2)" in s.to_python()
+    again = tl.Schedule.from_json(out, s.to_json())
+    assert again.to_python() == s.to_python()
+    for h, w in [(1, 1), (7, 5), (17, 33)]:
+        a = rng.random((h, w), dtype=np.float32)
+        pad = np.pad(a, 1, mode="edge")
+        want = pad[:-2, 1:-1] + pad[1:-1, 1:-1] + pad[2:, 1:-1]
+        np.testing.assert_allclose(tl.compile(out, again)(In=a, H=h, W=w), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("m,n,k", [(263, 131, 600), (97, 61, 301)])
+def test_the_packed_tile_with_its_prefetch_is_a_point_and_correct(m, n, k, monkeypatch, rng):
+    # the rule-based packed tile (here on a described AVX2 CPU, whose small L2 also takes BLIS's
+    # order at the first size) with PREFETCH_TILE: the next register tile's rows of C
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    monkeypatch.setattr(heuristic, "PREFETCH_TILE", 1)
+    target = described_target("haswell")
+    C = gemm(tl.float64)
+    sizes = {"M": m, "N": n, "K": k}
+    rule = heuristic_schedule(C, sizes, target)
+    assert "s[\"C\"].prefetch('C', 'i.o.i')" in rule.to_python(), rule.to_python()
+    space = SearchSpace(C, sizes, target)
+    point = space.point(rule)
+    assert point is not None and point[0]["C.prefetch"] is True
+    assert space.signature(space.sample(optuna.trial.FixedTrial(point[0]))) == \
+        space.signature(rule)
+    monkeypatch.setattr(heuristic, "PREFETCH_TILE", 0)
+    plain = heuristic_schedule(C, sizes, target)
+    assert space.point(plain)[0]["C.prefetch"] is False
+    a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
+    got = tl.compile(C, rule)(A=a, B=b)  # (a host without AVX2 is not described here)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-10, atol=1e-10)
+
+
+def test_the_gpu_leaves_prefetches_out():
+    C = gemm(tl.float32)
+    s = _tiled(C)
+    s[C].prefetch(C, "j.o")
+    lowered = lower(C, s)
+    assert _prefetches(lowered)
+    bare = without_prefetches(lowered)
+    assert not _prefetches(bare)
+    # the nests went whole: no loop left whose body does nothing
+    assert "pf0" not in str(bare)
+    assert str(without_prefetches(lower(C, _tiled(C)))) == str(lower(C, _tiled(C)))
+
+
+def test_prefetch_refuses_what_it_cannot_fetch():
+    C = gemm(tl.float32)
+    M, N = tl.sizes("M N")
+    X = tl.Input("X", (M, N), tl.float32)
+    s = _tiled(C)
+    with pytest.raises(ScheduleError, match="neither reads nor writes X"):
+        s[C].prefetch(X, "j.o")
+    with pytest.raises(ScheduleError, match="unknown loop 'q'"):
+        s[C].prefetch("A", "q")
+    with pytest.raises(ScheduleError, match="offset must be a non-negative int"):
+        s[C].prefetch("A", "j.o", offset=-1)
+    s[C].prefetch("A", "j.o")
+    s[C].split("j.o", 2)  # consumes the loop the prefetch is at
+    with pytest.raises(ScheduleError, match="j.o, which no longer exists"):
+        tl.compile(C, s)
+    # a Func computed inside another's loops has no whole buffer to fetch from
+    H, Wd = tl.sizes("H W")
+    In = tl.Input("In", (H, Wd), tl.float32)
+    y, x = tl.vars("y x")
+    P, Q = tl.Func("P"), tl.Func("Q")
+    P[y, x] = In[y, x] * 2
+    Q[y, x] = P[y, x] + P[y, x + 1]
+    s = tl.Schedule(Q)
+    s[P].compute_at(s[Q], y)
+    s[Q].prefetch(P, y)
+    with pytest.raises(ScheduleError, match="P is computed at, not stored whole"):
+        tl.compile(Q, s)
+    # an index read from data: no box to fetch
+    T = tl.Input("T", (64,), tl.float32)
+    idx = tl.Input("I", (H, Wd), tl.int32)
+    L = tl.Func("L")
+    L[y, x] = T[tl.clamp(idx[y, x], 0, 63)]
+    s = tl.Schedule(L)
+    s[L].prefetch(T, y)
+    with pytest.raises(ScheduleError, match="a gather"):
+        tl.compile(L, s)
