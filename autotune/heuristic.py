@@ -153,8 +153,12 @@ BLIS_ORDER = 0
 BLIS_ORDER_BLOCKS = 4
 #: the packed tile prefetches the next register tile's rows of its output at the top of each
 #: tile (``Stage.prefetch``), as BLIS's and OpenBLAS's micro-kernels prefetch C: the tile's
-#: first loads of C, a row stride apart, otherwise stall its first multiply-adds. 0: never
+#: first loads of C, a row stride apart, otherwise stall its first multiply-adds. 0: never (no
+#: gain that reproduced: docs/performance.md, "Prefetching C's next tile"); 1: always; 2: with
+#: vectors of at most 256 bits (AVX2). An int, for ``benchmarks/gemm_packed.py``'s
+#: ``auto:PREFETCH_TILE=1``; the search space asks it (``<F>.prefetch``)
 PREFETCH_TILE = 0
+#: how many register tiles ahead (``prefetch``'s ``offset``)
 PREFETCH_OFFSET = 1
 #: native vectors per row of a packed tile in place of the CPU model's
 #: (``CpuModel.packed_vectors``); 0: the model's. An int, for ``benchmarks/gemm_packed.py``'s
@@ -851,7 +855,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
     else:
         st.vectorize(xi)
-    if PREFETCH_TILE:
+    if PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32:
         st.prefetch(f.name, ioi, offset=PREFETCH_OFFSET)
     if par is not None:
         st.parallel(ioo.name if par == "blocks" else par)

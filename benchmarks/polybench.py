@@ -2,7 +2,7 @@
 ``--tune``) against NumPy, measured in the same run.
 
 Run: python benchmarks/polybench.py [--size large|small] [--kernels gemm,atax] [--tune SECONDS]
-     [--rounds 3] [--no-default] [--against NAME=VALUE[+NAME=VALUE]]
+     [--rounds 3] [--no-default] [--against NAME=VALUE[+NAME=VALUE]] [--cpu haswell]
 
 For each kernel (``benchmarks/polybench/kernels.py``): every output is checked against the NumPy
 reference, then NumPy, the default schedule (every Func at root, the naive loop nest), the
@@ -15,6 +15,9 @@ NumPy / tensorlang (> 1: tensorlang is faster), rule-based / default (the no-tra
 not be below 0.9) and the geometric means over the kernels run. ``--against`` adds a column
 "variant": the rule-based schedule made with those constants set (``common.rule_settings``:
 ``FEWER_BLOCKS=0`` is ``heuristic.FEWER_BLOCKS``), for an A/B of a rule in one process.
+``--cpu`` compiles every schedule for a described CPU (``mca.FEATURES``: ``haswell`` is AVX2
+code, which an AVX-512 host runs; ``OPENBLAS_CORETYPE=Haswell`` gives NumPy the matching
+kernels), as ``gemm_packed.py``'s ``TARGET_CPU`` does.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from common import cpu_name, numpy_blas, rule_settings  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
 from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
 from tensorlang.backends.llvm.runtime import num_threads  # noqa: E402
+from mca import target_for  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
 
 
@@ -61,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-default", action="store_true",
                     help="skip the default schedule (minutes per kernel at LARGE) and the "
                          "no-trap column")
+    ap.add_argument("--cpu", default="", help="a described CPU to compile for (mca.FEATURES)")
     ap.add_argument("--against", default="",
                     help="NAME=VALUE[+...]: time the rule-based schedule made with these "
                          "constants too (column 'variant')")
@@ -71,8 +76,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown kernels {unknown}; known: {', '.join(KERNELS)}", file=sys.stderr)
         return 2
+    if args.cpu and args.tune:
+        print("--tune measures code for this machine; leave out --cpu", file=sys.stderr)
+        return 2
+    target = target_for(args.cpu) if args.cpu else None
     print(f"PolyBench/C 4.2, {args.size.upper()} datasets, float64, on {cpu_name()} "
-          f"({os.cpu_count()} CPUs, tensorlang on {num_threads()} threads); {args.rounds} "
+          + (f"(code for {args.cpu}) " if args.cpu else "")
+          + f"({os.cpu_count()} CPUs, tensorlang on {num_threads()} threads); {args.rounds} "
           f"interleaved rounds, medians; NumPy calls "
           f"{numpy_blas()}")
     default = not args.no_default
@@ -92,15 +102,17 @@ def main(argv: list[str] | None = None) -> int:
         ref = kern.numpy(arrays, sizes)
         outs = kern.build()
         h = kern.handle(outs)  # one kernel computing every live-out array
-        variants = {"default": tl.compile(h)} if default else {}
-        variants["rule-based"] = tl.compile(h, heuristic_schedule(h, sizes))
+        variants = {"default": tl.compile(h, target=target)} if default else {}
+        variants["rule-based"] = tl.compile(h, heuristic_schedule(h, sizes, target),
+                                            target=target)
         if args.tune:
             variants["tuned"] = tl.compile(h, tl.autotune(
                 h, sizes, trials=10**6, timeout=args.tune, cache=False,
                 arrays={i.name: arrays[i.name] for i in tl.Pipeline(h).inputs}).best_schedule)
         if args.against:
             with rule_settings(args.against):
-                variants["variant"] = tl.compile(h, heuristic_schedule(h, sizes))
+                variants["variant"] = tl.compile(h, heuristic_schedule(h, sizes, target),
+                                                 target=target)
         calls = {"numpy": lambda a=arrays, f=kern.numpy, s=sizes: f(a, s)}
         for label, ks in variants.items():
             run, results = _runner(kern, outs, ks, arrays, sizes)

@@ -109,6 +109,10 @@ def test_the_packed_tile_with_its_prefetch_is_a_point_and_correct(m, n, k, monke
     monkeypatch.setattr(heuristic, "PREFETCH_TILE", 0)
     plain = heuristic_schedule(C, sizes, target)
     assert space.point(plain)[0]["C.prefetch"] is False
+    monkeypatch.setattr(heuristic, "PREFETCH_TILE", 2)  # with AVX2's vectors only
+    for cpu, want in [("haswell", True), ("sapphirerapids", False)]:
+        text = heuristic_schedule(C, sizes, described_target(cpu)).to_python()
+        assert (".prefetch('C', 'i.o.i')" in text) == want, (cpu, text)
     a, b = rng.standard_normal((m, k)), rng.standard_normal((k, n))
     got = tl.compile(C, rule)(A=a, B=b)  # (a host without AVX2 is not described here)
     np.testing.assert_allclose(got, a @ b, rtol=1e-10, atol=1e-10)
