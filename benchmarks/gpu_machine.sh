@@ -30,6 +30,9 @@
 #          GEMM-class kernels
 #   cpu-fewer: PolyBench's GEMM-class kernels on all threads against FEWER_BLOCKS=0 (twice), then
 #          all 30 kernels (--no-default)
+#   cpu-stop51: GEMM 1024^3 float64/float32, one thread and all threads, and PolyBench's
+#          GEMM-class kernels, the rule against auto:PREFETCH_TILE=1; the triangles and 3mm on
+#          8 threads
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -153,6 +156,21 @@ for phase in $phases; do
                 --kernels gemm,2mm,3mm,symm,syrk,syr2k,trmm,covariance,correlation,doitgen
         done
         step 360 polybench_all.log python3 benchmarks/polybench.py --no-default --rounds 3 ;;
+    cpu-stop51)  # issue 16: the packed tile's prefetch of C (PREFETCH_TILE), interleaved; 3mm
+        # on all threads and the triangles on 8 (stop 50's row blocks, untimed there)
+        pf="auto,auto:PREFETCH_TILE=1"
+        for dt in f64 f32; do
+            TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=11 step 90 \
+                "gemm51_1t_$dt.log" python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt "$pf"
+            ROUNDS=11 step 60 "gemm51_all_$dt.log" \
+                python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt "$pf"
+        done
+        step 120 polybench51.log python3 benchmarks/polybench.py --no-default --rounds 5 \
+            --against PREFETCH_TILE=1 \
+            --kernels gemm,2mm,3mm,symm,syrk,syr2k,trmm,covariance,correlation,doitgen
+        TENSORLANG_NUM_THREADS=8 OPENBLAS_NUM_THREADS=8 step 90 polybench51_8t.log \
+            python3 benchmarks/polybench.py --no-default --rounds 5 \
+            --kernels syrk,syr2k,covariance,correlation,3mm ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do
