@@ -650,11 +650,12 @@ class Stage:
             tensor: an Input or Func (or its name) this stage reads, or this stage's own Func;
                 stored whole (an input, an output or a Func at root), checked when lowering.
             loop: the loop at whose top the prefetches go.
-            offset: how many iterations ahead (a positive int).
+            offset: how many iterations ahead (a non-negative int; 0: this iteration's own
+                box, for data it first uses late).
 
         Raises:
             ScheduleError: the stage neither reads nor writes ``tensor``, ``loop`` is not its
-                loop, ``offset`` is not a positive int; when lowering, ``tensor`` is a Func
+                loop, ``offset`` is not a non-negative int; when lowering, ``tensor`` is a Func
                 computed inside a loop nest or inline, its index inside the loop is a gather,
                 or a later primitive consumed ``loop``.
         """
