@@ -13,8 +13,10 @@ from algorithms import described_target, gemm
 
 import tensorlang as tl
 from tensorlang.autotuner import heuristic
+from tensorlang.autotuner import workloads as W
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.space import SearchSpace
+from tensorlang.backends.cuda.rules import gpu_schedule
 from tensorlang.errors import ScheduleError
 from tensorlang.schedule.ir import Prefetch, walk_stmts
 from tensorlang.schedule.lower import lower
@@ -129,6 +131,11 @@ def test_the_gpu_leaves_prefetches_out():
     # the nests went whole: no loop left whose body does nothing
     assert "pf0" not in str(bare)
     assert str(without_prefetches(lower(C, _tiled(C)))) == str(lower(C, _tiled(C)))
+    # the CUDA backend compiles a schedule with one (no device needed for PTX)
+    f = W.BUILTIN["matmul"].build()
+    s = gpu_schedule(f, sizes=dict(M=256, N=256, K=256))
+    s["C"].prefetch("C", s["C"].loops[2])
+    assert "prefetch" not in tl.compile(f, s, target="cuda").ptx()
 
 
 def test_prefetch_refuses_what_it_cannot_fetch():
