@@ -140,13 +140,17 @@ class Store(Stmt):
     """``buffer[indices] = value``; with ``reduce_op``, ``buffer[indices] = buffer[indices] op
     value`` where the op is associative (reassociation allowed: the reduction policy).
     ``reassociable``: the store of an ``atomic()`` update, whose accumulation into one cell
-    ``reduce_update_cells`` may turn into a reduction (``schedule/cell_reduction.py``)."""
+    ``reduce_update_cells`` may turn into a reduction (``schedule/cell_reduction.py``).
+    ``initial``: ``(conditions, value)`` of a reduction whose initialisation pass was folded
+    into it (``schedule/fold_init.py``): where all the conditions hold (the cell's first
+    update) the old value is ``value`` (the reduction's identity), not the buffer's."""
 
     buffer: str
     indices: tuple[Expr, ...]
     value: Expr
     reduce_op: str | None = None
     reassociable: bool = False
+    initial: tuple[tuple[Expr, ...], Expr] | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,6 +248,10 @@ def map_stmt(s: Stmt, fs: Callable[[Stmt], Stmt], fe: Callable[[Expr], Expr]) ->
         new = dict(min=fe(s.min), extent=fe(s.extent), body=fs(s.body))
     elif isinstance(s, Store):
         new = dict(indices=tuple(fe(i) for i in s.indices), value=fe(s.value))
+        if s.initial is not None:
+            conds = tuple(fe(c) for c in s.initial[0])
+            if any(a is not b for a, b in zip(conds, s.initial[0])):
+                new["initial"] = (conds, s.initial[1])
     elif isinstance(s, Prefetch):
         new = dict(indices=tuple(fe(i) for i in s.indices))
     elif isinstance(s, Allocate):
@@ -294,7 +302,9 @@ def print_stmt(s: Stmt, indent: int = 0) -> str:
     if isinstance(s, Store):
         idx = ", ".join(e2s(i) for i in s.indices)
         op = "=" if s.reduce_op is None else _OPS[s.reduce_op]
-        return f"{pad}{s.buffer}[{idx}] {op} {e2s(s.value)}\n"
+        first = "" if s.initial is None else \
+            f"  (from {e2s(s.initial[1])} where {' and '.join(e2s(c) for c in s.initial[0])})"
+        return f"{pad}{s.buffer}[{idx}] {op} {e2s(s.value)}{first}\n"
     if isinstance(s, Prefetch):
         return f"{pad}prefetch {s.buffer}[{', '.join(e2s(i) for i in s.indices)}]\n"
     if isinstance(s, Allocate):

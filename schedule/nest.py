@@ -602,7 +602,8 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
               partition: bool = False,
               after: Callable[[Leaf], list[Stmt]] | None = None,
               plain: Callable[[Leaf], bool] | None = None,
-              prefetch: Callable[[Leaf], list[Stmt]] | None = None) -> Stmt:
+              prefetch: Callable[[Leaf], list[Stmt]] | None = None,
+              init_guard: Expr | None = None) -> Stmt:
     """The statement running ``update`` over the stage's loops, with ``init`` (for a reduction)
     placed before the outermost reduction loop, ``before(leaf)`` statements (compute_at
     producers) at the top of each loop body, ``after(leaf)`` statements (compute_with stages)
@@ -621,7 +622,10 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
 
     ``prefetch(leaf)``: statements at the very top of each of that loop's bodies, whichever
     way it is emitted (partitioned, peeled): hints that read no result of the loop
-    (``schedule/prefetch.py``)."""
+    (``schedule/prefetch.py``).
+
+    ``init_guard``: ``init``'s nest runs only where it holds (an initialisation folded into
+    the updates: ``schedule/fold_init.py``)."""
 
     def top(lf: Leaf, body: Stmt) -> Stmt:
         pf = prefetch(lf) if prefetch is not None else []
@@ -652,7 +656,10 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
     def go(k: int, core: Stmt, init_done: bool, drop: frozenset = frozenset()) -> Stmt:
         if init is not None and not init_done and k == nest.first_reduction:
             init_leaves = [lf for lf in nest.leaves[k:] if not lf.reduction]
-            return Block((go_plain(0, init_leaves, init), go(k, core, True, drop)))
+            first = go_plain(0, init_leaves, init)
+            if init_guard is not None:
+                first = IfThenElse(init_guard, first)
+            return Block((first, go(k, core, True, drop)))
         if k == len(nest.leaves):
             return core
         lf = nest.leaves[k]

@@ -57,9 +57,16 @@ from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
 from .nest import Leaf, build_stage_nest, conjunction, emit_nest, extent_divides
 from .placement import live_funcs, live_readers, plan_placements
+from .fold_init import fold_conditions
 from .prefetch import prefetch_at
 from .trace import TailStrategy
 from .view import AlgorithmView
+
+
+#: fold a reduction's initialisation pass into its first reduction iteration where that is
+#: sound (``schedule/fold_init.py``); 0: a pass of its own. An int, for
+#: ``benchmarks/gemm_packed.py``'s ``auto:tensorlang.schedule.realize.FOLD_INIT=0``
+FOLD_INIT = 1
 
 
 def identity(op: str, dtype: DType) -> Const:
@@ -320,6 +327,13 @@ class _Realizer:
         idx = tuple(nest.values[a.name] for a in d.args)
         update = Store(f.name, idx, lower_reads(value, self.domains), d.reduce_op)
         init = None if d.reduce_op is None else Store(f.name, idx, identity(d.reduce_op, f.dtype))
+        init_guard = None
+        folded = None if init is None or shared or not FOLD_INIT else fold_conditions(
+            nest, [reg[r.name][1] for r in d.rvars], self.states[f.name].kinds.values(),
+            bool(d.predicate))
+        if folded is not None:  # the initialisation pass only for an empty reduction
+            update = dataclasses.replace(update, initial=(folded[0], init.value))
+            init_guard = folded[1]
 
         regions: dict[str, tuple[tuple[Expr, Expr], ...]] = {}
         allocs: dict[str, tuple[Expr, ...]] = {}
@@ -449,7 +463,8 @@ class _Realizer:
             return ProducerConsumer(f.name, emit_nest(inner, update, init, before, wrap,
                                                       plain=plain, prefetch=pf))
         return ProducerConsumer(f.name, emit_nest(nest, update, init, before, wrap,
-                                                  after=after, plain=plain, prefetch=pf))
+                                                  after=after, plain=plain, prefetch=pf,
+                                                  init_guard=init_guard))
 
     def _prefetcher(self, stage: str, nest, value: Expr, target: Access
                     ) -> Callable[[Leaf], list[Stmt]] | None:

@@ -137,6 +137,13 @@ class MemoryGen:
             value = self.splat(value, self.vec[1])  # type: ignore[index]
         if s.reduce_op is not None:
             old = self.load(Load(s.buffer, s.indices, d))
+            if s.initial is not None:  # a folded initialisation: the identity at first
+                conds, first = s.initial
+                cond = self.expr(conds[0])
+                for c in conds[1:]:
+                    cond = b.and_(cond, self.expr(c))
+                start, old = self.unify(self.expr(first), old)
+                old = b.select(cond, start, old)
             op = {"sum": "add", "prod": "mul", "max": "max", "min": "min"}[s.reduce_op]
             value = self.binop(op, old, value, d, flags=REDUCE_FLAGS)
         if d.is_bool:
