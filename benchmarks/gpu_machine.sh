@@ -30,9 +30,9 @@
 #          GEMM-class kernels
 #   cpu-fewer: PolyBench's GEMM-class kernels on all threads against FEWER_BLOCKS=0 (twice), then
 #          all 30 kernels (--no-default)
-#   cpu-stop51: GEMM 1024^3 float64/float32, one thread and all threads, and PolyBench's
-#          GEMM-class kernels, the rule against auto:PREFETCH_TILE=1; the triangles and 3mm on
-#          8 threads
+#   cpu-stop51: GEMM 1024^3 float64/float32, one thread and all threads, the rule against
+#          auto:PREFETCH_TILE=1 and the initialisation pass unfolded (FOLD_INIT=0); PolyBench's
+#          GEMM-class kernels against PREFETCH_TILE=1; the triangles and 3mm on 8 threads
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -158,7 +158,7 @@ for phase in $phases; do
         step 360 polybench_all.log python3 benchmarks/polybench.py --no-default --rounds 3 ;;
     cpu-stop51)  # issue 16: the packed tile's prefetch of C (PREFETCH_TILE), interleaved; 3mm
         # on all threads and the triangles on 8 (stop 50's row blocks, untimed there)
-        pf="auto,auto:PREFETCH_TILE=1"
+        pf="auto,auto:PREFETCH_TILE=1,auto:tensorlang.schedule.realize.FOLD_INIT=0"
         for dt in f64 f32; do
             TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=11 step 90 \
                 "gemm51_1t_$dt.log" python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt "$pf"
