@@ -158,7 +158,7 @@ for phase in $phases; do
         step 360 polybench_all.log python3 benchmarks/polybench.py --no-default --rounds 3 ;;
     cpu-stop51)  # issue 16: the packed tile's prefetch of C (PREFETCH_TILE), interleaved; 3mm
         # on all threads and the triangles on 8 (stop 50's row blocks, untimed there)
-        pf="auto,auto:PREFETCH_TILE=1,auto:tensorlang.schedule.realize.FOLD_INIT=0"
+        pf="auto,auto:PREFETCH_TILE=1,auto:tensorlang.schedule.fold_init.FOLD_INIT=0"
         for dt in f64 f32; do
             TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=11 step 90 \
                 "gemm51_1t_$dt.log" python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt "$pf"

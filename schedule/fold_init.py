@@ -32,6 +32,10 @@ from tensorlang.expr import BinOp, Cmp, Expr, Var, walk
 from .ir import ForKind
 from .nest import StageNest
 
+#: fold where it is sound and saves a pass; 0: never (the initialisation a pass of its own).
+#: An int, for ``benchmarks/gemm_packed.py``'s ``auto:tensorlang.schedule.fold_init.FOLD_INIT=0``
+FOLD_INIT = 1
+
 #: loop kinds that map a loop onto a GPU grid (their stages keep the initialisation pass)
 _GPU_KINDS = {ForKind.GPU_BLOCK, ForKind.GPU_THREAD}
 
@@ -47,7 +51,7 @@ def fold_conditions(nest: StageNest, rvar_extents: list[Expr], kinds, predicate:
     ``rvar_extents``: the RDom's extents; ``kinds``: the stage's loop kinds; ``predicate``:
     whether the RDom has a condition (``RDom.where``)."""
     k = nest.first_reduction
-    if k is None or predicate or nest.core_guards or nest.peel is not None:
+    if not FOLD_INIT or k is None or predicate or nest.core_guards or nest.peel is not None:
         return None
     if any(kind in _GPU_KINDS for kind in kinds):
         return None
@@ -81,6 +85,11 @@ def fold_conditions(nest: StageNest, rvar_extents: list[Expr], kinds, predicate:
     if empty is None:
         return None
     return first, empty
+
+
+def folding() -> int:
+    """``FOLD_INIT`` now (part of ``lower``'s cache key: a benchmark switches it)."""
+    return FOLD_INIT
 
 
 def _names(e: Expr) -> set[str]:

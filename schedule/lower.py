@@ -39,7 +39,7 @@ from .hoist import hoist_invariants
 from .invariant_reads import hoist_update_reads
 from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
 from .promote import promote_accumulators
-from . import realize as realize_module
+from .fold_init import folding
 from .realize import realize
 from .simplify import simplify
 
@@ -98,7 +98,7 @@ def lower(output: Func | Sequence[Func] | Pipeline,
         view = schedule.view
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           realize_module.FOLD_INIT)  # (a benchmark switches it between two lowerings)
+           folding())  # (a benchmark switches it between two lowerings)
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]

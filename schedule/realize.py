@@ -63,12 +63,6 @@ from .trace import TailStrategy
 from .view import AlgorithmView
 
 
-#: fold a reduction's initialisation pass into its first reduction iteration where that is
-#: sound (``schedule/fold_init.py``); 0: a pass of its own. An int, for
-#: ``benchmarks/gemm_packed.py``'s ``auto:tensorlang.schedule.realize.FOLD_INIT=0``
-FOLD_INIT = 1
-
-
 def identity(op: str, dtype: DType) -> Const:
     """The identity of reducer ``op`` in ``dtype`` (max: -inf or the type's minimum, ...)."""
     if op == "sum":
@@ -328,7 +322,7 @@ class _Realizer:
         update = Store(f.name, idx, lower_reads(value, self.domains), d.reduce_op)
         init = None if d.reduce_op is None else Store(f.name, idx, identity(d.reduce_op, f.dtype))
         init_guard = None
-        folded = None if init is None or shared or not FOLD_INIT else fold_conditions(
+        folded = None if init is None or shared else fold_conditions(
             nest, [reg[r.name][1] for r in d.rvars], self.states[f.name].kinds.values(),
             bool(d.predicate))
         if folded is not None:  # the initialisation pass only for an empty reduction

@@ -11,7 +11,7 @@ from algorithms import gemm
 
 import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
-from tensorlang.schedule import realize
+from tensorlang.schedule import fold_init
 from tensorlang.schedule.lower import lower
 
 
@@ -93,7 +93,7 @@ def test_where_every_cell_is_not_updated_at_first_the_pass_stays(monkeypatch):
     assert "if K <= 0:" not in str(lower(C2, s2))
     # and the switch
     assert "if K <= 0:" in str(lower(C2, _tile(C2, 16)))
-    monkeypatch.setattr(realize, "FOLD_INIT", 0)
+    monkeypatch.setattr(fold_init, "FOLD_INIT", 0)
     assert "if K <= 0:" not in str(lower(C2, _tile(C2, 16)))
 
 
