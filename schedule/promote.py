@@ -31,11 +31,11 @@ from __future__ import annotations
 import dataclasses
 
 from tensorlang.affine import const_value, sconst
-from tensorlang.dtypes import DType
 from tensorlang.expr import BinOp, Expr, Var, walk
 
 from .ir import (CONCURRENT, Allocate, Block, Buffer, For, ForKind, IfThenElse, Load, LoweredFunc,
                  Stmt, Store, lane_cap, map_stmt, reads_memory)
+from .nest import conjunction
 
 MAX_TILE_ELEMENTS = 1024
 
@@ -171,7 +171,7 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         inside = {loop.var} | {f.var for f in path if isinstance(f, For)}
         outer = [c for c in store.initial[0] if not _vars(c) & inside]
         first = nest(Store(acc.name, acc_idx, store.initial[1]))
-        load_in = first if not outer else IfThenElse(_all(outer), first, load_in)
+        load_in = first if not outer else IfThenElse(conjunction(outer), first, load_in)
     write_out = nest(Store(store.buffer, store.indices, Load(acc.name, acc_idx, cbuf.dtype)))
     new_store = Store(acc.name, acc_idx, store.value, store.reduce_op)
     new_loop = dataclasses.replace(loop, body=_replace(loop.body, store, new_store))
@@ -247,13 +247,6 @@ def _mixed_radix(ix: Expr, used: set[str], extent_of: dict[str, int]) -> bool:
             return False
         reach += c * (e - 1)
     return True
-
-
-def _all(conds: list[Expr]) -> Expr:
-    out = conds[0]
-    for c in conds[1:]:
-        out = BinOp("and", out, c, DType.bool_)
-    return out
 
 
 def _c(v: int) -> Expr:
