@@ -186,6 +186,12 @@ BALANCE_ACCUMULATORS = 20
 #: each copied panel of B serves them (doitgen, 140 rows per batch: 45-row blocks 11.9 ms,
 #: 70-row 8.7-9.3 ms)
 REUSE_ROWS = 64
+#: whether a row count whose row blocks run BLIS's loop order (``blis_order``) counts as one whose
+#: blocks reuse B's panels whatever their rows (``_packed_rows``): B is copied once per ``kc``
+#: block there, so ``REUSE_ROWS`` does not push the tile off the model's rows (AVX2 code for
+#: ``haswell``, float64 1024^3: 6-row tiles in 60-row blocks, not 5 in 85; docs/performance.md,
+#: "The model's rows in BLIS's order"). 0: ``REUSE_ROWS`` alone, as before (for ``--against``)
+BLIS_ORDER_REUSE = 1
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
 MAX_RECOMPUTE = 2.0
 #: the fewest native vectors an update's innermost loop must span to be vectorized (a shorter
@@ -669,7 +675,7 @@ def condition_mentions(f: Func, var: str) -> bool:
 
 def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads: int,
                  target: Target | None, per_thread: int = BLOCKS_PER_THREAD,
-                 ) -> tuple[int, GemmBlocking, int]:
+                 reduction: int = 0) -> tuple[int, GemmBlocking, int]:
     """(rows, blocking, tiles per row block) of a packed tile over a row loop of ``extent``,
     with ``per_thread`` row blocks per thread (``blocks_per_thread``): the model's tile rows
     first, even where they leave remainder rows (loop partitioning runs them as a piece of their
@@ -681,7 +687,9 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     give 5 blocks, 10-row tiles 4), else the best shared; among them one of the model's rows or
     more that leaves no remainder piece (900 rows: 9, not 8 and a 4-row piece, which runs on
     one thread after the blocks and copies B again; on 16 threads 10 in 15 blocks, ``row_block``),
-    then the first whose blocks have at least ``REUSE_ROWS`` rows, else the first.
+    then the first whose blocks have at least ``REUSE_ROWS`` rows or run BLIS's loop order
+    (``blis_order``, for a reduction of extent ``reduction``: B's panels are copied once per
+    ``kc`` block however many rows a block has), else the first.
 
     Raises:
         ScheduleError: no row count gives whole row blocks.
@@ -711,7 +719,10 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             # one thread that copies every panel of B again; a tile of the model's rows or more
             # that leaves none is preferred
             whole = extent % rows == 0 and rows >= full
-            found.append((busy, whole, mb * rows, -n, rows, blocking, mb))
+            reuse = mb * rows >= REUSE_ROWS or BLIS_ORDER_REUSE and blis_order(
+                _packed_kc(reduction, blocking) if reduction else None, reduction, blocks,
+                per_thread, threads)
+            found.append((busy, whole, reuse, -n, rows, blocking, mb))
         if found:
             if least_rows:
                 found = [c for c in found if c[4] >= full] or found
@@ -720,9 +731,28 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
         raise ScheduleError(f"{f.name}: no row block for the packed tile")
     # balanced ones first, then those whose copied panels of B serve REUSE_ROWS rows, in order
     balanced = [c for c in found if c[0] >= MIN_BALANCE]
-    pick = max(balanced, key=lambda c: (c[1], c[2] >= REUSE_ROWS, c[3])) if balanced else \
+    pick = max(balanced, key=lambda c: (c[1], c[2], c[3])) if balanced else \
         max(found, key=lambda c: (c[0], c[3]))
     return pick[4], pick[5], pick[6]
+
+
+def blis_order(kc: int | None, reduction: int, blocks: int, per_thread: int,
+               threads: int) -> bool:
+    """Whether a packed tile with ``blocks`` row blocks, its reduction of extent ``reduction``
+    split into blocks of ``kc`` (None: not split), runs BLIS's loop order (``_packed_tile``):
+    ``BLIS_ORDER``, or row blocks numbering ``BLIS_ORDER_BLOCKS`` times the ``per_thread`` blocks
+    each of ``threads`` threads asked for (a small L2's ``mc``: in the other order each block
+    would copy all of B's panels again).
+
+    >>> blis_order(256, 1024, 17, 1, 1), blis_order(256, 1024, 2, 1, 1)
+    (True, False)
+    >>> blis_order(None, 99, 17, 1, 1), blis_order(256, 256, 17, 1, 1)
+    (False, False)
+    """
+    if kc is None or kc >= reduction:
+        return False
+    return bool(BLIS_ORDER) or (BLIS_ORDER_BLOCKS > 0
+                                and blocks >= BLIS_ORDER_BLOCKS * per_thread * threads)
 
 
 def block_threads(outer: list[str], ext: dict[str, int]) -> int:
@@ -800,12 +830,14 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)
     per_thread = blocks_per_thread(f, i)
-    rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target, per_thread)
+    rows, blocking, mb = _packed_rows(f, ext[i], near, width, accs, threads, target, per_thread,
+                                      ext[k])
     kc = _packed_kc(ext[k], blocking)
     more_per_thread = ext[i] // (BLIS_BLOCK_ROWS * threads)
     if BLIS_ORDER and kc is not None and kc < ext[k] and per_thread < more_per_thread:
         # B copied once per kc block: more row blocks only read its panels again from L3
-        more = _packed_rows(f, ext[i], near, width, accs, threads, target, more_per_thread)
+        more = _packed_rows(f, ext[i], near, width, accs, threads, target, more_per_thread,
+                            ext[k])
         more_kc = _packed_kc(ext[k], more[1])
         if more_kc is not None and more_kc < ext[k]:
             (rows, blocking, mb), kc = more, more_kc
@@ -813,8 +845,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
     # BLIS's order where a small L2's mc gives each thread several times the row blocks it
     # asked for, each copying all of B's panels again
-    blis = BLIS_ORDER or (kc < ext[k] and BLIS_ORDER_BLOCKS > 0
-                          and ext[i] // rows // mb >= BLIS_ORDER_BLOCKS * per_thread * threads)
+    blis = blis_order(kc, ext[k], ext[i] // rows // mb, per_thread, threads)
     count = {**ext, "blocks": ext[i] // rows // mb}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     if par is None and num_threads() > 1:

@@ -461,6 +461,24 @@ def test_many_row_blocks_a_thread_take_blis_order_and_stay_a_point(threads, monk
         assert found, "no random point in BLIS's order"
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_blis_order_keeps_the_models_tile_rows(threads, monkeypatch):
+    # haswell float64 1024^3: the model's 6-row tile gives 60-row blocks, under REUSE_ROWS,
+    # and 5-row tiles 85-row ones. In BLIS's order B's panels are copied once per kc block
+    # whatever a block's rows, so the model's rows stay; without that rule (the constant off)
+    # the 5-row tile comes back
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    sizes = {"M": 1024, "N": 1024, "K": 1024}
+    text = heuristic_schedule(gemm(tl.float64), sizes, _target("haswell")).to_python()
+    assert "'k.o', 'i.o.o', 'j.o'" in text, text
+    rows, tiles = _row_split(text)
+    assert rows == cm.register_tile(cm.DESCRIBED["haswell"], 8).rows == 6
+    assert rows * tiles < heuristic.REUSE_ROWS
+    monkeypatch.setattr(heuristic, "BLIS_ORDER_REUSE", 0)
+    text = heuristic_schedule(gemm(tl.float64), sizes, _target("haswell")).to_python()
+    assert _row_split(text)[0] == 5, text
+
+
 def test_a_triangle_over_the_columns_keeps_the_narrow_packed_tile(monkeypatch):
     # Zen 4's 4-vector packed tile (CpuModel.packed_vectors) where the reduction's triangle
     # bounds the rows and the reduction only (trmm's k > i: every column of a tile alike),
