@@ -2,7 +2,7 @@
 
 Run: python benchmarks/jit_profile.py [--workload matmul] [--shape M=1024,N=1024,K=1024]
      [--dtype float64] [--cpu haswell] [--set NAME=VALUE[+NAME=VALUE]] [--seconds 6]
-     [--list FIRST-LAST]
+     [--list FIRST-LAST] [--then 'PYTHON']
      (TENSORLANG_NUM_THREADS=1 for one thread; needs ``perf``, Debian package linux-perf)
 
 The rule-based schedule of a built-in workload (``--set`` changes the rules' constants as
@@ -97,6 +97,21 @@ def fma_share(ips: list[int], text: dict[int, str], loops: list[tuple[int, int]]
     return hits / max(1, len(ips) + copies)
 
 
+def readable_bytes(lo: int, size: int) -> bytes:
+    """This process's memory at ``[lo, lo + size)``, zeros where nothing readable is mapped
+    (``/proc/self/maps``): the JIT code's last function ends short of the 64 KiB taken after
+    its start, and reading an unmapped page would crash the process."""
+    out = bytearray(size)
+    with open("/proc/self/maps") as fh:
+        for line in fh:
+            span, perms = line.split()[:2]
+            a, b = (int(v, 16) for v in span.split("-"))
+            start, end = max(a, lo), min(b, lo + size)
+            if start < end and perms.startswith("r"):
+                out[start - lo:end - lo] = ctypes.string_at(start, end - start)
+    return bytes(out)
+
+
 def _run(args: argparse.Namespace) -> None:
     """The sampled process: compile, dump the code's bytes and address, call the kernel."""
     import numpy as np
@@ -115,6 +130,8 @@ def _run(args: argparse.Namespace) -> None:
         target = target_for(args.cpu)
     with rule_settings(args.set):
         s = heuristic_schedule(out, sizes, target)
+    if args.then:  # more primitives on the rule's schedule, e.g. s["B_local"].vectorize(...)
+        exec(args.then, {"s": s, "tl": tl})
     kern = tl.compile(out, s, target=target) if target else tl.compile(out, s)
     module = kern._compiled  # (the execution engine and the optimised IR)
     names = re.findall(r"^define [^@]*@\"?([\w.$]+)\"?\(", module.optimized_ir, re.M)
@@ -122,7 +139,7 @@ def _run(args: argparse.Namespace) -> None:
     lo = starts[0]
     size = starts[-1] - lo + (1 << 16)  # the last function's length is not known: 64 KiB more
     with open(os.path.join(args.dump, "code.bin"), "wb") as fh:
-        fh.write(ctypes.string_at(lo, size))
+        fh.write(readable_bytes(lo, size))
     with open(os.path.join(args.dump, "code.txt"), "w") as fh:
         fh.write(f"{lo} {size}\n{s.to_python()}\n")
     arrays = random_inputs(tl.Pipeline(out), input_shapes(out, sizes))
@@ -153,6 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--cpu", default="", help="a described CPU to compile for (mca.FEATURES)")
     ap.add_argument("--set", default="", help="NAME=VALUE[+...]: the rules' constants")
+    ap.add_argument("--then", default="", metavar="PYTHON",
+                    help="statements run on the rule's schedule s before compiling "
+                         "(s[\"B_local\"].vectorize(\"B_local_d1\", 8))")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--list", default="", metavar="FIRST-LAST",
