@@ -40,7 +40,7 @@ from .invariant_reads import hoist_update_reads
 from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
 from .promote import promote_accumulators
 from .fold_init import folding
-from .realize import realize
+from .realize import lowering_switches, realize
 from .simplify import simplify
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def lower(output: Func | Sequence[Func] | Pipeline,
         view = schedule.view
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           folding())  # (a benchmark switches it between two lowerings)
+           folding(), lowering_switches())  # (a benchmark switches them between lowerings)
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]
@@ -118,4 +118,4 @@ def lower(output: Func | Sequence[Func] | Pipeline,
 #: lowered kernels kept per process, by (workload key, schedule trace): the IR is immutable and
 #: lowering is deterministic, so ``tl.compile(F, "auto")`` reuses the heuristic's last lowering
 RECENT_LOWERINGS = 8
-_RECENT: OrderedDict[tuple[str, str | None], LoweredFunc] = OrderedDict()
+_RECENT: OrderedDict[tuple, LoweredFunc] = OrderedDict()

@@ -211,12 +211,12 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
         tightened = _place_guard(e, bound, leaves, pos)
         if tightened is not None:
             bounded[tightened] = bounded.get(tightened, 0) + 1
-        elif len(inner_guards) == placed_before + 1 and rel.outer in rename:
+        elif len(inner_guards) == placed_before + 1 and rel.inner in rename:
             # the guard became an ``if`` on the inner loop (an unrolled one)
-            peel_at = _tail_peel(e, resolve(bound), rel.factor, rename[rel.outer],
-                                 rename[rel.inner], leaves, pos, leaf_vars)
-            if peel_at is not None and rename[rel.outer] not in tail_peels:
-                tail_peels[rename[rel.outer]] = (peel_at, rename[rel.inner], inner_guards[-1])
+            peeled = _tail_peel(e, resolve(bound), rel.factor, rename[rel.inner], leaves, pos,
+                                leaf_vars)
+            if peeled is not None and peeled[1] not in tail_peels:
+                tail_peels[peeled[1]] = (peeled[0], rename[rel.inner], inner_guards[-1])
         bound = resolve(bound)
         if tightened is not None and rel.outer in rename and rel.inner in rename \
                 and tightened == rename[rel.inner] \
@@ -275,27 +275,33 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     return nest
 
 
-def _tail_peel(e: Expr, bound: Expr, factor: int, outer: str, inner: str, leaves: list[Leaf],
-               pos: dict[str, int], leaf_vars: set[str]) -> Expr | None:
+def _tail_peel(e: Expr, bound: Expr, factor: int, inner: str, leaves: list[Leaf],
+               pos: dict[str, int], leaf_vars: set[str]) -> tuple[Expr, str] | None:
     """For the guard ``e < bound`` of a GuardWithIf split placed as an ``if`` on its inner loop
-    ``inner`` (an unrolled loop keeps its constant extent): the number of iterations of the
-    serial loop ``outer``, from 0, for which the guard holds on every inner iteration, when
-    ``e`` is exactly ``factor * outer + inner + c`` and ``bound`` names no loop; else None."""
-    if outer not in pos or inner not in pos or pos[outer] > pos[inner]:
-        return None
-    if leaves[pos[outer]].kind is not ForKind.SERIAL or const_value(leaves[pos[outer]].min) != 0:
-        return None
-    if any(isinstance(n, Var) and n.name in leaf_vars for n in walk(bound)):
+    ``inner`` (an unrolled loop keeps its constant extent): ``(count, outer)``, the serial loop
+    ``outer`` and the number of its iterations, from 0, for which the guard holds on every
+    inner iteration, when ``e`` is ``factor * outer + inner + rest`` with ``outer`` the
+    innermost other loop of this stage in ``e`` and ``rest`` affine in sizes and in loops
+    outside ``outer`` (the split's own outer loop, or the innermost loop it was split into: a
+    packed GEMM's row tile inside its row block, ``60 * i.o.o + 6 * i.o.i + i.i < M``), and
+    ``bound`` names no loop of this stage; else None."""
+    if inner not in pos or any(isinstance(n, Var) and n.name in leaf_vars for n in walk(bound)):
         return None
     try:
         form = affine_form(e)
     except NonAffine:
         return None
-    if set(form.vars) != {outer, inner} or form.params or form.coeff(outer) != factor \
-            or form.coeff(inner) != 1 or const_value(leaves[pos[inner]].min) != 0:
+    mine = [v for v in form.vars if v in pos and v != inner]
+    if not mine or form.coeff(inner) != 1 or const_value(leaves[pos[inner]].min) != 0:
         return None
-    # factor * o + (factor - 1) + c < bound  <=>  o < (bound - c) // factor
-    return BinOp("floordiv", ssub(bound, sconst(form.const)), Const(factor, int64), int64)
+    outer = max(mine, key=lambda v: pos[v])
+    if pos[outer] > pos[inner] or form.coeff(outer) != factor \
+            or leaves[pos[outer]].kind is not ForKind.SERIAL \
+            or const_value(leaves[pos[outer]].min) != 0:
+        return None
+    rest = form.drop(outer).drop(inner).to_expr()
+    # factor * o + (factor - 1) + rest < bound  <=>  o < (bound - rest) // factor
+    return BinOp("floordiv", ssub(bound, rest), Const(factor, int64), int64), outer
 
 
 def _dedup(conds: list[Expr]) -> list[Expr]:

@@ -181,6 +181,17 @@ def inline_funcs(p: AlgorithmView, inline: set[str]) -> dict[str, Expr]:
 #: coverage) after which the rest are trusted to bounds inference without a proof
 MAX_UNPROVEN = 4
 
+#: whether a remainder that a piece of its own would run with some producer computed whole
+#: again runs inside its full tiles' loops instead, peeled off the tile loop
+#: (``_Realizer._peeled_in_shared_loops``); 0: always a piece of its own, as before. An int,
+#: for ``benchmarks/gemm_packed.py``'s ``auto:tensorlang.schedule.realize.PEEL_SHARED=0``
+PEEL_SHARED = 1
+
+
+def lowering_switches() -> tuple[int, ...]:
+    """This module's switches now (part of ``lower``'s cache key: a benchmark flips them)."""
+    return (PEEL_SHARED,)
+
 
 class _Realizer:
     def __init__(self, p: AlgorithmView, states: dict[str, StageState]) -> None:
@@ -561,6 +572,8 @@ class _Realizer:
                 continue
             k = args.index(rel.parent)
             lo, ext = region[k]
+            if PEEL_SHARED and self._peeled_in_shared_loops(f, rel, dict(zip(args, region))):
+                continue
             c = const_value(ext)
             if extent_divides(ext, rel.factor) or (c is not None and c < rel.factor):
                 continue
@@ -596,6 +609,49 @@ class _Realizer:
             if not (st.rvars and all(self._is_copy(g) for g in gs)):
                 return False
         return True
+
+    def _peeled_in_shared_loops(self, f: Func, rel: Split,
+                                region: dict[str, tuple[Expr, Expr]]) -> bool:
+        """Whether ``f``'s remainder along ``rel`` (a GuardWithIf split of a pure Var) runs
+        better inside its full tiles' loops than as a piece of its own: some producer computed
+        outside the Var's loops is read by ``f`` at indices that do not mention the Var (B's
+        packed panels at the reduction block loop of BLIS's order, for a split of the rows), so
+        a piece would compute it whole again, and the guarded nest peels the remainder off the
+        innermost loop the split's outer loop became, with nothing computed at or inside that
+        loop (``StageNest.tail_peels``: the whole tiles run without the guard, the last ones
+        with it, within the same iterations of the loops outside)."""
+        st = self.states[f.name]
+        var = rel.parent
+        over = [n for n, loop in enumerate(st.loops) if var in st.origin[loop]]
+        if not over:
+            return False
+        value = self.values[f.name]
+        whole_again = False
+        for (stage, loop), gs in self.computed_at.items():
+            if stage != f.name or loop not in st.loops or st.loops.index(loop) >= over[0]:
+                continue
+            for g in gs:
+                reads = [a for a in walk(value) if isinstance(a, Access) and a.name == g.name]
+                if reads and not any(isinstance(n, Var) and n.name == var
+                                     for a in reads for i in a.indices for n in walk(i)):
+                    whole_again = True
+        if not whole_again:
+            return False
+        d = self.p.definition(f.name)
+        reg = dict(region)
+        for r in d.rvars:
+            reg[r.name] = d.range_of(r.name)
+        nest = build_stage_nest(st, reg, set(), False, d.predicate)
+        for outer, (_, inner, _) in nest.tail_peels.items():
+            if inner != rel.inner:
+                continue
+            k = next(n for n, lf in enumerate(nest.leaves) if lf.var == outer)
+            busy = {loop for (stage, loop) in [*self.computed_at, *self.stored_at]
+                    if stage == f.name}
+            busy |= {self.states[g.name].fused.loop  # type: ignore[union-attr]
+                     for g in self.guests.get(f.name, ())}
+            return not any(lf.name in busy for lf in nest.leaves[k:])
+        return False
 
     def _is_copy(self, g: Func) -> bool:
         """Whether ``g``'s definition is a copy: one read of a tensor, no reduction."""

@@ -1,0 +1,92 @@
+"""A remainder peeled inside the shared loops (``realize._Realizer._peeled_in_shared_loops``):
+where a piece of its own would compute a producer whole again (BLIS's order: B's packed panels
+at the reduction block loop, outside the rows), the rows' remainder runs as the last
+iterations of the tile loop instead, and computes what NumPy computes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_cpu_model import _target, gemm
+
+import tensorlang as tl
+import tensorlang.schedule.realize as realize
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.expr import BinOp, Const, Var
+from tensorlang.dtypes import int64
+from tensorlang.schedule.ir import ForKind
+from tensorlang.schedule.lower import lower
+from tensorlang.schedule.nest import Leaf, _tail_peel
+
+SIZES = {"M": 1024, "N": 1024, "K": 1024}
+
+
+def _blis_rule(dtype, monkeypatch, threads: str = "1"):
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    C = gemm(dtype)
+    s = heuristic_schedule(C, SIZES, _target("haswell"))
+    text = s.to_python()
+    # haswell's float64 6-row tile leaves 4 of 1024 rows; its small L2 makes BLIS's order
+    assert "'k.o', 'i.o.o', 'j.o'" in text, text
+    return C, s
+
+
+def test_the_row_remainder_shares_bs_panels(monkeypatch):
+    C, s = _blis_rule(tl.float64, monkeypatch)
+    peeled = str(lower(C, s))
+    # B's panels copied in each column piece (the full panels, the ragged last one) only ...
+    copies = peeled.count("allocate B_local")
+    # ... and the whole tiles first, then the last ones, in the same iterations of j.o
+    loops = [ln.strip() for ln in peeled.splitlines() if ln.strip().startswith("for i.o.i")]
+    assert any(not ln.startswith("for i.o.i in [0,") for ln in loops), loops
+    monkeypatch.setattr(realize, "PEEL_SHARED", 0)
+    pieces = str(lower(C, s))
+    # a piece of its own for the rows' remainder copied B's panels again
+    assert pieces.count("allocate B_local") > copies
+
+
+@pytest.mark.parametrize("dtype,threads", [(tl.float64, "1"), (tl.float64, "2"),
+                                           (tl.float32, "1")])
+def test_the_peeled_remainder_matches_numpy(dtype, threads, monkeypatch):
+    C, s = _blis_rule(dtype, monkeypatch, threads)
+    kern = tl.compile(C, s, target=_target("haswell"))
+    npd = dtype.numpy
+    rng = np.random.default_rng(11)
+    for m, n, k in [(1024, 1024, 1024), (1021, 1019, 1013), (67, 9, 600), (1, 1, 1),
+                    (5, 17, 257), (7, 8, 1)]:
+        a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=2e-5 if npd == np.float32 else 1e-10)
+
+
+def test_tail_peel_of_a_tile_inside_a_row_block():
+    # 60 * o2 + 6 * o1 + i < M, i unrolled over 6 inside serial o1 inside o2: o1's first
+    # (M - 60 * o2) // 6 iterations have every row inside
+    leaves = [Leaf("o2", "o2", Const(0, int64), Var("a"), ForKind.PARALLEL, False),
+              Leaf("o1", "o1", Const(0, int64), Const(10, int64), ForKind.SERIAL, False),
+              Leaf("i", "i", Const(0, int64), Const(6, int64), ForKind.UNROLLED, False)]
+    pos = {lf.var: n for n, lf in enumerate(leaves)}
+    e = BinOp("add", BinOp("add", BinOp("mul", Const(60, int64), Var("o2"), int64),
+                           BinOp("mul", Const(6, int64), Var("o1"), int64), int64),
+              Var("i"), int64)
+    peeled = _tail_peel(e, Var("M"), 6, "i", leaves, pos, set(pos))
+    assert peeled is not None and peeled[1] == "o1"
+    for m in (0, 5, 6, 59, 60, 61, 125, 1024):
+        for o2 in range(3):
+            whole = [o1 for o1 in range(200) if all(60 * o2 + 6 * o1 + i < m for i in range(6))]
+            # (the peel clamps the count to the loop's range)
+            assert max(0, _eval(peeled[0], {"M": m, "o2": o2})) == len(whole)
+            assert whole == list(range(len(whole)))
+    # the tile loop outside another loop the guard mentions: no peel
+    assert _tail_peel(e, Var("M"), 6, "i", [leaves[1], leaves[0], leaves[2]],
+                      {"o1": 0, "o2": 1, "i": 2}, set(pos)) is None
+
+
+def _eval(e, env: dict[str, int]) -> int:
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Var):
+        return env[e.name]
+    a, b = _eval(e.a, env), _eval(e.b, env)
+    ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
+           "floordiv": lambda: a // b, "min": lambda: min(a, b), "max": lambda: max(a, b)}
+    return ops[e.op]()
