@@ -650,7 +650,12 @@ class _Realizer:
                     if stage == f.name}
             busy |= {self.states[g.name].fused.loop  # type: ignore[union-attr]
                      for g in self.guests.get(f.name, ())}
-            return not any(lf.name in busy for lf in nest.leaves[k:])
+            # as ``emit_nest`` peels: nothing at or inside the loop, a reduction's
+            # initialisation placed outside it, no RDom peel of the same loop
+            return (not any(lf.name in busy for lf in nest.leaves[k:])
+                    and (d.reduce_op is None or nest.first_reduction is not None
+                         and nest.first_reduction < k)
+                    and (nest.peel is None or nest.peel.loop != outer))
         return False
 
     def _is_copy(self, g: Func) -> bool:

@@ -90,3 +90,25 @@ def _eval(e, env: dict[str, int]) -> int:
     ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
            "floordiv": lambda: a // b, "min": lambda: min(a, b), "max": lambda: max(a, b)}
     return ops[e.op]()
+
+
+def test_no_peel_where_the_reduction_runs_inside_the_tile_loop(monkeypatch):
+    # B's panel copied at the column loop, outside the rows, read without them; but the
+    # reduction loop k runs inside the row tile loop i.o, where the initialisation goes: the
+    # nest could not peel i.o, so the rows stay partitioned as before
+    C = gemm(tl.float64)
+    s = tl.Schedule(C)
+    s[C].split("i", 6)
+    s[C].split("j", 8)
+    s[C].reorder("j.o", "i.o", "k", "i.i", "j.i")
+    s.cache_read("B", s[C], "j.o")
+    s[C].unroll("i.i").vectorize("j.i")
+    text = str(lower(C, s))
+    assert "M - M // 6 * 6 > 0" in text
+    monkeypatch.setattr(realize, "PEEL_SHARED", 0)
+    assert str(lower(C, s)) == text
+    kern = tl.compile(C, s)
+    rng = np.random.default_rng(2)
+    for m, n, k in [(13, 17, 5), (6, 8, 1), (1, 3, 2)]:
+        a, b = rng.random((m, k)), rng.random((k, n))
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-12)
