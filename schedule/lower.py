@@ -41,7 +41,7 @@ from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stm
 from .promote import promote_accumulators
 from .fold_init import folding
 from .realize import lowering_switches, realize
-from .simplify import simplify
+from .simplify import range_folding, simplify
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -98,7 +98,7 @@ def lower(output: Func | Sequence[Func] | Pipeline,
         view = schedule.view
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           folding(), lowering_switches())  # (a benchmark switches them between lowerings)
+           folding(), lowering_switches(), range_folding())  # (a benchmark switches them between lowerings)
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensorlang.affine import Affine, NonAffine, affine_form
+from tensorlang.affine import Affine, NonAffine, affine_form, const_value
 from tensorlang.dtypes import int64
 from tensorlang.expr import BinOp, Cast, Const, Expr, cast, map_children
 
-from .ir import LoweredFunc, Stmt, map_stmt
+from .ir import For, LetStmt, LoweredFunc, Stmt, lane_cap, map_stmt
 
 
 def _wrap(v: int, e: Expr) -> Const:
@@ -150,11 +150,99 @@ def _sum(parts: list[Expr]) -> Expr:
     return out
 
 
+#: whether ``simplify`` folds divisions and modulos in the ranges of the loops around them
+#: (``fold_in_loop_ranges``); 0: not, as before. An int, for ``benchmarks/gemm_packed.py``'s
+#: ``auto:tensorlang.schedule.simplify.RANGE_FOLD=0``
+RANGE_FOLD = 1
+
+
+def range_folding() -> int:
+    """``RANGE_FOLD`` now (part of ``lower``'s cache key: a benchmark switches it)."""
+    return RANGE_FOLD
+
+
 def simplify(f: LoweredFunc) -> LoweredFunc:
-    """Apply :func:`simplify_expr` to every expression of the kernel."""
+    """Apply :func:`simplify_expr` to every expression of the kernel, then
+    :func:`fold_in_loop_ranges` with the ranges of the loops around each."""
 
     def fs(s: Stmt) -> Stmt:
         return map_stmt(s, fs, simplify_expr)
 
     body = fs(f.body)
+    if RANGE_FOLD:
+        body = _in_ranges(body, {})
     return f if body is f.body else dataclasses.replace(f, body=body)
+
+
+Interval = tuple[int, int]  # inclusive
+
+
+def fold_in_loop_ranges(e: Expr, ranges: dict[str, Interval]) -> Expr:
+    """Fold the floor divisions and modulos of ``e`` by a constant ``d`` whose dividend is
+    affine in loops of known constant range (``ranges``: loop variable -> inclusive bounds)
+    and stays within one multiple of ``d`` over them: ``(j.i.i + 8 * j.i.o) // 16`` is 0 and
+    ``(j.i.i + 8 * j.i.o) % 16`` is ``j.i.i + 8 * j.i.o`` for a tile's ``j.i.i`` in ``[0, 7]``
+    and ``j.i.o`` in ``[0, 1]`` (a packed panel's column inside a register tile), so code
+    generation sees a unit-stride access (a vector load, or a masked one, not a gather).
+    Halide's simplifier does the same with the bounds of the enclosing loops."""
+
+    def go(n: Expr) -> Expr:
+        n = map_children(n, go)
+        if isinstance(n, BinOp) and n.dtype is int64 and n.op in ("floordiv", "mod") \
+                and isinstance(n.b, Const) and int(n.b.value) > 0:
+            r = _affine_range(n.a, ranges)
+            d = int(n.b.value)
+            if r is not None and r[0] // d == r[1] // d:
+                q = r[0] // d
+                if n.op == "floordiv":
+                    return Const(q, int64)
+                return simplify_expr(BinOp("sub", n.a, Const(q * d, int64), int64)) if q \
+                    else n.a
+        return n
+
+    if not ranges:
+        return e
+    out = go(e)
+    return e if out is e else simplify_expr(out)
+
+
+def _affine_range(e: Expr, ranges: dict[str, Interval]) -> Interval | None:
+    """Inclusive bounds of ``e`` when it is affine in variables of ``ranges`` only."""
+    try:
+        form = affine_form(e)
+    except NonAffine:
+        return None
+    if form.params or any(v not in ranges for v in form.vars):
+        return None
+    lo = hi = form.const
+    for v, c in form.coeffs:
+        a, b = ranges[v]
+        lo += c * (a if c > 0 else b)
+        hi += c * (b if c > 0 else a)
+    return lo, hi
+
+
+def _in_ranges(s: Stmt, ranges: dict[str, Interval]) -> Stmt:
+    """``s`` with :func:`fold_in_loop_ranges` applied to its expressions, each with the ranges
+    of the loops around it whose min is a constant and whose extent is a constant or a constant
+    cap (``min(8, N - 8 * x.o)``: at most 8)."""
+    if isinstance(s, For):
+        lo, ext = const_value(s.min), const_value(s.extent)
+        if ext is None:
+            ext = lane_cap(s.extent)
+        inner = {k: v for k, v in ranges.items() if k != s.var}
+        if lo is not None and ext is not None and ext >= 1:
+            inner[s.var] = (int(lo), int(lo) + int(ext) - 1)
+        return _rebuild_for(s, fold_in_loop_ranges(s.min, ranges),
+                            fold_in_loop_ranges(s.extent, ranges), _in_ranges(s.body, inner))
+    if isinstance(s, LetStmt):
+        inner = {k: v for k, v in ranges.items() if k != s.var}
+        return map_stmt(s, lambda c: _in_ranges(c, inner),
+                        lambda e: fold_in_loop_ranges(e, ranges))
+    return map_stmt(s, lambda c: _in_ranges(c, ranges), lambda e: fold_in_loop_ranges(e, ranges))
+
+
+def _rebuild_for(s: For, lo: Expr, ext: Expr, body: Stmt) -> For:
+    if lo is s.min and ext is s.extent and body is s.body:
+        return s
+    return dataclasses.replace(s, min=lo, extent=ext, body=body)
