@@ -33,6 +33,10 @@
 #   cpu-stop51: GEMM 1024^3 float64/float32, one thread and all threads, the rule against
 #          auto:PREFETCH_TILE=1 and the initialisation pass unfolded (FOLD_INIT=0); PolyBench's
 #          GEMM-class kernels against PREFETCH_TILE=1; the triangles and 3mm on 8 threads
+#   cpu-stop52: AVX2 code (haswell) GEMM 1024^3 float64 on 1 and 16 threads against the rows'
+#          remainder as a piece of its own (PEEL_SHARED=0) and unfolded panel reads
+#          (RANGE_FOLD=0); PolyBench gemm, 2mm, 3mm as skylake-avx512 code against RANGE_FOLD=0,
+#          and the GEMM-class kernels as haswell code against PEEL_SHARED=0
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -171,6 +175,22 @@ for phase in $phases; do
         TENSORLANG_NUM_THREADS=8 OPENBLAS_NUM_THREADS=8 step 90 polybench51_8t.log \
             python3 benchmarks/polybench.py --no-default --rounds 5 \
             --kernels syrk,syr2k,covariance,correlation,3mm ;;
+    cpu-stop52)  # issue 16: the rows' remainder peeled in the shared loops (PEEL_SHARED) and
+        # the folded panel reads (RANGE_FOLD), on AVX2 code (haswell) and skylake-avx512 code
+        v="auto,auto:tensorlang.schedule.realize.PEEL_SHARED=0"
+        v="$v,auto:tensorlang.schedule.simplify.RANGE_FOLD=0"
+        for thr in 1 16; do
+            TARGET_CPU=haswell OPENBLAS_CORETYPE=Haswell TENSORLANG_NUM_THREADS=$thr \
+                OPENBLAS_NUM_THREADS=$thr ROUNDS=11 step 90 "gemm52_haswell_${thr}t.log" \
+                python3 benchmarks/gemm_packed.py 1024x1024x1024 f64 "$v"
+        done
+        TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 step 120 polybench52_skx.log \
+            python3 benchmarks/polybench.py --no-default --rounds 5 --cpu skylake-avx512 \
+            --against tensorlang.schedule.simplify.RANGE_FOLD=0 --kernels gemm,2mm,3mm
+        OPENBLAS_CORETYPE=Haswell TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 step 150 \
+            polybench52_haswell.log python3 benchmarks/polybench.py --no-default --rounds 5 \
+            --cpu haswell --against tensorlang.schedule.realize.PEEL_SHARED=0 \
+            --kernels gemm,2mm,3mm,symm,syrk,syr2k,covariance ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do
