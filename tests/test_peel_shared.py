@@ -88,7 +88,8 @@ def _eval(e, env: dict[str, int]) -> int:
         return env[e.name]
     a, b = _eval(e.a, env), _eval(e.b, env)
     ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-           "floordiv": lambda: a // b, "min": lambda: min(a, b), "max": lambda: max(a, b)}
+           "floordiv": lambda: a // b, "mod": lambda: a % b, "min": lambda: min(a, b),
+           "max": lambda: max(a, b)}
     return ops[e.op]()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from test_cpu_model import _target, gemm
+from test_peel_shared import _eval
 
 import tensorlang as tl
 import tensorlang.schedule.simplify as simplify
@@ -28,17 +29,6 @@ def _lin(*terms):
         t = BinOp("mul", Const(c, int64), Var(v), int64)
         out = t if out is None else BinOp("add", out, t, int64)
     return out
-
-
-def _eval(e, env):
-    if isinstance(e, Const):
-        return int(e.value)
-    if isinstance(e, Var):
-        return env[e.name]
-    a, b = _eval(e.a, env), _eval(e.b, env)
-    ops = {"add": lambda: a + b, "sub": lambda: a - b, "mul": lambda: a * b,
-           "floordiv": lambda: a // b, "mod": lambda: a % b}
-    return ops[e.op]()
 
 
 @pytest.mark.parametrize("terms,ranges,d", [
