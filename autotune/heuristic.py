@@ -76,7 +76,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.backends.llvm.target import host_target
@@ -92,6 +92,8 @@ from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator
                         closest_divisor, cpu_model, gemm_blocking, near_divisor)
 from .cpu_model import register_tile as model_tile
 from .features import store_counts
+from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
+                           panel_dim, row_block_reads)
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
 from .stream_rules import _column_rows_stage
@@ -492,71 +494,6 @@ def accumulator_rows(vectors: int, row_extent: int, accumulators: int = ACCUMULA
     return near if 2 * near >= rows else rows
 
 
-class Packed(NamedTuple):
-    """One operand read that a packed register tile copies into contiguous panels: the
-    ``index``-th read of ``name`` in the reduction (``Schedule.cache_read``'s ``index``), over
-    reduction Var ``rvar``, stored in ``layout`` (None: as it is) so the row's Var is last,
-    and in ``panel`` (``cache_read``'s: the dimension of the tile's rows and their count; None:
-    not in panels)."""
-
-    name: str
-    rvar: str
-    index: int
-    layout: tuple[int, ...] | None
-    panel: tuple[int, int] | None = None
-
-
-def _tile_reads(f: Func, var: str, last: str, exclude: str | None = None,
-                rows: int = 1) -> list[Packed]:
-    """The reads of GEMM-like reduction ``f`` (one reduction Var ``k``, two pure Vars or more)
-    with ``k`` and pure Var ``var`` as plain indices of their own (no other index mentions
-    either), none mentioning ``exclude``, and no boundary mode: each as a ``Packed`` whose
-    layout puts index ``last`` (``var`` or ``k``) last, ``index`` counting the reads of its name
-    in ``f``'s value, in panels of ``rows`` along ``var``'s dimension where ``rows`` > 1."""
-    d = f.definition
-    assert d is not None
-    if len(d.rvars) != 1 or len(d.args) < 2:
-        return []
-    k = d.rvars[0].name
-    seen: dict[str, int] = {}
-    found: list[Packed] = []
-    for a in walk(d.value):
-        if not isinstance(a, Access):
-            continue
-        index = seen.get(a.name, 0)
-        seen[a.name] = index + 1
-        pos = {e.name: n for n, e in enumerate(a.indices) if isinstance(e, Var)}
-        used = {v.name for e in a.indices for v in walk(e) if isinstance(v, Var)}
-        if var not in pos or k not in pos or exclude in used or a.boundary is not None:
-            continue
-        others = [e for n, e in enumerate(a.indices) if n not in (pos[var], pos[k])]
-        if any(v.name in (var, k) for e in others for v in walk(e) if isinstance(v, Var)):
-            continue
-        at = pos[k if last == "k" else var]
-        layout = None if at == len(a.indices) - 1 else \
-            tuple(n for n in range(len(a.indices)) if n != at) + (at,)
-        found.append(Packed(a.name, k, index, layout, (pos[var], rows) if rows > 1 else None))
-    return found
-
-
-def packed_operands(f: Func, width: int = 1) -> list[Packed]:
-    """The operand reads of a GEMM-like reduction that a packed register tile copies into
-    contiguous panels: ``f`` has one reduction Var ``k``, and the read has ``k`` and ``f``'s
-    innermost pure Var ``j`` as two of its indices (``B[k, j]`` of ``C[i, j] += A[i, k] *
-    B[k, j]``; ``B[b, k, j]`` of a batched GEMM; ``A[j, k]`` of ``C[i, j] += A[i, k] * A[j, k]``,
-    packed transposed). Each read is packed alone (``cache_read(..., index=)``): covariance's
-    ``d[k, i] * d[k, j]`` packs the panel ``d[k, j]``, not the union of both tiles. With
-    ``width`` > 1, stored as panels of ``width`` columns, ``k`` before the column in each
-    (``B_local[j // width, k, j % width]``: BLIS's packed block of B, many panels in one copy);
-    else with ``j`` last (one panel per copy)."""
-    d = f.definition
-    assert d is not None
-    if not d.args:
-        return []
-    x = d.args[-1].name
-    return _tile_reads(f, x, last="k", rows=width) if width > 1 else _tile_reads(f, x, "var")
-
-
 def row_operands(f: Func, row: str, split: bool = True, rows: int = 1) -> list[Packed]:
     """The operand reads of a GEMM-like reduction ``f`` that a packed register tile copies as
     its row block (BLIS's ``mc x kc`` block of A): indexed by the reduction Var ``k`` and the
@@ -566,42 +503,7 @@ def row_operands(f: Func, row: str, split: bool = True, rows: int = 1) -> list[P
     them where ``A_PANELS`` (BLIS's micro-panels of A: the tile's rows adjacent for each
     ``k``). With the reduction not ``split``, only transposed reads: rows already contiguous in
     ``k`` are read as they are (a copy would only move them)."""
-    d = f.definition
-    assert d is not None
-    if not d.args:
-        return []
-    rows = rows if split and A_PANELS else 1
-    found = _tile_reads(f, row, last="k", exclude=d.args[-1].name, rows=rows)
-    return found if split else [p for p in found if p.layout is not None]
-
-
-def packed_operand(f: Func) -> Packed | None:
-    """The first of ``packed_operands(f)``, or None."""
-    found = packed_operands(f)
-    return found[0] if found else None
-
-
-def panel_dim(op: Packed) -> int:
-    """The dimension of ``op``'s copy that counts its panels (``cache_read``'s ``panel``: the
-    panelled dimension's place in the copy's ``layout``)."""
-    assert op.panel is not None
-    order = op.layout or tuple(range(op.panel[0] + 1))
-    return order.index(op.panel[0])
-
-
-def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str],
-         ) -> dict[Packed, Stage]:
-    """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``); ``loop``:
-    one loop for all, or one per operand. Returns each operand's copy stage."""
-    loops = [loop] * len(operands) if isinstance(loop, str) else loop
-    done: dict[str, int] = {}
-    copies: dict[Packed, Stage] = {}
-    # in read order: a packed read no longer counts among its name's reads
-    for op, at in sorted(zip(operands, loops), key=lambda p: (p[0].name, p[0].index)):
-        copies[op] = s.cache_read(op.name, stage, at, index=op.index - done.get(op.name, 0),
-                                  layout=op.layout, panel=op.panel)
-        done[op.name] = done.get(op.name, 0) + 1
-    return copies
+    return row_block_reads(f, row, split, rows if split and A_PANELS else 1)
 
 
 def row_block(tiles: int, rows: int, mc: int, threads: int,
@@ -868,7 +770,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         copies = pack(s, st, [*panels, *blocks], [ko.name] * len(panels) + [ioo.name] * len(blocks))
         if par == "blocks":
             for op in panels:
-                # the copy's loop over the panels: the panel's dimension (``_tile_reads``)
+                # the copy's loop over the panels: the panel's dimension (``packed_reads.tile_reads``)
                 copies[op].parallel(f"{copies[op].func}_d{panel_dim(op)}")
     elif kc < ext[k]:
         # the mc x kc block of A (packed) stays in L2 for every column panel; each row block

@@ -1,0 +1,120 @@
+"""The operand reads of a GEMM-like reduction that a packed register tile copies into
+contiguous panels (``cache_read``), and the copies themselves: which read of which tensor, in
+which layout, in panels of how many rows (Goto and van de Geijn, "Anatomy of High-Performance
+Matrix Multiplication", TOMS 2008: the packed blocks of A and B). The rule-based schedule
+(``heuristic``) and the search space (``space``) both build their packed nests from these."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from tensorlang.expr import Access, Var, walk
+from tensorlang.func import Func
+from tensorlang.schedule.schedule import Schedule, Stage
+
+
+class Packed(NamedTuple):
+    """One operand read that a packed register tile copies into contiguous panels: the
+    ``index``-th read of ``name`` in the reduction (``Schedule.cache_read``'s ``index``), over
+    reduction Var ``rvar``, stored in ``layout`` (None: as it is) so the row's Var is last,
+    and in ``panel`` (``cache_read``'s: the dimension of the tile's rows and their count; None:
+    not in panels)."""
+
+    name: str
+    rvar: str
+    index: int
+    layout: tuple[int, ...] | None
+    panel: tuple[int, int] | None = None
+
+
+def tile_reads(f: Func, var: str, last: str, exclude: str | None = None,
+                rows: int = 1) -> list[Packed]:
+    """The reads of GEMM-like reduction ``f`` (one reduction Var ``k``, two pure Vars or more)
+    with ``k`` and pure Var ``var`` as plain indices of their own (no other index mentions
+    either), none mentioning ``exclude``, and no boundary mode: each as a ``Packed`` whose
+    layout puts index ``last`` (``var`` or ``k``) last, ``index`` counting the reads of its name
+    in ``f``'s value, in panels of ``rows`` along ``var``'s dimension where ``rows`` > 1."""
+    d = f.definition
+    assert d is not None
+    if len(d.rvars) != 1 or len(d.args) < 2:
+        return []
+    k = d.rvars[0].name
+    seen: dict[str, int] = {}
+    found: list[Packed] = []
+    for a in walk(d.value):
+        if not isinstance(a, Access):
+            continue
+        index = seen.get(a.name, 0)
+        seen[a.name] = index + 1
+        pos = {e.name: n for n, e in enumerate(a.indices) if isinstance(e, Var)}
+        used = {v.name for e in a.indices for v in walk(e) if isinstance(v, Var)}
+        if var not in pos or k not in pos or exclude in used or a.boundary is not None:
+            continue
+        others = [e for n, e in enumerate(a.indices) if n not in (pos[var], pos[k])]
+        if any(v.name in (var, k) for e in others for v in walk(e) if isinstance(v, Var)):
+            continue
+        at = pos[k if last == "k" else var]
+        layout = None if at == len(a.indices) - 1 else \
+            tuple(n for n in range(len(a.indices)) if n != at) + (at,)
+        found.append(Packed(a.name, k, index, layout, (pos[var], rows) if rows > 1 else None))
+    return found
+
+
+def packed_operands(f: Func, width: int = 1) -> list[Packed]:
+    """The operand reads of a GEMM-like reduction that a packed register tile copies into
+    contiguous panels: ``f`` has one reduction Var ``k``, and the read has ``k`` and ``f``'s
+    innermost pure Var ``j`` as two of its indices (``B[k, j]`` of ``C[i, j] += A[i, k] *
+    B[k, j]``; ``B[b, k, j]`` of a batched GEMM; ``A[j, k]`` of ``C[i, j] += A[i, k] * A[j, k]``,
+    packed transposed). Each read is packed alone (``cache_read(..., index=)``): covariance's
+    ``d[k, i] * d[k, j]`` packs the panel ``d[k, j]``, not the union of both tiles. With
+    ``width`` > 1, stored as panels of ``width`` columns, ``k`` before the column in each
+    (``B_local[j // width, k, j % width]``: BLIS's packed block of B, many panels in one copy);
+    else with ``j`` last (one panel per copy)."""
+    d = f.definition
+    assert d is not None
+    if not d.args:
+        return []
+    x = d.args[-1].name
+    return tile_reads(f, x, last="k", rows=width) if width > 1 else tile_reads(f, x, "var")
+
+
+def packed_operand(f: Func) -> Packed | None:
+    """The first of ``packed_operands(f)``, or None."""
+    found = packed_operands(f)
+    return found[0] if found else None
+
+
+def panel_dim(op: Packed) -> int:
+    """The dimension of ``op``'s copy that counts its panels (``cache_read``'s ``panel``: the
+    panelled dimension's place in the copy's ``layout``)."""
+    assert op.panel is not None
+    order = op.layout or tuple(range(op.panel[0] + 1))
+    return order.index(op.panel[0])
+
+
+def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str],
+         ) -> dict[Packed, Stage]:
+    """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``); ``loop``:
+    one loop for all, or one per operand. Returns each operand's copy stage."""
+    loops = [loop] * len(operands) if isinstance(loop, str) else loop
+    done: dict[str, int] = {}
+    copies: dict[Packed, Stage] = {}
+    # in read order: a packed read no longer counts among its name's reads
+    for op, at in sorted(zip(operands, loops), key=lambda p: (p[0].name, p[0].index)):
+        copies[op] = s.cache_read(op.name, stage, at, index=op.index - done.get(op.name, 0),
+                                  layout=op.layout, panel=op.panel)
+        done[op.name] = done.get(op.name, 0) + 1
+    return copies
+
+
+def row_block_reads(f: Func, row: str, split: bool, rows: int) -> list[Packed]:
+    """The reads ``heuristic.row_operands`` copies as a packed tile's row block: indexed by the
+    reduction Var and ``row``, not by the vector Var, stored with the reduction Var last, in
+    panels of ``rows`` rows where ``rows`` > 1; with the reduction not ``split``, only the
+    transposed ones."""
+    d = f.definition
+    assert d is not None
+    if not d.args:
+        return []
+    found = tile_reads(f, row, last="k", exclude=d.args[-1].name, rows=rows)
+    return found if split else [p for p in found if p.layout is not None]
