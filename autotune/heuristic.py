@@ -770,7 +770,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         copies = pack(s, st, [*panels, *blocks], [ko.name] * len(panels) + [ioo.name] * len(blocks))
         if par == "blocks":
             for op in panels:
-                # the copy's loop over the panels: the panel's dimension (``packed_reads.tile_reads``)
+                # the copy's loop over the panels: the panel's dimension
+                # (``packed_reads.tile_reads``)
                 copies[op].parallel(f"{copies[op].func}_d{panel_dim(op)}")
     elif kc < ext[k]:
         # the mc x kc block of A (packed) stays in L2 for every column panel; each row block

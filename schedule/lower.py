@@ -97,8 +97,9 @@ def lower(output: Func | Sequence[Func] | Pipeline,
         states = schedule.states
         view = schedule.view
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
+    # (a benchmark switches the passes' switches between two lowerings)
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           folding(), lowering_switches(), range_folding())  # (a benchmark switches them between lowerings)
+           folding(), lowering_switches(), range_folding())
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]

@@ -572,10 +572,10 @@ class _Realizer:
                 continue
             k = args.index(rel.parent)
             lo, ext = region[k]
-            if PEEL_SHARED and self._peeled_in_shared_loops(f, rel, dict(zip(args, region))):
-                continue
             c = const_value(ext)
             if extent_divides(ext, rel.factor) or (c is not None and c < rel.factor):
+                continue
+            if PEEL_SHARED and self._peeled_in_shared_loops(f, rel, dict(zip(args, region))):
                 continue
             fc = Const(rel.factor, int64)
             main = BinOp("mul", BinOp("floordiv", ext, fc, int64), fc, int64)

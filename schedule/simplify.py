@@ -17,6 +17,7 @@ import dataclasses
 from tensorlang.affine import Affine, NonAffine, affine_form, const_value
 from tensorlang.dtypes import int64
 from tensorlang.expr import BinOp, Cast, Const, Expr, cast, map_children
+from tensorlang.intervals import Interval
 
 from .ir import For, LetStmt, LoweredFunc, Stmt, lane_cap, map_stmt
 
@@ -174,9 +175,6 @@ def simplify(f: LoweredFunc) -> LoweredFunc:
     return f if body is f.body else dataclasses.replace(f, body=body)
 
 
-Interval = tuple[int, int]  # inclusive
-
-
 def fold_in_loop_ranges(e: Expr, ranges: dict[str, Interval]) -> Expr:
     """Fold the floor divisions and modulos of ``e`` by a constant ``d`` whose dividend is
     affine in loops of known constant range (``ranges``: loop variable -> inclusive bounds)
@@ -233,16 +231,11 @@ def _in_ranges(s: Stmt, ranges: dict[str, Interval]) -> Stmt:
         inner = {k: v for k, v in ranges.items() if k != s.var}
         if lo is not None and ext is not None and ext >= 1:
             inner[s.var] = (int(lo), int(lo) + int(ext) - 1)
-        return _rebuild_for(s, fold_in_loop_ranges(s.min, ranges),
-                            fold_in_loop_ranges(s.extent, ranges), _in_ranges(s.body, inner))
+        return map_stmt(s, lambda c: _in_ranges(c, inner),
+                        lambda e: fold_in_loop_ranges(e, ranges))
     if isinstance(s, LetStmt):
         inner = {k: v for k, v in ranges.items() if k != s.var}
         return map_stmt(s, lambda c: _in_ranges(c, inner),
                         lambda e: fold_in_loop_ranges(e, ranges))
     return map_stmt(s, lambda c: _in_ranges(c, ranges), lambda e: fold_in_loop_ranges(e, ranges))
 
-
-def _rebuild_for(s: For, lo: Expr, ext: Expr, body: Stmt) -> For:
-    if lo is s.min and ext is s.extent and body is s.body:
-        return s
-    return dataclasses.replace(s, min=lo, extent=ext, body=body)
