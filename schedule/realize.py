@@ -625,17 +625,14 @@ class _Realizer:
         over = [n for n, loop in enumerate(st.loops) if var in st.origin[loop]]
         if not over:
             return False
-        value = self.values[f.name]
-        whole_again = False
-        for (stage, loop), gs in self.computed_at.items():
-            if stage != f.name or loop not in st.loops or st.loops.index(loop) >= over[0]:
-                continue
-            for g in gs:
-                reads = [a for a in walk(value) if isinstance(a, Access) and a.name == g.name]
-                if reads and not any(isinstance(n, Var) and n.name == var
-                                     for a in reads for i in a.indices for n in walk(i)):
-                    whole_again = True
-        if not whole_again:
+        outside = {g.name for (stage, loop), gs in self.computed_at.items()
+                   if stage == f.name and loop in st.loops and st.loops.index(loop) < over[0]
+                   for g in gs}
+        reads = [a for a in walk(self.values[f.name])
+                 if isinstance(a, Access) and a.name in outside]
+        varying = {a.name for a in reads
+                   if any(isinstance(n, Var) and n.name == var for i in a.indices for n in walk(i))}
+        if not {a.name for a in reads} - varying:  # (every such producer shrinks with a piece)
             return False
         d = self.p.definition(f.name)
         reg = dict(region)
