@@ -133,6 +133,7 @@ from .heuristic import (
     least_block_rows,
     pack,
     packed_blocking,
+    shifted_row_block,
     packed_operand,
     packed_operands,
     panel_dim,
@@ -448,8 +449,10 @@ class SearchSpace:
         block = 0
         if order == "packed":
             if row in factor and args[-1] in factor:
-                block = self._row_block(f, row, factor[row], factor[args[-1]], trial.suggest_categorical(
-                    f"{f.name}.{row}.block", list(ROW_BLOCKS)))
+                answer = trial.suggest_categorical(f"{f.name}.{row}.block", list(ROW_BLOCKS))
+                block = self._row_block(f, row, factor[row], factor[args[-1]], answer,
+                                        shifted=tails[row] == "ShiftInwards"
+                                        and rvars[0] not in factor)
             else:
                 order = "tile"  # no register tile to pack for
         outer_p, inner_p, outer_r, inner_r, mid = [], [], [], [], []
@@ -643,16 +646,21 @@ class SearchSpace:
             return 1
         return -(-tile // min(width, lanes(f, self.target)))
 
-    def _row_block(self, f: Func, row: str, rows: int, width: int, answer: Any) -> int:
-        """Register tiles per row block for the ``.block`` decision ``answer``."""
-        tiles = max(1, self.extent(f.name, row) // rows)  # whole tiles (heuristic._packed_tile)
+    def _row_block(self, f: Func, row: str, rows: int, width: int, answer: Any,
+                   shifted: bool = False) -> int:
+        """Register tiles per row block for the ``.block`` decision ``answer``; ``shifted``: the
+        last tile of rows is shifted inwards (an unsplit reduction), the model's blocks take it
+        (``heuristic.shifted_row_block``)."""
+        extent = self.extent(f.name, row)
+        tiles = max(1, extent // rows)  # whole tiles (heuristic._packed_tile)
         if answer != "model":
             return min(int(answer), tiles)
         args = [v.name for v in f.definition.args]  # type: ignore[union-attr]
         outer = [a for a in args[:-1] if a != row]
         threads = block_threads(outer, {a: self.extent(f.name, a) for a in outer})
-        return row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc, threads,
-                         blocks_per_thread(f, row), least_block_rows())
+        block = row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc, threads,
+                          blocks_per_thread(f, row), least_block_rows())
+        return shifted_row_block(extent, rows, block) if shifted else block
 
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:
         """The extent of a loop: a Var's, ``ceil(extent / factor)`` for ``v.o`` (of a split

@@ -35,6 +35,15 @@ from .ir import CONCURRENT, Block, For, ForKind, IfThenElse, Stmt
 from .loops import Fuse, Split, StageState
 from .trace import TailStrategy
 
+#: The fast version keeps a GuardWithIf split's tail where its guard bounds a serial loop (the
+#: split's inner loop, innermost of the guard's loops) with a serial loop inside: ``for i.o.i in
+#: [0, min(22, T - 22 * i.o.o))`` costs one ``min`` per row block, against a version condition
+#: (the factor divides the extent) that sends every other extent to the guarded version, with
+#: its masked vectors and ``if`` per unrolled row (``_serial_tails``; the stage's caller says
+#: which Vars may: ``build_stage_nest``'s ``tail_vars``). 0: every GuardWithIf tail is a
+#: version condition (for a benchmark's A/B).
+SERIAL_TAILS = 1
+
 
 @dataclass
 class Leaf:
@@ -119,7 +128,8 @@ def _ceildiv(e: Expr, f: int) -> Expr:
 
 
 def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope: set[str],
-                     shift_ok: bool, predicate: tuple[Expr, ...] = ()) -> StageNest:
+                     shift_ok: bool, predicate: tuple[Expr, ...] = (),
+                     tail_vars: frozenset[str] = frozenset()) -> StageNest:
     """Loops of stage ``st`` over ``region`` (original Var -> ``(min, extent)``).
 
     ``predicate``: the stage's ``RDom.where`` conditions (boolean expressions of its original
@@ -128,7 +138,10 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
 
     ``scope``: IR loop variables of enclosing loops (leaves are renamed ``F.loop`` to avoid them).
     ``shift_ok``: build the fast version: ShiftInwards bases, and no GuardWithIf tails, valid
-    under the conditions returned in ``versions`` (else: the always-valid guarded version).
+    under the conditions returned in ``versions`` (else: the always-valid guarded version) ...
+    ``tail_vars``: ... except the tails of splits of these original Vars whose guard bounds a
+    serial loop (``SERIAL_TAILS``): the caller's choice, as the Vars no producer computed inside
+    the stage's loops is read with (its region, and its copy's extents, would vary).
 
     Raises:
         IllegalScheduleError: ShiftInwards where recomputation is not harmless.
@@ -142,6 +155,8 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     defs: dict[str, Expr] = {}
     guards: list[tuple[Expr, Expr, Split]] = []  # (expr, bound, split): expr < bound
     versions: list[Expr] = []
+    #: fast-version tails that may stay guards: (index of their version condition, guard)
+    soft: list[tuple[int, tuple[Expr, Expr, Split]]] = []
     for rel in st.relations:
         if isinstance(rel, Split):
             pm, pe = ranges[rel.parent]
@@ -160,7 +175,9 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             else:
                 defs[_PRIVATE + rel.parent] = sadd(pm, BinOp("add", step, i, int64))
                 if not divides and shift_ok:
-                    # fast version: taken only when the factor divides the extent (no tail)
+                    # fast version: taken only when the factor divides the extent (no tail),
+                    # unless the tail bounds a serial loop (``SERIAL_TAILS``; decided below)
+                    soft.append((len(versions), (BinOp("add", step, i, int64), pe, rel)))
                     versions.append(Cmp("eq", BinOp("mod", pe, Const(f, int64), int64),
                                         sconst(0)))
                 elif not divides:
@@ -198,6 +215,11 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     first_red = next((k for k, lf in enumerate(leaves) if lf.reduction), None)
     pos = {lf.var: k for k, lf in enumerate(leaves)}
     leaf_vars = {lf.var for lf in leaves}
+    kept = _serial_tails([g for g in soft if st.origin[g[1][2].inner] <= tail_vars], resolve,
+                         rename, leaves, pos)
+    guards += [g for _, g in soft if id(g) in kept]
+    dropped = {n for n, g in soft if id(g) in kept}
+    versions = [v for n, v in enumerate(versions) if n not in dropped]
     bounded: dict[str, int] = {}  # leaf -> how many guards tightened its extent
     # inner leaf -> (outer leaf, iterations of it whose inner loop is whole), one per bound that
     # knows it; a partition needs every bound of the inner loop to know it, for the same outer
@@ -302,6 +324,44 @@ def _tail_peel(e: Expr, bound: Expr, factor: int, inner: str, leaves: list[Leaf]
     rest = form.drop(outer).drop(inner).to_expr()
     # factor * o + (factor - 1) + rest < bound  <=>  o < (bound - rest) // factor
     return BinOp("floordiv", ssub(bound, rest), Const(factor, int64), int64), outer
+
+
+def nest_switches() -> tuple[int, ...]:
+    """This module's switches now (``realize.lowering_switches``: part of ``lower``'s cache
+    key)."""
+    return (SERIAL_TAILS,)
+
+
+def _serial_tails(soft: list[tuple[int, tuple[Expr, Expr, Split]]],
+                  resolve: Callable[[Expr], Expr], rename: dict[str, str], leaves: list[Leaf],
+                  pos: dict[str, int]) -> set[int]:
+    """The ids of the fast version's GuardWithIf tails ``soft`` that stay guards instead of
+    version conditions (``SERIAL_TAILS``): the guard ``e < bound`` is affine, its innermost
+    loop is the split's inner loop, with coefficient 1, serial, and ``bound`` names no loop, so
+    that ``_place_guard`` makes it a tighter bound of that loop; and a serial loop runs inside
+    that loop (a row block's tile loop around the reduction loop: one ``min`` per tile); an
+    innermost loop, or one around unrolled and vector loops only, keeps its constant trip count
+    (LLVM unrolls and vectorizes it)."""
+    kept: set[int] = set()
+    if not SERIAL_TAILS:
+        return kept
+    for _, g in soft:
+        expr, bound, rel = g
+        inner = rename.get(rel.inner)
+        if inner not in pos or leaves[pos[inner]].kind is not ForKind.SERIAL \
+                or not any(lf.kind is ForKind.SERIAL for lf in leaves[pos[inner] + 1:]):
+            continue
+        e, b = resolve(expr), resolve(bound)
+        if any(isinstance(n, Var) and n.name in pos for n in walk(b)):
+            continue
+        try:
+            form = affine_form(e)
+        except NonAffine:
+            continue
+        mentioned = [v for v in form.vars if v in pos]
+        if max(mentioned, key=lambda v: pos[v]) == inner and form.coeff(inner) == 1:
+            kept.add(id(g))
+    return kept
 
 
 def _dedup(conds: list[Expr]) -> list[Expr]:

@@ -55,7 +55,7 @@ from .ir import (
 )
 from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
-from .nest import Leaf, build_stage_nest, conjunction, emit_nest, extent_divides
+from .nest import Leaf, build_stage_nest, conjunction, emit_nest, extent_divides, nest_switches
 from .placement import live_funcs, live_readers, plan_placements
 from .fold_init import fold_conditions
 from .prefetch import prefetch_at
@@ -189,8 +189,9 @@ PEEL_SHARED = 1
 
 
 def lowering_switches() -> tuple[int, ...]:
-    """This module's switches now (part of ``lower``'s cache key: a benchmark flips them)."""
-    return (PEEL_SHARED,)
+    """This module's switches and ``nest``'s now (part of ``lower``'s cache key: a benchmark
+    flips them)."""
+    return (PEEL_SHARED, *nest_switches())
 
 
 class _Realizer:
@@ -245,7 +246,7 @@ class _Realizer:
             if c is not None and const_value(ext) is None:
                 fast_reg[a.name] = (lo, sconst(c))
                 conds.append(Cmp("eq", ext, sconst(c)))
-        nest = build_stage_nest(st, fast_reg, scope, True, d.predicate)
+        nest = build_stage_nest(st, fast_reg, scope, True, d.predicate, self._tail_vars(f))
         versions = conds + nest.versions
         for g in self.guests.get(f.name, ()):  # the fused nest is fast where each stage's is
             versions += self._guest_nest(g, reg, True)[1].versions
@@ -257,6 +258,25 @@ class _Realizer:
         safe = self._emit(f, build_stage_nest(st, reg, scope, False, d.predicate), reg, scope,
                           scope_ranges, fast=False)
         return IfThenElse(conjunction(versions), fast, safe)
+
+    def _tail_vars(self, f: Func) -> frozenset[str]:
+        """The original Vars of ``f`` whose GuardWithIf tails may stay in its fast version as
+        bounds of serial loops (``build_stage_nest``'s ``tail_vars``): those ``f`` reads no
+        producer computed or stored at one of its loops with. Such a producer's region follows
+        the loops inside its placement: a tail there would make its extents (a staged copy's,
+        an allocation's) vary, where the fast version has them constant. None where a producer
+        placed at ``f``'s loops is read through another one, or ``f`` hosts compute_with
+        stages."""
+        placed = {g.name for (stage, _), gs in [*self.computed_at.items(),
+                                                 *self.stored_at.items()]
+                  if stage == f.name for g in gs}
+        reads = [a for a in walk(self.values[f.name]) if isinstance(a, Access)]
+        if placed - {a.name for a in reads} or self.guests.get(f.name):
+            return frozenset()
+        varying = {n.name for a in reads if a.name in placed for i in a.indices
+                   for n in walk(i) if isinstance(n, Var)}
+        d = self.p.definition(f.name)
+        return frozenset({v.name for v in d.args} | {r.name for r in d.rvars}) - varying
 
     def _reads(self, reader: Func, producer: Func) -> bool:
         """Whether ``reader``'s (inlined) right side reads ``producer``."""
