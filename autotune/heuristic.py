@@ -201,7 +201,8 @@ BLIS_ORDER_REUSE = 1
 #: a guarded tile with an ``if`` per row in its reduction loop (AVX2 code for ``haswell``,
 #: batched float32 GEMM 8 x 256^3 in 6-row tiles: 15% of the kernel's samples for 1.6% of its
 #: rows; docs/performance.md, "The rows' remainder of an unsplit reduction, shifted"). Legal
-#: there only: each tile initialises and reduces its cells whole. 0: the piece (``--against``)
+#: there only (each tile initialises and reduces its cells whole), and only where the row
+#: blocks run serially (a batch loop, or one thread, parallel outside them). 0: the piece
 SHIFT_ROWS = 1
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
 MAX_RECOMPUTE = 2.0
@@ -781,8 +782,11 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         # (on one thread a single row block is BLIS's nest still: packing is what it gains)
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")
     st = s[f]
-    # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards
-    shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows
+    # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
+    # unless the row blocks run in parallel (the shifted tile and the one before it, in two
+    # blocks, would initialise and accumulate the same cells at once)
+    shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows \
+        and par != "blocks"
     io, ii = st.split(i, rows, tail="ShiftInwards" if shift else "GuardWithIf")
     ioo, ioi = st.split(io, shifted_row_block(ext[i], rows, mb) if shift else mb)
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows)

@@ -61,6 +61,21 @@ def test_a_split_reduction_keeps_its_rows_guarded(monkeypatch):
     assert "split('k', " in text and "split('i', 6)" in text, text
 
 
+@pytest.mark.parametrize("threads,shifted", [("1", True), ("2", False)])
+def test_parallel_row_blocks_keep_their_rows_guarded(threads, shifted, monkeypatch):
+    # 97 rows: 16 tiles of 6 and 1 row; on two threads the row blocks run in parallel, where a
+    # shifted tile and the one before it in another block would share cells (refuted)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    C = BUILTIN["matmul"].build_as("float64")
+    s = heuristic_schedule(C, {"M": 97, "N": 61, "K": 301}, _target("haswell"))
+    text = s.to_python()
+    assert "cache_read('B'" in text and ("split('i', 6, tail='ShiftInwards')" in text) == shifted
+    rng = np.random.default_rng(2)
+    a, b = rng.random((97, 301)), rng.random((301, 61))
+    np.testing.assert_allclose(tl.compile(C, s, target=_target("haswell"))(a, b), a @ b,
+                               rtol=1e-10)
+
+
 @pytest.mark.parametrize("dtype,threads", [("float32", "1"), ("float32", "2"),
                                            ("float64", "1")])
 def test_the_shifted_rows_match_numpy(dtype, threads, monkeypatch):
