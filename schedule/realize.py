@@ -802,7 +802,9 @@ def realize(p: Pipeline | AlgorithmView,
     When a stage splits a loop whose extent is not known to be a multiple of the factor, the
     stage has two versions of its nest (loop versioning, decided per instance of the stage): a
     fast one without tails, taken when every GuardWithIf extent is a multiple of its factor and
-    every ShiftInwards extent is at least its factor, and the always-valid guarded one. A root
+    every ShiftInwards extent is at least its factor, and the always-valid guarded one (a
+    GuardWithIf tail that bounds a serial loop with a serial loop inside stays in the fast one:
+    ``nest.SERIAL_TAILS``, ``_tail_vars``). A root
     stage is first partitioned along its GuardWithIf-split pure Vars (``produce_partitioned``):
     the full tiles take the fast version whatever the extent, only the remainder is guarded.
 
