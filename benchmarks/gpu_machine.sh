@@ -37,6 +37,9 @@
 #          remainder as a piece of its own (PEEL_SHARED=0) and unfolded panel reads
 #          (RANGE_FOLD=0); PolyBench gemm, 2mm, 3mm as skylake-avx512 code against RANGE_FOLD=0,
 #          and the GEMM-class kernels as haswell code against PEEL_SHARED=0
+#   cpu-stop53: batched GEMM 8 x 256^3 float32/float64 as AVX2 code (haswell) on 1 and 16
+#          threads against the rows' remainder as a piece of its own (SHIFT_ROWS=0 with
+#          SERIAL_TAILS=0), and conv2d / batched GEMM as haswell and skylake-avx512 code
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -191,6 +194,23 @@ for phase in $phases; do
             polybench52_haswell.log python3 benchmarks/polybench.py --no-default --rounds 5 \
             --cpu haswell --against tensorlang.schedule.realize.PEEL_SHARED=0 \
             --kernels gemm,2mm,3mm,symm,syrk,syr2k,covariance ;;
+    cpu-stop53)  # issue 16: batched GEMM's last row tile shifted (SHIFT_ROWS, SERIAL_TAILS)
+        for thr in 1 16; do
+            for dt in float32 float64; do
+                OPENBLAS_CORETYPE=Haswell TENSORLANG_NUM_THREADS=$thr OPENBLAS_NUM_THREADS=$thr \
+                    step 60 "bmm53_haswell_${dt}_${thr}t.log" python3 benchmarks/builtin.py \
+                    batch_matmul --cpu haswell --dtype $dt --rounds 9 \
+                    --against SHIFT_ROWS=0+tensorlang.schedule.nest.SERIAL_TAILS=0
+            done
+        done
+        for cpu in haswell skylake-avx512; do
+            core=Haswell; [ $cpu = skylake-avx512 ] && core=SkylakeX
+            for wl in batch_matmul conv2d; do
+                OPENBLAS_CORETYPE=$core TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+                    step 60 "${wl}53_${cpu}_1t.log" python3 benchmarks/builtin.py $wl \
+                    --cpu $cpu --dtype float32 --rounds 7
+            done
+        done ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do
