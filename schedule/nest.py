@@ -359,7 +359,8 @@ def _serial_tails(soft: list[tuple[int, tuple[Expr, Expr, Split]]],
         except NonAffine:
             continue
         mentioned = [v for v in form.vars if v in pos]
-        if max(mentioned, key=lambda v: pos[v]) == inner and form.coeff(inner) == 1:
+        if mentioned and max(mentioned, key=lambda v: pos[v]) == inner \
+                and form.coeff(inner) == 1:
             kept.add(id(g))
     return kept
 

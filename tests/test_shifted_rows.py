@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import optuna
 import pytest
+from algorithms import gemm
 from test_cpu_model import _target
 
 import tensorlang as tl
@@ -108,11 +109,7 @@ def test_a_serial_loops_tail_stays_in_the_fast_version(switch, monkeypatch):
     # a row block of 5 tiles of 4 rows (GuardWithIf): its tail bounds the serial tile loop; the
     # columns' ShiftInwards split keeps the fast version's whole vectors whatever the rows
     monkeypatch.setattr(nest, "SERIAL_TAILS", switch)
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
+    C = gemm(tl.float32)
     s = tl.Schedule(C)
     s[C].split("i", 4, tail="ShiftInwards")
     s[C].split("i.o", 5)
