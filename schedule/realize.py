@@ -41,6 +41,7 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import FOLDING_BOUNDARIES, Func, parse_stage_id
 from tensorlang.pipeline import Pipeline
 
+from .bound_proofs import index_within
 from .bounds import Box, box_extents, clip_box, interval, read_box, simplify_in_ranges, union_box
 from .ir import (
     Allocate,
@@ -107,21 +108,31 @@ def fold_index(kind: str, ix: Expr, lo: Expr, ext: Expr) -> Expr:
     return BinOp("add", lo, Select(Cmp("ge", t, ext), back, t, int64), int64)
 
 
-def _boundary_indices(a: Access, mins, extents) -> tuple[tuple[Expr, ...], Expr | None]:
+def _boundary_indices(a: Access, mins, extents, inside_dims: frozenset[int] = frozenset()
+                      ) -> tuple[tuple[Expr, ...], Expr | None]:
     """The indices a boundary read loads at (inside the domain), and the condition under which
-    the raw indices are inside (None: the load is the value everywhere)."""
+    the raw indices are inside (None: the load is the value everywhere); the dimensions of
+    ``inside_dims`` are known to stay inside (their index as it is, no condition)."""
     assert a.boundary is not None
     kind = a.boundary.kind
     if kind in FOLDING_BOUNDARIES:
-        return tuple(fold_index(kind, ix, lo, ext)
-                     for ix, lo, ext in zip(a.indices, mins, extents)), None
-    clamped, inside = _clamp_and_inside(a.indices, mins, extents)
-    return clamped, (inside if kind == "constant_exterior" else None)
+        return tuple(ix if k in inside_dims else fold_index(kind, ix, lo, ext)
+                     for k, (ix, lo, ext) in enumerate(zip(a.indices, mins, extents))), None
+    rest = [k for k in range(len(a.indices)) if k not in inside_dims]
+    clamped, inside = _clamp_and_inside([a.indices[k] for k in rest], [mins[k] for k in rest],
+                                        [extents[k] for k in rest])
+    out = list(a.indices)
+    for k, ix in zip(rest, clamped):
+        out[k] = ix
+    return tuple(out), (inside if kind == "constant_exterior" else None)
 
 
-def lower_reads(e: Expr, domains: dict[str, Buffer]) -> Expr:
+def lower_reads(e: Expr, domains: dict[str, Buffer],
+                within: Callable[[Expr, Expr, Expr], bool] | None = None) -> Expr:
     """Replace every Access by a Load, applying boundary conditions as clamps and selects
-    (clamped to the producer's whole domain, ``domains``)."""
+    (clamped to the producer's whole domain, ``domains``), except along the dimensions where
+    ``within(index, min, extent)`` says the index stays inside the domain (``BOUNDARY_PROOFS``:
+    the loops around the read cannot leave it there)."""
 
     def go(n: Expr) -> Expr:
         n = map_children(n, go)
@@ -130,7 +141,12 @@ def lower_reads(e: Expr, domains: dict[str, Buffer]) -> Expr:
         if n.boundary is None:
             return Load(n.name, n.indices, n.dtype)
         dom = domains[n.name]
-        indices, inside = _boundary_indices(n, dom.mins, dom.extents)
+        inside_dims = frozenset() if within is None or not BOUNDARY_PROOFS else frozenset(
+            k for k, (ix, lo, ext) in enumerate(zip(n.indices, dom.mins, dom.extents))
+            if within(ix, lo, ext))
+        if len(inside_dims) == len(n.indices):
+            return Load(n.name, n.indices, n.dtype)
+        indices, inside = _boundary_indices(n, dom.mins, dom.extents, inside_dims)
         load = Load(n.name, indices, n.dtype)
         if inside is None:
             return load
@@ -188,10 +204,17 @@ MAX_UNPROVEN = 4
 PEEL_SHARED = 1
 
 
+#: whether a boundary read's dimension whose index the loops around it keep inside the domain
+#: loads without the clamp and the condition (``bound_proofs.index_within``): a packed panel's
+#: copy in BLIS's order clamped every column and tested it (``llvm.masked.gather``, element by
+#: element). 0: every boundary read clamped, as before (for ``--against``)
+BOUNDARY_PROOFS = 1
+
+
 def lowering_switches() -> tuple[int, ...]:
     """This module's switches and ``nest``'s now (part of ``lower``'s cache key: a benchmark
     flips them)."""
-    return (PEEL_SHARED, *nest_switches())
+    return (PEEL_SHARED, BOUNDARY_PROOFS, *nest_switches())
 
 
 class _Realizer:
@@ -350,7 +373,11 @@ class _Realizer:
         assert f.dtype is not None
         value = substitute(self.values[f.name], nest.values)
         idx = tuple(nest.values[a.name] for a in d.args)
-        update = Store(f.name, idx, lower_reads(value, self.domains), d.reduce_op)
+        ranges = dict(scope_ranges or {})
+        ranges.update(nest.leaf_ranges(0))
+        update = Store(f.name, idx, lower_reads(
+            value, self.domains, lambda ix, lo, ext: index_within(ix, lo, ext, ranges)),
+            d.reduce_op)
         init = None if d.reduce_op is None else Store(f.name, idx, identity(d.reduce_op, f.dtype))
         init_guard = None
         folded = None if init is None or shared else fold_conditions(
