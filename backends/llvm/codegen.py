@@ -36,6 +36,7 @@ from .expressions import ExpressionGen
 from .loops import LoopGen
 from .memory import MemoryGen
 from .parallel import ParallelGen
+from .row_bases import RowKey
 from .target import Target
 from .types import F16, F32, F64, I1, I8, I16, I32, I64, memory_type
 from .vector_math import VectorMathGen
@@ -87,6 +88,9 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
         #: the expressions of the enclosing ``let``s, by name: a vector loop's extent hoisted
         #: into one (``let t = min(8, N - 8 * x.o)``) keeps its lane cap
         self.lets: dict[str, Expr] = {}
+        #: the reads of the innermost serial loop being emitted that load from row base pointers
+        #: (``row_bases.row_reads``)
+        self.row_keys: frozenset[RowKey] = frozenset()
 
     def declare(self, arg_types: list[ir.Type]) -> ir.Function:
         """The entry function: ``i32 @name(buffers..., sizes...)``; a subclass may add

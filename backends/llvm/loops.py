@@ -26,6 +26,7 @@ from tensorlang.schedule.ir import (
     lane_cap,
 )
 
+from .row_bases import row_reads
 from .types import I1, I32, I64
 
 
@@ -213,6 +214,9 @@ class LoopGen:
         b.position_at_end(body)
         outer = self.vars.get(s.var)
         self.vars[s.var] = iv
+        outer_rows = self.row_keys
+        if self.target.triple.startswith("x86_64"):
+            self.row_keys = row_reads(s, self._row_stride)
         group, enclosing = None, self.access_group
         if s.independent and s.kind is ForKind.SERIAL and s.width != 1:
             self._loop_md += 1
@@ -221,6 +225,7 @@ class LoopGen:
             self.access_group = group  # the memory accesses of the body join it
         self.stmt(s.body)
         self.access_group = enclosing
+        self.row_keys = outer_rows
         nxt = b.add(iv, ir.Constant(I64, 1), flags=["nsw"])
         iv.add_incoming(nxt, b.block)
         br = b.branch(header)
@@ -238,6 +243,12 @@ class LoopGen:
             del self.vars[s.var]
         else:
             self.vars[s.var] = outer
+
+    def _row_stride(self, name: str) -> Expr | None:
+        """The last extent of buffer ``name`` (the stride of its rows), None if unknown here."""
+        if name not in self.f.buffers and not self.scoped.get(name):
+            return None
+        return self.buffer(name).extents[-1]
 
     def unrolled(self, s: For) -> None:
         n = const_value(s.extent)

@@ -44,12 +44,28 @@ class MemoryGen:
         scoped = self.scoped.get(name)
         return scoped[-1] if scoped else self.f.buffers[name]
 
-    def address(self, name: str, indices: tuple[Expr, ...]) -> ir.Value:
+    def address(self, name: str, indices: tuple[Expr, ...], read: bool = False) -> ir.Value:
+        """The address of ``name[indices]``; a ``read`` among the current loop's row reads
+        (``row_bases``) is addressed from its row's base pointer."""
         b = self.builder
         buf = self.buffer(name)
         fused = flat_offset(indices, buf.mins, buf.extents)  # (a fused loop's index, whole)
         if fused is not None:
             return b.gep(self.ptrs[name], [self.expr(fused)], inbounds=True)
+        if read and (name, indices[:-1]) in self.row_keys:
+            row = b.gep(self.ptrs[name], [b.mul(self._flat(indices[:-1], buf),
+                                                self.expr(buf.extents[-1]), flags=["nsw"])],
+                        inbounds=True)
+            barrier = ir.InlineAsm(ir.FunctionType(row.type, [row.type]), "", "=r,0",
+                                   side_effect=False)
+            row = b.call(barrier, [row], attrs=("nounwind", "readnone"))
+            last = b.sub(self.expr(indices[-1]), self.expr(buf.mins[-1]), flags=["nsw"])
+            return b.gep(row, [last], inbounds=True)
+        return b.gep(self.ptrs[name], [self._flat(indices, buf)], inbounds=True)
+
+    def _flat(self, indices: tuple[Expr, ...], buf: Buffer) -> ir.Value:
+        """Row-major offset of ``indices`` in ``buf`` (elements, from its mins)."""
+        b = self.builder
         flat: ir.Value | None = None
         for d, (ix, lo) in enumerate(zip(indices, buf.mins)):
             rel = b.sub(self.expr(ix), self.expr(lo), flags=["nsw"])
@@ -58,9 +74,7 @@ class MemoryGen:
             else:
                 flat = b.add(b.mul(flat, self.expr(buf.extents[d]), flags=["nsw"]), rel,
                              flags=["nsw"])
-        if flat is None:
-            flat = ir.Constant(I64, 0)
-        return b.gep(self.ptrs[name], [flat], inbounds=True)
+        return ir.Constant(I64, 0) if flat is None else flat
 
     def _pattern(self, indices: tuple[Expr, ...]) -> str:
         """How an access varies with the vector loop variable: ``scalar`` (not at all),
@@ -95,7 +109,7 @@ class MemoryGen:
         mt = memory_type(e.dtype)
         pattern = self._pattern(e.indices)
         if pattern == "scalar":
-            v = b.load(self.address(e.buffer, e.indices), align=e.dtype.itemsize)
+            v = b.load(self.address(e.buffer, e.indices, read=True), align=e.dtype.itemsize)
             if self.access_group is not None:
                 v.set_metadata("llvm.access.group", self.access_group)
         elif self._masked(e.buffer):
@@ -103,7 +117,7 @@ class MemoryGen:
         elif pattern == "contiguous":
             lanes = self.vec[1]  # type: ignore[index]
             self._lane(0)
-            ptr = self.address(e.buffer, e.indices)
+            ptr = self.address(e.buffer, e.indices, read=True)
             self._end_lane()
             v = b.load(b.bitcast(ptr, _pointer_to(ir.VectorType(mt, lanes), ptr)),
                        align=e.dtype.itemsize)

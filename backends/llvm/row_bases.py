@@ -1,0 +1,114 @@
+"""Row base pointers of a register tile: each row of a strided operand addressed from a base of
+its own, kept in a register across the loop.
+
+A register tile ``C.acc[i.i, j] += A[b, t + i.i, k] * B_local[k, j]`` reads ``rows`` rows of
+``A`` in its ``k`` loop, each ``A + ((b * M + t + r) * K + k) * itemsize``: ``rows`` addresses a
+row stride ``K`` apart that is only known at run time. LLVM's loop strength reduction rewrites
+them in terms of one base and the stride, and on x86 recomputes most of the rows' addresses in
+every iteration (``lea``/``add`` chains: 38 instructions for 16 FMAs in the ``skylake-avx512``
+float32 tile of a batched GEMM, against 30 when ``A`` is packed in panels with a constant
+stride). BLIS avoids the problem by packing ``A`` (Goto and van de Geijn, TOMS 2008); where a
+tile reads ``A`` in place (an unsplit reduction, whose copy would cost as much as the tile's
+reuse of it), this pass gives each row's base pointer to LLVM through an empty inline-assembly
+barrier (``asm "" "=r,0"``: the value unchanged, opaque to scalar evolution), so strength
+reduction cannot relate the rows and keeps one register per row, indexed by the loop's counter:
+one load per row and no address arithmetic. The barrier is ``readnone``, so LICM hoists it out
+of the loop; it is only placed where the loop has at least two and at most ``MAX_ROWS`` such
+rows (each costs a general-purpose register; x86-64 has 15 to spare), and only on x86 (the
+constraint's register class).
+
+``ROW_BASES = 0`` turns the pass off (an A/B switch of the benchmarks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tensorlang.affine import const_value
+from tensorlang.expr import Expr, Var, walk
+from tensorlang.schedule.ir import (
+    Allocate,
+    Block,
+    For,
+    ForKind,
+    IfThenElse,
+    LetStmt,
+    Load,
+    ProducerConsumer,
+    Stmt,
+    Store,
+)
+
+#: 1: give a register tile's strided rows base pointers of their own (0: leave LLVM's addressing)
+ROW_BASES = 1
+#: the most row bases one loop gets (general-purpose registers; x86-64 has 16, the loop counter,
+#: its bound and the other operands' pointers need some)
+MAX_ROWS = 10
+
+#: (buffer name, the indices before the last): one row base, whatever the unrolled loops around it
+RowKey = tuple[str, tuple[Expr, ...]]
+
+
+def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[RowKey]:
+    """The reads of serial ``loop``'s body to address from row bases: loads whose last index
+    mentions the loop's variable, whose other indices mention no variable bound inside the loop
+    but unrolled loops' (each unrolled value is a row of its own), and whose row stride
+    (``stride_of(name)``: the buffer's last extent; None: unknown buffer) is not a constant.
+    Loads inside a loop nested in ``loop`` that stays a loop belong to that loop, not to this
+    one, and loads of a buffer allocated inside ``loop`` are left alone. Empty unless the rows
+    number from 2 to ``MAX_ROWS``."""
+    if not ROW_BASES:
+        return frozenset()
+    found: dict[RowKey, int] = {}
+    inner: set[str] = set()  # buffers allocated inside the loop
+
+    def expr(e: Expr, bound: frozenset[str], unrolled: dict[str, int]) -> None:
+        for n in walk(e):
+            if not isinstance(n, Load) or len(n.indices) < 2 or n.buffer in inner:
+                continue
+            if not any(isinstance(v, Var) and v.name == loop.var for v in walk(n.indices[-1])):
+                continue
+            prefix = n.indices[:-1]
+            names = {v.name for ix in prefix for v in walk(ix) if isinstance(v, Var)}
+            if loop.var in names or names & (bound - unrolled.keys()):
+                continue
+            stride = stride_of(n.buffer)
+            if stride is None or const_value(stride) is not None:
+                continue
+            copies = 1
+            for name in names & unrolled.keys():
+                copies *= unrolled[name]
+            found[(n.buffer, prefix)] = max(found.get((n.buffer, prefix), 0), copies)
+
+    def stmt(s: Stmt, bound: frozenset[str], unrolled: dict[str, int]) -> None:
+        if isinstance(s, Block):
+            for c in s.stmts:
+                stmt(c, bound, unrolled)
+        elif isinstance(s, Store):
+            expr(s.value, bound, unrolled)
+            for ix in s.indices:
+                expr(ix, bound, unrolled)
+        elif isinstance(s, For):
+            n = const_value(s.extent)
+            if s.kind is ForKind.UNROLLED and n is not None:
+                stmt(s.body, bound | {s.var}, {**unrolled, s.var: n})
+            elif s.kind is ForKind.VECTORIZED:
+                stmt(s.body, bound | {s.var}, unrolled)
+            # a serial loop inside stays a loop: its reads are its own
+        elif isinstance(s, LetStmt):
+            expr(s.value, bound, unrolled)
+            stmt(s.body, bound | {s.var}, unrolled)
+        elif isinstance(s, IfThenElse):
+            expr(s.cond, bound, unrolled)
+            stmt(s.then, bound, unrolled)
+            if s.otherwise is not None:
+                stmt(s.otherwise, bound, unrolled)
+        elif isinstance(s, Allocate):
+            inner.add(s.buffer.name)
+            stmt(s.body, bound, unrolled)
+        elif isinstance(s, ProducerConsumer):
+            stmt(s.body, bound, unrolled)
+
+    stmt(loop.body, frozenset(), {})
+    rows = sum(found.values())
+    return frozenset(found) if 2 <= rows <= MAX_ROWS else frozenset()
