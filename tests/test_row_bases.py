@@ -1,0 +1,93 @@
+"""Row base pointers of a register tile (``backends/llvm/row_bases.py``): which reads of a loop
+get them, that the kernels compute what NumPy computes with and without them, and that the
+tile's inner loop then addresses each row from a register of its own (no address arithmetic
+per iteration)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+from algorithms import described_target
+
+import tensorlang as tl
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.workloads import BUILTIN
+from tensorlang.backends.llvm import row_bases
+from tensorlang.dtypes import int64
+from tensorlang.expr import Const
+from tensorlang.schedule.ir import For, walk_stmts
+from tensorlang.schedule.lower import lower
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+import mca  # noqa: E402
+
+SIZES = {"B": 8, "M": 256, "N": 256, "K": 256}
+BARRIER = re.compile(r'asm\s+""')
+
+
+def _tile_loop(dtype: str = "float32", cpu: str = "haswell"):
+    """The batched GEMM's lowered nest (the rules' schedule for ``cpu``) and its first ``k``
+    loop: the register tile's reduction, whose rows read ``A[b, t + i.i, k]``."""
+    C = BUILTIN["batch_matmul"].build_as(dtype)
+    s = heuristic_schedule(C, SIZES, described_target(cpu))
+    low = lower(C, s)
+    loop = next(st for st in walk_stmts(low.body) if isinstance(st, For) and st.var == "k")
+    return C, s, low, loop
+
+
+def test_the_rows_of_a_strided_operand_are_the_tiles_row_reads(monkeypatch):
+    _, _, low, loop = _tile_loop()
+    keys = row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1]
+                               if n in low.buffers else None)
+    # haswell's float32 tile: six rows of A (one key: the unrolled row is a row each), and not
+    # B's panel, whose rows are the loop's own (its index mentions k before the last)
+    assert {name for name, _ in keys} == {"A"}, keys
+    (_, prefix), = keys
+    assert "i.i" in str(prefix[-1]), prefix
+    # too many rows for the registers, the switch off, a constant row stride: none
+    monkeypatch.setattr(row_bases, "MAX_ROWS", 5)
+    assert not row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
+    monkeypatch.setattr(row_bases, "MAX_ROWS", 10)
+    assert not row_bases.row_reads(loop, lambda n: Const(256, int64))
+    assert not row_bases.row_reads(loop, lambda n: None)
+    monkeypatch.setattr(row_bases, "ROW_BASES", 0)
+    assert not row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("cpu", ["haswell", "host"])
+@pytest.mark.parametrize("shape", [(3, 13, 19, 7), (1, 1, 17, 5), (2, 7, 8, 1)])
+def test_the_tile_matches_numpy_with_and_without_row_bases(monkeypatch, dtype, cpu, shape):
+    # odd sizes: a row tile the rows do not fill (13 = 2 x 6 + 1), one row, one k
+    b, m, n, k = shape
+    C = BUILTIN["batch_matmul"].build_as(dtype)
+    target = described_target(cpu) if cpu != "host" else None
+    s = heuristic_schedule(C, SIZES, target)  # the big shape's tile, run on small ones
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((b, m, k)).astype(dtype)
+    bb = rng.standard_normal((b, k, n)).astype(dtype)
+    want = np.matmul(a, bb)
+    tol = 1e-4 if dtype == "float32" else 1e-10
+    for on in (1, 0):
+        monkeypatch.setattr(row_bases, "ROW_BASES", on)
+        kern = tl.compile(C, s, target=target)
+        assert bool(BARRIER.search(kern.llvm_ir())) == bool(on)
+        np.testing.assert_allclose(kern(A=a, B=bb), want, rtol=tol, atol=tol)
+
+
+def test_the_tiles_inner_loop_loads_each_row_from_its_own_register():
+    # haswell's batched float32 tile: 6 rows x 2 vectors, 12 FMAs per k step; each row one
+    # broadcast from a register of its own plus the k counter, no lea/add per row
+    C, s, _, _ = _tile_loop()
+    body = mca.innermost_fma_loop(tl.compile(C, s, target=described_target("haswell"))
+                                  .assembly())
+    fmas = [x for x in body if x.startswith(mca.FMA_STEMS)]
+    broadcasts = [x for x in body if x.startswith("vbroadcastss")]
+    assert len(fmas) == 12 and len(broadcasts) == 6, body
+    assert not [x for x in body if x.startswith("lea")], body
+    bases = {re.search(r"\((%\w+),", x).group(1) for x in broadcasts}
+    assert len(bases) == 6, broadcasts
