@@ -91,3 +91,18 @@ def test_the_tiles_inner_loop_loads_each_row_from_its_own_register():
     assert not [x for x in body if x.startswith("lea")], body
     bases = {re.search(r"\((%\w+),", x).group(1) for x in broadcasts}
     assert len(bases) == 6, broadcasts
+
+
+def test_rows_that_no_unrolled_loop_makes_keep_llvms_addressing():
+    # C[i, j] = sum_k A[i, k] * A[j, k], default schedule: the k loop reads two rows of A (a
+    # dot product LLVM's loop vectorizer takes), not a register tile's unrolled rows
+    M, K = tl.sizes("M K")
+    A = tl.Input("A", (M, K), tl.float64)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * A[j, k]
+    low = lower(C)
+    loop = next(st for st in walk_stmts(low.body) if isinstance(st, For) and st.var == "k")
+    assert not row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
+    a = np.random.default_rng(1).standard_normal((5, 3))
+    np.testing.assert_allclose(tl.compile(C)(a), a @ a.T, rtol=1e-12)

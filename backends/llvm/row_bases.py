@@ -51,12 +51,14 @@ RowKey = tuple[str, tuple[Expr, ...]]
 
 def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[RowKey]:
     """The reads of serial ``loop``'s body to address from row bases: loads whose last index
-    mentions the loop's variable, whose other indices mention no variable bound inside the loop
-    but unrolled loops' (each unrolled value is a row of its own), and whose row stride
-    (``stride_of(name)``: the buffer's last extent; None: unknown buffer) is not a constant.
-    Loads inside a loop nested in ``loop`` that stays a loop belong to that loop, not to this
-    one, and loads of a buffer allocated inside ``loop`` are left alone. Empty unless the rows
-    number from 2 to ``MAX_ROWS``."""
+    mentions the loop's variable, whose other indices mention an unrolled loop's variable
+    inside it (each unrolled value is a row of its own: a register tile's rows) and no other
+    variable bound inside it, and whose row stride (``stride_of(name)``: the buffer's last
+    extent; None: unknown buffer) is not a constant. Loads inside a loop nested in ``loop``
+    that stays a loop belong to that loop, not to this one, and loads of a buffer allocated
+    inside ``loop`` are left alone. Empty unless the rows number from 2 to ``MAX_ROWS``.
+    Rows that no unrolled loop makes (a dot product of two rows that LLVM's loop vectorizer
+    takes) keep LLVM's addressing: there the barrier measured slower."""
     if not ROW_BASES:
         return frozenset()
     found: dict[RowKey, int] = {}
@@ -70,7 +72,8 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
                 continue
             prefix = n.indices[:-1]
             names = {v.name for ix in prefix for v in walk(ix) if isinstance(v, Var)}
-            if loop.var in names or names & (bound - unrolled.keys()):
+            if loop.var in names or names & (bound - unrolled.keys()) \
+                    or not names & unrolled.keys():
                 continue
             stride = stride_of(n.buffer)
             if stride is None or const_value(stride) is not None:
