@@ -57,14 +57,19 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
     extent; None: unknown buffer) is not a constant. Loads inside a loop nested in ``loop``
     that stays a loop belong to that loop, not to this one, and loads of a buffer allocated
     inside ``loop`` are left alone. Empty unless the rows number from 2 to ``MAX_ROWS``.
-    Rows that no unrolled loop makes (a dot product of two rows that LLVM's loop vectorizer
-    takes) keep LLVM's addressing: there the barrier measured slower."""
+    Only reads inside an explicitly vectorized loop count (a register tile's broadcast or
+    vector operands): rows that no unrolled loop makes, or that a scalar loop reads which
+    LLVM's loop vectorizer takes (a dot product of two rows; cholesky's jammed dot products),
+    keep LLVM's addressing, where the barrier measured slower."""
     if not ROW_BASES:
         return frozenset()
     found: dict[RowKey, int] = {}
     inner: set[str] = set()  # buffers allocated inside the loop
+    vectors: set[str] = set()  # the variables of vectorized loops inside it
 
     def expr(e: Expr, bound: frozenset[str], unrolled: dict[str, int]) -> None:
+        if not any(v in bound for v in vectors):
+            return  # not an operand of explicit SIMD: a loop LLVM's vectorizer may take
         for n in walk(e):
             if not isinstance(n, Load) or len(n.indices) < 2 or n.buffer in inner:
                 continue
@@ -96,6 +101,7 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
             if s.kind is ForKind.UNROLLED and n is not None:
                 stmt(s.body, bound | {s.var}, {**unrolled, s.var: n})
             elif s.kind is ForKind.VECTORIZED:
+                vectors.add(s.var)
                 stmt(s.body, bound | {s.var}, unrolled)
             # a serial loop inside stays a loop: its reads are its own
         elif isinstance(s, LetStmt):
