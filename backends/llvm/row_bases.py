@@ -54,9 +54,10 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
     mentions the loop's variable, whose other indices mention an unrolled loop's variable
     inside it (each unrolled value is a row of its own: a register tile's rows) and no other
     variable bound inside it, and whose row stride (``stride_of(name)``: the buffer's last
-    extent; None: unknown buffer) is not a constant. Loads inside a loop nested in ``loop``
-    that stays a loop belong to that loop, not to this one, and loads of a buffer allocated
-    inside ``loop`` are left alone. Empty unless the rows number from 2 to ``MAX_ROWS``.
+    extent; None: unknown buffer) is not a constant. Loads of a buffer allocated inside
+    ``loop`` are left alone. Empty unless ``loop`` is innermost (every loop inside it unrolled
+    or vectorized: a register tile's reduction loop) and the rows number from 2 to
+    ``MAX_ROWS``.
     Only reads inside an explicitly vectorized loop count (a register tile's broadcast or
     vector operands): rows that no unrolled loop makes, or that a scalar loop reads which
     LLVM's loop vectorizer takes (a dot product of two rows; cholesky's jammed dot products),
@@ -66,6 +67,7 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
     found: dict[RowKey, int] = {}
     inner: set[str] = set()  # buffers allocated inside the loop
     vectors: set[str] = set()  # the variables of vectorized loops inside it
+    nested: list[str] = []  # loops inside it that stay loops
 
     def expr(e: Expr, bound: frozenset[str], unrolled: dict[str, int]) -> None:
         if not any(v in bound for v in vectors):
@@ -103,7 +105,8 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
             elif s.kind is ForKind.VECTORIZED:
                 vectors.add(s.var)
                 stmt(s.body, bound | {s.var}, unrolled)
-            # a serial loop inside stays a loop: its reads are its own
+            else:  # a serial loop inside stays a loop: not a register tile's reduction loop
+                nested.append(s.var)
         elif isinstance(s, LetStmt):
             expr(s.value, bound, unrolled)
             stmt(s.body, bound | {s.var}, unrolled)
@@ -120,4 +123,4 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
 
     stmt(loop.body, frozenset(), {})
     rows = sum(found.values())
-    return frozenset(found) if 2 <= rows <= MAX_ROWS else frozenset()
+    return frozenset(found) if 2 <= rows <= MAX_ROWS and not nested else frozenset()
