@@ -58,10 +58,11 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
     ``loop`` are left alone. Empty unless ``loop`` is innermost (every loop inside it unrolled
     or vectorized: a register tile's reduction loop) and the rows number from 2 to
     ``MAX_ROWS``.
-    Only reads inside an explicitly vectorized loop count (a register tile's broadcast or
-    vector operands): rows that no unrolled loop makes, or that a scalar loop reads which
-    LLVM's loop vectorizer takes (a dot product of two rows; cholesky's jammed dot products),
-    keep LLVM's addressing, where the barrier measured slower."""
+    Only broadcast operands of an explicitly vectorized loop count (a register tile's rows of
+    ``A``, one element per row and step): vectors of rows (layernorm's rows summed in vector
+    lanes), rows that no unrolled loop makes, and rows a scalar loop reads that LLVM's loop
+    vectorizer takes (a dot product of two rows; cholesky's jammed dot products) keep LLVM's
+    addressing; there the barrier measured even or slower."""
     if not ROW_BASES:
         return frozenset()
     found: dict[RowKey, int] = {}
@@ -79,6 +80,8 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
                 continue
             prefix = n.indices[:-1]
             names = {v.name for ix in prefix for v in walk(ix) if isinstance(v, Var)}
+            if any(isinstance(v, Var) and v.name in vectors for v in walk(n.indices[-1])):
+                continue  # a vector of a row: streamed, its addressing is not the bottleneck
             if loop.var in names or names & (bound - unrolled.keys()) \
                     or not names & unrolled.keys():
                 continue
