@@ -2,6 +2,7 @@
 
 Run: python benchmarks/mca.py [--workload matmul] [--shape M=1024,N=1024,K=1024]
      [--cpus znver4,sapphirerapids,skylake-avx512,haswell] [--mca llvm-mca-19] [--measure]
+     [--against NAME=VALUE]
      python benchmarks/mca.py --polybench cholesky [--shape N=2000] [--cpus ...]
 
 Only one CPU kind is on hand, so the rule-based schedule of a workload is made and compiled
@@ -17,7 +18,9 @@ llvm-mca's own model gives independent FMAs of that width (``model_peak``): LLVM
 the vendor's peak reads half of what the loop reaches in the model. ``--polybench NAME`` takes a
 PolyBench kernel (``benchmarks/polybench``) at its LARGE sizes instead of a built-in workload
 (cholesky's jammed dot products). ``--measure`` adds this machine's measured GFLOP/s of the
-host build next to it (one thread vs all: ``TENSORLANG_NUM_THREADS``).
+host build next to it (one thread vs all: ``TENSORLANG_NUM_THREADS``). ``--against`` adds the
+loop compiled with other values of a rule's or a code generation switch's constants
+(``tensorlang.backends.llvm.row_bases.ROW_BASES=0``): its cycles for as many FLOPs.
 
 A prediction is an upper bound of the loop in isolation: it ignores cache misses, the loop
 nest around the loop and the clock. It says whether the register tile can keep the FMA pipes
@@ -41,6 +44,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
+from common import rule_settings  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
 from tensorlang.autotuner.workloads import BUILTIN, parse_shape  # noqa: E402
 from tensorlang.backends.llvm.target import Target, host_target  # noqa: E402
@@ -164,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="compile this machine's rule-based schedule for every CPU")
     ap.add_argument("--measure", action="store_true",
                     help="also time the host build here (GFLOP/s, 1 thread and all)")
+    ap.add_argument("--against", default="",
+                    help="NAME=VALUE[+NAME=VALUE]: also the loop compiled with these constants "
+                         "(a rule's or a code generation switch's variant; common.rule_settings)")
     args = ap.parse_args(argv)
     cpus = [c for c in args.cpus.split(",") if c]
     unknown = [c for c in cpus if c not in FEATURES]
@@ -195,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     whose = f"this machine's ({h.cpu})" if args.host_schedule else "each CPU's own"
     print(f"{name} {sizes}: {whose} rule-based schedule; {os.path.basename(mca)}")
     print(f"{'cpu':<16}{'FMAs/iter':>10}{'cycles/iter':>12}{'FLOP/cycle':>11}{'peak':>6}"
-          f"{'% peak':>8}{'model peak':>11}{'% model':>8}")
+          f"{'% peak':>8}{'model peak':>11}{'% model':>8}"
+          + (f"{'variant':>9}{'% model':>8}" if args.against else ""))
     short = []
     for cpu in cpus:
         t = target_for(cpu)
@@ -214,8 +222,16 @@ def main(argv: list[str] | None = None) -> int:
         modelled = model_peak(cpu, mca, widest, "pd" if double else "ps")
         if modelled < 0.9 * peak:  # (the probe's loop counter costs a little)
             short.append(cpu)
-        print(f"{cpu:<16}{len(fmas):>10}{cyc:>12.2f}{fl:>11.1f}{peak:>6}{fl / peak:>8.0%}"
-              f"{modelled:>11.1f}{fl / modelled:>8.0%}")
+        row = (f"{cpu:<16}{len(fmas):>10}{cyc:>12.2f}{fl:>11.1f}{peak:>6}{fl / peak:>8.0%}"
+               f"{modelled:>11.1f}{fl / modelled:>8.0%}")
+        if args.against:
+            with rule_settings(args.against):
+                alt = heuristic_schedule(out, sizes, t) if not args.host_schedule else s
+                other = innermost_fma_loop(tl.compile(out, alt, target=t).assembly())
+            if other:  # its cycles for as many FLOPs
+                ocyc = mca_cycles(other, cpu, mca) * loop_flops(body) / loop_flops(other)
+                row += f"{ocyc:>9.2f}{loop_flops(body) / ocyc / modelled:>8.0%}"
+        print(row)
     if short:
         print(f"model peak: independent FMAs in llvm-mca's model; below the vendor's peak for "
               f"{', '.join(short)} (the model has fewer FMA pipes of that width than the part): "
