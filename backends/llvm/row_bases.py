@@ -1,21 +1,22 @@
 """Row base pointers of a register tile: each row of a strided operand addressed from a base of
 its own, kept in a register across the loop.
 
-A register tile ``C.acc[i.i, j] += A[b, t + i.i, k] * B_local[k, j]`` reads ``rows`` rows of
-``A`` in its ``k`` loop, each ``A + ((b * M + t + r) * K + k) * itemsize``: ``rows`` addresses a
-row stride ``K`` apart that is only known at run time. LLVM's loop strength reduction rewrites
-them in terms of one base and the stride, and on x86 recomputes most of the rows' addresses in
-every iteration (``lea``/``add`` chains: 38 instructions for 16 FMAs in the ``skylake-avx512``
-float32 tile of a batched GEMM, against 30 when ``A`` is packed in panels with a constant
-stride). BLIS avoids the problem by packing ``A`` (Goto and van de Geijn, TOMS 2008); where a
-tile reads ``A`` in place (an unsplit reduction, whose copy would cost as much as the tile's
-reuse of it), this pass gives each row's base pointer to LLVM through an empty inline-assembly
-barrier (``asm "" "=r,0"``: the value unchanged, opaque to scalar evolution), so strength
-reduction cannot relate the rows and keeps one register per row, indexed by the loop's counter:
-one load per row and no address arithmetic. The barrier is ``readnone``, so LICM hoists it out
-of the loop; it is only placed where the loop has at least two and at most ``MAX_ROWS`` such
-rows (each costs a general-purpose register; x86-64 has 15 to spare), and only on x86 (the
-constraint's register class).
+A register tile ``C.acc[i.i, j] += A[b, t + i.i, k] * B_local[k, j]`` broadcasts one element of
+each of ``rows`` rows of ``A`` per step of its ``k`` loop, at ``A + ((b * M + t + r) * K + k) *
+itemsize``: ``rows`` addresses a row stride ``K`` apart, known only at run time. LLVM's loop
+strength reduction rewrites them in terms of one base and the stride and, on x86, recomputes
+most rows' addresses in every iteration (chains of ``lea`` and ``add``): instructions that a
+4-wide front end (Haswell, Skylake) issues in the cycles its FMAs need. BLIS never meets the
+problem, as it packs ``A`` in panels of a constant stride (Goto and van de Geijn, "Anatomy of
+High-Performance Matrix Multiplication", TOMS 2008); a tile that reads ``A`` in place (its
+reduction not split, so no block of ``A`` is copied) gets here each row's base pointer through
+an empty inline-assembly barrier (``asm "" "=r,0"``: the value unchanged, opaque to scalar
+evolution), so strength reduction cannot relate the rows and keeps one register per row,
+indexed by the loop counter: one load per row and no address arithmetic. The barrier is
+``readnone``, so LICM hoists it out of the loop. It is only placed in an innermost loop with at
+least two and at most ``MAX_ROWS`` such rows (each costs a general-purpose register; x86-64 has
+15 to spare), and only on x86 (the constraint's register class). ``benchmarks/mca.py --against
+tensorlang.backends.llvm.row_bases.ROW_BASES=0`` shows the loop's predicted cycles either way.
 
 ``ROW_BASES = 0`` turns the pass off (an A/B switch of the benchmarks).
 """
@@ -58,11 +59,12 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
     ``loop`` are left alone. Empty unless ``loop`` is innermost (every loop inside it unrolled
     or vectorized: a register tile's reduction loop) and the rows number from 2 to
     ``MAX_ROWS``.
+
     Only broadcast operands of an explicitly vectorized loop count (a register tile's rows of
     ``A``, one element per row and step): vectors of rows (layernorm's rows summed in vector
     lanes), rows that no unrolled loop makes, and rows a scalar loop reads that LLVM's loop
     vectorizer takes (a dot product of two rows; cholesky's jammed dot products) keep LLVM's
-    addressing; there the barrier measured even or slower."""
+    addressing (they gain nothing from it, and LLVM's vectorizer does worse behind it)."""
     if not ROW_BASES:
         return frozenset()
     found: dict[RowKey, int] = {}
