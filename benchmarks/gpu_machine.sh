@@ -40,6 +40,8 @@
 #   cpu-stop53: batched GEMM 8 x 256^3 float32/float64 as AVX2 code (haswell) on 1 and 16
 #          threads against the rows' remainder as a piece of its own (SHIFT_ROWS=0 with
 #          SERIAL_TAILS=0), and conv2d / batched GEMM as haswell and skylake-avx512 code
+#   cpu-stop54: batched GEMM 8 x 256^3 as haswell and skylake-avx512 code, one thread, against
+#          LLVM's own addressing of the tile's rows (row_bases.ROW_BASES=0); llvm-mca's view
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -211,6 +213,18 @@ for phase in $phases; do
                     --cpu $cpu --dtype float32 --rounds 7
             done
         done ;;
+    cpu-stop54)  # issue 16: a register tile's rows of A from registers (row_bases.ROW_BASES)
+        for cpu in haswell skylake-avx512; do
+            core=Haswell; [ $cpu = skylake-avx512 ] && core=SkylakeX
+            for dt in float32 float64; do
+                OPENBLAS_CORETYPE=$core TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
+                    step 60 "bmm54_${cpu}_${dt}_1t.log" python3 benchmarks/builtin.py \
+                    batch_matmul --cpu $cpu --dtype $dt --rounds 11 \
+                    --against tensorlang.backends.llvm.row_bases.ROW_BASES=0
+            done
+        done
+        step 120 "mca54.log" python3 benchmarks/mca.py --workload batch_matmul \
+            --against tensorlang.backends.llvm.row_bases.ROW_BASES=0 ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do
