@@ -79,18 +79,19 @@ def test_the_tile_matches_numpy_with_and_without_row_bases(monkeypatch, dtype, c
         np.testing.assert_allclose(kern(A=a, B=bb), want, rtol=tol, atol=tol)
 
 
-def test_the_tiles_inner_loop_loads_each_row_from_its_own_register():
-    # haswell's batched float32 tile: 6 rows x 2 vectors, 12 FMAs per k step; each row one
-    # broadcast from a register of its own plus the k counter, no lea/add per row
-    C, s, _, _ = _tile_loop()
-    body = mca.innermost_fma_loop(tl.compile(C, s, target=described_target("haswell"))
-                                  .assembly())
+@pytest.mark.parametrize("cpu, rows", [("haswell", 6), ("skylake-avx512", 8)])
+def test_the_tiles_inner_loop_loads_each_row_from_its_own_register(cpu, rows):
+    # the batched float32 tile: rows x 2 vectors, 2 * rows FMAs per k step (haswell 6 rows of
+    # 8 lanes, skylake-avx512 8 of 16); each row one broadcast from a register of its own
+    # indexed by the k counter, no lea per row
+    C, s, _, _ = _tile_loop(cpu=cpu)
+    body = mca.innermost_fma_loop(tl.compile(C, s, target=described_target(cpu)).assembly())
     fmas = [x for x in body if x.startswith(mca.FMA_STEMS)]
     broadcasts = [x for x in body if x.startswith("vbroadcastss")]
-    assert len(fmas) == 12 and len(broadcasts) == 6, body
+    assert len(fmas) == 2 * rows and len(broadcasts) == rows, body
     assert not [x for x in body if x.startswith("lea")], body
     bases = {re.search(r"\((%\w+),", x).group(1) for x in broadcasts}
-    assert len(bases) == 6, broadcasts
+    assert len(bases) == rows, broadcasts
 
 
 def test_rows_that_no_unrolled_loop_makes_keep_llvms_addressing():
