@@ -107,3 +107,28 @@ def test_rows_that_no_unrolled_loop_makes_keep_llvms_addressing():
     assert not row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
     a = np.random.default_rng(1).standard_normal((5, 3))
     np.testing.assert_allclose(tl.compile(C)(a), a @ a.T, rtol=1e-12)
+
+
+@pytest.mark.parametrize("scalar", [0, 1])
+def test_jammed_dot_products_get_row_bases_only_when_asked(monkeypatch, scalar):
+    # C[i, j] = sum_k A[i, k] * A[j, k] with four rows i.i unrolled inside k: jammed dot
+    # products (cholesky's), a scalar loop LLVM's vectorizer takes; row bases only with
+    # SCALAR_TILES (the row A[j, k] is no unrolled loop's and never gets one)
+    monkeypatch.setattr(row_bases, "SCALAR_TILES", scalar)
+    M, K = tl.sizes("M K")
+    A = tl.Input("A", (M, K), tl.float64)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * A[j, k]
+    s = tl.Schedule(C)
+    s["C"].split("i", 4)
+    s["C"].reorder("i.o", "j", "k", "i.i")
+    s["C"].unroll("i.i")
+    low = lower(C, s)
+    loop = next(st for st in walk_stmts(low.body) if isinstance(st, For) and st.var == "k")
+    keys = row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
+    assert len(keys) == scalar and all("i.i" in str(p[-1]) for _, p in keys), keys
+    a = np.random.default_rng(5).standard_normal((13, 7))
+    kern = tl.compile(C, s)
+    assert bool(BARRIER.search(kern.llvm_ir())) == bool(scalar)
+    np.testing.assert_allclose(kern(a), a @ a.T, rtol=1e-12, atol=1e-12)

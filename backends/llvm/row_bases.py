@@ -42,6 +42,9 @@ from tensorlang.schedule.ir import (
 
 #: 1: give a register tile's strided rows base pointers of their own (0: leave LLVM's addressing)
 ROW_BASES = 1
+#: 1: also rows of a loop without explicit vectors (jammed dot products that LLVM's loop
+#: vectorizer takes: cholesky, ludcmp); 0: only a register tile's broadcast operands
+SCALAR_TILES = 0
 #: the most row bases one loop gets (general-purpose registers; x86-64 has 16, the loop counter,
 #: its bound and the other operands' pointers need some)
 MAX_ROWS = 10
@@ -63,8 +66,8 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
     Only broadcast operands of an explicitly vectorized loop count (a register tile's rows of
     ``A``, one element per row and step): vectors of rows (layernorm's rows summed in vector
     lanes), rows that no unrolled loop makes, and rows a scalar loop reads that LLVM's loop
-    vectorizer takes (a dot product of two rows; cholesky's jammed dot products) keep LLVM's
-    addressing (they gain nothing from it, and LLVM's vectorizer does worse behind it)."""
+    vectorizer takes (a dot product of two rows; cholesky's jammed dot products, unless
+    ``SCALAR_TILES``) keep LLVM's addressing: timed, they gained nothing from it or lost."""
     if not ROW_BASES:
         return frozenset()
     found: dict[RowKey, int] = {}
@@ -73,7 +76,7 @@ def row_reads(loop: For, stride_of: Callable[[str], Expr | None]) -> frozenset[R
     nested: list[str] = []  # loops inside it that stay loops
 
     def expr(e: Expr, bound: frozenset[str], unrolled: dict[str, int]) -> None:
-        if not any(v in bound for v in vectors):
+        if not SCALAR_TILES and not any(v in bound for v in vectors):
             return  # not an operand of explicit SIMD: a loop LLVM's vectorizer may take
         for n in walk(e):
             if not isinstance(n, Load) or len(n.indices) < 2 or n.buffer in inner:
