@@ -29,20 +29,39 @@ SIZES = {"B": 8, "M": 256, "N": 256, "K": 256}
 BARRIER = re.compile(r'asm\s+""')
 
 
-def _tile_loop(dtype: str = "float32", cpu: str = "haswell"):
-    """The batched GEMM's lowered nest (the rules' schedule for ``cpu``) and its first ``k``
-    loop: the register tile's reduction, whose rows read ``A[b, t + i.i, k]``."""
-    C = BUILTIN["batch_matmul"].build_as(dtype)
+def _k_loop(low):
+    """The first loop over ``k`` of lowered nest ``low``."""
+    return next(st for st in walk_stmts(low.body) if isinstance(st, For) and st.var == "k")
+
+
+def _rows(loop, low):
+    """``row_reads`` of ``loop`` with the strides of ``low``'s buffers."""
+    return row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1]
+                               if n in low.buffers else None)
+
+
+def _a_at():
+    """``C[i, j] = sum_k A[i, k] * A[j, k]`` over float64: two rows of A per ``k`` step."""
+    M, K = tl.sizes("M K")
+    A = tl.Input("A", (M, K), tl.float64)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * A[j, k]
+    return C
+
+
+def _tile_loop(cpu: str = "haswell"):
+    """The batched GEMM's float32 lowered nest (the rules' schedule for ``cpu``) and its first
+    ``k`` loop: the register tile's reduction, whose rows read ``A[b, t + i.i, k]``."""
+    C = BUILTIN["batch_matmul"].build_as("float32")
     s = heuristic_schedule(C, SIZES, described_target(cpu))
     low = lower(C, s)
-    loop = next(st for st in walk_stmts(low.body) if isinstance(st, For) and st.var == "k")
-    return C, s, low, loop
+    return C, s, low, _k_loop(low)
 
 
 def test_the_rows_of_a_strided_operand_are_the_tiles_row_reads(monkeypatch):
     _, _, low, loop = _tile_loop()
-    keys = row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1]
-                               if n in low.buffers else None)
+    keys = _rows(loop, low)
     # haswell's float32 tile: six rows of A (one key: the unrolled row is a row each), and not
     # B's panel, whose rows are the loop's own (its index mentions k before the last)
     assert {name for name, _ in keys} == {"A"}, keys
@@ -50,12 +69,12 @@ def test_the_rows_of_a_strided_operand_are_the_tiles_row_reads(monkeypatch):
     assert "i.i" in str(prefix[-1]), prefix
     # too many rows for the registers, the switch off, a constant row stride: none
     monkeypatch.setattr(row_bases, "MAX_ROWS", 5)
-    assert not row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
+    assert not _rows(loop, low)
     monkeypatch.setattr(row_bases, "MAX_ROWS", 10)
     assert not row_bases.row_reads(loop, lambda n: Const(256, int64))
     assert not row_bases.row_reads(loop, lambda n: None)
     monkeypatch.setattr(row_bases, "ROW_BASES", 0)
-    assert not row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
+    assert not _rows(loop, low)
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -97,14 +116,9 @@ def test_the_tiles_inner_loop_loads_each_row_from_its_own_register(cpu, rows):
 def test_rows_that_no_unrolled_loop_makes_keep_llvms_addressing():
     # C[i, j] = sum_k A[i, k] * A[j, k], default schedule: the k loop reads two rows of A (a
     # dot product LLVM's loop vectorizer takes), not a register tile's unrolled rows
-    M, K = tl.sizes("M K")
-    A = tl.Input("A", (M, K), tl.float64)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * A[j, k]
+    C = _a_at()
     low = lower(C)
-    loop = next(st for st in walk_stmts(low.body) if isinstance(st, For) and st.var == "k")
-    assert not row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
+    assert not _rows(_k_loop(low), low)
     a = np.random.default_rng(1).standard_normal((5, 3))
     np.testing.assert_allclose(tl.compile(C)(a), a @ a.T, rtol=1e-12)
 
@@ -115,18 +129,13 @@ def test_jammed_dot_products_get_row_bases_only_when_asked(monkeypatch, scalar):
     # products (cholesky's), a scalar loop LLVM's vectorizer takes; row bases only with
     # SCALAR_TILES (the row A[j, k] is no unrolled loop's and never gets one)
     monkeypatch.setattr(row_bases, "SCALAR_TILES", scalar)
-    M, K = tl.sizes("M K")
-    A = tl.Input("A", (M, K), tl.float64)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * A[j, k]
+    C = _a_at()
     s = tl.Schedule(C)
     s["C"].split("i", 4)
     s["C"].reorder("i.o", "j", "k", "i.i")
     s["C"].unroll("i.i")
     low = lower(C, s)
-    loop = next(st for st in walk_stmts(low.body) if isinstance(st, For) and st.var == "k")
-    keys = row_bases.row_reads(loop, lambda n: low.buffers[n].extents[-1])
+    keys = _rows(_k_loop(low), low)
     assert len(keys) == scalar and all("i.i" in str(p[-1]) for _, p in keys), keys
     a = np.random.default_rng(5).standard_normal((13, 7))
     kern = tl.compile(C, s)
