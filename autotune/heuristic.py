@@ -56,7 +56,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   stage run in parallel (``_rfactor_stage``);
 - root reductions that read one array at the same indices and run the same outermost parallel
   loop share it (``compute_with``, ``fuse_siblings``): a row of the shared array is read by each
-  while in cache (a row sum and a row max of one matrix);
+  while in cache (a row sum and a row max of one matrix); so do two whose ``RDom.where``
+  conditions both mention that loop's Var (``FUSE_UNEVEN``): each block of rows then runs both
+  triangles (PolyBench symm's ``k <= i`` and ``k > i``: every row the same work in all);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized (when it spans at least
   ``UPDATE_MIN_VECTORS`` vectors; LLVM's vectorizer gets a shorter one) and its outermost
@@ -105,6 +107,7 @@ from .workloads import BoundExtents
 
 if TYPE_CHECKING:
     from tensorlang.backends.llvm.target import Target
+    from tensorlang.schedule.loops import StageState
 
     from .cpu_model import GemmBlocking
 
@@ -118,6 +121,11 @@ BLOCKS_PER_THREAD = 1
 #: ... but two where rows differ in work (a triangle: ``RDom.where(k > i)``), so that the
 #: parallel loop, which hands out blocks as threads free up, can even the threads' time out
 UNEVEN_BLOCKS_PER_THREAD = 2
+#: whether ``fuse_siblings`` also fuses root reductions whose ``RDom.where`` conditions both
+#: mention their shared parallel loop's Var (rows differ in work in each; PolyBench symm's two
+#: triangles ``k <= i`` and ``k > i``, each run alone, left one of two threads idle for a
+#: third of its time). An int, for ``--against FUSE_UNEVEN=0``
+FUSE_UNEVEN = 1
 #: the largest ``kc`` (the search space's largest split factor of a GEMM-like reduction)
 MAX_KC = 512
 #: the smallest ``kc`` of a packed tile with one packed panel where the model's L1 bound gives
@@ -319,12 +327,16 @@ def fuse_siblings(s: Schedule, p: Pipeline,
     """Root reductions that read a common array at the same indices (a row sum and a row max
     of one matrix) and whose outermost loop is the same parallel loop are computed with the
     first of them at that loop (``compute_with``): each row of the shared array is read by all of
-    them while it is in cache, instead of once per stage from memory. Kept where the fusion is
-    proven and ``accept(f, host, fused schedule)`` says so (the rule-based schedule: where it
-    lowers, as the stages' bounds along the loop must agree; the search space: its decision
-    ``<f>.with_<host>``). Pointwise stages are left
-    apart: fusing a Sobel pair or PolyBench fdtd-2d's output copies measured no gain (their
-    stores dominate) or a loss (``docs/language.md``)."""
+    them while it is in cache, instead of once per stage from memory. So are root reductions
+    whose ``RDom.where`` conditions mention that loop's Vars (``FUSE_UNEVEN``; ``uneven_along``):
+    rows differ in work in each, and one parallel loop over both evens the threads' time out
+    where the triangles complement each other (PolyBench symm: ``k <= i`` and ``k > i``, every
+    row the same work in the two together), and is no worse where they do not. Kept where the
+    fusion is proven and ``accept(f, host, fused schedule)`` says so (the rule-based schedule:
+    where it lowers, as the stages' bounds along the loop must agree; the search space: its
+    decision ``<f>.with_<host>``). Pointwise stages are left apart: fusing a Sobel pair or
+    PolyBench fdtd-2d's output copies measured no gain (their stores dominate) or a loss
+    (``docs/language.md``)."""
     roots = [f for f in p.funcs if s.states[f.name].compute.kind == "root" and not f.updates
              and s.states[f.name].loops and s.view.definition(f.name).rvars]
     hosts: list[Func] = []
@@ -333,8 +345,12 @@ def fuse_siblings(s: Schedule, p: Pipeline,
         if st.kinds[st.loops[0]] is not ForKind.PARALLEL or st.is_reduction_loop(st.loops[0]):
             continue
         reads = _accesses(s, f.name)
+        uneven = uneven_along(f, st)
         for h in hosts:
-            if st.loops[0] != s.states[h.name].loops[0] or not reads & _accesses(s, h.name):
+            if st.loops[0] != s.states[h.name].loops[0]:
+                continue
+            if not reads & _accesses(s, h.name) and not (
+                    uneven and uneven_along(h, s.states[h.name])):
                 continue
             t = _try(s, lambda t, f=f, h=h: t[f].compute_with(t[h], st.loops[0]))
             if t is not None and accept(f, h, t):
@@ -450,6 +466,12 @@ def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:
     except ScheduleError:
         return None
     return t if t.check(realize=False).ok else None  # heuristic_schedule lowers the result
+
+
+def uneven_along(f: Func, st: StageState) -> bool:
+    """Whether ``FUSE_UNEVEN`` is on and the condition of ``f``'s reduction (``RDom.where``)
+    mentions a Var of the outermost loop of its stage ``st``: its iterations differ in work."""
+    return bool(FUSE_UNEVEN) and any(condition_mentions(f, v) for v in st.origin[st.loops[0]])
 
 
 def row_var(f: Func, args: list[str]) -> str:

@@ -274,3 +274,25 @@ def test_the_rule_based_schedules_of_the_level2_and_packed_kernels_are_points(th
         assert point is not None, (name, hs.to_python())
         again = space.sample(optuna.trial.FixedTrial(point[0]))
         assert space.signature(again) == space.signature(hs), name
+
+
+@pytest.mark.parametrize("fuse", [1, 0])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_symms_two_triangles_run_in_one_parallel_loop(fuse, threads, monkeypatch):
+    # symm's sums over k <= i and k > i differ in work per row in opposite ways; run as two
+    # parallel loops over two row blocks, one thread idled a third of each (heuristic.
+    # FUSE_UNEVEN). The schedule made for LARGE runs sizes its factors do not divide
+    from tensorlang.autotuner import heuristic
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", str(threads))
+    monkeypatch.setattr(heuristic, "FUSE_UNEVEN", fuse)
+    kern = KERNELS["symm"]
+    h = kern.handle(kern.build())
+    s = heuristic_schedule(h, kern.large)
+    assert ('s["symm_sum1"].compute_with(s["symm_sum0"], \'i.o.o\')' in str(s)) == bool(fuse)
+    compiled = tl.compile(h, s)
+    for m, n in [(1, 1), (67, 41), (503, 37)]:
+        sizes = {"M": m, "N": n}
+        arrays = kern.inputs(sizes, np.random.default_rng(m))
+        got = compiled(**kern.call_args(h, arrays, sizes))
+        np.testing.assert_allclose(got, kern.numpy(arrays, sizes)[0], rtol=1e-10, atol=1e-10)
