@@ -117,7 +117,8 @@ def _avx512(name: str, units: int, l1: Cache, l2: Cache, l3: Cache,
 KiB, MiB = 1024, 1024 * 1024
 #: CPUs described from their vendors' optimisation manuals (FMA units and latency, L1/L2 per
 #: core); L3 is the whole shared cache of one part, as sysfs reports it (Haswell: Core i7-4770;
-#: Skylake-SP: Xeon Platinum 8180; Sapphire Rapids: Xeon Platinum 8480+; Zen 4: one 8-core CCD).
+#: Skylake-SP: Xeon Platinum 8180; Sapphire Rapids: Xeon Platinum 8480+; Zen 3 and Zen 4: one
+#: 8-core CCD). Zen 3 (AVX2, two 256-bit FMA pipes) has Haswell's tile and L1, a 512 KiB L2.
 DESCRIBED: dict[str, CpuModel] = {
     "haswell": CpuModel("haswell", 256, 16, 2, 5, Cache(32 * KiB, 8), Cache(256 * KiB, 8),
                         Cache(8 * MiB, 16)),
@@ -125,6 +126,8 @@ DESCRIBED: dict[str, CpuModel] = {
                               Cache(int(38.5 * MiB), 11)),
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
+    "znver3": CpuModel("znver3", 256, 16, 2, 4, Cache(32 * KiB, 8), Cache(512 * KiB, 8),
+                       Cache(32 * MiB, 16), victim_l3=True),
     "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16),
                       victim_l3=True, packed_vectors=4, packed_kc=512),
 }

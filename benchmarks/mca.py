@@ -1,13 +1,13 @@
 """Predicted throughput of a kernel's innermost loop on other x86 CPUs, with ``llvm-mca``.
 
 Run: python benchmarks/mca.py [--workload matmul] [--shape M=1024,N=1024,K=1024]
-     [--cpus znver4,sapphirerapids,skylake-avx512,haswell] [--mca llvm-mca-19] [--measure]
+     [--cpus znver4,sapphirerapids,skylake-avx512,haswell,znver3] [--mca llvm-mca-19] [--measure]
      [--against NAME=VALUE]
      python benchmarks/mca.py --polybench cholesky [--shape N=2000] [--cpus ...]
 
 Only one CPU kind is on hand, so the rule-based schedule of a workload is made and compiled
 *for* each named CPU (its vector width and register count; LLVM's CPU name and that CPU's
-vector features: AVX2 + FMA for haswell, AVX-512 for the others), the innermost loop holding
+vector features: AVX2 + FMA for haswell and znver3, AVX-512 for the others), the innermost loop holding
 the most FMA work is cut out of the assembly, and ``llvm-mca -mcpu=CPU`` predicts its
 steady-state cycles per iteration from LLVM's scheduling model of that CPU. From the FMAs in
 the loop (2 FLOPs per lane) the script prints the predicted FLOPs per cycle and their share of
@@ -56,11 +56,13 @@ FEATURES = {
     "skylake-avx512": _AVX512,
     "sapphirerapids": _AVX512 + ",+avx512bf16,+avx512vnni",
     "znver4": _AVX512 + ",+avx512bf16,+avx512vnni",
+    "znver3": "+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2",
 }
 #: fp32 FLOPs per cycle per core at the FMA peak: FMA pipes x fp32 lanes x 2. Haswell: 2 x 256-bit;
-#: Skylake-SP / Sapphire Rapids (two 512-bit FMA units): 2 x 512-bit; Zen 4: 2 x 256-bit pipes
-#: (a 512-bit FMA occupies both halves).
-PEAK_FLOPS_PER_CYCLE = {"haswell": 32, "skylake-avx512": 64, "sapphirerapids": 64, "znver4": 32}
+#: Skylake-SP / Sapphire Rapids (two 512-bit FMA units): 2 x 512-bit; Zen 3 and Zen 4: 2 x
+#: 256-bit pipes (on Zen 4 a 512-bit FMA occupies both halves).
+PEAK_FLOPS_PER_CYCLE = {"haswell": 32, "skylake-avx512": 64, "sapphirerapids": 64, "znver4": 32,
+                        "znver3": 32}
 _LANES = {"xmm": 4, "ymm": 8, "zmm": 16}
 
 
@@ -162,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workload", default="matmul", choices=sorted(BUILTIN))
     ap.add_argument("--polybench", default="", help="a PolyBench kernel instead (LARGE sizes)")
     ap.add_argument("--shape", default="")
-    ap.add_argument("--cpus", default="znver4,sapphirerapids,skylake-avx512,haswell")
+    ap.add_argument("--cpus", default="znver4,sapphirerapids,skylake-avx512,haswell,znver3")
     ap.add_argument("--mca", default=None, help="the llvm-mca binary (default: newest found)")
     ap.add_argument("--host-schedule", action="store_true",
                     help="compile this machine's rule-based schedule for every CPU")

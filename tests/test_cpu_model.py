@@ -35,6 +35,10 @@ EXPECTED = {
     # Zen 4: L2 1 MiB 8-way (2048 sets): C_Ac = 6, mc = 6*2048*64/(128*4) = 1536
     ("znver4", 4): (8, 32, 128, 1536),
     ("znver4", 8): (8, 16, 128, 768),
+    # Zen 3 (AVX2): Haswell's tile and L1; L2 512 KiB 8-way (1024 sets): fp64 C_Ac = 8 - 1 - 1
+    # = 6, mc = 6*1024*64/(256*8) = 192; fp32 kc = 170, mc = 6*65536/(170*4) = 578 -> 576
+    ("znver3", 8): (6, 8, 256, 192),
+    ("znver3", 4): (6, 16, 170, 576),
 }
 
 
@@ -97,7 +101,8 @@ def test_host_caches_read_from_sysfs(tmp_path):
     assert "l2" not in cm.host_caches(str(tmp_path))
 
 
-@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "sapphirerapids", "znver4"])
+@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "sapphirerapids", "znver4",
+                                 "znver3"])
 def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu, monkeypatch):
     # GEMM 480 x 512 x 1024 (480 rows: whole 6- and 8-row tiles) made for each described CPU:
     # the register tile and kc the model gives. Two threads: the row blocks are shared out over
