@@ -118,7 +118,8 @@ KiB, MiB = 1024, 1024 * 1024
 #: CPUs described from their vendors' optimisation manuals (FMA units and latency, L1/L2 per
 #: core); L3 is the whole shared cache of one part, as sysfs reports it (Haswell: Core i7-4770;
 #: Skylake-SP: Xeon Platinum 8180; Sapphire Rapids: Xeon Platinum 8480+; Zen 3 and Zen 4: one
-#: 8-core CCD). Zen 3 (AVX2, two 256-bit FMA pipes) has Haswell's tile and L1, a 512 KiB L2.
+#: 8-core CCD). Zen 3 (AVX2, two 256-bit FMA pipes) has Haswell's tile and L1, a 512 KiB L2
+#: (BLIS's Zen 3 configuration: the same 6 x 16 / 6 x 8 tiles, ``kc`` 256).
 DESCRIBED: dict[str, CpuModel] = {
     "haswell": CpuModel("haswell", 256, 16, 2, 5, Cache(32 * KiB, 8), Cache(256 * KiB, 8),
                         Cache(8 * MiB, 16)),
