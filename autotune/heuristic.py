@@ -161,6 +161,13 @@ BLIS_ORDER = 0
 #: work) ran slower in it on one thread (docs/performance.md, "AVX2 code on the AVX-512 VM").
 #: 0: never
 BLIS_ORDER_BLOCKS = 4
+#: whether a packed tile whose rows leave a remainder (the extent not a multiple of the tile's
+#: rows) runs BLIS's loop order whatever its number of row blocks: there the remainder is peeled
+#: off the tile loop inside the row blocks (``realize.PEEL_SHARED``: B's panels are copied
+#: outside them), where the other order runs it as a piece of its own after the parallel loop,
+#: on one thread, copying every panel of B again (AVX2 code on Zen 4, float32 1024^3 in 6-row
+#: tiles on 2 threads: 7-19% faster; docs/performance.md, "AVX2 code on Zen 4"). 0: as before
+BLIS_ORDER_REMAINDER = 1
 #: the packed tile prefetches the next register tile's rows of its output at the top of each
 #: tile (``Stage.prefetch``), as BLIS's and OpenBLAS's micro-kernels prefetch C: the tile's
 #: first loads of C, a row stride apart, otherwise stall its first multiply-adds. 0: never (no
@@ -655,7 +662,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             whole = extent % rows == 0 and rows >= full
             reuse = mb * rows >= REUSE_ROWS or BLIS_ORDER_REUSE and blis_order(
                 _packed_kc(reduction, blocking) if reduction else None, reduction, blocks,
-                per_thread, threads)
+                per_thread, threads, extent % rows != 0)
             found.append((busy, whole, reuse, -n, rows, blocking, mb))
         if found:
             if least_rows:
@@ -689,22 +696,25 @@ def shifted_row_block(extent: int, rows: int, block: int) -> int:
 
 
 def blis_order(kc: int | None, reduction: int, blocks: int, per_thread: int,
-               threads: int) -> bool:
+               threads: int, remainder: bool = False) -> bool:
     """Whether a packed tile with ``blocks`` row blocks, its reduction of extent ``reduction``
     split into blocks of ``kc`` (None: not split), runs BLIS's loop order (``_packed_tile``):
     ``BLIS_ORDER``, or row blocks numbering ``BLIS_ORDER_BLOCKS`` times the ``per_thread`` blocks
     each of ``threads`` threads asked for (a small L2's ``mc``: in the other order each block
-    would copy all of B's panels again).
+    would copy all of B's panels again), or rows that leave a ``remainder`` past the whole
+    tiles (``BLIS_ORDER_REMAINDER``: in the other order it would copy them again).
 
     >>> blis_order(256, 1024, 17, 1, 1), blis_order(256, 1024, 2, 1, 1)
     (True, False)
     >>> blis_order(None, 99, 17, 1, 1), blis_order(256, 256, 17, 1, 1)
     (False, False)
+    >>> blis_order(256, 1024, 2, 1, 2, remainder=True)
+    True
     """
     if kc is None or kc >= reduction:
         return False
-    return bool(BLIS_ORDER) or (BLIS_ORDER_BLOCKS > 0
-                                and blocks >= BLIS_ORDER_BLOCKS * per_thread * threads)
+    return bool(BLIS_ORDER) or bool(BLIS_ORDER_REMAINDER and remainder) or (
+        BLIS_ORDER_BLOCKS > 0 and blocks >= BLIS_ORDER_BLOCKS * per_thread * threads)
 
 
 def block_threads(outer: list[str], ext: dict[str, int]) -> int:
@@ -797,7 +807,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
     # BLIS's order where a small L2's mc gives each thread several times the row blocks it
     # asked for, each copying all of B's panels again
-    blis = blis_order(kc, ext[k], ext[i] // rows // mb, per_thread, threads)
+    blis = blis_order(kc, ext[k], ext[i] // rows // mb, per_thread, threads,
+                      ext[i] % rows != 0)
     count = {**ext, "blocks": ext[i] // rows // mb}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     if par is None and num_threads() > 1:

@@ -113,3 +113,47 @@ def test_no_peel_where_the_reduction_runs_inside_the_tile_loop(monkeypatch):
     for m, n, k in [(13, 17, 5), (6, 8, 1), (1, 3, 2)]:
         a, b = rng.random((m, k)), rng.random((k, n))
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_rows_with_a_remainder_run_blis_order_so_it_is_peeled(threads, monkeypatch):
+    # znver3's float32 tile (6 rows, a 576-row mc: two row blocks, which alone would keep the
+    # rule's own order) leaves 4 of 1024 rows: BLIS's order (heuristic.BLIS_ORDER_REMAINDER),
+    # where the remainder is peeled inside the row blocks instead of a piece of its own that
+    # copies B's panels again on one thread
+    from tensorlang.autotuner import heuristic
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    C = gemm(tl.float32)
+    s = heuristic_schedule(C, SIZES, _target("znver3"))
+    assert "split('i', 6)" in s.to_python() and "'k.o', 'i.o.o', 'j.o'" in s.to_python()
+    assert "M - M // 6 * 6 > 0" not in str(lower(C, s))
+    kern = tl.compile(C, s, target=_target("znver3"))
+    rng = np.random.default_rng(5)
+    for m, n, k in [(1024, 1024, 1024), (1021, 1019, 1013), (7, 33, 515), (1, 1, 1)]:
+        a, b = rng.random((m, k), np.float32), rng.random((k, n), np.float32)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=2e-5)
+    # without the rule: the rule's own order, the remainder a piece of its own
+    monkeypatch.setattr(heuristic, "BLIS_ORDER_REMAINDER", 0)
+    own = heuristic_schedule(C, SIZES, _target("znver3"))
+    assert "'i.o.o', 'k.o', 'j.o'" in own.to_python()
+    assert "M - M // 6 * 6 > 0" in str(lower(C, own))
+    # 1020 rows (170 whole tiles): no remainder, the rule's own order either way
+    monkeypatch.setattr(heuristic, "BLIS_ORDER_REMAINDER", 1)
+    whole = heuristic_schedule(C, {**SIZES, "M": 1020}, _target("znver3"))
+    assert "'i.o.o', 'k.o', 'j.o'" in whole.to_python()
+
+
+def test_the_remainder_rules_blis_order_is_a_point_of_the_search_space(monkeypatch):
+    import optuna
+
+    from tensorlang.autotuner.space import SearchSpace
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float32)
+    hs = heuristic_schedule(C, SIZES, _target("znver3"))
+    space = SearchSpace(C, SIZES, _target("znver3"))
+    point = space.point(hs)
+    assert point is not None
+    assert space.signature(space.sample(optuna.trial.FixedTrial(point[0]))) == \
+        space.signature(hs)
