@@ -373,3 +373,18 @@ def test_an_inlined_func_in_an_update_index(n, rng):
     s[bin_].compute_inline()
     np.testing.assert_array_equal(tl.compile(hist, s)(inp=a), want)
     np.testing.assert_array_equal(tl.reference(hist, inp=a), want)
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (1, 1), (2, 3)])
+def test_an_unrolled_loop_of_no_iteration_compiles(shape, rng):
+    # found by the schedule property test (dev profile): the rows unrolled by 2, then
+    # vectorized by 4: the guarded version's whole-vector piece is `unrolled for y.i.o in
+    # [0, 0)`, whose code generation deleted a loop variable it had never bound (KeyError)
+    S, y, r = cumsum_rows()
+    s = tl.Schedule(S)
+    s[S].update(0).unroll("y", 2)
+    s[S].update(0).reorder("r_x", "y.i", "y.o")
+    s[S].update(0).vectorize("y.i", 4)
+    assert "unrolled for y.i.o in [0, 0)" in str(tl.compile(S, s).loop_nest())
+    x = rng.random(shape, dtype=np.float32)
+    np.testing.assert_allclose(tl.compile(S, s)(X=x), np.cumsum(x, axis=1), rtol=1e-5)

@@ -262,7 +262,7 @@ class LoopGen:
             self.vars[s.var] = self.builder.add(lo, ir.Constant(I64, k))
             self.stmt(s.body)
         if outer is None:
-            del self.vars[s.var]
+            self.vars.pop(s.var, None)  # (none bound when the loop has no iteration)
         else:
             self.vars[s.var] = outer
 
