@@ -166,7 +166,8 @@ BLIS_ORDER_BLOCKS = 4
 #: off the tile loop inside the row blocks (``realize.PEEL_SHARED``: B's panels are copied
 #: outside them), where the other order runs it as a piece of its own after the parallel loop,
 #: on one thread, copying every panel of B again (AVX2 code on Zen 4, float32 1024^3 in 6-row
-#: tiles on 2 threads: 7-19% faster; docs/performance.md, "AVX2 code on Zen 4"). 0: as before
+#: tiles: 15-17% faster on 2 threads, 8% on 1; docs/performance.md, "AVX2 code on Zen 4"). 0: as
+#: before
 BLIS_ORDER_REMAINDER = 1
 #: the packed tile prefetches the next register tile's rows of its output at the top of each
 #: tile (``Stage.prefetch``), as BLIS's and OpenBLAS's micro-kernels prefetch C: the tile's
@@ -338,12 +339,11 @@ def fuse_siblings(s: Schedule, p: Pipeline,
     whose ``RDom.where`` conditions mention that loop's Vars (``FUSE_UNEVEN``; ``uneven_along``):
     rows differ in work in each, and one parallel loop over both evens the threads' time out
     where the triangles complement each other (PolyBench symm: ``k <= i`` and ``k > i``, every
-    row the same work in the two together), and is no worse where they do not. Kept where the
-    fusion is proven and ``accept(f, host, fused schedule)`` says so (the rule-based schedule:
-    where it lowers, as the stages' bounds along the loop must agree; the search space: its
-    decision ``<f>.with_<host>``). Pointwise stages are left apart: fusing a Sobel pair or
-    PolyBench fdtd-2d's output copies measured no gain (their stores dominate) or a loss
-    (``docs/language.md``)."""
+    row the same work in the two together). Kept where the fusion is proven and ``accept(f,
+    host, fused schedule)`` says so (the rule-based schedule: where it lowers, as the stages'
+    bounds along the loop must agree; the search space: its decision ``<f>.with_<host>``).
+    Pointwise stages are left apart: fusing a Sobel pair or PolyBench fdtd-2d's output copies
+    measured no gain (their stores dominate) or a loss (``docs/language.md``)."""
     roots = [f for f in p.funcs if s.states[f.name].compute.kind == "root" and not f.updates
              and s.states[f.name].loops and s.view.definition(f.name).rvars]
     hosts: list[Func] = []
