@@ -123,8 +123,8 @@ BLOCKS_PER_THREAD = 1
 UNEVEN_BLOCKS_PER_THREAD = 2
 #: whether ``fuse_siblings`` also fuses root reductions whose ``RDom.where`` conditions both
 #: mention their shared parallel loop's Var (rows differ in work in each; PolyBench symm's two
-#: triangles ``k <= i`` and ``k > i``, each run alone, left one of two threads idle for a
-#: third of its time). An int, for ``--against FUSE_UNEVEN=0``
+#: triangles ``k <= i`` and ``k > i``, each run alone over two row blocks, left a third of
+#: the two threads' time idle). An int, for ``--against FUSE_UNEVEN=0``
 FUSE_UNEVEN = 1
 #: the largest ``kc`` (the search space's largest split factor of a GEMM-like reduction)
 MAX_KC = 512
