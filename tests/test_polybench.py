@@ -280,8 +280,8 @@ def test_the_rule_based_schedules_of_the_level2_and_packed_kernels_are_points(th
 @pytest.mark.parametrize("threads", [1, 2])
 def test_symms_two_triangles_run_in_one_parallel_loop(fuse, threads, monkeypatch):
     # symm's sums over k <= i and k > i differ in work per row in opposite ways; run as two
-    # parallel loops over two row blocks, one thread idled a third of each (heuristic.
-    # FUSE_UNEVEN). The schedule made for LARGE runs sizes its factors do not divide
+    # parallel loops over two row blocks, a third of the two threads' time idle in each
+    # (heuristic.FUSE_UNEVEN). The schedule made for LARGE runs sizes its factors do not divide
     from tensorlang.autotuner import heuristic
 
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", str(threads))
