@@ -95,7 +95,7 @@ from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator
 from .cpu_model import register_tile as model_tile
 from .features import store_counts
 from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
-                           panel_dim, row_block_reads)
+                           panel_dim, row_block_reads, rows_straddle_lines)
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
 from .stream_rules import _column_rows_stage
@@ -170,12 +170,12 @@ BLIS_ORDER_BLOCKS = 4
 #: before
 BLIS_ORDER_REMAINDER = 1
 #: the packed tile prefetches the next register tile's rows of its output at the top of each
-#: tile (``Stage.prefetch``), as BLIS's and OpenBLAS's micro-kernels prefetch C: the tile's
-#: first loads of C, a row stride apart, otherwise stall its first multiply-adds. 0: never (no
-#: gain that reproduced: docs/performance.md, "Prefetching C's next tile"); 1: always; 2: with
-#: vectors of at most 256 bits (AVX2). An int, for ``benchmarks/gemm_packed.py``'s
-#: ``auto:PREFETCH_TILE=1``; the search space asks it (``<F>.prefetch``)
-PREFETCH_TILE = 0
+#: tile (``Stage.prefetch``), as BLIS's and OpenBLAS's micro-kernels prefetch C. 0: never; 1:
+#: always (no gain that reproduced on rows of whole cache lines: docs/performance.md,
+#: "Prefetching C's next tile"); 2: with vectors of at most 256 bits; 3: where the output's rows
+#: straddle cache lines (``rows_straddle_lines``: AVX2 code 1000 x 1100 x 1200, 14-28% faster;
+#: docs/performance.md, "C's rows across cache lines"). An int, for ``auto:PREFETCH_TILE=1``
+PREFETCH_TILE = 3
 #: how many register tiles ahead (``prefetch``'s ``offset``)
 PREFETCH_OFFSET = 1
 #: native vectors per row of a packed tile in place of the CPU model's
@@ -855,7 +855,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
     else:
         st.vectorize(xi)
-    if PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32:
+    if PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32 or \
+            PREFETCH_TILE == 3 and rows_straddle_lines(f, i, ext, cpu.l1.line):
         st.prefetch(f.name, ioi, offset=PREFETCH_OFFSET)
     if par is not None:
         st.parallel(ioo.name if par == "blocks" else par)

@@ -92,6 +92,20 @@ def panel_dim(op: Packed) -> int:
     return order.index(op.panel[0])
 
 
+def rows_straddle_lines(f: Func, row: str, extents: dict[str, int], line: int) -> bool:
+    """Whether consecutive rows of ``f``'s output along Var ``row`` start at different offsets
+    within a cache line of ``line`` bytes: ``f`` is row-major over its arguments, so the rows
+    lie the extents of the arguments after ``row`` times the element size apart (float32
+    N = 1100: 4400 bytes, not a multiple of 64). A register tile's row of whole vectors then
+    spans one cache line more than it fills, and shares a line with the next tile's."""
+    assert f.definition is not None
+    args = [v.name for v in f.definition.args]
+    stride = f.dtype.numpy.itemsize
+    for a in args[args.index(row) + 1:]:
+        stride *= extents[a]
+    return stride % line != 0
+
+
 def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str],
          ) -> dict[Packed, Stage]:
     """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``); ``loop``:

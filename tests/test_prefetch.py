@@ -120,6 +120,19 @@ def test_the_packed_tile_with_its_prefetch_is_a_point_and_correct(m, n, k, monke
     np.testing.assert_allclose(got, a @ b, rtol=1e-10, atol=1e-10)
 
 
+def test_the_rule_prefetches_where_the_outputs_rows_straddle_cache_lines(monkeypatch):
+    # PREFETCH_TILE = 3 (the default): float32 rows of 1100 (4400 bytes) straddle 64-byte
+    # lines, rows of 1104 (4416 = 69 lines) do not; float64 rows of 1000 (8000 bytes) do not
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    monkeypatch.setattr(heuristic, "PREFETCH_TILE", 3)
+    for cpu in ("haswell", "sapphirerapids"):
+        for dtype, n, want in [(tl.float32, 1100, True), (tl.float32, 1104, False),
+                               (tl.float64, 1100, True), (tl.float64, 1000, False)]:
+            C = gemm(dtype)
+            rule = heuristic_schedule(C, {"M": 1000, "N": n, "K": 1200}, described_target(cpu))
+            assert (".prefetch('C', 'i.o.i')" in rule.to_python()) == want, (cpu, dtype, n)
+
+
 def test_the_gpu_leaves_prefetches_out():
     C = gemm(tl.float32)
     s = _tiled(C)
