@@ -9,6 +9,8 @@ Reading this file tells the whole story (Halide ``src/Lower.cpp``):
 3. ``check_loops`` — refuse unrolled loops without a constant extent;
 4. ``promote_accumulators`` — a reduction's register tile accumulates in a local buffer that
    LLVM keeps in registers (``schedule/promote.py``);
+4b. ``widen_tile_tails`` — a masked vector loop of a register tile's update runs whole vectors
+   where its loads cover the dead lanes (``schedule/tile_tails.py``);
 5. ``reduce_update_cells`` — an ``atomic()`` update's innermost loop that accumulates into one
    cell, split where a ``where`` on its variable changes, runs as a reduction in a register
    (``schedule/cell_reduction.py``);
@@ -42,6 +44,8 @@ from .promote import promote_accumulators
 from .fold_init import folding
 from .realize import lowering_switches, realize
 from .simplify import range_folding, simplify
+from . import tile_tails
+from .tile_tails import widen_tile_tails
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -71,6 +75,7 @@ PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
     ("simplify", simplify),
     ("check_loops", check_loops),
     ("promote_accumulators", promote_accumulators),
+    ("widen_tile_tails", widen_tile_tails),
     ("reduce_update_cells", reduce_update_cells),
     ("hoist_update_reads", hoist_update_reads),
     ("hoist_invariants", hoist_invariants),
@@ -99,7 +104,7 @@ def lower(output: Func | Sequence[Func] | Pipeline,
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
     # (a benchmark switches the passes' switches between two lowerings)
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           folding(), lowering_switches(), range_folding())
+           folding(), lowering_switches(), range_folding(), tile_tails.WIDEN_TILE_TAILS)
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]

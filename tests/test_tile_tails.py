@@ -1,0 +1,87 @@
+"""``widen_tile_tails``: a register tile's masked tail over packed panels runs whole vectors —
+results against NumPy on odd sizes (a tail that ends inside the first vector leaves the second
+wholly dead), and which loops widen and which stay masked."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.schedule import tile_tails
+from tensorlang.schedule.ir import For, ForKind, Store, walk_stmts
+from tensorlang.schedule.lower import lower
+
+SHAPES = [(1, 1, 1), (7, 13, 5), (5, 19, 9), (3, 16, 4), (11, 29, 7), (2, 40, 3)]
+
+
+def _gemm(dtype):
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+    return C
+
+
+def _tiled(C, packed: bool, lanes: int) -> tl.Schedule:
+    """3 x 2-vector register tiles, k blocked by 4; where ``packed``, B in panels two vectors
+    wide and A's rows of the tile copied (the rule-based schedule's packed tile, small)."""
+    s = tl.Schedule(C)
+    s[C].split("i", 3)
+    s[C].split("j", 2 * lanes)
+    s[C].split("k", 4)
+    s[C].reorder("k.o", "i.o", "j.o", "k.i", "i.i", "j.i")
+    if packed:
+        s.cache_read("A", s[C], "i.o", index=0)
+        s.cache_read("B", s[C], "k.o", index=0, layout=(1, 0), panel=(1, 2 * lanes))
+    s[C].unroll("i.i")
+    s[C].vectorize("j.i", lanes)
+    s[C].unroll("j.i.o")
+    return s
+
+
+def _update_extents(C, s) -> list:
+    """The extents of the vector loops that accumulate into a register tile."""
+    f = lower(C, s)
+    out = []
+    for st in walk_stmts(f.body):
+        if isinstance(st, For) and st.kind is ForKind.VECTORIZED and isinstance(st.body, Store) \
+                and st.body.reduce_op is not None and f.buffers[st.body.buffer].register:
+            out.append(st.extent)
+    return out
+
+
+@pytest.mark.parametrize("dtype,lanes", [(tl.float32, 8), (tl.float64, 4)])
+def test_a_packed_tiles_tail_accumulates_whole_vectors_and_stays_right(dtype, lanes, rng):
+    C = _gemm(dtype)
+    s = _tiled(C, packed=True, lanes=lanes)
+    extents = _update_extents(C, s)
+    assert extents and all(tl.affine.const_value(e) == lanes for e in extents)
+    kern = tl.compile(C, s)
+    tol = 1e-5 if dtype is tl.float32 else 1e-12
+    for m, n, kk in SHAPES:
+        a = rng.standard_normal((m, kk)).astype(dtype.numpy)
+        b = rng.standard_normal((kk, n)).astype(dtype.numpy)
+        c = np.full((m, n), np.nan, dtype.numpy)  # every cell written, none past the edge
+        kern(A=a, B=b, out=c)
+        np.testing.assert_allclose(c, a @ b, rtol=tol, atol=tol)
+
+
+def test_the_switch_leaves_the_tail_masked(monkeypatch):
+    C = _gemm(tl.float32)
+    s = _tiled(C, packed=True, lanes=8)
+    monkeypatch.setattr(tile_tails, "WIDEN_TILE_TAILS", 0)
+    assert any(tl.affine.const_value(e) is None for e in _update_extents(C, s))
+
+
+def test_a_tail_reading_an_input_stays_masked(rng):
+    # without the panel copy the tile reads B itself: a dead lane's column is past B's row
+    # (past the array, on the last row), so the loop keeps its mask
+    C = _gemm(tl.float64)
+    s = _tiled(C, packed=False, lanes=4)
+    assert any(tl.affine.const_value(e) is None for e in _update_extents(C, s))
+    kern = tl.compile(C, s)
+    for m, n, kk in SHAPES:
+        a, b = rng.standard_normal((m, kk)), rng.standard_normal((kk, n))
+        np.testing.assert_allclose(kern(A=a, B=b), a @ b, rtol=1e-12, atol=1e-12)
