@@ -44,8 +44,7 @@ from .promote import promote_accumulators
 from .fold_init import folding
 from .realize import lowering_switches, realize
 from .simplify import range_folding, simplify
-from . import tile_tails
-from .tile_tails import widen_tile_tails
+from .tile_tails import widen_tile_tails, widening
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -104,7 +103,7 @@ def lower(output: Func | Sequence[Func] | Pipeline,
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
     # (a benchmark switches the passes' switches between two lowerings)
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           folding(), lowering_switches(), range_folding(), tile_tails.WIDEN_TILE_TAILS)
+           folding(), lowering_switches(), range_folding(), widening())
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]
