@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from algorithms import gemm
 
 import tensorlang as tl
 from tensorlang.schedule import tile_tails
@@ -13,15 +14,6 @@ from tensorlang.schedule.ir import For, ForKind, Store, walk_stmts
 from tensorlang.schedule.lower import lower
 
 SHAPES = [(1, 1, 1), (7, 13, 5), (5, 19, 9), (3, 16, 4), (11, 29, 7), (2, 40, 3)]
-
-
-def _gemm(dtype):
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
-    return C
 
 
 def _tiled(C, packed: bool, lanes: int) -> tl.Schedule:
@@ -54,7 +46,7 @@ def _update_extents(C, s) -> list:
 
 @pytest.mark.parametrize("dtype,lanes", [(tl.float32, 8), (tl.float64, 4)])
 def test_a_packed_tiles_tail_accumulates_whole_vectors_and_stays_right(dtype, lanes, rng):
-    C = _gemm(dtype)
+    C = gemm(dtype)
     s = _tiled(C, packed=True, lanes=lanes)
     extents = _update_extents(C, s)
     assert extents and all(tl.affine.const_value(e) == lanes for e in extents)
@@ -69,7 +61,7 @@ def test_a_packed_tiles_tail_accumulates_whole_vectors_and_stays_right(dtype, la
 
 
 def test_the_switch_leaves_the_tail_masked(monkeypatch):
-    C = _gemm(tl.float32)
+    C = gemm(tl.float32)
     s = _tiled(C, packed=True, lanes=8)
     monkeypatch.setattr(tile_tails, "WIDEN_TILE_TAILS", 0)
     assert any(tl.affine.const_value(e) is None for e in _update_extents(C, s))
@@ -78,7 +70,7 @@ def test_the_switch_leaves_the_tail_masked(monkeypatch):
 def test_a_tail_reading_an_input_stays_masked(rng):
     # without the panel copy the tile reads B itself: a dead lane's column is past B's row
     # (past the array, on the last row), so the loop keeps its mask
-    C = _gemm(tl.float64)
+    C = gemm(tl.float64)
     s = _tiled(C, packed=False, lanes=4)
     assert any(tl.affine.const_value(e) is None for e in _update_extents(C, s))
     kern = tl.compile(C, s)
