@@ -173,8 +173,8 @@ BLIS_ORDER_REMAINDER = 1
 #: tile (``Stage.prefetch``), as BLIS's and OpenBLAS's micro-kernels prefetch C. 0: never; 1:
 #: always (no gain that reproduced on rows of whole cache lines: docs/performance.md,
 #: "Prefetching C's next tile"); 2: with vectors of at most 256 bits; 3: where the output's rows
-#: straddle cache lines (``rows_straddle_lines``: AVX2 code 1000 x 1100 x 1200, 14-28% faster;
-#: docs/performance.md, "C's rows across cache lines"). An int, for ``auto:PREFETCH_TILE=1``
+#: straddle cache lines (``rows_straddle_lines``; AVX2 code gains most: docs/performance.md,
+#: "C's rows across cache lines"). An int, for ``auto:PREFETCH_TILE=1``
 PREFETCH_TILE = 3
 #: how many register tiles ahead (``prefetch``'s ``offset``)
 PREFETCH_OFFSET = 1

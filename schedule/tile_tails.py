@@ -57,11 +57,9 @@ def widen_tile_tails(f: LoweredFunc) -> LoweredFunc:
     """Give every qualifying masked vector loop (module docstring) its lane cap as extent."""
     if not WIDEN_TILE_TAILS:
         return f
-    buffers = dict(f.buffers)
-
-    def go(s: Stmt, tile: dict[str, tuple[int, int]]) -> Stmt:
-        if isinstance(s, Allocate):
-            buffers.setdefault(s.buffer.name, s.buffer)
+    def go(s: Stmt, tile: dict[str, tuple[int, int]], buffers: dict[str, Buffer]) -> Stmt:
+        if isinstance(s, Allocate):  # the allocation in scope (a name may be allocated twice)
+            buffers = {**buffers, s.buffer.name: s.buffer}
         if isinstance(s, For):
             lo, n = const_value(s.min), const_value(s.extent)
             if s.kind is ForKind.VECTORIZED and n is None:
@@ -70,11 +68,10 @@ def widen_tile_tails(f: LoweredFunc) -> LoweredFunc:
                     return dataclasses.replace(s, extent=sconst(cap))
             if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and lo is not None \
                     and n is not None:
-                inner = {**tile, s.var: (int(lo), int(lo) + int(n) - 1)}
-                return map_stmt(s, lambda c: go(c, inner), lambda e: e)
-        return map_stmt(s, lambda c: go(c, tile), lambda e: e)
+                tile = {**tile, s.var: (int(lo), int(lo) + int(n) - 1)}
+        return map_stmt(s, lambda c: go(c, tile, buffers), lambda e: e)
 
-    body = go(f.body, {})
+    body = go(f.body, {}, dict(f.buffers))
     return f if body is f.body else dataclasses.replace(f, body=body)
 
 
