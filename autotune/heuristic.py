@@ -96,6 +96,7 @@ from .cpu_model import register_tile as model_tile
 from .features import store_counts
 from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
                            panel_dim, row_block_reads, rows_straddle_lines)
+from .row_blocks import balanced_down, shared, shifted_row_block  # noqa: F401
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
 from .stream_rules import _column_rows_stage
@@ -196,6 +197,18 @@ MIN_BLOCK_ROWS = 32
 FEWER_BLOCKS = 1
 #: the least share of the threads' time a packed tile's row blocks keep busy (``_packed_rows``)
 MIN_BALANCE = 0.9
+#: whether ``row_block`` takes more, smaller blocks (down to half the size) where the model's
+#: blocks and the divisor up leave the threads under ``MIN_BALANCE`` busy, so the model's tile
+#: rows keep balanced blocks (AVX2 code for ``znver3``, float64 1000 x 1100 x 1200 on 2
+#: threads: 5-row tiles in 8 blocks, not 4-row tiles, 8 accumulators, in 10;
+#: docs/performance.md, "Chunks and blocks that share out"). 0: as before (for ``--against``)
+BALANCE_DOWN = 1
+#: whether a packed tile's rows keep at least ``fma_latency * fma_units`` accumulators where a
+#: row count that does is found (Low et al.'s bound, ``RegisterTile.hides_latency``), before
+#: balanced row blocks: ``_packed_rows`` took 2-row tiles, 4 accumulators, for blocks that
+#: share out (AVX2 code for ``haswell``, float32 800 x 900 x 1000 on 2 threads;
+#: docs/performance.md, "Chunks and blocks that share out"). 0: as before (for ``--against``)
+LATENCY_ROWS = 1
 #: the most accumulators a packed tile takes, past the model's, to share its row blocks evenly
 #: over the threads (Xeon AVX-512, 2 threads, float64 1000 x 1100 x 1200: a 10-row tile, 20
 #: accumulators, in 4 blocks 166 GFLOP/s; 8 rows in 5 blocks 129, docs/performance.md)
@@ -553,7 +566,8 @@ def row_block(tiles: int, rows: int, mc: int, threads: int,
     when there is one (no partial block; a smaller block only packs B more often); where those
     blocks keep less than ``MIN_BALANCE`` of the threads' time busy (``shared``), the divisor up
     from the threads' share (up to ``mc``) if its blocks keep that much busy: fewer blocks than
-    ``per_thread * threads``, all in one round. With ``least_rows``, a block of fewer rows is
+    ``per_thread * threads``, all in one round; else (``BALANCE_DOWN``) the largest divisor
+    down to half the block whose blocks do (``balanced_down``). With ``least_rows``, a block of fewer rows is
     raised to the smallest divisor of ``tiles`` (up to ``mc``) that has that many: fewer blocks
     again, some threads idle in the blocks' loop (``_packed_rows`` asks so when no row count
     qualifies otherwise).
@@ -565,7 +579,9 @@ def row_block(tiles: int, rows: int, mc: int, threads: int,
     >>> row_block(90, 10, 1536, 16), row_block(150, 8, 1536, 16, 2)
     (6, 5)
     >>> row_block(160, 8, 1536, 32, 2), row_block(160, 8, 1536, 32, 2, least_rows=32)
-    (2, 4)
+    (1, 4)
+    >>> row_block(200, 5, 200, 2)  # 5 blocks of 40 on 2 threads: 3 rounds of work for 2.5
+    25
     """
     most = max(1, mc // rows)
     per_block = max(1, min(most, tiles // (per_thread * threads)))
@@ -577,20 +593,12 @@ def row_block(tiles: int, rows: int, mc: int, threads: int,
                    if tiles % d == 0), None)
         if up is not None and shared(tiles // up, threads) >= MIN_BALANCE:
             block = up
+        elif BALANCE_DOWN:
+            block = balanced_down(tiles, block, threads, MIN_BALANCE) or block
     least = min(tiles, -(-least_rows // rows))
     if block < least:
         block = next((d for d in range(least, max(most, least) + 1) if tiles % d == 0), block)
     return block
-
-
-def shared(blocks: int, threads: int) -> float:
-    """The share of ``threads`` threads' time that ``blocks`` equal row blocks keep busy, the
-    parallel loop handing them out a round of ``threads`` at a time.
-
-    >>> shared(16, 16), shared(18, 16), shared(5, 2)
-    (1.0, 0.5625, 0.8333333333333334)
-    """
-    return blocks / (-(-blocks // threads) * threads)
 
 
 def least_block_rows() -> int:
@@ -623,7 +631,8 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     own: a 6-row tile, a divisor of 900, measured slower than 8 rows and a 4-row remainder,
     docs/performance.md), then more rows, up to ``BALANCE_ACCUMULATORS`` accumulators where the
     registers allow, then fewer (``near``, a divisor of the extent, among them). Of those whose
-    row blocks have at least ``MIN_BLOCK_ROWS`` rows, the ones that share out over ``threads``
+    row blocks have at least ``MIN_BLOCK_ROWS`` rows, those whose accumulators hide the FMAs'
+    latency where there are any (``LATENCY_ROWS``), of them the ones that share out over ``threads``
     with at least ``MIN_BALANCE`` of the threads' time busy (1000 rows on 2 threads: 8-row tiles
     give 5 blocks, 10-row tiles 4), else the best shared; among them one of the model's rows or
     more that leaves no remainder piece (900 rows: 9, not 8 and a 4-row piece, which runs on
@@ -642,7 +651,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     most = max(full, min(extent, max(accs, min(free, BALANCE_ACCUMULATORS)) // vectors))
     # more rows first (more accumulators, each copied panel of B serving more rows), then fewer
     others = [*range(full + 1, most + 1), *range(full - 1, 1, -1)]
-    found: list[tuple[float, int, int, int, GemmBlocking, int]] = []
+    found: list[tuple[float, int, int, int, int, GemmBlocking, int, bool]] = []
     # with many threads every row count can give blocks under MIN_BLOCK_ROWS rows (1200 rows,
     # 16 threads, two blocks each): then fewer, larger blocks, of the model's tile rows or more
     # where one gives them, rather than no packing (an unpacked tile reads a transposed operand
@@ -663,36 +672,21 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             reuse = mb * rows >= REUSE_ROWS or BLIS_ORDER_REUSE and blis_order(
                 _packed_kc(reduction, blocking) if reduction else None, reduction, blocks,
                 per_thread, threads, extent % rows != 0)
-            found.append((busy, whole, reuse, -n, rows, blocking, mb))
+            hides = not LATENCY_ROWS or rows * vectors >= cpu.fma_latency * cpu.fma_units
+            found.append((busy, whole, reuse, -n, rows, blocking, mb, hides))
         if found:
             if least_rows:
                 found = [c for c in found if c[4] >= full] or found
             break
     if not found:
         raise ScheduleError(f"{f.name}: no row block for the packed tile")
-    # balanced ones first, then those whose copied panels of B serve REUSE_ROWS rows, in order
+    # tiles that hide the FMAs' latency first, of them balanced ones, then those whose copied
+    # panels of B serve REUSE_ROWS rows, in order
+    found = [c for c in found if c[7]] or found
     balanced = [c for c in found if c[0] >= MIN_BALANCE]
     pick = max(balanced, key=lambda c: (c[1], c[2], c[3])) if balanced else \
         max(found, key=lambda c: (c[0], c[3]))
     return pick[4], pick[5], pick[6]
-
-
-def shifted_row_block(extent: int, rows: int, block: int) -> int:
-    """Register tiles per row block where the last tile of ``rows`` rows over ``extent`` is
-    shifted inwards (``SHIFT_ROWS``): the row blocks of ``block`` whole tiles (``extent //
-    rows`` of them) keep their number, the extra tile spread over them (one more tile a block
-    at most, where ``block`` divides the whole tiles), or where no block size gives that
-    number, ``block``: the extra tile a block of its own.
-
-    >>> shifted_row_block(256, 6, 21), shifted_row_block(256, 6, 42), shifted_row_block(5, 6, 1)
-    (22, 43, 1)
-    >>> shifted_row_block(70, 6, 1)  # 11 whole tiles, 12 tiles: no block size gives 11 blocks
-    1
-    """
-    blocks = max(1, extent // rows // max(1, block))
-    tiles = -(-extent // rows)
-    spread = -(-tiles // blocks)
-    return spread if -(-tiles // spread) == blocks else max(1, block)
 
 
 def blis_order(kc: int | None, reduction: int, blocks: int, per_thread: int,

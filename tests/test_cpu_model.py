@@ -223,6 +223,29 @@ def test_a_row_tile_without_remainder_shares_out_in_one_round_on_16_threads(cpu,
     assert heuristic.shared(blocks, 16) >= heuristic.MIN_BALANCE, text
 
 
+@pytest.mark.parametrize("cpu, dtype, shape, rows", [
+    ("znver3", tl.float64, (1000, 1100, 1200), 5), ("haswell", tl.float32, (800, 900, 1000), 5)])
+def test_the_model_rows_take_smaller_blocks_that_share_out(cpu, dtype, shape, rows, monkeypatch):
+    # 2 threads: the model's rows gave blocks that did not share out (5 of 40 tiles), so the
+    # rule took 4-row tiles (znver3, 8 accumulators) or 2-row ones (haswell, 4 accumulators:
+    # under Low et al.'s latency bound, 10 there); smaller blocks of the model's rows share out
+    # (heuristic.BALANCE_DOWN), and no tile under the bound is taken where one above it is
+    # found (heuristic.LATENCY_ROWS)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    m, n, k = shape
+    text = heuristic_schedule(gemm(dtype), {"M": m, "N": n, "K": k}, _target(cpu)).to_python()
+    got, per_block = _row_split(text)
+    assert got == rows, text
+    assert heuristic.shared(m // got // per_block, 2) == 1.0, text
+    model = cm.DESCRIBED[cpu]
+    with monkeypatch.context() as patch:
+        patch.setattr(heuristic, "BALANCE_DOWN", 0)
+        text = heuristic_schedule(gemm(dtype), {"M": m, "N": n, "K": k},
+                                  _target(cpu)).to_python()
+        got = _row_split(text)[0]
+        assert got * 2 >= model.fma_latency * model.fma_units, text  # 2 vectors per row
+
+
 def test_a_victim_l3_keeps_the_l1_bounds_row_block():
     # kc raised to MIN_KC (Zen 4: its packed_kc): the mc of that kc (the L2 bound) on a CPU
     # without a victim L3, the L1 bound's mc on one with it (docs/performance.md, "A's block
