@@ -567,10 +567,10 @@ def row_block(tiles: int, rows: int, mc: int, threads: int,
     blocks keep less than ``MIN_BALANCE`` of the threads' time busy (``shared``), the divisor up
     from the threads' share (up to ``mc``) if its blocks keep that much busy: fewer blocks than
     ``per_thread * threads``, all in one round; else (``BALANCE_DOWN``) the largest divisor
-    down to half the block whose blocks do (``balanced_down``). With ``least_rows``, a block of fewer rows is
-    raised to the smallest divisor of ``tiles`` (up to ``mc``) that has that many: fewer blocks
-    again, some threads idle in the blocks' loop (``_packed_rows`` asks so when no row count
-    qualifies otherwise).
+    down to half the block whose blocks do (``balanced_down``). With ``least_rows``, a block of
+    fewer rows is raised to the smallest divisor of ``tiles`` (up to ``mc``) that has that many:
+    fewer blocks again, some threads idle in the blocks' loop (``_packed_rows`` asks so when no
+    row count qualifies otherwise).
 
     >>> row_block(128, 8, 1536, 2), row_block(125, 8, 1536, 2), row_block(128, 8, 96, 16)
     (64, 25, 8)
