@@ -197,11 +197,10 @@ MIN_BLOCK_ROWS = 32
 FEWER_BLOCKS = 1
 #: the least share of the threads' time a packed tile's row blocks keep busy (``_packed_rows``)
 MIN_BALANCE = 0.9
-#: whether ``row_block`` takes more, smaller blocks (down to half the size) where the model's
-#: blocks and the divisor up leave the threads under ``MIN_BALANCE`` busy, so the model's tile
-#: rows keep balanced blocks (AVX2 code for ``znver3``, float64 1000 x 1100 x 1200 on 2
-#: threads: 5-row tiles in 8 blocks, not 4-row tiles, 8 accumulators, in 10;
-#: docs/performance.md, "Chunks and blocks that share out"). 0: as before (for ``--against``)
+#: whether ``row_block`` takes smaller blocks (to half the size) where the model's and the divisor
+#: up leave the threads under ``MIN_BALANCE`` busy (``znver3`` float64 1000 x 1100 x 1200, 2
+#: threads: 5-row tiles in 8 blocks, not 4-row tiles, 8 accumulators, in 10; docs/performance.md,
+#: "Chunks and blocks that share out"). 0: as before (for ``--against``)
 BALANCE_DOWN = 1
 #: whether a packed tile's rows keep at least ``fma_latency * fma_units`` accumulators where a
 #: row count that does is found (Low et al.'s bound, ``RegisterTile.hides_latency``), before
@@ -223,6 +222,10 @@ REUSE_ROWS = 64
 #: ``haswell``, float64 1024^3: 6-row tiles in 60-row blocks, not 5 in 85; docs/performance.md,
 #: "The model's rows in BLIS's order"). 0: ``REUSE_ROWS`` alone, as before (for ``--against``)
 BLIS_ORDER_REUSE = 1
+#: whether an unsplit packed tile whose row blocks run serially in a batch loop copies B's panels
+#: once per batch, not per row block (``znver3`` float64 8 x 256^3, one thread: the copy took
+#: 11% of the samples; docs/performance.md, "B's panels once per batch"). 0: as before
+PANELS_PER_BATCH = 1
 #: whether a packed tile whose reduction is not split shifts its last register tile of rows
 #: inwards (``ShiftInwards``: its rows past the last whole tile recomputed with the tile before)
 #: and its row blocks take that tile (``shifted_row_block``), instead of running the remainder
@@ -840,6 +843,12 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         ko, ki = st.split(k, kc)
         st.reorder(*outer, ioo, ko, xo, ioi, ki, ii, xi)
         pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ko.name] * len(blocks))
+    elif PANELS_PER_BATCH and outer and par != "blocks" and count["blocks"] > 1:
+        # serial row blocks in a batch: B's panels once per batch (BLIS's order, one k block)
+        xo, xi = st.split(x, width, tail="GuardWithIf")
+        st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
+        panels = packed_operands(f, width)
+        pack(s, st, [*panels, *blocks], [outer[-1]] * len(panels) + [ioo.name] * len(blocks))
     else:
         xo, xi = st.split(x, width, tail="ShiftInwards")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)

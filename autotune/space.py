@@ -31,10 +31,12 @@ Func computed at root or at a consumer loop):
   the row block of the row operand (``heuristic.row_operands``: A) is copied at the reduction
   block loop (at the row block loop when the reduction is not split), the operand's ``kc x nr``
   panel at the column panel loop (``cache_read``), into contiguous buffers read from L2 and L1.
-- ``<F>.blis``, with ``packed`` and a split reduction: BLIS's own loop order instead — per
-  reduction block, the operand's ``kc x N`` block copied once in ``nr``-wide panels (by the
-  threads together where the row blocks run in parallel), then the row blocks, each copying its
-  block of the row operand, then the column panels (``heuristic.BLIS_ORDER_BLOCKS``).
+- ``<F>.blis``, with ``packed`` and a split reduction or a batch: BLIS's own loop order
+  instead — per reduction block, the operand's ``kc x N`` block copied once in ``nr``-wide
+  panels (by the threads together where the row blocks run in parallel), then the row blocks,
+  each copying its block of the row operand, then the column panels
+  (``heuristic.BLIS_ORDER_BLOCKS``); with an unsplit reduction and a pure loop outside the row blocks (a batch), the operand's ``K x N``
+  block copied once per batch in panels, then the row blocks (``heuristic.PANELS_PER_BATCH``).
 - ``<F>.<row>.block``, with ``packed``: register tiles per row block (``mc / mr``): ``"model"``
   (``heuristic.row_block``: the analytical model's ``mc``, at least ``blocks_per_thread`` blocks
   per thread) or 1 to 64.
@@ -478,14 +480,20 @@ class SearchSpace:
             # the tile's rows right outside its vector loop (conv2d: co.i, then x.i)
             inner_p.remove(tile_rows)
             inner_p.insert(inner_p.index(inner_of[args[-1]]), tile_rows)
-        blis = order == "packed" and rvars[0] in factor and \
+        # pure loops outside the row blocks and column panels (a batch)
+        batch = [lp for lp in outer_p if lp not in (outer_of.get(args[-1]), outer_of.get(row))]
+        blis = order == "packed" and (rvars[0] in factor or bool(batch)) and \
             trial.suggest_categorical(f"{f.name}.blis", [False, True])
-        if blis:
+        if blis and rvars[0] not in factor:
+            # an unsplit reduction: B's K x N block copied once per batch in panels, then the
+            # row blocks, the column panels, the whole reduction (heuristic.PANELS_PER_BATCH)
+            loops = batch + [outer_of[row], outer_of[args[-1]]] + mid + outer_r + inner_r \
+                + inner_p
+        elif blis:
             # BLIS's order: per k block B's kc x N block copied once in panels, then the row
             # blocks, each with its block of A, then the column panels
-            panel, rows_o = outer_of[args[-1]], outer_of[row]
-            loops = [lp for lp in outer_p if lp not in (panel, rows_o)] + outer_r \
-                + [rows_o, panel] + mid + inner_r + inner_p
+            loops = batch + outer_r + [outer_of[row], outer_of[args[-1]]] + mid + inner_r \
+                + inner_p
         elif order == "packed" and rvars[0] in factor:
             # per k block the row block of A, then per column panel the kc x nr panel of B
             panel = outer_of[args[-1]]
@@ -503,11 +511,12 @@ class SearchSpace:
         if blis:
             # (heuristic._packed_tile's BLIS branch) B's panels at the k block loop, A's row
             # block at the row block loop
-            blocks = row_operands(f, row, split=True,
+            split = rvars[0] in factor
+            blocks = row_operands(f, row, split=split,
                                   rows=factor[row] if tile_rows is not None else 1)
             panels = packed_operands(f, factor[args[-1]])
-            copies = pack(s, stage, [*panels, *blocks], [outer_r[0]] * len(panels)
-                          + [outer_of[row]] * len(blocks))
+            copies = pack(s, stage, [*panels, *blocks], [outer_r[0] if split else batch[-1]]
+                          * len(panels) + [outer_of[row]] * len(blocks))
         elif order == "packed":
             # the row block at the k block loop (at the row block loop: the whole reduction)
             blocks = row_operands(f, row, split=rvars[0] in factor,

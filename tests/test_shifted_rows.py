@@ -36,10 +36,11 @@ def test_an_unsplit_reductions_last_row_tile_is_shifted(monkeypatch):
     # the two row blocks of 21 whole tiles take the shifted 43rd: 22 and 21
     assert "split('i.o', 22)" in text, text
     low = str(lower(C, s))
-    # one produce of C (no remainder piece), B's panels allocated in it only, and the row
-    # blocks' tail a bound of the serial tile loop in the fast version, not a version of its own
-    assert low.count("produce C:") == 2 and low.count("allocate B_local") == 2, low
-    assert low.splitlines()[0] == "if M >= 6 and N >= 16:", low.splitlines()[0]
+    # no remainder piece of rows: each produce of C (the columns' versions, whole panels and
+    # tail) allocates B's panels once, and the row blocks' tail is a bound of the serial tile
+    # loop in the fast version, not a version of its own
+    assert low.count("produce C:") == low.count("allocate B_local") == 3, low
+    assert low.splitlines()[1].strip() == "if M >= 6:", low.splitlines()[:2]
     assert "if i.i" not in low.split("else:")[0]
     # the space's "model" row block is the rule's: the rule stays a point of it
     space = SearchSpace(C, SIZES, _target("haswell"))
