@@ -35,8 +35,9 @@ Func computed at root or at a consumer loop):
   instead — per reduction block, the operand's ``kc x N`` block copied once in ``nr``-wide
   panels (by the threads together where the row blocks run in parallel), then the row blocks,
   each copying its block of the row operand, then the column panels
-  (``heuristic.BLIS_ORDER_BLOCKS``); with an unsplit reduction and a pure loop outside the row blocks (a batch), the operand's ``K x N``
-  block copied once per batch in panels, then the row blocks (``heuristic.PANELS_PER_BATCH``).
+  (``heuristic.BLIS_ORDER_BLOCKS``); with an unsplit reduction and a pure loop outside the row
+  blocks (a batch), the operand's ``K x N`` block copied once per batch in panels, then the row
+  blocks (``heuristic.PANELS_PER_BATCH``).
 - ``<F>.<row>.block``, with ``packed``: register tiles per row block (``mc / mr``): ``"model"``
   (``heuristic.row_block``: the analytical model's ``mc``, at least ``blocks_per_thread`` blocks
   per thread) or 1 to 64.
