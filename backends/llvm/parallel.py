@@ -8,8 +8,9 @@ from __future__ import annotations
 import llvmlite.ir as ir
 
 from tensorlang.dtypes import int64 as I64_DT
-from tensorlang.expr import BinOp, Var
-from tensorlang.schedule.ir import For, ForKind
+from tensorlang.expr import BinOp, Expr, Size, Var, walk
+from tensorlang.schedule.ir import (Allocate, For, ForKind, IfThenElse, LetStmt, Load, Prefetch,
+                                    Stmt, Store, walk_stmts)
 
 from .types import I8, I32, I64
 
@@ -20,6 +21,10 @@ CHUNKS_PER_THREAD = 4
 #: grain ``ceil(extent / (threads * CHUNKS_PER_THREAD))``, the last one short (10 row blocks on 2
 #: threads: 5 chunks of 2, one thread running 3 of them). For A/B measurement
 BALANCED_CHUNKS = 1
+#: 1: an outlined loop receives only the buffers and integers its body names (``closure``);
+#: 0: as before, every buffer and integer in scope (a pipeline of n stages passed each of its 2n
+#: parallel loops all n buffers: code quadratic in n). For A/B measurement
+NAMED_CLOSURE = 1
 
 
 class ParallelGen:
@@ -31,8 +36,10 @@ class ParallelGen:
         self.uses_parallel = True
         self._outlined += 1
         m, b = self.module, self.builder
-        ptr_names = list(self.ptrs)
-        int_names = [("size", k) for k in self.sizes] + [("var", k) for k in self.vars]
+        used = self.closure(s.body) if NAMED_CLOSURE else None
+        ptr_names = [k for k in self.ptrs if used is None or k in used]
+        int_names = [("size", k) for k in self.sizes if used is None or k in used]
+        int_names += [("var", k) for k in self.vars if used is None or k in used]
         ptr_types = [self.ptrs[k].type for k in ptr_names]
         impl_ty = ir.FunctionType(I32, ptr_types + [I64] * (len(int_names) + 2))
         impl = ir.Function(m, impl_ty, name=f"{self.fn.name}.par{self._outlined}")
@@ -81,6 +88,49 @@ class ParallelGen:
         self.in_parallel = False
         (self.fn, self.builder, self.allocas, self.ptrs, self.sizes, self.vars,
          self.live_allocs) = saved
+
+    def closure(self, body: Stmt) -> set[str]:
+        """The names ``body`` reads from its scope: the buffers it loads, stores, prefetches
+        or allocates, the Vars and Sizes of its expressions, of those buffers' mins and extents
+        (their strides) and of the enclosing ``let``s those Vars name (``self.lets``),
+        transitively.
+        What an outlined loop must receive, as Halide's ``Closure`` (``src/Closure.cpp``)
+        collects the free variables and buffers of a parallel loop's body; a name missing from
+        it fails the compilation (a ``KeyError`` in the outlined function), never silently."""
+        names: set[str] = set()
+        exprs: list[Expr] = []
+        for st in walk_stmts(body):
+            if isinstance(st, For):
+                exprs += [st.min, st.extent]
+            elif isinstance(st, Store):
+                names.add(st.buffer)
+                exprs += [*st.indices, st.value]
+                if st.initial is not None:
+                    exprs += [*st.initial[0], st.initial[1]]
+            elif isinstance(st, Prefetch):
+                names.add(st.buffer)
+                exprs += st.indices
+            elif isinstance(st, Allocate):
+                exprs += [*st.buffer.mins, *st.buffer.extents]
+            elif isinstance(st, IfThenElse):
+                exprs.append(st.cond)
+            elif isinstance(st, LetStmt):
+                exprs.append(st.value)
+        seen_buffers: set[str] = set()
+        while exprs:
+            for n in walk(exprs.pop()):
+                if isinstance(n, (Var, Size)) and n.name not in names:
+                    names.add(n.name)
+                    if n.name in self.lets:
+                        exprs.append(self.lets[n.name])
+                elif isinstance(n, Load):
+                    names.add(n.buffer)
+            for name in names - seen_buffers:
+                seen_buffers.add(name)
+                if name in self.ptrs and (self.scoped.get(name) or name in self.f.buffers):
+                    buf = self.buffer(name)
+                    exprs += [*buf.mins, *buf.extents]
+        return names
 
     def _trampoline(self, impl: ir.Function, ptr_types: list, n_ints: int,
                     nslots: int) -> ir.Function:
