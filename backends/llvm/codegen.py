@@ -65,7 +65,11 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
             a.name = s
             self.sizes[s] = a
         self.vars: dict[str, ir.Value] = {}
-        self.live_allocs: list[ir.Value] = []
+        self.live_allocs: list[ir.Value] = []  # the CUDA host code's device buffers
+        #: the current function's heap buffers, a stack slot each that holds the buffer while
+        #: it is live and null otherwise, and its one failure exit (``MemoryGen.fail``)
+        self.heap_slots: list[ir.AllocaInstr] = []
+        self.cleanup: tuple[ir.Block, ir.PhiInstr] | None = None
         self.allocas, self.builder = self._blocks(self.fn)
         self._intrinsics: dict[str, ir.Function] = {}
         self._loop_md = 0
@@ -107,6 +111,7 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
 
     def _close(self) -> None:
         self.allocas.branch(self.fn.basic_blocks[1])
+        self.close_cleanup()
 
     def intrinsic(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
         if name not in self._intrinsics:

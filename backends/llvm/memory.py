@@ -287,17 +287,19 @@ class MemoryGen:
                 else:
                     self.ptrs[buf.name] = outer
                 return
+        null = ir.Constant(I8.as_pointer(), None)
         raw = b.call(self._heap_alloc(), [self.buffer_bytes(buf)])
-        with b.if_then(b.icmp_unsigned("==", raw, ir.Constant(I8.as_pointer(), None)),
-                       likely=False):
-            self.free_all()
-            b.ret(ir.Constant(I32, 1))
+        slot = self.allocas.alloca(I8.as_pointer(), name=f"{buf.name}.heap")
+        self.allocas.store(null, slot)  # null from the function's entry: nothing to free yet
+        self.heap_slots.append(slot)
+        with b.if_then(b.icmp_unsigned("==", raw, null), likely=False):
+            self.fail(ir.Constant(I32, 1))
+        b.store(raw, slot)
         self.ptrs[buf.name] = b.bitcast(raw, memory_type(buf.dtype).as_pointer())
-        self.live_allocs.append(raw)
         self.stmt(s.body)
-        self.live_allocs.pop()
         free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
         self.builder.call(free, [raw])
+        self.builder.store(null, slot)
         del self.ptrs[buf.name]
 
     def buffer_bytes(self, buf: Buffer) -> ir.Value:
@@ -340,10 +342,40 @@ class MemoryGen:
         b.ret(b.call(malloc, [n]))
         return fn
 
-    def free_all(self) -> None:
+    def fail(self, status: ir.Value) -> None:
+        """End the current block in the function's one failure exit, which frees the heap
+        buffers live there and returns ``status`` (i32, not 0): every failure point of a
+        function (an allocation, a parallel loop's status) branches to one block, where a free
+        per live buffer at each point made a pipeline's code quadratic in its stages (a 32-stage
+        stencil chain: about 2500 calls to ``free``). Each buffer's stack slot holds it while it
+        is live and null otherwise (``free(NULL)`` does nothing); ``close_cleanup`` fills the
+        block once the function is complete."""
+        if self.cleanup is None:
+            block = self.fn.append_basic_block("cleanup")
+            self.cleanup = (block, ir.IRBuilder(block).phi(I32, name="status"))
+        block, phi = self.cleanup
+        phi.add_incoming(status, self.builder.block)
+        self.builder.branch(block)
+
+    def close_cleanup(self) -> None:
+        """Fill the current function's failure exit (``fail``), if any: free every heap buffer
+        slot, return the status."""
+        if self.cleanup is None:
+            return
+        block, phi = self.cleanup
+        b = ir.IRBuilder(block)
+        b.position_at_end(block)
         free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
-        for raw in reversed(self.live_allocs):
-            self.builder.call(free, [raw])
+        for slot in reversed(self.heap_slots):
+            b.call(free, [b.load(slot)])
+        b.ret(phi)
+
+    def free_all(self) -> None:
+        """Free the current function's live heap buffers here, for a failure that returns
+        right after (the CUDA host code's; this backend's own failures use ``fail``)."""
+        free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
+        for slot in reversed(self.heap_slots):
+            self.builder.call(free, [self.builder.load(slot)])
 
 
 def _linear_coeff(e: Expr, var: str) -> int | None:

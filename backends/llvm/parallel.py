@@ -64,18 +64,17 @@ class ParallelGen:
                       ir.Constant(I32, 0), ir.Constant(I32, 0)])  # libgomp's count: see runtime.py
         status = b.load(slots[-2])
         with b.if_then(b.icmp_signed("!=", status, ir.Constant(I64, 0)), likely=False):
-            self.free_all()
-            b.ret(b.trunc(status, I32))
+            self.fail(b.trunc(status, I32))
         # -- impl: the loop over [lo, hi) with the outer state rebuilt from arguments ------------
         saved = (self.fn, self.builder, self.allocas, self.ptrs, self.sizes, self.vars,
-                 self.live_allocs)
+                 self.live_allocs, self.heap_slots, self.cleanup)
         self.fn = impl
         self.allocas, self.builder = self._blocks(impl)
         self.ptrs = dict(zip(ptr_names, impl.args))
         ints = impl.args[len(ptr_names):]
         self.sizes = {k: a for (kind, k), a in zip(int_names, ints) if kind == "size"}
         self.vars = {k: a for (kind, k), a in zip(int_names, ints) if kind == "var"}
-        self.live_allocs = []
+        self.live_allocs, self.heap_slots, self.cleanup = [], [], None
         self.in_parallel = True
         lo, hi = ints[-2], ints[-1]
 
@@ -87,7 +86,7 @@ class ParallelGen:
         self._close()
         self.in_parallel = False
         (self.fn, self.builder, self.allocas, self.ptrs, self.sizes, self.vars,
-         self.live_allocs) = saved
+         self.live_allocs, self.heap_slots, self.cleanup) = saved
 
     def closure(self, body: Stmt) -> set[str]:
         """The names ``body`` reads from its scope: the buffers it loads, stores, prefetches
