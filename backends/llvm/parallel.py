@@ -1,6 +1,7 @@
-"""Parallel loops on the OpenMP runtime: the loop is outlined into a function over a chunk, and a
-trampoline run by ``GOMP_parallel`` on every pool thread claims chunks dynamically
-(``CHUNKS_PER_THREAD`` per thread). Part of ``CodeGen`` (``codegen.py``).
+"""Parallel loops on the OpenMP runtime: the loop is outlined into a function over a chunk that
+receives the buffers and integers its body names (``ParallelGen.closure``), and a trampoline run
+by ``GOMP_parallel`` on every pool thread claims chunks dynamically (``CHUNKS_PER_THREAD`` per
+thread). Part of ``CodeGen`` (``codegen.py``).
 """
 
 from __future__ import annotations
@@ -89,13 +90,13 @@ class ParallelGen:
          self.live_allocs, self.heap_slots, self.cleanup) = saved
 
     def closure(self, body: Stmt) -> set[str]:
-        """The names ``body`` reads from its scope: the buffers it loads, stores, prefetches
-        or allocates, the Vars and Sizes of its expressions, of those buffers' mins and extents
-        (their strides) and of the enclosing ``let``s those Vars name (``self.lets``),
-        transitively.
-        What an outlined loop must receive, as Halide's ``Closure`` (``src/Closure.cpp``)
-        collects the free variables and buffers of a parallel loop's body; a name missing from
-        it fails the compilation (a ``KeyError`` in the outlined function), never silently."""
+        """The names ``body`` reads from its scope: the buffers it loads, stores or
+        prefetches, and the Vars and Sizes of its expressions, of the mins and extents of those
+        buffers and of the ones it allocates (their strides), and of the enclosing ``let``s
+        those Vars name (``self.lets``), transitively. What an outlined loop must receive, as
+        Halide's ``Closure`` (``src/Closure.cpp``) collects the free variables and buffers of a
+        parallel loop's body; a name missing from it fails the compilation (a ``KeyError`` in
+        the outlined function), never silently."""
         names: set[str] = set()
         exprs: list[Expr] = []
         for st in walk_stmts(body):
