@@ -99,16 +99,26 @@ class ParallelGen:
         the outlined function), never silently."""
         names: set[str] = set()
         exprs: list[Expr] = []
+
+        def name(n: str) -> None:  # one more name, and what it brings: a let's value, strides
+            if n in names:
+                return
+            names.add(n)
+            if n in self.lets:
+                exprs.append(self.lets[n])
+            if n in self.ptrs and (self.scoped.get(n) or n in self.f.buffers):
+                exprs.extend([*self.buffer(n).mins, *self.buffer(n).extents])
+
         for st in walk_stmts(body):
             if isinstance(st, For):
                 exprs += [st.min, st.extent]
             elif isinstance(st, Store):
-                names.add(st.buffer)
+                name(st.buffer)
                 exprs += [*st.indices, st.value]
                 if st.initial is not None:
                     exprs += [*st.initial[0], st.initial[1]]
             elif isinstance(st, Prefetch):
-                names.add(st.buffer)
+                name(st.buffer)
                 exprs += st.indices
             elif isinstance(st, Allocate):
                 exprs += [*st.buffer.mins, *st.buffer.extents]
@@ -116,20 +126,12 @@ class ParallelGen:
                 exprs.append(st.cond)
             elif isinstance(st, LetStmt):
                 exprs.append(st.value)
-        seen_buffers: set[str] = set()
         while exprs:
             for n in walk(exprs.pop()):
-                if isinstance(n, (Var, Size)) and n.name not in names:
-                    names.add(n.name)
-                    if n.name in self.lets:
-                        exprs.append(self.lets[n.name])
+                if isinstance(n, (Var, Size)):
+                    name(n.name)
                 elif isinstance(n, Load):
-                    names.add(n.buffer)
-            for name in names - seen_buffers:
-                seen_buffers.add(name)
-                if name in self.ptrs and (self.scoped.get(name) or name in self.f.buffers):
-                    buf = self.buffer(name)
-                    exprs += [*buf.mins, *buf.extents]
+                    name(n.buffer)
         return names
 
     def _trampoline(self, impl: ir.Function, ptr_types: list, n_ints: int,
