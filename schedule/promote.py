@@ -23,6 +23,10 @@ The remainder pieces of loop partitioning keep their tile too: a masked vector l
 tile's extent, and a guard on the path (``if i.i + t < M``: a tail row; ``if j.i + t <= i``: a
 triangle's diagonal) is copied into the nests that load and store the tile, provided it reads
 no memory and mentions, of the variables bound inside ``L``, only the tile's loops around it.
+A guard on the reduction alone (``if k.i.i + 4 * k.i.o + t < K``: the reduction split again
+inside a ``kc`` block of symbolic extent) mentions none of the tile's loops: it stays where it is,
+around the update of the accumulator, and the tile is loaded and stored whatever it says (a
+cell it leaves without an update is stored back unchanged).
 The accumulator is a ``register`` buffer: code generation accesses it without the lane mask.
 """
 
@@ -131,9 +135,13 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         size *= e  # type: ignore[operator]
     if size > MAX_TILE_ELEMENTS:
         return None
-    if not _bounds_hoistable(loop, path, idx_vars):
-        return None
     chain_vars = {f.var for f in chain}
+    inner = {loop.var} | {f.var for f in loops}
+    # guards on the reduction alone stay in place (not copied into the load and store nests)
+    stays = {id(f) for f in path if isinstance(f, IfThenElse) and _vars(f.cond) & inner
+             and not _vars(f.cond) & chain_vars and not reads_memory(f.cond)}
+    if not _bounds_hoistable(loop, tuple(f for f in path if id(f) not in stays), idx_vars):
+        return None
     # the tile must map one-to-one onto cells: every chain variable appears in exactly one index,
     # alone among the chain variables there or in a mixed-radix combination (``x.i.i + 8 * x.i.o``
     # of a vectorized split)
@@ -155,7 +163,8 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     buffers[acc.name] = acc
     acc_idx = tuple(Var(f.var) for f in chain)
     # the copy nests: the chain loops and the guards, in their order on the path
-    tile = [f for f in path if isinstance(f, IfThenElse) or f.var in chain_vars]
+    tile = [f for f in path if (isinstance(f, IfThenElse) and id(f) not in stays)
+            or (isinstance(f, For) and f.var in chain_vars)]
 
     def nest(core: Stmt) -> Stmt:
         for f in reversed(tile):

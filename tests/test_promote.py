@@ -146,11 +146,37 @@ def test_masked_vector_loops_and_row_guards_keep_a_register_tile():
     m = Size("M")
     assert promoted()  # the lane cap 8 of min(8, N - 8) is the tile's extent
     assert promoted(guard=lt(Var("i.i"), m))  # a tail row's guard: copied into the copy nests
-    # a guard or an extent that changes inside the reduction loop, or reads memory, or a guard
-    # with an else branch: the copy nests could not reproduce it
-    assert not promoted(guard=lt(Var("k"), m))
+    # a guard on the reduction alone stays around the update
+    assert promoted(guard=lt(Var("k"), m))
+    # a guard on both the reduction and the tile, or an extent that changes inside the
+    # reduction loop, or a guard that reads memory, or one with an else branch: the copy nests
+    # could not reproduce it
+    assert not promoted(guard=lt(BinOp("add", Var("i.i"), Var("k"), int64), m))
     assert not promoted(guard=lt(Const(0.0, float64), Load("X", (Var("i.i"), Var("i.i")), float64)))
     assert not promoted(extent=BinOp("min", Const(8, int64), BinOp("sub", m, Var("k"), int64),
                                      int64))
     assert not promoted(guard=lt(Var("i.i"), m),
                         otherwise=Store("X", (Var("i.i"), Var("j")), Const(0.0, float64)))
+
+
+def test_a_reduction_split_again_inside_the_tile_keeps_the_register_tile():
+    # kc blocks of 16 with k.i split again by 4 and unrolled: where the row tail sends the nest
+    # to its general version, each step of k.i.i is guarded (``if k.i.i + 4 * k.i.o + t < K``);
+    # that guard mentions no loop of the tile, so it stays around the update and the tile
+    # still accumulates in registers (it once stored C at every step: 5x slower)
+    C, arrays = matmul()
+    s = tl.Schedule(C)
+    io, ii = s[C].split("i", 3)
+    jo, ji = s[C].split("j", 8)
+    ko, ki = s[C].split("k", 16)
+    s[C].reorder(ko, io, jo, ki, ii, ji)
+    s[C].split(ki, 4)
+    s[C].unroll("k.i.i").unroll(ii).vectorize(ji)
+    nest = tl.compile(C, s).loop_nest()
+    assert re.search(r"if k\.i\.i \+ 4 \* k\.i\.o .*< K:", nest)
+    assert _updates_of_c(nest) == []
+    kern = tl.compile(C, s)
+    rng = np.random.default_rng(7)
+    for size in [(1, 1, 1), (7, 13, 5), (17, 37, 35), (29, 64, 64), (10, 16, 33)]:
+        arrs = arrays(rng, *size)
+        np.testing.assert_allclose(kern(**arrs), tl.reference(C, **arrs), rtol=1e-4, atol=1e-5)
