@@ -40,7 +40,7 @@ from .cell_reduction import reduce_update_cells
 from .hoist import hoist_invariants
 from .invariant_reads import hoist_update_reads
 from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
-from .promote import promote_accumulators
+from .promote import promote_accumulators, promoting
 from .fold_init import folding
 from .realize import lowering_switches, realize
 from .simplify import range_folding, simplify
@@ -103,7 +103,7 @@ def lower(output: Func | Sequence[Func] | Pipeline,
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
     # (a benchmark switches the passes' switches between two lowerings)
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           folding(), lowering_switches(), range_folding(), widening())
+           folding(), lowering_switches(), range_folding(), widening(), promoting())
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]

@@ -42,6 +42,14 @@ from .ir import (CONCURRENT, Allocate, Block, Buffer, For, ForKind, IfThenElse, 
 from .nest import conjunction
 
 MAX_TILE_ELEMENTS = 1024
+#: whether a guard on the reduction alone stays around the update (else it prevents the
+#: register tile, as before; part of ``lower``'s cache key, for a benchmark's ``--against``)
+STAY_GUARDS = 1
+
+
+def promoting() -> int:
+    """``STAY_GUARDS`` now (part of ``lower``'s cache key: a benchmark flips it)."""
+    return STAY_GUARDS
 
 
 def _stores(s: Stmt, path: tuple[For, ...] = ()) -> list[tuple[Store, tuple[For, ...]]]:
@@ -138,8 +146,9 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     chain_vars = {f.var for f in chain}
     inner = {loop.var} | {f.var for f in loops}
     # guards on the reduction alone stay in place (not copied into the load and store nests)
-    stays = {id(f) for f in path if isinstance(f, IfThenElse) and _vars(f.cond) & inner
-             and not _vars(f.cond) & chain_vars and not reads_memory(f.cond)}
+    stays = {id(f) for f in path if STAY_GUARDS and isinstance(f, IfThenElse)
+             and _vars(f.cond) & inner and not _vars(f.cond) & chain_vars
+             and not reads_memory(f.cond)}
     if not _bounds_hoistable(loop, tuple(f for f in path if id(f) not in stays), idx_vars):
         return None
     # the tile must map one-to-one onto cells: every chain variable appears in exactly one index,
