@@ -21,6 +21,10 @@ MAX_STACK_BYTES = 64 * 1024
 HUGE_ALLOC_MIN = 4 << 20
 HUGE_PAGE_BYTES = 2 << 20
 MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux
+#: the alignment of every other heap buffer, bytes (a cache line, as the stack slots'): glibc's
+#: ``malloc`` gives 16, so a packed panel's vectors straddled lines (a 64-byte vector at 16 bytes
+#: into a line loads from two). 0: ``malloc``, as before (for a benchmark's ``--against``)
+HEAP_ALIGN = 64
 
 
 def _space(ptr: ir.Value) -> int:
@@ -311,7 +315,9 @@ class MemoryGen:
         return self.call_intrinsic("smax", n, ir.Constant(I64, 1))
 
     def _heap_alloc(self) -> ir.Function:
-        """``i8* @tl.alloc(i64 n)``, the kernel's heap allocator (freed with ``free``): ``malloc``,
+        """``i8* @tl.alloc(i64 n)``, the kernel's heap allocator (freed with ``free``):
+        ``aligned_alloc`` on a ``HEAP_ALIGN``-byte cache line (BLIS and OpenBLAS align their
+        packed buffers likewise: a packed panel's vectors then never straddle two lines),
         except that on Linux a buffer of at least ``HUGE_ALLOC_MIN`` bytes is 2 MB-aligned and
         advised onto transparent huge pages (``madvise(MADV_HUGEPAGE)``, as NumPy does for its
         arrays of >= 4 MB). glibc serves sizes above 32 MB with a fresh ``mmap`` on every
@@ -339,6 +345,14 @@ class MemoryGen:
                     madvise = self.intrinsic("madvise", I32, [ptr, I64, I32])
                     b.call(madvise, [p, size, ir.Constant(I32, MADV_HUGEPAGE)])
                 b.ret(p)
+        if HEAP_ALIGN and any(os in self.target.triple for os in ("linux", "darwin", "apple")):
+            # (C11's aligned_alloc wants a multiple of the alignment; a size past 2^62, an
+            # overflowed product of extents, goes to malloc whole, which fails on it)
+            with b.if_then(b.icmp_unsigned("<=", n, ir.Constant(I64, 1 << 62))):
+                size = b.and_(b.add(n, ir.Constant(I64, HEAP_ALIGN - 1)),
+                              ir.Constant(I64, -HEAP_ALIGN))
+                aligned = self.intrinsic("aligned_alloc", ptr, [I64, I64])
+                b.ret(b.call(aligned, [ir.Constant(I64, HEAP_ALIGN), size]))
         b.ret(b.call(malloc, [n]))
         return fn
 
