@@ -345,7 +345,7 @@ class MemoryGen:
                     madvise = self.intrinsic("madvise", I32, [ptr, I64, I32])
                     b.call(madvise, [p, size, ir.Constant(I32, MADV_HUGEPAGE)])
                 b.ret(p)
-        if HEAP_ALIGN and any(os in self.target.triple for os in ("linux", "darwin", "apple")):
+        if HEAP_ALIGN and any(s in self.target.triple for s in ("linux", "darwin", "apple")):
             # (C11's aligned_alloc wants a multiple of the alignment; a size past 2^62, an
             # overflowed product of extents, goes to malloc whole, which fails on it)
             with b.if_then(b.icmp_unsigned("<=", n, ir.Constant(I64, 1 << 62))):
