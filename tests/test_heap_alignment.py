@@ -8,23 +8,20 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from algorithms import matmul
 
 import tensorlang as tl
 from tensorlang.backends.llvm import memory
 
 
 def _packed_gemm():
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
+    C, arrays = matmul()
     s = tl.Schedule(C)
     s[C].split("j", 8)
     s[C].reorder("j.o", "i", "k", "j.i")
     s.cache_read("B", s[C], "j.o")  # B's K x 8 panel, on the heap past 2048 rows
     s[C].vectorize("j.i")
-    return C, s
+    return C, arrays, s
 
 
 def _alloc_function(ir_text: str) -> str:
@@ -32,14 +29,13 @@ def _alloc_function(ir_text: str) -> str:
 
 
 def test_heap_buffers_are_allocated_on_a_cache_line(rng, monkeypatch):
-    C, s = _packed_gemm()
+    C, arrays, s = _packed_gemm()
     kern = tl.compile(C, s)
     alloc = _alloc_function(kern.llvm_ir())
     assert re.search(rf'@"?aligned_alloc"?\(i64 {memory.HEAP_ALIGN},', alloc)
     for m, n, k in [(3, 13, 2500), (1, 8, 2049), (5, 1, 4099)]:  # 8 x K float32 >= 64 KiB
-        a = rng.random((m, k), dtype=np.float32)
-        b = rng.random((k, n), dtype=np.float32)
-        np.testing.assert_allclose(kern(A=a, B=b), a @ b, rtol=1e-4)
+        arrs = arrays(rng, m, n, k)
+        np.testing.assert_allclose(kern(**arrs), arrs["A"] @ arrs["B"], rtol=1e-4)
     # switched off: plain malloc, as before
     monkeypatch.setattr(memory, "HEAP_ALIGN", 0)
     plain = _alloc_function(tl.compile(C, s).llvm_ir())
