@@ -149,7 +149,8 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     stays = {id(f) for f in path if STAY_GUARDS and isinstance(f, IfThenElse)
              and _vars(f.cond) & inner and not _vars(f.cond) & chain_vars
              and not reads_memory(f.cond)}
-    if not _bounds_hoistable(loop, tuple(f for f in path if id(f) not in stays), idx_vars):
+    kept = tuple(f for f in path if id(f) not in stays)
+    if not _bounds_hoistable(loop, kept, idx_vars):
         return None
     # the tile must map one-to-one onto cells: every chain variable appears in exactly one index,
     # alone among the chain variables there or in a mixed-radix combination (``x.i.i + 8 * x.i.o``
@@ -172,8 +173,7 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     buffers[acc.name] = acc
     acc_idx = tuple(Var(f.var) for f in chain)
     # the copy nests: the chain loops and the guards, in their order on the path
-    tile = [f for f in path if (isinstance(f, IfThenElse) and id(f) not in stays)
-            or (isinstance(f, For) and f.var in chain_vars)]
+    tile = [f for f in kept if isinstance(f, IfThenElse) or f.var in chain_vars]
 
     def nest(core: Stmt) -> Stmt:
         for f in reversed(tile):
