@@ -42,6 +42,9 @@
 #          SERIAL_TAILS=0), and conv2d / batched GEMM as haswell and skylake-avx512 code
 #   cpu-stop54: batched GEMM 8 x 256^3 as haswell and skylake-avx512 code, one thread, against
 #          LLVM's own addressing of the tile's rows (row_bases.ROW_BASES=0); llvm-mca's view
+#   cpu-stop60: GEMM 1024^3 float64/float32 on 1 and 16 threads against heap buffers from malloc
+#          (HEAP_ALIGN=0), 1000 x 1100 x 1200 and 2048^3, batched GEMM and conv2d, AVX2 (haswell)
+#          GEMM, PolyBench's GEMM-class kernels and cholesky on 16 threads; one log, cpu60.log
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -50,12 +53,12 @@ mkdir -p "$OUT" /tmp/tune
 export PYTHONUNBUFFERED=1
 phases=${*:-gpu bench cpu}
 
-step() {  # step SECONDS LOGNAME COMMAND...
+step() {  # step SECONDS LOGNAME COMMAND...  (APPEND=1: added to the log, not replacing it)
     local limit=$1 log=$2 start rc
     shift 2
     echo "== $* (limit ${limit} s)"
     start=$(date +%s)
-    timeout -k 5 "$limit" "$@" 2>&1 | tee "$OUT/$log"
+    timeout -k 5 "$limit" "$@" 2>&1 | tee ${APPEND:+-a} "$OUT/$log"
     rc=${PIPESTATUS[0]}
     echo "== rc=$rc after $(( $(date +%s) - start )) s"
 }
@@ -225,6 +228,40 @@ for phase in $phases; do
         done
         step 120 "mca54.log" python3 benchmarks/mca.py --workload batch_matmul \
             --against tensorlang.backends.llvm.row_bases.ROW_BASES=0 ;;
+    cpu-stop60)  # issue 16: stops 50-59's code on 16 cores, in one log (8 files come back)
+        export APPEND=1; log=cpu60.log
+        python3 -m tensorlang.autotuner.cli target | tee -a "$OUT/$log"
+        al=auto,auto:tensorlang.backends.llvm.memory.HEAP_ALIGN=0
+        for thr in 1 16; do
+            for dt in f64 f32; do
+                TENSORLANG_NUM_THREADS=$thr OPENBLAS_NUM_THREADS=$thr ROUNDS=11 step 60 $log \
+                    python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt $al
+            done
+        done
+        for thr in 1 16; do
+            for dt in f32 f64; do
+                TENSORLANG_NUM_THREADS=$thr OPENBLAS_NUM_THREADS=$thr ROUNDS=9 step 60 $log \
+                    python3 benchmarks/gemm_packed.py 1000x1100x1200 $dt auto
+            done
+        done
+        ROUNDS=7 step 60 $log python3 benchmarks/gemm_packed.py 2048x2048x2048 f64 auto
+        for thr in 16 1; do
+            for wl in batch_matmul conv2d; do
+                for dt in float32 float64; do
+                    TENSORLANG_NUM_THREADS=$thr OPENBLAS_NUM_THREADS=$thr step 60 $log \
+                        python3 benchmarks/builtin.py $wl --dtype $dt --rounds 7
+                done
+            done
+        done
+        for thr in 1 16; do
+            for dt in f32 f64; do
+                OPENBLAS_CORETYPE=Haswell TARGET_CPU=haswell TENSORLANG_NUM_THREADS=$thr \
+                    OPENBLAS_NUM_THREADS=$thr ROUNDS=9 step 60 $log \
+                    python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt auto
+            done
+        done
+        step 200 $log python3 benchmarks/polybench.py --no-default --rounds 3 --kernels \
+            gemm,2mm,3mm,symm,syrk,syr2k,trmm,covariance,correlation,doitgen,cholesky ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do
