@@ -95,8 +95,8 @@ from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator
 from .cpu_model import register_tile as model_tile
 from .features import store_counts
 from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
-                           panel_dim, row_block_reads, rows_straddle_lines)
-from .row_blocks import balanced_down, shared, shifted_row_block  # noqa: F401
+                           panel_dim, row_block_reads, row_var, rows_straddle_lines)
+from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
 from .stream_rules import _column_rows_stage
@@ -202,6 +202,11 @@ MIN_BALANCE = 0.9
 #: threads: 5-row tiles in 8 blocks, not 4-row tiles, 8 accumulators, in 10; docs/performance.md,
 #: "Chunks and blocks that share out"). 0: as before (for ``--against``)
 BALANCE_DOWN = 1
+#: whether ``row_block`` takes each thread's share of the tiles, the last block shorter, where no
+#: whole block keeps ``MIN_BALANCE`` of the threads busy (Xeon, 16 threads, float64 1000 x 1100
+#: x 1200: 25 blocks of 5 tiles, two rounds; docs/performance.md, "A shorter last row block").
+#: 0: whole blocks only, as before (for ``--against``)
+PARTIAL_BLOCKS = 1
 #: whether a packed tile's rows keep at least ``fma_latency * fma_units`` accumulators where a
 #: row count that does is found (Low et al.'s bound, ``RegisterTile.hides_latency``), before
 #: balanced row blocks: ``_packed_rows`` took 2-row tiles, 4 accumulators, for blocks that
@@ -497,26 +502,6 @@ def uneven_along(f: Func, st: StageState) -> bool:
     return bool(FUSE_UNEVEN) and any(condition_mentions(f, v) for v in st.origin[st.loops[0]])
 
 
-def row_var(f: Func, args: list[str]) -> str:
-    """The pure Var whose split is unrolled as the register tile's rows: the innermost one (other
-    than the vector Var ``args[-1]``) that no vector operand is indexed by, so each vector load is
-    reused by every row and only a scalar is broadcast per row (GEMM ``C[i, j] += A[i, k] *
-    B[k, j]``: ``i``, as B's row vector serves every ``i``; conv2d: the output channel ``co``,
-    not the image row ``y``: ``pad[n, ci, y + ry, x + rx]`` differs per ``y``)."""
-    d = f.definition
-    assert d is not None
-    x = args[-1]
-
-    def names(a: Access) -> set[str]:
-        return {n.name for i in a.indices for n in walk(i) if isinstance(n, Var)}
-
-    vector_reads = [names(a) for a in walk(d.value) if isinstance(a, Access) and x in names(a)]
-    for a in reversed(args[:-1]):
-        if not any(a in r for r in vector_reads):
-            return a
-    return args[-2]
-
-
 def register_tile(width_extent: int, row_extent: int, lanes: int,
                   accumulators: int = ACCUMULATORS, vectors: int = TILE_VECTORS
                   ) -> tuple[int, int]:
@@ -562,7 +547,8 @@ def row_operands(f: Func, row: str, split: bool = True, rows: int = 1) -> list[P
 
 
 def row_block(tiles: int, rows: int, mc: int, threads: int,
-              per_thread: int = BLOCKS_PER_THREAD, least_rows: int = 0) -> int:
+              per_thread: int = BLOCKS_PER_THREAD, least_rows: int = 0,
+              partial: bool = False) -> int:
     """Register tiles per row block of a packed GEMM: the model's ``mc`` rows, fewer where
     the row blocks would not give each of ``threads`` threads ``per_thread`` blocks
     (``blocks_per_thread``), moved down to a divisor of ``tiles`` of at least a quarter of that
@@ -573,12 +559,17 @@ def row_block(tiles: int, rows: int, mc: int, threads: int,
     down to half the block whose blocks do (``balanced_down``). With ``least_rows``, a block of
     fewer rows is raised to the smallest divisor of ``tiles`` (up to ``mc``) that has that many:
     fewer blocks again, some threads idle in the blocks' loop (``_packed_rows`` asks so when no
-    row count qualifies otherwise).
+    row count qualifies otherwise). With ``partial`` (and ``PARTIAL_BLOCKS``), where those
+    blocks keep less than ``MIN_BALANCE`` busy, each thread's share of the tiles with a shorter
+    last block if that keeps more busy (``partial_block``, ``busy``) and has ``MIN_BLOCK_ROWS``
+    rows: ``_packed_rows`` chooses the row count by whole blocks, then asks so.
 
     >>> row_block(128, 8, 1536, 2), row_block(125, 8, 1536, 2), row_block(128, 8, 96, 16)
     (64, 25, 8)
     >>> row_block(125, 8, 768, 1), row_block(127, 8, 768, 1), row_block(128, 8, 1536, 2, 2)
     (25, 96, 32)
+    >>> row_block(125, 8, 1536, 16), row_block(125, 8, 1536, 16, partial=True)  # 16 blocks
+    (5, 8)
     >>> row_block(90, 10, 1536, 16), row_block(150, 8, 1536, 16, 2)
     (6, 5)
     >>> row_block(160, 8, 1536, 32, 2), row_block(160, 8, 1536, 32, 2, least_rows=32)
@@ -601,6 +592,13 @@ def row_block(tiles: int, rows: int, mc: int, threads: int,
     least = min(tiles, -(-least_rows // rows))
     if block < least:
         block = next((d for d in range(least, max(most, least) + 1) if tiles % d == 0), block)
+    if partial and PARTIAL_BLOCKS and threads > 1 and busy(tiles, block, threads) < MIN_BALANCE:
+        # no whole block shares out (125 tiles on 16 threads: 25 blocks of 5, two rounds, the
+        # second 9/16 busy): each thread its share, the last block shorter (16 blocks of 8)
+        part = partial_block(tiles, threads, per_thread, most)
+        if part is not None and part * rows >= MIN_BLOCK_ROWS \
+                and busy(tiles, part, threads) > busy(tiles, block, threads):
+            block = part
     return block
 
 
@@ -641,8 +639,8 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     more that leaves no remainder piece (900 rows: 9, not 8 and a 4-row piece, which runs on
     one thread after the blocks and copies B again; on 16 threads 10 in 15 blocks, ``row_block``),
     then the first whose blocks have at least ``REUSE_ROWS`` rows or run BLIS's loop order
-    (``blis_order``, for a reduction of extent ``reduction``: B's panels are copied once per
-    ``kc`` block however many rows a block has), else the first.
+    (``blis_order``, for a reduction of extent ``reduction``: B's panels copied once per ``kc``
+    block however many rows a block has), else the first; its blocks ``row_block``'s, partial.
 
     Raises:
         ScheduleError: no row count gives whole row blocks.
@@ -667,7 +665,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             if tiles % mb or (mb * rows < MIN_BLOCK_ROWS and mb != tiles):
                 continue
             blocks = tiles // mb
-            busy = shared(blocks, threads)
+            share = shared(blocks, threads)
             # remainder rows run after the row blocks, as a partitioned piece of their own on
             # one thread that copies every panel of B again; a tile of the model's rows or more
             # that leaves none is preferred
@@ -676,7 +674,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
                 _packed_kc(reduction, blocking) if reduction else None, reduction, blocks,
                 per_thread, threads, extent % rows != 0)
             hides = not LATENCY_ROWS or rows * vectors >= cpu.fma_latency * cpu.fma_units
-            found.append((busy, whole, reuse, -n, rows, blocking, mb, hides))
+            found.append((share, whole, reuse, -n, rows, blocking, least_rows, hides))
         if found:
             if least_rows:
                 found = [c for c in found if c[4] >= full] or found
@@ -689,7 +687,9 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     balanced = [c for c in found if c[0] >= MIN_BALANCE]
     pick = max(balanced, key=lambda c: (c[1], c[2], c[3])) if balanced else \
         max(found, key=lambda c: (c[0], c[3]))
-    return pick[4], pick[5], pick[6]
+    rows, blocking, least_rows = pick[4], pick[5], pick[6]
+    return rows, blocking, row_block(extent // rows, rows, blocking.mc, threads, per_thread,
+                                     least_rows, partial=True)
 
 
 def blis_order(kc: int | None, reduction: int, blocks: int, per_thread: int,
@@ -804,9 +804,9 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
     # BLIS's order where a small L2's mc gives each thread several times the row blocks it
     # asked for, each copying all of B's panels again
-    blis = blis_order(kc, ext[k], ext[i] // rows // mb, per_thread, threads,
-                      ext[i] % rows != 0)
-    count = {**ext, "blocks": ext[i] // rows // mb}
+    n_blocks = -(-(ext[i] // rows) // mb)  # (the last one shorter where mb does not divide)
+    blis = blis_order(kc, ext[k], n_blocks, per_thread, threads, ext[i] % rows != 0)
+    count = {**ext, "blocks": n_blocks}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     if par is None and num_threads() > 1:
         # (on one thread a single row block is BLIS's nest still: packing is what it gains)

@@ -132,3 +132,23 @@ def row_block_reads(f: Func, row: str, split: bool, rows: int) -> list[Packed]:
         return []
     found = tile_reads(f, row, last="k", exclude=d.args[-1].name, rows=rows)
     return found if split else [p for p in found if p.layout is not None]
+
+
+def row_var(f: Func, args: list[str]) -> str:
+    """The pure Var whose split is unrolled as the register tile's rows: the innermost one (other
+    than the vector Var ``args[-1]``) that no vector operand is indexed by, so each vector load is
+    reused by every row and only a scalar is broadcast per row (GEMM ``C[i, j] += A[i, k] *
+    B[k, j]``: ``i``, as B's row vector serves every ``i``; conv2d: the output channel ``co``,
+    not the image row ``y``: ``pad[n, ci, y + ry, x + rx]`` differs per ``y``)."""
+    d = f.definition
+    assert d is not None
+    x = args[-1]
+
+    def names(a: Access) -> set[str]:
+        return {n.name for i in a.indices for n in walk(i) if isinstance(n, Var)}
+
+    vector_reads = [names(a) for a in walk(d.value) if isinstance(a, Access) and x in names(a)]
+    for a in reversed(args[:-1]):
+        if not any(a in r for r in vector_reads):
+            return a
+    return args[-2]

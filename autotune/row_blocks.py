@@ -1,5 +1,6 @@
 """How the row blocks of a packed GEMM share out over threads: the share of the threads' time
-a number of equal blocks keeps busy, the block size below one that keeps enough of it busy,
+a number of equal blocks keeps busy (a shorter last block too), the block size below one that
+keeps enough of it busy, the size that gives each thread its share with a shorter last block,
 and the blocks' size where the last register tile of rows is shifted inwards. Plain arithmetic
 on tile counts, for the rule-based schedule (``heuristic.row_block``) and the search space."""
 
@@ -14,6 +15,32 @@ def shared(blocks: int, threads: int) -> float:
     (1.0, 0.5625, 0.8333333333333334)
     """
     return blocks / (-(-blocks // threads) * threads)
+
+
+def busy(tiles: int, block: int, threads: int) -> float:
+    """The share of ``threads`` threads' time that row blocks of ``block`` register tiles keep
+    busy over ``tiles`` tiles, the last block shorter where ``block`` does not divide them
+    (``shared`` where it does): each round of ``threads`` blocks takes a whole block's time.
+
+    >>> busy(125, 5, 16), busy(125, 8, 16), busy(128, 8, 16) == shared(16, 16)
+    (0.78125, 0.9765625, True)
+    """
+    blocks = -(-tiles // block)
+    return tiles / (-(-blocks // threads) * threads * block)
+
+
+def partial_block(tiles: int, threads: int, per_thread: int, most: int) -> int | None:
+    """Register tiles per row block that give each of ``threads`` threads ``per_thread`` blocks
+    with only the last block shorter (``ceil(tiles / (threads * per_thread))``, as BLAS
+    libraries divide the rows among threads in whole register tiles), or None where that is
+    more than ``most`` tiles or divides ``tiles`` (a whole block, which ``heuristic.row_block``
+    finds itself).
+
+    >>> partial_block(125, 16, 1, 24), partial_block(128, 16, 1, 24), partial_block(125, 2, 1, 24)
+    (8, None, None)
+    """
+    block = -(-tiles // (threads * per_thread))
+    return block if block <= most and tiles % block else None
 
 
 def balanced_down(tiles: int, block: int, threads: int, least: float) -> int | None:

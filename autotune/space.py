@@ -670,7 +670,7 @@ class SearchSpace:
         outer = [a for a in args[:-1] if a != row]
         threads = block_threads(outer, {a: self.extent(f.name, a) for a in outer})
         block = row_block(tiles, rows, packed_blocking(f, rows, width, self.target).mc, threads,
-                          blocks_per_thread(f, row), least_block_rows())
+                          blocks_per_thread(f, row), least_block_rows(), partial=True)
         return shifted_row_block(extent, rows, block) if shifted else block
 
     def _outer_extent(self, s: Schedule, f: Func, loop: str) -> int:

@@ -45,6 +45,9 @@
 #   cpu-stop60: GEMM 1024^3 float64/float32 on 1 and 16 threads against heap buffers from malloc
 #          (HEAP_ALIGN=0), 1000 x 1100 x 1200 and 2048^3, batched GEMM and conv2d, AVX2 (haswell)
 #          GEMM, PolyBench's GEMM-class kernels and cholesky on 16 threads; one log, cpu60.log
+#   cpu-partial: GEMM 1000 x 1100 x 1200 on 16 threads against whole row blocks only
+#          (PARTIAL_BLOCKS=0), both orders; AVX2 code likewise; PolyBench's gemm, symm, trmm, 2mm,
+#          3mm likewise; GEMM 1024^3 on one thread again (15 rounds); one log, cpu60b.log
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -262,6 +265,26 @@ for phase in $phases; do
         done
         step 200 $log python3 benchmarks/polybench.py --no-default --rounds 3 --kernels \
             gemm,2mm,3mm,symm,syrk,syr2k,trmm,covariance,correlation,doitgen,cholesky ;;
+    cpu-partial)  # issue 16: a shorter last row block (heuristic.PARTIAL_BLOCKS), interleaved
+        export APPEND=1; log=cpu60b.log
+        p=auto:PARTIAL_BLOCKS=0
+        for order in "auto,$p" "$p,auto"; do
+            for dt in f64 f32; do
+                ROUNDS=11 step 60 $log python3 benchmarks/gemm_packed.py 1000x1100x1200 $dt $order
+            done
+        done
+        for sh in 1024x1024x1024 1000x1100x1200; do
+            for dt in f32 f64; do
+                OPENBLAS_CORETYPE=Haswell TARGET_CPU=haswell ROUNDS=9 step 60 $log \
+                    python3 benchmarks/gemm_packed.py $sh $dt auto,$p
+            done
+        done
+        step 150 $log python3 benchmarks/polybench.py --no-default --rounds 5 \
+            --kernels gemm,symm,trmm,2mm,3mm --against PARTIAL_BLOCKS=0
+        for dt in f32 f64; do
+            TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=15 step 60 $log \
+                python3 benchmarks/gemm_packed.py 1024x1024x1024 $dt auto
+        done ;;
     cpu)
         python3 -m tensorlang.autotuner.cli target
         for dt in f32 f64; do
