@@ -93,16 +93,16 @@ from tensorlang.schedule.schedule import Schedule, Stage
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
                         closest_divisor, cpu_model, gemm_blocking, near_divisor)
 from .cpu_model import register_tile as model_tile
-from .features import store_counts
 from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
-                           panel_dim, row_block_reads, row_var, rows_straddle_lines)
+                           condition_mentions, panel_dim, row_block_reads, row_var,
+                           rows_straddle_lines)
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
 from .stream_rules import _column_rows_stage
 from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
-                           inlined_nodes)
+                           inlined_nodes, recompute_factor)
 from .update_order import contiguous_innermost, jam_block, jam_rows
 from .workloads import BoundExtents
 
@@ -207,6 +207,11 @@ BALANCE_DOWN = 1
 #: x 1200: 25 blocks of 5 tiles, two rounds; docs/performance.md, "A shorter last row block").
 #: 0: whole blocks only, as before (for ``--against``)
 PARTIAL_BLOCKS = 1
+#: whether ``_packed_rows`` takes the model's tile rows (or more) in blocks with a shorter last
+#: one where no whole block divides its tiles, no triangle (``RDom.where``) makes rows differ in
+#: work and the reduction is split (``haswell`` float32, 1000 rows: 6-row tiles, 166 of them, not
+#: 5-row ones; docs/performance.md, "A shorter last row block"). 0: as before
+PARTIAL_ROWS = 1
 #: whether a packed tile's rows keep at least ``fma_latency * fma_units`` accumulators where a
 #: row count that does is found (Low et al.'s bound, ``RegisterTile.hides_latency``), before
 #: balanced row blocks: ``_packed_rows`` took 2-row tiles, 4 accumulators, for blocks that
@@ -428,20 +433,6 @@ def _inlined(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> Schedu
     return None
 
 
-def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
-                     sizes: dict[str, int]) -> float:
-    """How many times more stores of ``f`` the lowered nest of ``after`` executes than that of
-    ``before`` (where ``f`` is computed at root) at these sizes: 1.0 when a placement computes
-    each point once, the number of host iterations when every iteration needs all of ``f``;
-    ``inf`` when ``after`` does not lower."""
-    try:
-        now = store_counts(lower(output, after), sizes).get(f.name, 0.0)
-    except ScheduleError:
-        return float("inf")
-    was = store_counts(lower(output, before), sizes).get(f.name, 0.0)
-    return now / was if was else (1.0 if not now else float("inf"))
-
-
 def _lowers(output: Func, s: Schedule) -> bool:
     try:
         lower(output, s)
@@ -617,12 +608,6 @@ def blocks_per_thread(f: Func, row: str) -> int:
     return UNEVEN_BLOCKS_PER_THREAD if condition_mentions(f, row) else BLOCKS_PER_THREAD
 
 
-def condition_mentions(f: Func, var: str) -> bool:
-    """Whether the condition of ``f``'s reduction (``RDom.where``) mentions the Var ``var``."""
-    conds = f.definition.predicate if f.definition is not None else ()
-    return any(isinstance(n, Var) and n.name == var for c in conds for n in walk(c))
-
-
 def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads: int,
                  target: Target | None, per_thread: int = BLOCKS_PER_THREAD,
                  reduction: int = 0) -> tuple[int, GemmBlocking, int]:
@@ -653,6 +638,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
     # more rows first (more accumulators, each copied panel of B serving more rows), then fewer
     others = [*range(full + 1, most + 1), *range(full - 1, 1, -1)]
     found: list[tuple[float, int, int, int, int, GemmBlocking, int, bool]] = []
+    even = not condition_mentions(f, row_var(f, [v.name for v in f.definition.args]))
     # with many threads every row count can give blocks under MIN_BLOCK_ROWS rows (1200 rows,
     # 16 threads, two blocks each): then fewer, larger blocks, of the model's tile rows or more
     # where one gives them, rather than no packing (an unpacked tile reads a transposed operand
@@ -662,10 +648,17 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             blocking = packed_blocking(f, rows, width, target)
             tiles = extent // rows
             mb = row_block(tiles, rows, blocking.mc, threads, per_thread, least_rows)
-            if tiles % mb or (mb * rows < MIN_BLOCK_ROWS and mb != tiles):
+            if tiles % mb and PARTIAL_ROWS and rows >= full and even \
+                    and (_packed_kc(reduction, blocking) or reduction) < reduction:
+                # no whole block of the model's rows or more (166 tiles of 6): a shorter last
+                # block rather than a smaller tile (rows even in work, the reduction split)
+                mb = row_block(tiles, rows, blocking.mc, threads, per_thread, least_rows, True)
+            elif tiles % mb:
                 continue
-            blocks = tiles // mb
-            share = shared(blocks, threads)
+            if mb * rows < MIN_BLOCK_ROWS and mb != tiles:
+                continue
+            blocks = -(-tiles // mb)
+            share = busy(tiles, mb, threads)
             # remainder rows run after the row blocks, as a partitioned piece of their own on
             # one thread that copies every panel of B again; a tile of the model's rows or more
             # that leaves none is preferred

@@ -9,7 +9,8 @@ grow 25-fold per stage), and each point of the producer is computed at most
 ``MAX_INLINE_RECOMPUTE`` times, ``MAX_CHEAP_RECOMPUTE`` for an expression of at most
 ``CHEAP_INLINE_NODES`` nodes (Halide's unsharp: a 7-tap blur inlined into a 7-tap blur).
 Both are computed from the algorithm's expressions, walked once per pipeline, without building
-the inlined expressions.
+the inlined expressions. A ``compute_at`` placement is bounded likewise by the stores it
+executes (``recompute_factor``, from the lowered nests).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ import functools
 import math
 from collections import Counter
 
+from tensorlang.errors import ScheduleError
 from tensorlang.expr import Access, walk
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
+from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule
 
+from .features import store_counts
 from .workloads import BoundExtents
 
 #: the largest expression (nodes, counted as a tree) that inlining may build in one Func
@@ -128,3 +132,17 @@ def inline_pays(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> boo
     nodes = sum(1 for _ in walk(f.definition.value))  # type: ignore[union-attr]
     return times <= MAX_INLINE_RECOMPUTE or (times <= MAX_CHEAP_RECOMPUTE
                                              and nodes <= CHEAP_INLINE_NODES)
+
+
+def recompute_factor(output: Func, f: Func, before: Schedule, after: Schedule,
+                     sizes: dict[str, int]) -> float:
+    """How many times more stores of ``f`` the lowered nest of ``after`` executes than that of
+    ``before`` (where ``f`` is computed at root) at these sizes: 1.0 when a placement computes
+    each point once, the number of host iterations when every iteration needs all of ``f``;
+    ``inf`` when ``after`` does not lower."""
+    try:
+        now = store_counts(lower(output, after), sizes).get(f.name, 0.0)
+    except ScheduleError:
+        return float("inf")
+    was = store_counts(lower(output, before), sizes).get(f.name, 0.0)
+    return now / was if was else (1.0 if not now else float("inf"))

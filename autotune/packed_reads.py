@@ -152,3 +152,9 @@ def row_var(f: Func, args: list[str]) -> str:
         if not any(a in r for r in vector_reads):
             return a
     return args[-2]
+
+
+def condition_mentions(f: Func, var: str) -> bool:
+    """Whether the condition of ``f``'s reduction (``RDom.where``) mentions the Var ``var``."""
+    conds = f.definition.predicate if f.definition is not None else ()
+    return any(isinstance(n, Var) and n.name == var for c in conds for n in walk(c))

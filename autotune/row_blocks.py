@@ -20,27 +20,33 @@ def shared(blocks: int, threads: int) -> float:
 def busy(tiles: int, block: int, threads: int) -> float:
     """The share of ``threads`` threads' time that row blocks of ``block`` register tiles keep
     busy over ``tiles`` tiles, the last block shorter where ``block`` does not divide them
-    (``shared`` where it does): each round of ``threads`` blocks takes a whole block's time.
+    (``shared`` where it does): the thread with the most blocks takes a round's block each
+    round (or all the tiles, on one thread).
 
     >>> busy(125, 5, 16), busy(125, 8, 16), busy(128, 8, 16) == shared(16, 16)
     (0.78125, 0.9765625, True)
+    >>> busy(166, 32, 2), busy(166, 28, 2), busy(166, 32, 1)
+    (0.8645833333333334, 0.9880952380952381, 1.0)
     """
     blocks = -(-tiles // block)
-    return tiles / (-(-blocks // threads) * threads * block)
+    return tiles / (threads * min(-(-blocks // threads) * block, tiles))
 
 
 def partial_block(tiles: int, threads: int, per_thread: int, most: int) -> int | None:
     """Register tiles per row block that give each of ``threads`` threads ``per_thread`` blocks
-    with only the last block shorter (``ceil(tiles / (threads * per_thread))``, as BLAS
-    libraries divide the rows among threads in whole register tiles), or None where that is
-    more than ``most`` tiles or divides ``tiles`` (a whole block, which ``heuristic.row_block``
-    finds itself).
+    a round, in as few rounds as blocks of at most ``most`` tiles allow, only the last block
+    shorter (``ceil(tiles / (threads x per_thread x rounds))``, as BLAS libraries divide the
+    rows among threads in whole register tiles), or None where that divides ``tiles`` (a whole
+    block, which ``heuristic.row_block`` finds itself).
 
     >>> partial_block(125, 16, 1, 24), partial_block(128, 16, 1, 24), partial_block(125, 2, 1, 24)
-    (8, None, None)
+    (8, None, 21)
+    >>> partial_block(166, 2, 1, 32)  # 6 blocks in 3 rounds, the last of 26 tiles
+    28
     """
-    block = -(-tiles // (threads * per_thread))
-    return block if block <= most and tiles % block else None
+    rounds = -(-tiles // (threads * per_thread * max(1, most)))
+    block = -(-tiles // (threads * per_thread * rounds))
+    return block if tiles % block else None
 
 
 def balanced_down(tiles: int, block: int, threads: int, least: float) -> int | None:
@@ -67,8 +73,10 @@ def shifted_row_block(extent: int, rows: int, block: int) -> int:
     (22, 43, 1)
     >>> shifted_row_block(70, 6, 1)  # 11 whole tiles, 12 tiles: no block size gives 11 blocks
     1
+    >>> shifted_row_block(140, 6, 16)  # 23 whole tiles in blocks of 16 and 7: 2 blocks of 12
+    12
     """
-    blocks = max(1, extent // rows // max(1, block))
+    blocks = max(1, -(-(extent // rows) // max(1, block)))  # (a shorter last block counted)
     tiles = -(-extent // rows)
     spread = -(-tiles // blocks)
     return spread if -(-tiles // spread) == blocks else max(1, block)

@@ -230,8 +230,10 @@ def test_the_model_rows_take_smaller_blocks_that_share_out(cpu, dtype, shape, ro
     # rule took 4-row tiles (znver3, 8 accumulators) or 2-row ones (haswell, 4 accumulators:
     # under Low et al.'s latency bound, 10 there); smaller blocks of the model's rows share out
     # (heuristic.BALANCE_DOWN), and no tile under the bound is taken where one above it is
-    # found (heuristic.LATENCY_ROWS)
+    # found (heuristic.LATENCY_ROWS). Whole blocks only: with PARTIAL_ROWS the model's 6-row
+    # tile takes blocks with a shorter last one at 1000 rows (tests/test_partial_blocks.py)
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    monkeypatch.setattr(heuristic, "PARTIAL_ROWS", 0)
     m, n, k = shape
     text = heuristic_schedule(gemm(dtype), {"M": m, "N": n, "K": k}, _target(cpu)).to_python()
     got, per_block = _row_split(text)
