@@ -27,19 +27,11 @@ import numpy as np
 import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.timing import Stats, interleaved
+from tensorlang.autotuner.workloads import matmul
 from tensorlang.backends.llvm.runtime import num_threads
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import cpu_name, numpy_blas  # noqa: E402
-
-
-def gemm(dtype: tl.DType) -> tl.Func:
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
-    return C
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     m, n, k = map(int, args.shape.split("x"))
     dtype = tl.float32 if args.dtype == "f32" else tl.float64
-    C = gemm(dtype)
+    C = matmul(dtype)
     target = None
     if args.cpu:
         from mca import target_for

@@ -17,6 +17,7 @@ import sys
 
 import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.workloads import matmul
 from tensorlang.errors import ScheduleError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -30,13 +31,8 @@ GEMM_SHAPES = ["1024x1024x1024", "1000x1100x1200", "2048x2048x2048", "900x900x90
 
 
 def gemm(shape: str, dtype: tl.DType) -> tuple[tl.Func, dict[str, int]]:
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
-    m, n, kk = map(int, shape.split("x"))
-    return C, {"M": m, "N": n, "K": kk}
+    m, n, k = map(int, shape.split("x"))
+    return matmul(dtype), {"M": m, "N": n, "K": k}
 
 
 def schedule_text(f, sizes, target) -> str:
