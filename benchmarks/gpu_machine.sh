@@ -46,8 +46,9 @@
 #          (HEAP_ALIGN=0), 1000 x 1100 x 1200 and 2048^3, batched GEMM and conv2d, AVX2 (haswell)
 #          GEMM, PolyBench's GEMM-class kernels and cholesky on 16 threads; one log, cpu60.log
 #   cpu-partial: GEMM 1000 x 1100 x 1200 on 16 threads against whole row blocks only
-#          (PARTIAL_BLOCKS=0), both orders; AVX2 code likewise; PolyBench's gemm, symm, trmm, 2mm,
-#          3mm likewise; GEMM 1024^3 on one thread again (15 rounds); one log, cpu60b.log
+#          (PARTIAL_BLOCKS=0), both orders; AVX2 code likewise; on one thread against 10-row tiles
+#          (PARTIAL_ROWS=0); PolyBench's gemm, symm, trmm, 2mm, 3mm against PARTIAL_BLOCKS=0;
+#          GEMM 1024^3 on one thread again (15 rounds); one log, cpu60b.log
 #   cpu:   GEMM 1024^3 float32/float64 on the machine's CPU, one thread and all threads, against
 #          NumPy's BLAS (benchmarks/gemm_packed.py), and the CPU's LLVM name
 set -u
@@ -278,6 +279,10 @@ for phase in $phases; do
                 OPENBLAS_CORETYPE=Haswell TARGET_CPU=haswell ROUNDS=9 step 60 $log \
                     python3 benchmarks/gemm_packed.py $sh $dt auto,$p
             done
+        done
+        for dt in f64 f32; do  # one thread: the model's 8-row tiles with a shorter last block
+            TENSORLANG_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ROUNDS=11 step 60 $log \
+                python3 benchmarks/gemm_packed.py 1000x1100x1200 $dt auto,auto:PARTIAL_ROWS=0
         done
         step 150 $log python3 benchmarks/polybench.py --no-default --rounds 5 \
             --kernels gemm,symm,trmm,2mm,3mm --against PARTIAL_BLOCKS=0
