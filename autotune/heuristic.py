@@ -648,8 +648,9 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             blocking = packed_blocking(f, rows, width, target)
             tiles = extent // rows
             mb = row_block(tiles, rows, blocking.mc, threads, per_thread, least_rows)
-            if tiles % mb and PARTIAL_ROWS and rows >= full and even \
-                    and (_packed_kc(reduction, blocking) or reduction) < reduction:
+            kc = _packed_kc(reduction, blocking) if reduction else None
+            split = kc is not None and kc < reduction
+            if tiles % mb and PARTIAL_ROWS and rows >= full and even and split:
                 # no whole block of the model's rows or more (166 tiles of 6): a shorter last
                 # block rather than a smaller tile (rows even in work, the reduction split)
                 mb = row_block(tiles, rows, blocking.mc, threads, per_thread, least_rows, True)
@@ -664,8 +665,7 @@ def _packed_rows(f: Func, extent: int, near: int, width: int, accs: int, threads
             # that leaves none is preferred
             whole = extent % rows == 0 and rows >= full
             reuse = mb * rows >= REUSE_ROWS or BLIS_ORDER_REUSE and blis_order(
-                _packed_kc(reduction, blocking) if reduction else None, reduction, blocks,
-                per_thread, threads, extent % rows != 0)
+                kc, reduction, blocks, per_thread, threads, extent % rows != 0)
             hides = not LATENCY_ROWS or rows * vectors >= cpu.fma_latency * cpu.fma_units
             found.append((share, whole, reuse, -n, rows, blocking, least_rows, hides))
         if found:
