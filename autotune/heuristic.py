@@ -99,6 +99,7 @@ from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noq
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
+from .select_loops import unit_loops, unroll_selects
 from .stream_rules import _column_rows_stage
 from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
@@ -447,13 +448,14 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
     the output reads ``f`` at that loop's Var (softmax's ``e[i, j]`` per row ``i``), or every
     reader of ``f`` is itself computed at the output (``mx``, read only by ``e``)."""
     st = s.states[output.name]
-    if f.updates or not st.loops or st.kinds.get(st.loops[0]) != ForKind.PARALLEL:
+    loops = [lp for lp in st.loops if lp not in unit_loops(st, output)]  # (channels unrolled)
+    if f.updates or not loops or st.kinds.get(loops[0]) != ForKind.PARALLEL:
         return None  # only the output's parallel outermost loop (else the producer loses its own)
     d = f.definition
     if d is not None and d.rvars and (len(d.args) >= 2 or contiguous_in(f, d.args[0].name)):
         return None  # a register-tiled reduction needs whole row blocks (gemm's sum per row: 1
         # row of accumulators streams all of B once per output row); so does a row segment
-    loop = st.loops[0]
+    loop = loops[0]
     var = loop.split(".")[0]
     others = [r for r in readers if r != output.name]
     if any(s.states[r].compute.func != output.name for r in others):
@@ -927,6 +929,8 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
         st.vectorize(args[-1], lanes, tail=tail)
         if par is None and ext[args[-1]] >= 2 * lanes:
             par = f"{args[-1]}.o"  # one pure Var: its vector loop's outer loop
+    if variant != "parallel" and not d.rvars:  # colour channels picked by where(c == 0, ...)
+        par = unroll_selects(st, f, ext, lanes, ext[args[-1]] >= lanes, par)
     if nested:
         return
     if par is not None:

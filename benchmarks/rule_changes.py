@@ -1,10 +1,13 @@
-"""Which rule-based schedules a switch of the rules changes: PolyBench's kernels (LARGE sizes)
-and a set of GEMM shapes in float32 and float64, for several thread counts and CPUs, each
-schedule built with the rules as they are and with ``NAME=VALUE`` set (``common.rule_settings``:
-``PARTIAL_BLOCKS=0``, ``cpu_model.MAX_ACCUMULATORS=24``); nothing is compiled or timed.
+"""Which rule-based schedules a switch of the rules changes: PolyBench's kernels (LARGE sizes),
+a set of GEMM shapes in float32 and float64, and with ``--suites`` also the programs from
+Halide's apps (``halide_apps.py``) and the built-in workloads, for several thread counts and
+CPUs, each schedule built with the rules as they are and with ``NAME=VALUE`` set
+(``common.rule_settings``: ``PARTIAL_BLOCKS=0``, ``cpu_model.MAX_ACCUMULATORS=24``); nothing is
+compiled or timed.
 
 Run: python benchmarks/rule_changes.py NAME=VALUE[+NAME=VALUE] [--threads 1,2,16]
      [--cpus native,haswell,znver3,skylake-avx512,sapphirerapids]
+     [--suites polybench,gemm,halide,builtin]
 Prints one line per changed schedule (threads, CPU, kernel: the lines of ``Schedule.to_python``
 removed (-) and added (+) by the switch) and the count of changed schedules. Slow: minutes.
 """
@@ -17,7 +20,7 @@ import sys
 
 import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
-from tensorlang.autotuner.workloads import matmul
+from tensorlang.autotuner.workloads import BUILTIN, matmul
 from tensorlang.errors import ScheduleError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -47,10 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("switch", help="NAME=VALUE[+NAME=VALUE], as benchmarks/common.rule_settings")
     ap.add_argument("--threads", default="1,2,4,8,16,32,64")
     ap.add_argument("--cpus", default="native,haswell,znver3,skylake-avx512,sapphirerapids")
+    ap.add_argument("--suites", default="polybench,gemm")
     args = ap.parse_args(argv)
-    cases = [(name, kern.handle(kern.build()), kern.large) for name, kern in KERNELS.items()]
-    cases += [(f"gemm {shape} {dt.name}", *gemm(shape, dt))
-              for shape in GEMM_SHAPES for dt in (tl.float32, tl.float64)]
+    suites = args.suites.split(",")
+    cases = []
+    if "polybench" in suites:
+        cases += [(name, kern.handle(kern.build()), kern.large) for name, kern in KERNELS.items()]
+    if "gemm" in suites:
+        cases += [(f"gemm {shape} {dt.name}", *gemm(shape, dt))
+                  for shape in GEMM_SHAPES for dt in (tl.float32, tl.float64)]
+    if "halide" in suites:
+        from halide_apps import APPS
+        cases += [(name, build(), dict(sizes)) for name, (build, _, sizes, _) in APPS.items()]
+    if "builtin" in suites:
+        cases += [(name, w.build(), dict(w.shape)) for name, w in BUILTIN.items()]
     changed = total = 0
     for threads in args.threads.split(","):
         os.environ["TENSORLANG_NUM_THREADS"] = threads
