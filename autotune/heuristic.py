@@ -50,7 +50,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   register tile) or with a row segment (above) stays at root: one row at a time would leave its
   tile a single row;
 - the outermost pure loop with at least two iterations runs in parallel, when the stage does at
-  least ``MIN_PARALLEL_POINTS`` iterations (a smaller one runs serially);
+  least ``MIN_PARALLEL_POINTS`` iterations (a smaller one runs serially); a loop of 2-4 that a
+  ``where`` tests (colour channels) is unrolled outside the vector loop instead (``select_loops``);
 - a big reduction with fewer pure points than threads (a total, a few long rows) is split into
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);

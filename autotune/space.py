@@ -23,7 +23,8 @@ Func computed at root or at a consumer loop):
   innermost tile from the register budget the same way): with independent factors, conv2d's
   row-wide tile was about one draw in 560.
 - ``<F>.order``: the loop order family. ``tile``: outer pure loops, outer reduction loops, inner
-  reduction loops, inner pure loops (register tiles: the reduction runs around the tile, GEMM-style);
+  reduction loops, inner pure loops (register tiles: the reduction runs around the tile,
+  GEMM-style);
   ``dot``: outer pure, outer reduction, inner pure, inner reduction (dot products innermost);
   ``packed``, for a GEMM-like reduction (``heuristic.packed_operand``: ``B[k, j]`` of ``C[i, j]
   += A[i, k] * B[k, j]``) with a register tile: BLIS's loop nest (Goto and van de Geijn, TOMS
@@ -48,7 +49,8 @@ Func computed at root or at a consumer loop):
   vectors: the register tile of the split, kept in registers. When that extent is not a multiple
   of the width (56 at width 16), the whole loop is one vector loop, which the code generator
   emits as native vectors and a narrower tail (16 + 16 + 16 + 8): no lane is wasted.
-- ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not.
+- ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not
+  (a colour channel split by its whole extent: the rule-based schedule's ``select_loops``).
 - ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
 - ``<F>.rfactor``, first, for a root reduction whose outermost reduction loop is long enough
   (``rfactor_rules.rfactor_possible``): chunks of that loop made a parallel pure dimension of
@@ -699,12 +701,13 @@ class _NoAnswer(Exception):
 
 def stage_signature(s: Schedule, extent: Callable[[str, str], int | None]) -> dict[str, tuple]:
     """What a schedule does to each stage — its loops in order, their kinds, its splits and
-    fuses, where it is computed and stored, the stage it shares loops with — independent of the steps that did it.
-    ``extent(func, var)`` gives a Var's extent (None: unknown). A split whose factor divides its
-    loop's extent has no tail at these sizes, so its tail strategy is left out (the space does
-    not ask it there): two schedules with the same signature compute the same points in the same
-    order, and their loop nests differ at most in a tail's index arithmetic (the kernel is
-    compiled for any size, and at sizes the factor does not divide the tail strategy matters)."""
+    fuses, where it is computed and stored, the stage it shares loops with — independent of the
+    steps that did it. ``extent(func, var)`` gives a Var's extent (None: unknown). A split whose
+    factor divides its loop's extent has no tail at these sizes, so its tail strategy is left
+    out (the space does not ask it there): two schedules with the same signature compute the
+    same points in the same order, and their loop nests differ at most in a tail's index
+    arithmetic (the kernel is compiled for any size, and at sizes the factor does not divide
+    the tail strategy matters)."""
     out = {}
     for name, st in s.states.items():
         ext: dict[str, int | None] = {v: extent(name, v) for v in (*st.pure, *st.rvars)}
