@@ -14,10 +14,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   pointwise Func read only by reductions, and not placed at a row loop (below), is inlined
   under the same limits, every reader's evaluations counted (gemver's ``A_hat``, read once
   per point by each of two matrix-vector sums: computed twice per point, its N x N buffer
-  never stored and read back);
-  every other Func is computed at root (inlined into a reduction that reads each
-  point many times it would be recomputed on every reduction iteration: conv2d's padding would
-  be evaluated 9 x CI times per output);
+  never stored and read back); every other Func is computed at root (inlined into a reduction
+  that reads each point many times it would be recomputed on every reduction iteration:
+  conv2d's padding would be evaluated 9 x CI times per output);
 - a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
   innermost pure Var split by two native vectors (``ShiftInwards``), vectorized by one native
   vector and the two unrolled (the form the search space gives it), or, when its
@@ -51,7 +50,7 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   tile a single row;
 - the outermost pure loop with at least two iterations runs in parallel, when the stage does at
   least ``MIN_PARALLEL_POINTS`` iterations (a smaller one runs serially); a loop of 2-4 that a
-  ``where`` tests (colour channels) is unrolled outside the vector loop instead (``select_loops``);
+  ``where`` tests (colour channels) is unrolled inside the others instead (``select_loops``);
 - a big reduction with fewer pure points than threads (a total, a few long rows) is split into
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);
@@ -100,7 +99,7 @@ from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noq
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
-from .select_loops import unit_loops, unroll_selects
+from .select_loops import unit_loops, unroll_selects, unroll_update_selects
 from .stream_rules import _column_rows_stage
 from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
@@ -413,6 +412,9 @@ def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: B
     t = _try(s, lambda t: scan_stage(t, f, number, extents, lanes, nested))
     if t is not None and (not lower_each or _lowers(output, t)):
         return t
+    t = _try(s, lambda t: unroll_update_selects(t[f].update(number), f, number, extents,
+                                                UPDATE_MIN_VECTORS * lanes))  # (channels)
+    s = t if t is not None and (not lower_each or _lowers(output, t)) else s
     pars = [] if nested else update_parallel_loops(s, f, number, extents)
     for vector in (True, False):
         for par in [*pars, None]:

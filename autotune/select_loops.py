@@ -16,23 +16,34 @@ iteration outermost, ``c.i``: the form of the search space, whose loops keep the
 and whose ``<F>.unroll`` unrolls the inner split loop right outside the vector loop), moves
 the inner loop right outside the vector loop and unrolls it; the stage's parallel loop is then
 the outermost other pure loop with two iterations or more (three channels on two threads left
-one thread idle a third of the time).
+one thread idle a third of the time). In an update definition (``unroll_update_selects``: the
+value added to a histogram's cell by channel, Halide's bilateral_grid) the same Var moves
+inside the reduction loops and is unrolled there, where the legality check allows it.
 
-See also: ``heuristic._stage`` (the pure stage it is part of); Halide's ``unroll`` and
-``bound``; LLVM's ``InstSimplify`` (a ``select`` on a constant condition).
+See also: ``heuristic._stage`` and ``heuristic._schedule_update`` (where the rule applies);
+Halide's ``unroll`` and ``bound``; LLVM's ``InstSimplify`` (a ``select`` on a constant
+condition).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tensorlang.affine import const_value
-from tensorlang.expr import Select, Var, walk
+from tensorlang.expr import Expr, Select, Var, walk
+from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.schedule.loops import Split, StageState
 from tensorlang.schedule.schedule import Stage
 
+from .workloads import BoundExtents
+
 #: the most iterations of a pure loop the rule unrolls to fold the selects on its Var (colour
 #: channels: 3 or 4); 0 turns the rule off
 MAX_SELECT_UNROLL = 4
+#: whether update definitions take the rule too (``unroll_update_selects``); 0: they keep their
+#: loop order
+UPDATE_SELECTS = 1
 
 
 def select_loops(f: Func, ext: dict[str, int], vectorized: bool) -> list[str]:
@@ -43,12 +54,21 @@ def select_loops(f: Func, ext: dict[str, int], vectorized: bool) -> list[str]:
     d = f.definition
     if d is None or d.rvars or f.updates or MAX_SELECT_UNROLL < 2:
         return []
-    tested = {n.name for s in walk(d.value) if isinstance(s, Select)
-              for n in walk(s.cond) if isinstance(n, Var)}
     args = [v.name for v in d.args]
+    return [a for a in _tested_dims(f, d.value, args, ext) if not (vectorized and a == args[-1])]
+
+
+def _tested_dims(f: Func, value: Expr, dims: Sequence[Expr | str], ext: dict[str, int]
+                 ) -> list[str]:
+    """The pure Vars at ``dims`` (the definition's left side, by dimension of ``f``) that a
+    ``where`` condition of ``value`` mentions, whose domain extent is a constant of 2 to
+    ``MAX_SELECT_UNROLL`` and their loop's extent ``ext`` the same."""
+    tested = {n.name for s in walk(value) if isinstance(s, Select)
+              for n in walk(s.cond) if isinstance(n, Var)}
     out = []
-    for dim, a in enumerate(args):
-        if a not in tested or (vectorized and a == args[-1]):
+    for dim, a in enumerate(dims):
+        a = a if isinstance(a, str) else a.name if isinstance(a, Var) else None
+        if a is None or a not in tested or a not in ext:
             continue
         domain = const_value(f.bounds[dim][1])
         if domain is not None and 2 <= domain <= MAX_SELECT_UNROLL and ext[a] == domain:
@@ -94,3 +114,31 @@ def unit_loops(st: StageState, f: Func) -> set[str]:
     dims = {v.name: dim for dim, v in enumerate(d.args)}
     return {r.outer for r in st.relations if isinstance(r, Split) and r.parent in dims
             and const_value(f.bounds[dims[r.parent]][1]) == r.factor}
+
+
+def unroll_update_selects(st: Stage, f: Func, number: int, extents: BoundExtents,
+                          long_loop: int) -> None:
+    """Update ``number`` of ``f`` (its stage ``st``; loop extents from ``extents``): each pure
+    Var its value's ``where`` conditions test (``_tested_dims``) moved inside the reduction loops,
+    innermost or right outside an innermost pure loop of at least ``long_loop`` iterations (one
+    the update may vectorize), and unrolled: Halide's bilateral_grid schedules its histogram so
+    (``histogram.update().reorder(c, r.x, r.y, x, y).unroll(c)``), and the channels' copies
+    share the read, the clamp and the bin of each pixel. The legality check decides whether
+    the update's dependences allow the order.
+
+    Raises:
+        ScheduleError: nothing to unroll.
+    """
+    u = f.updates[number]
+    if not UPDATE_SELECTS:
+        raise ScheduleError("UPDATE_SELECTS is off")
+    ext = {ref.name: extents.extent(u.stage, ref.name) for ref in st.loops}
+    small = [v for v in _tested_dims(f, u.value, u.index, ext) if v in u.pure]
+    if not small:
+        raise ScheduleError(f"{f.name}.update({number}): no loop a where() tests to unroll")
+    loops = [ref.name for ref in st.loops if ref.name not in small]
+    # a pure innermost loop long enough for the update to vectorize stays innermost
+    at = len(loops) - 1 if loops[-1] in u.pure and ext[loops[-1]] >= long_loop else len(loops)
+    st.reorder(*loops[:at], *small, *loops[at:])
+    for name in small:
+        st.unroll(name)

@@ -1,11 +1,11 @@
 """Where a compiled kernel spends its time, loop by loop: ``perf`` samples of the JIT code.
 
-Run: python benchmarks/jit_profile.py [--workload matmul] [--shape M=1024,N=1024,K=1024]
+Run: python benchmarks/jit_profile.py [--workload matmul | --app hist] [--shape M=1024,...]
      [--dtype float64] [--cpu haswell] [--set NAME=VALUE[+NAME=VALUE]] [--seconds 6]
      [--list FIRST-LAST] [--then 'PYTHON']
      (TENSORLANG_NUM_THREADS=1 for one thread; needs ``perf``, Debian package linux-perf)
 
-The rule-based schedule of a built-in workload (``--set`` changes the rules' constants as
+The rule-based schedule of a built-in workload or of a program of ``halide_apps.py`` (``--set`` changes the rules' constants as
 ``benchmarks/gemm_packed.py``'s ``auto:NAME=VALUE`` does) is compiled, for this machine or for a
 described CPU (``--cpu haswell``: AVX2 code with 16 vector registers, which an AVX-512 host
 runs; ``OPENBLAS_CORETYPE=Haswell`` gives NumPy's BLAS the matching kernels), and called
@@ -122,9 +122,15 @@ def _run(args: argparse.Namespace) -> None:
     from tensorlang.autotuner.measure import random_inputs
     from tensorlang.autotuner.workloads import BUILTIN, free_sizes, input_shapes, parse_shape
 
-    w = BUILTIN[args.workload]
-    out = w.build_as(args.dtype)
-    sizes = dict(w.shape, **(parse_shape(args.shape) if args.shape else {}))
+    if args.app:  # a program of benchmarks/halide_apps.py, at its sizes and on its inputs
+        from halide_apps import APPS
+        build, _, sizes, make = APPS[args.app]
+        out = build()
+        sizes = dict(sizes, **(parse_shape(args.shape) if args.shape else {}))
+    else:
+        w = BUILTIN[args.workload]
+        out = w.build_as(args.dtype)
+        sizes = dict(w.shape, **(parse_shape(args.shape) if args.shape else {}))
     target = None
     if args.cpu:
         target = target_for(args.cpu)
@@ -142,7 +148,8 @@ def _run(args: argparse.Namespace) -> None:
         fh.write(readable_bytes(lo, size))
     with open(os.path.join(args.dump, "code.txt"), "w") as fh:
         fh.write(f"{lo} {size}\n{s.to_python()}\n")
-    arrays = random_inputs(tl.Pipeline(out), input_shapes(out, sizes))
+    arrays = make(sizes, np.random.default_rng(0)) if args.app else \
+        random_inputs(tl.Pipeline(out), input_shapes(out, sizes))
     extra = free_sizes(out, sizes)
     o = kern(**arrays, **extra)
     np.asarray(o)
@@ -166,6 +173,7 @@ def listing(ips: list[int], text: dict[int, str], lo: int, span: str) -> list[st
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="matmul")
+    ap.add_argument("--app", default="", help="a program of halide_apps.py instead")
     ap.add_argument("--shape", default="")
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--cpu", default="", help="a described CPU to compile for (mca.FEATURES)")

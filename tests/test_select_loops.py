@@ -134,3 +134,55 @@ def test_hist_producers_are_computed_per_row_past_the_channel_split():
     arrays = {"input": rng.integers(0, 256, (3, 101, 131)).astype(np.uint8)}
     got = tl.compile(out, s)(**arrays)
     assert apps.matches(got, apps.hist_numpy(arrays))
+
+
+def binned(rows: int = 0) -> tl.Func:
+    """Per row, 8 bins of a float32 image in [0, 1): channel 0 sums the values that fall in a
+    bin, channel 1 counts them (Halide's bilateral_grid histogram, one dimension less)."""
+    H, W = tl.sizes("H W")
+    img = tl.Input("img", (H, W), tl.float32)
+    y, b, c = tl.vars("y b c")
+    h = tl.Func("h", shape=(H, 8, 2))
+    h[y, b, c] = 0.0
+    r = tl.RDom((0, W), name="r")
+    v = img[y, r.x]
+    bin_ = tl.clamp(tl.cast(tl.int32, v * 8.0), 0, 7)
+    h[y, bin_, c] = h[y, bin_, c] + tl.where(c == 0, v, 1.0)
+    return h
+
+
+def binned_numpy(img: np.ndarray) -> np.ndarray:
+    out = np.zeros((img.shape[0], 8, 2), np.float32)
+    for y in range(img.shape[0]):
+        for v in img[y]:
+            k = min(max(int(np.float32(v) * np.float32(8.0)), 0), 7)
+            out[y, k, 0] += v
+            out[y, k, 1] += 1
+    return out
+
+
+@pytest.mark.parametrize("h, w", [(1, 1), (5, 17), (300, 131)])
+def test_an_update_moves_its_channel_loop_inside_and_unrolls_it(h, w):
+    out = binned()
+    s = heuristic_schedule(out, {"H": h, "W": w})
+    st = s.states["h.update(0)"]
+    assert st.loops[-1] == "c" and st.kinds.get("c") == ForKind.UNROLLED, s.to_python()
+    img = np.random.default_rng(h + w).random((h, w), dtype=np.float32)
+    got = tl.compile(out, s)(img=img)
+    np.testing.assert_allclose(got, binned_numpy(img), rtol=1e-5)
+    with rule_settings("select_loops.UPDATE_SELECTS=0"):
+        old = heuristic_schedule(out, {"H": h, "W": w})
+    assert old.states["h.update(0)"].loops[-1] != "c"
+
+
+def test_a_reduction_var_a_where_tests_keeps_its_place():
+    # the update's reduction order is the algorithm's: only pure Vars move
+    N = tl.sizes("N")[0]
+    x = tl.Input("x", (N,), tl.float32)
+    k, i = tl.vars("k i")
+    f = tl.Func("f", shape=(2, N))
+    f[k, i] = 0.0
+    r = tl.RDom((0, 2), (1, N), name="r")
+    f[r.x, r.y] = f[r.x, r.y - 1] + tl.where(r.x == 0, x[r.y], 1.0)
+    s = heuristic_schedule(f, {"N": 37})
+    assert "unroll" not in s.to_python(), s.to_python()
