@@ -6,8 +6,9 @@ each ``where`` at every point while ``c`` is a loop: a select computes both of i
 vector code always). Unrolled, each copy of the loop body has ``c`` a constant, and the code
 generator's constant folding (LLVM's) keeps one branch. Inside the loop over rows, the copies
 also read the same row of each producer (the row is in L1 for the second and third channel).
-Halide's apps schedule planar colour channels so: apps/hist and apps/camera_pipe write
-``output.reorder(c, x, y).bound(c, 0, 3).unroll(c)``.
+Halide's apps schedule planar colour channels so: apps/hist's output
+``reorder(c, x, y).bound(c, 0, 3).unroll(c)``, apps/camera_pipe's colour-corrected stage
+(``select(c == 0, r, c == 1, g, b)``) ``reorder(c, x, y)`` ... ``unroll(c)``.
 
 The rule (``select_loops``): a pure Var of a definition without reduction Vars whose domain
 extent is a constant of 2 to ``MAX_SELECT_UNROLL`` and which a ``where`` condition of the
@@ -50,7 +51,7 @@ def select_loops(f: Func, ext: dict[str, int], vectorized: bool) -> list[str]:
     """The pure Vars of ``f`` (outermost first) whose loops ``unroll_selects`` unrolls: a
     ``where`` condition of the definition mentions them, their domain extent is a constant of 2
     to ``MAX_SELECT_UNROLL`` and so is their loop's extent ``ext[v]`` at these sizes; not the
-    innermost Var where it is ``vectorized``. None for a reduction."""
+    innermost Var where it is ``vectorized``. None (an empty list) for a reduction."""
     d = f.definition
     if d is None or d.rvars or f.updates or MAX_SELECT_UNROLL < 2:
         return []
@@ -138,7 +139,8 @@ def unroll_update_selects(st: Stage, f: Func, number: int, extents: BoundExtents
         raise ScheduleError(f"{f.name}.update({number}): no loop a where() tests to unroll")
     loops = [ref.name for ref in st.loops if ref.name not in small]
     # a pure innermost loop long enough for the update to vectorize stays innermost
-    at = len(loops) - 1 if loops[-1] in u.pure and ext[loops[-1]] >= long_loop else len(loops)
+    long = bool(loops) and loops[-1] in u.pure and ext[loops[-1]] >= long_loop
+    at = len(loops) - 1 if long else len(loops)
     st.reorder(*loops[:at], *small, *loops[at:])
     for name in small:
         st.unroll(name)

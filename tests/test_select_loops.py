@@ -186,3 +186,17 @@ def test_a_reduction_var_a_where_tests_keeps_its_place():
     f[r.x, r.y] = f[r.x, r.y - 1] + tl.where(r.x == 0, x[r.y], 1.0)
     s = heuristic_schedule(f, {"N": 37})
     assert "unroll" not in s.to_python(), s.to_python()
+
+
+def test_an_update_of_the_channel_loop_alone_is_unrolled():
+    # no reduction loop to move inside: the channel loop is the whole update
+    N = tl.sizes("N")[0]
+    x = tl.Input("x", (N,), tl.float32)
+    c = tl.vars("c")[0]
+    f = tl.Func("f", shape=(3,))
+    f[c] = 1.0
+    f[c] = f[c] * 2.0 + tl.where(c == 0, x[0], tl.where(c == 1, x[N - 1], 0.5))
+    s = heuristic_schedule(f, {"N": 5})
+    xs = np.arange(5, dtype=np.float32) + 1
+    got = tl.compile(f, s)(x=xs)
+    np.testing.assert_allclose(got, [2 + xs[0], 2 + xs[-1], 2.5])
