@@ -99,7 +99,7 @@ from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noq
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
-from .select_loops import unit_loops, unroll_selects, unroll_update_selects
+from .select_loops import row_loops, unroll_selects, unroll_update_selects
 from .stream_rules import _column_rows_stage
 from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
@@ -451,7 +451,7 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
     the output reads ``f`` at that loop's Var (softmax's ``e[i, j]`` per row ``i``), or every
     reader of ``f`` is itself computed at the output (``mx``, read only by ``e``)."""
     st = s.states[output.name]
-    loops = [lp for lp in st.loops if lp not in unit_loops(st, output)]  # (channels unrolled)
+    loops = row_loops(st, output)  # past the one-iteration loops of unrolled channels
     if f.updates or not loops or st.kinds.get(loops[0]) != ForKind.PARALLEL:
         return None  # only the output's parallel outermost loop (else the producer loses its own)
     d = f.definition

@@ -117,6 +117,12 @@ def unit_loops(st: StageState, f: Func) -> set[str]:
             and const_value(f.bounds[dims[r.parent]][1]) == r.factor}
 
 
+def row_loops(st: StageState, f: Func) -> list[str]:
+    """The loops of ``st`` (a stage of ``f``), outermost first, less its ``unit_loops``."""
+    unit = unit_loops(st, f)
+    return [lp for lp in st.loops if lp not in unit]
+
+
 def unroll_update_selects(st: Stage, f: Func, number: int, extents: BoundExtents,
                           long_loop: int) -> None:
     """Update ``number`` of ``f`` (its stage ``st``; loop extents from ``extents``): each pure

@@ -5,10 +5,11 @@ Run: python benchmarks/jit_profile.py [--workload matmul | --app hist] [--shape 
      [--list FIRST-LAST] [--then 'PYTHON']
      (TENSORLANG_NUM_THREADS=1 for one thread; needs ``perf``, Debian package linux-perf)
 
-The rule-based schedule of a built-in workload or of a program of ``halide_apps.py`` (``--set`` changes the rules' constants as
-``benchmarks/gemm_packed.py``'s ``auto:NAME=VALUE`` does) is compiled, for this machine or for a
-described CPU (``--cpu haswell``: AVX2 code with 16 vector registers, which an AVX-512 host
-runs; ``OPENBLAS_CORETYPE=Haswell`` gives NumPy's BLAS the matching kernels), and called
+The rule-based schedule of a built-in workload or of a program of ``halide_apps.py`` (``--set``
+changes the rules' constants as ``benchmarks/gemm_packed.py``'s ``auto:NAME=VALUE`` does) is
+compiled, for this machine or for a described CPU (``--cpu haswell``: AVX2 code with 16 vector
+registers, which an AVX-512 host runs; ``OPENBLAS_CORETYPE=Haswell`` gives NumPy's BLAS the
+matching kernels), and called
 repeatedly for ``--seconds`` while ``perf record -e cpu-clock`` samples the process (a software
 clock: it works in virtual machines without hardware counters). Each sample inside the JIT
 code is charged to the innermost loop holding it (a backward branch and its target in the
