@@ -54,9 +54,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - a big reduction with fewer pure points than threads (a total, a few long rows) is split into
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);
-- root reductions that read one array at the same indices and run the same outermost parallel
-  loop share it (``compute_with``, ``fuse_siblings``): a row of the shared array is read by each
-  while in cache (a row sum and a row max of one matrix); so do two whose ``RDom.where``
+- root reductions that read one array at the same indices, varying along their rows, and run the
+  same outermost parallel loop share it (``compute_with``, ``fuse_siblings``): a row of the
+  shared array is read by each while in cache (a row sum and a row max of one matrix; a vector
+  read whole by every row does not count: ``FUSE_INVARIANT_READS``); so do two whose ``RDom.where``
   conditions both mention that loop's Var (``FUSE_UNEVEN``): each block of rows then runs both
   triangles (PolyBench symm's ``k <= i`` and ``k > i``: every row the same work in all);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
@@ -98,7 +99,7 @@ from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noq
                            rows_straddle_lines)
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
-                            _rfactor_stage, _rfactor_update_stage, accesses, contiguous_in)
+                            _rfactor_stage, _rfactor_update_stage, contiguous_in, shared_read)
 from .select_loops import row_loops, unroll_selects, unroll_update_selects
 from .stream_rules import _column_rows_stage
 from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
@@ -359,10 +360,11 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
 
 def fuse_siblings(s: Schedule, p: Pipeline,
                   accept: Callable[[Func, Func, Schedule], bool]) -> Schedule:
-    """Root reductions that read a common array at the same indices (a row sum and a row max
-    of one matrix) and whose outermost loop is the same parallel loop are computed with the
-    first of them at that loop (``compute_with``): each row of the shared array is read by all of
-    them while it is in cache, instead of once per stage from memory. So are root reductions
+    """Root reductions that read a common array at the same indices, which vary along their
+    outermost loop (a row sum and a row max of one matrix; ``rfactor_rules.shared_read``), and
+    whose outermost loop is the same parallel loop are computed with the first of them at that
+    loop (``compute_with``): each row of the shared array is read by all of them while it is in
+    cache, instead of once per stage from memory. So are root reductions
     whose ``RDom.where`` conditions mention that loop's Vars (``FUSE_UNEVEN``; ``uneven_along``):
     rows differ in work in each, and one parallel loop over both evens the threads' time out
     where the triangles complement each other (PolyBench symm: ``k <= i`` and ``k > i``, every
@@ -378,12 +380,12 @@ def fuse_siblings(s: Schedule, p: Pipeline,
         st = s.states[f.name]
         if st.kinds[st.loops[0]] is not ForKind.PARALLEL or st.is_reduction_loop(st.loops[0]):
             continue
-        reads = _accesses(s, f.name)
+        f_value, along = s.view.definition(f.name).value, st.origin[st.loops[0]]
         uneven = uneven_along(f, st)
         for h in hosts:
             if st.loops[0] != s.states[h.name].loops[0]:
                 continue
-            if not reads & _accesses(s, h.name) and not (
+            if not shared_read(f_value, s.view.definition(h.name).value, along) and not (
                     uneven and uneven_along(h, s.states[h.name])):
                 continue
             t = _try(s, lambda t, f=f, h=h: t[f].compute_with(t[h], st.loops[0]))
@@ -475,11 +477,6 @@ def _row_loop(s: Schedule, output: Func, f: Func, readers: list[str]) -> str | N
         if len(rows) > 1:
             return None  # a stencil along the loop's Var: each iteration needs several rows
     return loop
-
-
-def _accesses(s: Schedule, name: str) -> set[tuple[str, tuple]]:
-    """The reads of Func ``name``'s definition as the schedule sees it (``accesses``)."""
-    return accesses(s.view.definition(name).value)
 
 
 def _try(s: Schedule, apply: Callable[[Schedule], object]) -> Schedule | None:

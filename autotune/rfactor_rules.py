@@ -37,6 +37,10 @@ LANE_ROWS = 8
 MIN_PARALLEL_POINTS = 1 << 15
 #: chunks of a reduction's outermost loop per thread when rfactor parallelizes it
 RFACTOR_CHUNKS_PER_THREAD = 4
+#: whether a read that does not vary along the rows (a vector every row reads whole) makes two
+#: row reductions siblings (``shared_read``): computing gesummv's two sums together measured
+#: slower than apart on the Zen 4 VM (docs/performance.md). An int, for ``--against``
+FUSE_INVARIANT_READS = 0
 
 
 def rfactor_possible(f: Func, extents: BoundExtents) -> bool:
@@ -139,6 +143,20 @@ def accesses(value: Expr) -> set[tuple[str, tuple]]:
             for a in walk(value) if isinstance(a, Access)}
 
 
+def shared_read(a: Expr, b: Expr, along: set[str] | frozenset[str]) -> bool:
+    """Whether values ``a`` and ``b`` read an array at the same indices that mention a Var of
+    ``along`` (their rows' Vars): a row of a matrix both read, which computing the two together
+    reads from memory once instead of twice. A read that does not vary along the rows (the
+    vector ``x[k]`` of ``A[i, k] * x[k]`` and ``B[i, k] * x[k]``, PolyBench gesummv) counts only
+    with ``FUSE_INVARIANT_READS``: every row reads it whole in either schedule."""
+    mine = {(r.name, tuple(i.key for i in r.indices)): r
+            for r in walk(a) if isinstance(r, Access)}
+    theirs = {(r.name, tuple(i.key for i in r.indices)) for r in walk(b) if isinstance(r, Access)}
+    return any(FUSE_INVARIANT_READS or any(isinstance(n, Var) and n.name in along
+                                           for i in mine[k].indices for n in walk(i))
+               for k in mine.keys() & theirs)
+
+
 def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
                            funcs: Sequence[Func] = ()) -> bool:
     """Whether ``rfactor_lanes`` applies to ``f``: a pure definition's reduction over one RVar
@@ -146,8 +164,10 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
     a matrix read and ``i`` of none (``tmp[i] = A[i, k] * x[k]``: a matrix-vector product, a
     row sum), ``k`` at least ``2 * ROW_VECTORS`` vectors long and ``i`` at least as long as
     there are threads (fewer rows: ``rfactor_chunks``), and no other row reduction among
-    ``funcs`` (its pipeline's) that ``fuse_siblings`` could compute with it: a row sum and a row
-    max of one matrix read it once together, which beat two passes in vector lanes."""
+    ``funcs`` (its pipeline's) that shares a read with it: a row sum and a row max of one matrix
+    read it once together (``fuse_siblings``), which beat two passes in vector lanes; two that
+    share only a vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) ran slower in
+    lanes than as plain row loops, apart (docs/performance.md)."""
     d = f.definition
     assert d is not None
     if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate or f.updates:
@@ -173,7 +193,8 @@ def _row_reduction(f: Func) -> bool:
 
 def _siblings(f: Func, g: Func) -> bool:
     """Whether reductions ``f`` and ``g`` share a read (an array at the same indices) and
-    neither reads the other: what ``fuse_siblings`` computes together."""
+    neither reads the other: what ``fuse_siblings`` computes together where the shared read
+    varies along the rows (``shared_read``)."""
     if g is f or g.definition is None or not g.definition.rvars or g.updates:
         return False
     mine, theirs = accesses(f.definition.value), accesses(g.definition.value)  # type: ignore

@@ -91,9 +91,9 @@ Func computed at root or at a consumer loop):
   (an innermost loop accumulating into one cell runs as a reduction in a register:
   ``schedule/cell_reduction.py``; the rule-based schedule marks every update), or not.
 - ``<F>.with_<H>``, last, for root reductions that the rule-based schedule would fuse
-  (``heuristic.fuse_siblings``: one array read at the same indices, or ``RDom.where``
-  conditions that both mention the Var of the same outermost parallel loop): whether F is
-  computed with H at that loop (``compute_with``), or not.
+  (``heuristic.fuse_siblings``: one array read at the same indices, varying along the loop, or
+  ``RDom.where`` conditions that both mention the Var of the same outermost parallel loop):
+  whether F is computed with H at that loop (``compute_with``), or not.
 
 Not decisions: ``cache_write`` — the lowering's ``promote_accumulators`` already keeps every
 register tile (unrolled and vectorized loops inside a reduction) in a local buffer where that is

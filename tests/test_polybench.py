@@ -276,6 +276,27 @@ def test_the_rule_based_schedules_of_the_level2_and_packed_kernels_are_points(th
         assert space.signature(again) == space.signature(hs), name
 
 
+@pytest.mark.parametrize("invariant", [0, 1])
+def test_gesummvs_two_sums_sharing_only_a_vector_run_apart(invariant, monkeypatch):
+    # gesummv's A[i, j] * x[j] and B[i, j] * x[j] share only x, which every row reads whole:
+    # computed together they ran slower than apart (rfactor_rules.FUSE_INVARIANT_READS); a row
+    # sum and a row max of one matrix are still computed together (test_multiple_outputs.py)
+    from tensorlang.autotuner import rfactor_rules
+
+    monkeypatch.setattr(rfactor_rules, "FUSE_INVARIANT_READS", invariant)
+    kern = KERNELS["gesummv"]
+    h = kern.handle(kern.build())
+    s = heuristic_schedule(h, kern.large)
+    assert ("compute_with" in str(s)) == bool(invariant), str(s)
+    assert "rfactor" not in str(s)  # siblings all the same: no vector-lane partial sums
+    compiled = tl.compile(h, s)
+    for n in (1, 13, 131):
+        sizes = {"N": n}
+        arrays = kern.inputs(sizes, np.random.default_rng(n))
+        got = compiled(**kern.call_args(h, arrays, sizes))
+        np.testing.assert_allclose(got, kern.numpy(arrays, sizes)[0], rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.parametrize("fuse", [1, 0])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_symms_two_triangles_run_in_one_parallel_loop(fuse, threads, monkeypatch):
