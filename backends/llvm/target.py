@@ -15,6 +15,17 @@ import llvmlite
 import llvmlite.binding as llvm
 
 
+#: CPUs (LLVM names) whose code gets LLVM's tuning flag ``prefer-no-gather``: no gather
+#: instruction is emitted (a vector load at scattered addresses becomes scalar loads and
+#: inserts), and the vectorizers cost such loads that way. AMD's cores before Zen 5 run gathers
+#: slowly (microcoded on Zen 1-3); GCC's tuning table (``gcc/config/i386/x86-tune.def``,
+#: ``use_gather_2parts``, ``use_gather_4parts``, ``use_gather``) turns them off for them too
+#: (Zen 3 keeps GCC's gathers of 8 or more elements). Measured on Zen 4: LLVM's SLP vectorizer
+#: packed Halide's bilateral_grid's clamped reads into gathers (docs/performance.md, "Gathers
+#: on AMD Zen"). A comma-separated string, for ``--against``-style switches ("" turns it off).
+SLOW_GATHER_CPUS = "znver1,znver2,znver3,znver4"
+
+
 @functools.cache
 def init_llvm() -> None:
     """Register the native target and asm printer (``llvm.initialize()`` itself is deprecated)."""
@@ -48,11 +59,20 @@ class Target:
             return 256
         return 128
 
+    @property
+    def machine_features(self) -> str:
+        """The feature string LLVM's target machine gets: ``features`` and, for a CPU of
+        ``SLOW_GATHER_CPUS``, the tuning flag ``+prefer-no-gather`` (a code-generation choice,
+        not a feature of the CPU: the cache key keeps ``features``)."""
+        if self.cpu in SLOW_GATHER_CPUS.split(","):
+            return f"{self.features},+prefer-no-gather" if self.features else "+prefer-no-gather"
+        return self.features
+
     def create_target_machine(self, opt: int = 3) -> llvm.TargetMachine:
         """A new LLVM target machine for this target (one per execution engine)."""
         init_llvm()
         t = llvm.Target.from_triple(self.triple)
-        return t.create_target_machine(cpu=self.cpu, features=self.features, opt=opt,
+        return t.create_target_machine(cpu=self.cpu, features=self.machine_features, opt=opt,
                                        reloc="default", codemodel="jitdefault", jit=True)
 
 
