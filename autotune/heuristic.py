@@ -57,9 +57,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 - root reductions that read one array at the same indices, varying along their rows, and run the
   same outermost parallel loop share it (``compute_with``, ``fuse_siblings``): a row of the
   shared array is read by each while in cache (a row sum and a row max of one matrix; a vector
-  read whole by every row does not count: ``FUSE_INVARIANT_READS``); so do two whose ``RDom.where``
-  conditions both mention that loop's Var (``FUSE_UNEVEN``): each block of rows then runs both
-  triangles (PolyBench symm's ``k <= i`` and ``k > i``: every row the same work in all);
+  read whole by every row does not count: ``rfactor_rules.FUSE_INVARIANT_READS``); so do two
+  whose ``RDom.where`` conditions both mention that loop's Var (``FUSE_UNEVEN``): each block of
+  rows then runs both triangles (PolyBench symm's ``k <= i`` and ``k > i``: every row the same
+  work in all);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized (when it spans at least
   ``UPDATE_MIN_VECTORS`` vectors; LLVM's vectorizer gets a shorter one) and its outermost
@@ -364,8 +365,8 @@ def fuse_siblings(s: Schedule, p: Pipeline,
     outermost loop (a row sum and a row max of one matrix; ``rfactor_rules.shared_read``), and
     whose outermost loop is the same parallel loop are computed with the first of them at that
     loop (``compute_with``): each row of the shared array is read by all of them while it is in
-    cache, instead of once per stage from memory. So are root reductions
-    whose ``RDom.where`` conditions mention that loop's Vars (``FUSE_UNEVEN``; ``uneven_along``):
+    cache, instead of once per stage from memory. So are root reductions whose ``RDom.where``
+    conditions mention that loop's Vars (``FUSE_UNEVEN``; ``uneven_along``):
     rows differ in work in each, and one parallel loop over both evens the threads' time out
     where the triangles complement each other (PolyBench symm: ``k <= i`` and ``k > i``, every
     row the same work in the two together). Kept where the fusion is proven and ``accept(f,

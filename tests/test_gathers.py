@@ -11,7 +11,7 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.backends.llvm import target as target_mod
-from tests.algorithms import described_target
+from algorithms import described_target
 
 
 def _strided() -> tl.Func:
