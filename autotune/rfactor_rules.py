@@ -151,7 +151,7 @@ def shared_read(a: Expr, b: Expr, along: set[str] | frozenset[str]) -> bool:
     with ``FUSE_INVARIANT_READS``: every row reads it whole in either schedule."""
     mine = {(r.name, tuple(i.key for i in r.indices)): r
             for r in walk(a) if isinstance(r, Access)}
-    theirs = {(r.name, tuple(i.key for i in r.indices)) for r in walk(b) if isinstance(r, Access)}
+    theirs = accesses(b)
     return any(FUSE_INVARIANT_READS or any(isinstance(n, Var) and n.name in along
                                            for i in mine[k].indices for n in walk(i))
                for k in mine.keys() & theirs)
