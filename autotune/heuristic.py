@@ -106,7 +106,7 @@ from .stream_rules import _column_rows_stage
 from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
                            inlined_nodes, recompute_factor)
-from .update_order import contiguous_innermost, jam_block, jam_rows
+from .update_order import contiguous_innermost, jam_block, jam_rows, jam_tile
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -352,7 +352,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                 break
         for u in f.updates:
             s = _schedule_update(s, output, f, u.number, extents, lanes(f, target), nested,
-                                 lower_each, jam_block(cpu_model(target).vector_registers))
+                                 lower_each, cpu_model(target).vector_registers)
             # an innermost loop accumulating into one cell runs as a SIMD reduction in a
             # register (cholesky's dot products; schedule/cell_reduction.py)
             s[f].update(u.number).atomic()
@@ -399,13 +399,13 @@ def fuse_siblings(s: Schedule, p: Pipeline,
 
 
 def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,
-                     lanes: int, nested: bool, lower_each: bool, block: int) -> Schedule:
+                     lanes: int, nested: bool, lower_each: bool, registers: int) -> Schedule:
     t = _try(s, lambda t: contiguous_innermost(t, f, number, extents, lanes,
                                                UPDATE_MIN_VECTORS))
     if t is not None and (not lower_each or _lowers(output, t)):
         s = t  # the contiguous loop innermost (update_order.py); the steps below start from it
     t = _try(s, lambda t: jam_rows(t, output, f, number, extents, lanes, UPDATE_MIN_VECTORS,
-                                   block))
+                                   jam_block(registers), jam_tile(registers)))
     if t is not None:
         return t  # a block of cells jammed over a shared row (update_order.py), lowered
     if not nested:

@@ -80,7 +80,9 @@ Func computed at root or at a consumer loop):
   ``<F>_rf`` updated in parallel (``rfactor_rules.rfactor_update_chunks``, the rule-based
   schedule's form), or not; otherwise ``<F>.update<i>.jam`` (where ``update_order.jam_rows``
   finds a loop whose cells share a row of the innermost reduction: cholesky's rows) blocks that
-  loop by 4, 8 or 16 cells accumulated together in registers (unroll-and-jam), or 0: not.
+  loop by 3, 4, 8 or 16 cells accumulated together in registers (unroll-and-jam), or 0: not;
+  where a second loop's cells share the other row (cholesky's ``j``), ``<F>.update<i>.jam2``
+  blocks it too by 2 or 4 (a tile of cells), or 1: not.
   An update left in its order as written, of a Func at root, takes ``<F>.update<i>.form``
   where the legality check proves one of the rule-based schedule's forms at that order: its
   innermost loop vectorized and/or one of ``heuristic.update_parallel_loops`` in parallel
@@ -161,7 +163,7 @@ from .rfactor_rules import (
     rfactor_update_chunks,
 )
 from .stream_rules import column_rows, column_rows_possible
-from .update_order import contiguous_innermost, jam, jam_block, jam_rows
+from .update_order import contiguous_innermost, jam, jam_block, jam_rows, jam_tile
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -176,7 +178,9 @@ AT_LEVELS = 4
 MAX_AT_CHAIN = 2
 MAX_VECTOR_UNROLL = 4
 #: the blocks of cells an update's unroll-and-jam may accumulate together (``<F>.update<i>.jam``)
-JAM_BLOCKS = (4, 8, 16)
+JAM_BLOCKS = (3, 4, 8, 16)
+#: ... and the second loop's (``<F>.update<i>.jam2``; 1: that loop is not blocked)
+JAM_BLOCKS2 = (1, 2, 4)
 #: register tiles per row block of the ``packed`` order ("model": ``heuristic.row_block``)
 ROW_BLOCKS = ("model", 1, 2, 4, 8, 16, 32, 64)
 
@@ -264,10 +268,13 @@ class SearchSpace:
                 elif self._update_rfactor_possible(s, f, u) and trial.suggest_categorical(
                         f"{f.name}.update{u.number}.rfactor", [False, True]):
                     rfactor_update_chunks(s, f, u.number, self.extents)
-                elif self._jam_loop(f, u.number) is not None and (block := (
+                elif (jammed := self._jam_loop(f, u.number)) is not None and (block := (
                         trial.suggest_categorical(f"{f.name}.update{u.number}.jam",
                                                   [0, *JAM_BLOCKS]))):
-                    jam(s, f, u.number, self._jam_loop(f, u.number), block)
+                    z, z2 = jammed
+                    block2 = 1 if z2 is None else trial.suggest_categorical(
+                        f"{f.name}.update{u.number}.jam2", list(JAM_BLOCKS2))
+                    jam(s, f, u.number, z, block, z2, block2)
                 else:
                     as_written = True
                 form = "none"
@@ -299,17 +306,18 @@ class SearchSpace:
                 self._contiguous[key] = False
         return self._contiguous[key]
 
-    def _jam_loop(self, f: Func, number: int) -> str | None:
-        """The loop ``update_order.jam_rows`` blocks in update ``number`` of ``f`` from the
-        default order, with the rule-based schedule's block for the target, or None (decided
+    def _jam_loop(self, f: Func, number: int) -> tuple[str, str | None] | None:
+        """The loops ``update_order.jam_rows`` blocks in update ``number`` of ``f`` from the
+        default order, with the rule-based schedule's blocks for the target, or None (decided
         once per update)."""
         key = (f.name, number)
         if key not in self._jam:
+            registers = cpu_model(self.target).vector_registers
             try:
                 self._jam[key] = jam_rows(Schedule(self.output), self.output, f, number,
                                           self.extents, lanes(f, self.target),
-                                          UPDATE_MIN_VECTORS,
-                                          jam_block(cpu_model(self.target).vector_registers))
+                                          UPDATE_MIN_VECTORS, jam_block(registers),
+                                          jam_tile(registers))
             except ScheduleError:
                 self._jam[key] = None
         return self._jam[key]
@@ -787,11 +795,14 @@ class _Oracle:
             up = states.get(f"{func}.update({rest[6:-9]})")
             par = up is not None and ForKind.PARALLEL in up.kinds.values()
             return [par, not par]
-        if rest.startswith("update") and rest.endswith(".jam"):
-            up = states.get(f"{func}.update({rest[6:-4]})")
-            block = next((r.factor for r in (up.relations if up is not None else ())
-                          if isinstance(r, Split) and up.kinds.get(r.inner) is ForKind.UNROLLED),
-                         0)
+        if rest.startswith("update") and (rest.endswith(".jam") or rest.endswith(".jam2")):
+            number, second = rest[6:].split(".")
+            up = states.get(f"{func}.update({number})")
+            blocks = [r.factor for r in (up.relations if up is not None else ())
+                      if isinstance(r, Split) and up.kinds.get(r.inner) is ForKind.UNROLLED]
+            # (``update_order.jam`` splits the first loop, then the second)
+            block = blocks[1] if second == "jam2" and len(blocks) > 1 else \
+                1 if second == "jam2" else blocks[0] if blocks else 0
             return [block, *(c for c in choices if c != block)]
         if rest.startswith("update") and rest.endswith(".form"):
             up = states.get(f"{func}.update({rest[6:-5]})")

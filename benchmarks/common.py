@@ -20,7 +20,8 @@ def rule_settings(settings: str) -> Iterator[None]:
     ``+``; ``NAME`` is ``tensorlang.autotuner.heuristic``'s, ``MODULE.NAME`` another module's of
     ``tensorlang.autotuner`` (``cpu_model.MAX_ACCUMULATORS=24``) and a ``MODULE`` starting with
     ``tensorlang.`` that module (``tensorlang.schedule.promote.MAX_TILE_ELEMENTS=512``); VALUE is
-    converted to the constant's type.
+    converted to the constant's type (a tuple's items separated by commas:
+    ``update_order.JAM_TILE=8,1``).
 
     Raises:
         AttributeError: a constant that does not exist (a misspelt name sets nothing).
@@ -35,7 +36,9 @@ def rule_settings(settings: str) -> Iterator[None]:
     keep = {n: getattr(*where[n]) for n in sets}
     try:
         for n, value in sets.items():
-            setattr(*where[n], type(keep[n])(value))
+            old = keep[n]
+            setattr(*where[n], tuple(type(old[0])(v) for v in value.split(","))
+                    if isinstance(old, tuple) and old else type(old)(value))
         yield
     finally:
         for n, value in keep.items():

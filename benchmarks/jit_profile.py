@@ -1,11 +1,13 @@
 """Where a compiled kernel spends its time, loop by loop: ``perf`` samples of the JIT code.
 
-Run: python benchmarks/jit_profile.py [--workload matmul | --app hist] [--shape M=1024,...]
+Run: python benchmarks/jit_profile.py [--workload matmul | --app hist | --polybench cholesky]
+     [--shape M=1024,...]
      [--dtype float64] [--cpu haswell] [--set NAME=VALUE[+NAME=VALUE]] [--seconds 6]
      [--list FIRST-LAST] [--then 'PYTHON']
      (TENSORLANG_NUM_THREADS=1 for one thread; needs ``perf``, Debian package linux-perf)
 
-The rule-based schedule of a built-in workload or of a program of ``halide_apps.py`` (``--set``
+The rule-based schedule of a built-in workload, of a program of ``halide_apps.py`` or of a
+PolyBench kernel (``--set``
 changes the rules' constants as ``benchmarks/gemm_packed.py``'s ``auto:NAME=VALUE`` does) is
 compiled, for this machine or for a described CPU (``--cpu haswell``: AVX2 code with 16 vector
 registers, which an AVX-512 host runs; ``OPENBLAS_CORETYPE=Haswell`` gives NumPy's BLAS the
@@ -123,7 +125,13 @@ def _run(args: argparse.Namespace) -> None:
     from tensorlang.autotuner.measure import random_inputs
     from tensorlang.autotuner.workloads import BUILTIN, free_sizes, input_shapes, parse_shape
 
-    if args.app:  # a program of benchmarks/halide_apps.py, at its sizes and on its inputs
+    bench = None
+    if args.polybench:  # a PolyBench kernel at its LARGE sizes, on its inputs
+        from polybench.kernels import KERNELS
+        bench = KERNELS[args.polybench]
+        out = bench.handle(bench.build())
+        sizes = dict(bench.large, **(parse_shape(args.shape) if args.shape else {}))
+    elif args.app:  # a program of benchmarks/halide_apps.py, at its sizes and on its inputs
         from halide_apps import APPS
         build, _, sizes, make = APPS[args.app]
         out = build()
@@ -149,13 +157,21 @@ def _run(args: argparse.Namespace) -> None:
         fh.write(readable_bytes(lo, size))
     with open(os.path.join(args.dump, "code.txt"), "w") as fh:
         fh.write(f"{lo} {size}\n{s.to_python()}\n")
+    t0 = time.time()
+    calls = 0
+    if bench is not None:  # its own arguments (sizes, scalars); a fresh output each call
+        call = bench.call_args(out, bench.inputs(sizes, np.random.default_rng(0)), sizes)
+        while time.time() - t0 < args.seconds:
+            kern(**call)
+            calls += 1
+        print(f"{calls} calls in {args.seconds:g} s", flush=True)
+        return
     arrays = make(sizes, np.random.default_rng(0)) if args.app else \
         random_inputs(tl.Pipeline(out), input_shapes(out, sizes))
     extra = free_sizes(out, sizes)
     o = kern(**arrays, **extra)
     np.asarray(o)
     t0 = time.time()
-    calls = 0
     while time.time() - t0 < args.seconds:
         kern(**arrays, **extra, out=o)
         calls += 1
@@ -175,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="matmul")
     ap.add_argument("--app", default="", help="a program of halide_apps.py instead")
+    ap.add_argument("--polybench", default="",
+                    help="a PolyBench kernel (benchmarks/polybench) at its LARGE sizes instead")
     ap.add_argument("--shape", default="")
     ap.add_argument("--dtype", default=None)
     ap.add_argument("--cpu", default="", help="a described CPU to compile for (mca.FEATURES)")

@@ -29,14 +29,21 @@ reassociated), this pass rewrites such a loop in two steps:
    ranges run as before, in order.
 
 **A block of cells** (unroll-and-jam; ``update_order.jam_rows`` schedules it): where the loop's
-whole body is an unrolled loop of constant extent (at most ``MAX_TILE``) around the one store —
-cholesky's ``split('r_z', 8)`` with ``r_z.i`` moved inside ``r_x`` and unrolled — each iteration
-of it accumulates into its own cell. The cut points must then be free of the unrolled variable
-(the ranges are shared), the proof covers every pair of the block's iterations (no read of one
-touches the cell of any), and the block's cells live in one register buffer of that extent:
-loaded before the range, accumulated together in it (the shared row ``A[j, k]`` loaded once per
-term for all of them), stored after it. A guard that depends on the unrolled variable (the rows
-of the block past the diagonal) is checked per cell.
+whole body is an unrolled loop of constant extent around the one store — cholesky's
+``split('r_z', 8)`` with ``r_z.i`` moved inside ``r_x`` and unrolled — or two such loops, one
+inside the other (a tile: rows ``i`` x rows ``j``), at most ``MAX_TILE`` cells together, each
+iteration accumulates into its own cell. The ranges are shared by the block's cells: a
+comparison that moves with the unrolled loops (the tile's ``k < j``) is cut at its hull, its
+least and greatest value over them (``HULL_CUTS``; as Halide's loop partitioning finds a
+condition's steady state over the loops inside it): below the least it holds for
+every cell, past the greatest for none, and between, at most the block's extent long, the
+loop keeps it and runs in order. The proof covers every pair of the block's iterations (no
+read of one touches the cell of any), and the block's cells live in one register buffer:
+loaded before the range, accumulated together in it (each row loaded once per term for the
+block's row or column of cells), stored after it. A guard that depends on the unrolled
+variables (the rows of the block past the diagonal) is checked per cell; a guard between the
+two unrolled loops (a split's tail) moves inside them, and a comparison the enclosing loops
+imply (that tail's ``j < N`` where ``j <= i`` and ``i < N`` bound it) is dropped.
 
 The loop is rewritten only where some range becomes a reduction. Nothing else changes: a loop
 inside a vectorized loop or a GPU kernel, a loop whose body is not one store (under at most
@@ -68,21 +75,33 @@ _LANES = frozenset({ForKind.VECTORIZED, ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 #: the most comparisons of the loop variable a loop is cut by (each at most triples the ranges)
 MAX_CONDITIONS = 6
-#: the most cells an unrolled loop inside the reduction loop may accumulate together
+#: the most cells the unrolled loops inside the reduction loop may accumulate together
 MAX_TILE = 32
+#: a comparison that moves with a block's cells is cut at its hull (``cut_ranges``): the
+#: ranges outside it accumulate the block in registers. 0: such a loop is left as it is (for a
+#: benchmark's A/B; ``cell_switches`` puts it in ``lower``'s cache key)
+HULL_CUTS = 1
+
+
+def cell_switches() -> tuple[int, ...]:
+    """This module's switches now (part of ``lower``'s cache key)."""
+    return (HULL_CUTS, MAX_TILE)
 
 
 def expr_vars(e: Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, (Var, Size))}
 
 
-def _split_condition(exprs: list[Expr], x: str) -> tuple[str, Expr, Cmp] | None:
+def _split_condition(exprs: list[Expr], x: str, skip: tuple[Cmp, ...] = ()
+                     ) -> tuple[str, Expr, Cmp] | None:
     """The first comparison in ``exprs`` that is affine in loop variable ``x`` with coefficient
     +-1 (``k - i - 1 >= 0``), as ``(op, e, cmp)`` meaning ``x op e`` with ``e`` free of ``x``;
-    None if there is none."""
+    None if there is none. Comparisons in ``skip`` are passed over."""
     for root in exprs:
         for c in walk(root):
             if not isinstance(c, Cmp) or c.op not in _FLIP or x not in expr_vars(c):
+                continue
+            if any(c.same_as(o) for o in skip):
                 continue
             if not c.a.dtype.is_int or reads_memory(c.a) or reads_memory(c.b):
                 continue
@@ -110,17 +129,51 @@ def unit_term(e: Expr, x: str) -> tuple[int, Expr] | None:
     return k, rest
 
 
-def cut_ranges(op: str, e: Expr, lo: Expr, hi: Expr, ctx: LoopContext
-            ) -> list[tuple[Expr, Expr, bool]]:
+def cut_ranges(op: str, e: Expr, lo: Expr, hi: Expr, ctx: LoopContext,
+               tiles: tuple[For, ...] = ()) -> list[tuple[Expr, Expr, bool | None]]:
     """``[lo, hi)`` cut where ``x op e`` changes: (start, end, truth) per range, in order,
-    leaving out those ``ctx`` proves empty."""
-    e1 = sadd(e, sconst(1))
-    cuts = {"lt": ([e], [True, False]), "le": ([e1], [True, False]),
-            "gt": ([e1], [False, True]), "ge": ([e], [False, True]),
-            "eq": ([e, e1], [False, True, False]), "ne": ([e, e1], [True, False, True])}[op]
+    leaving out those ``ctx`` proves empty. Where ``e`` moves with the unrolled loops ``tiles``
+    (a block of cells), the cuts are at its least and greatest value over them (the hull):
+    outside, ``x op e`` is the same for every cell; between, truth None (it differs)."""
+    low, high = _hull(e, tiles)
+    if low is None:
+        raise Unrepresentable(f"{e} is not affine in the tile")
+    mixed = not low.same_as(high)
+    if mixed and not HULL_CUTS:  # cut at e itself: ranges that move with the tile
+        low = high = e
+        mixed = False
+    lo1, hi1 = sadd(low, sconst(1)), sadd(high, sconst(1))
+    if op in ("eq", "ne"):
+        cuts = ([low, hi1], [op == "ne", None, op == "ne"]) if mixed else \
+            ([low, lo1], [op == "ne", op == "eq", op == "ne"])
+    else:
+        first = op in ("lt", "le")
+        at = (lo1, hi1) if op in ("le", "gt") else (low, high)
+        cuts = ([at[0], at[1]], [first, None, not first]) if mixed \
+            else ([at[0]], [first, not first])
     points = [lo, *(ctx.clamp(p, lo, hi) for p in cuts[0]), hi]
     return [(points[k], points[k + 1], truth) for k, truth in enumerate(cuts[1])
             if not ctx.holds(f"{ctx.text(points[k])} >= {ctx.text(points[k + 1])}")]
+
+
+def _hull(e: Expr, tiles: tuple[For, ...]) -> tuple[Expr | None, Expr | None]:
+    """The least and greatest value of ``e`` over the iterations of the unrolled loops
+    ``tiles`` (each of constant extent), as expressions free of their variables; ``(None,
+    None)`` where ``e`` is not affine in them."""
+    names = {t.var for t in tiles}
+    if not names & expr_vars(e):
+        return e, e
+    try:
+        form = affine_form(e)
+    except NonAffine:
+        return None, None
+    low = high = e
+    for t in tiles:
+        c = form.coeff(t.var)
+        last = sadd(t.min, sconst(const_value(t.extent) - 1))
+        small, big = (t.min, last) if c > 0 else (last, t.min)
+        low, high = substitute(low, {t.var: small}), substitute(high, {t.var: big})
+    return simplify_expr(low), simplify_expr(high)
 
 
 def _resolve(value: Expr, cond: Cmp, truth: bool) -> Expr:
@@ -249,22 +302,22 @@ class LoopContext:
             else smax(lo, smin(hi, v))
 
     def disjoint(self, reads: list[Load], cell: Load, x: str, start: Expr, end: Expr,
-                 tile: For | None = None) -> bool:
+                 tiles: tuple[For, ...] = ()) -> bool:
         """Whether no read in ``reads`` touches ``cell`` for any ``x`` in ``[start, end)``; with
-        ``tile`` (an unrolled loop inside ``x``'s, in the context), no read of any of its
-        iterations touches the cell of any of its iterations."""
+        ``tiles`` (unrolled loops inside ``x``'s, in the context), no read of any of their
+        iterations touches the cell of any of their iterations."""
         try:
             xs = self._name(x)
             bounds = [f"{self.text(start)} <= {xs} < {self.text(end)}"]
             dims = [xs]
             cell_at = cell.indices
-            if tile is not None:  # the cell's own iteration of the tile: another variable
+            for tile in tiles:  # the cell's own iteration of the tile: another variable
                 other = f"{tile.var}_cell"
                 vs = self._name(other)
                 dims.append(vs)
                 lo = self.text(tile.min)
                 bounds.append(f"{lo} <= {vs} < {lo} + {self.text(tile.extent)}")
-                cell_at = tuple(substitute(i, {tile.var: Var(other)}) for i in cell.indices)
+                cell_at = tuple(substitute(i, {tile.var: Var(other)}) for i in cell_at)
             for r in reads:
                 eqs = [f"{self.text(a)} = {self.text(b)}" for a, b in zip(r.indices, cell_at)]
                 if not self.empty(dims, bounds + eqs):
@@ -283,23 +336,32 @@ class Piece:
     end: Expr
     guard: Expr | None
     store: Store
+    #: comparisons left unresolved here: they differ between the cells of a block
+    mixed: tuple[Cmp, ...] = ()
 
 
-def cut_piece(p: Piece, x: str, depth: int, ctx: LoopContext) -> list[Piece]:
+def cut_piece(p: Piece, x: str, depth: int, ctx: LoopContext,
+              tiles: tuple[For, ...] = ()) -> list[Piece]:
     """``p`` cut where a comparison of ``x`` in its guard, indices or value changes, then each
-    range cut again (at most ``depth`` conditions deep); ranges whose guard is false dropped."""
+    range cut again (at most ``depth`` conditions deep); ranges whose guard is false dropped.
+    With a block of cells (the unrolled loops ``tiles``), a comparison that moves with them is
+    cut at its hull (``cut_ranges``) and left as it is between."""
     exprs = [*([p.guard] if p.guard is not None else []), *p.store.indices, p.store.value]
-    split = _split_condition(exprs, x) if depth else None
+    split = _split_condition(exprs, x, p.mixed) if depth else None
     if split is None:
         return [p]
     op, e, cond = split
     out: list[Piece] = []
     try:
-        ranges = cut_ranges(op, e, p.start, p.end, ctx)
+        ranges = cut_ranges(op, e, p.start, p.end, ctx, tiles)
     except Unrepresentable:
         return [p]
     for a, b, truth in ranges:
         if a.same_as(b):
+            continue
+        if truth is None:
+            out.extend(cut_piece(dataclasses.replace(p, start=a, end=b, mixed=(*p.mixed, cond)),
+                                 x, depth - 1, ctx, tiles))
             continue
         guard = None if p.guard is None else _resolve(p.guard, cond, truth)
         if isinstance(guard, Const):
@@ -309,26 +371,84 @@ def cut_piece(p: Piece, x: str, depth: int, ctx: LoopContext) -> list[Piece]:
         st = dataclasses.replace(p.store, indices=tuple(_resolve(i, cond, truth)
                                                         for i in p.store.indices),
                                  value=_resolve(p.store.value, cond, truth))
-        out.extend(cut_piece(Piece(a, b, guard, st), x, depth - 1, ctx))
+        out.extend(cut_piece(Piece(a, b, guard, st, p.mixed), x, depth - 1, ctx, tiles))
     return out
 
 
-def _tile(loop: For) -> tuple[For | None, Stmt]:
-    """The unrolled loop of constant extent (at most ``MAX_TILE``) that is ``loop``'s whole
-    body and whose bounds are free of ``loop``'s variable — one cell per iteration, a register
-    tile — and the statement inside it; ``(None, loop.body)`` when there is none."""
-    t = loop.body
-    if isinstance(t, For) and t.kind is ForKind.UNROLLED:
-        n = const_value(t.extent)
-        if n is not None and 0 < n <= MAX_TILE and loop.var not in expr_vars(t.min) \
-                and not reads_memory(t.min):
-            return t, t.body
-    return None, loop.body
+def _tiles(loop: For) -> tuple[tuple[For, ...], Stmt]:
+    """The unrolled loops of constant extent, each the whole body of the one outside it (the
+    first ``loop``'s), whose bounds are free of ``loop``'s and their variables and whose
+    iterations number at most ``MAX_TILE`` together — one cell per iteration, a register tile
+    of one or two dimensions — and the statement inside them; ``((), loop.body)`` when there
+    are none."""
+    tiles: list[For] = []
+    conds: list[Expr] = []
+    t, cells = loop.body, 1
+    names = {loop.var}
+    while True:
+        inner, ifs = t, []
+        while isinstance(inner, IfThenElse) and inner.otherwise is None:
+            ifs.append(inner.cond)
+            inner = inner.then
+        n = const_value(inner.extent) if isinstance(inner, For) else None
+        if not isinstance(inner, For) or inner.kind is not ForKind.UNROLLED or n is None \
+                or n < 1 or cells * n > MAX_TILE or names & expr_vars(inner.min) \
+                or reads_memory(inner.min):
+            break
+        # an ``if`` between two loops of the tile (a split's tail guard) moves inside them
+        conds += ifs
+        tiles.append(inner)
+        names.add(inner.var)
+        cells *= n
+        t = inner.body
+    if not conds:
+        return tuple(tiles), t
+    ifs = []
+    while isinstance(t, IfThenElse) and t.otherwise is None:
+        ifs.append(t.cond)
+        t = t.then
+    cond = conds[0]
+    for c in conds[1:] + ifs:
+        cond = BinOp("and", cond, c, cond.dtype)
+    return tuple(tiles), IfThenElse(cond, t)
+
+
+_ISL_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "="}
+
+
+def _conjuncts(e: Expr) -> list[Expr]:
+    if isinstance(e, BinOp) and e.op == "and":
+        return [*_conjuncts(e.a), *_conjuncts(e.b)]
+    return [e]
+
+
+def _drop_implied(guard: Expr | None, ctx: LoopContext, given: tuple[str, ...]) -> Expr | None:
+    """``guard`` without the comparisons the enclosing loops, the tile's and ``given`` imply (a
+    split's tail guard on rows that the triangle's bound keeps inside the domain); None when
+    none is left."""
+    if guard is None:
+        return None
+    kept = []
+    for c in _conjuncts(guard):
+        try:
+            implied = isinstance(c, Cmp) and c.op in _ISL_OPS and c.a.dtype.is_int and \
+                ctx.holds(f"{ctx.text(c.a)} {_ISL_OPS[c.op]} {ctx.text(c.b)}", given)
+        except Unrepresentable:
+            implied = False
+        if not implied:
+            kept.append(c)
+    if not kept:
+        return None
+    out = kept[0]
+    for c in kept[1:]:
+        out = BinOp("and", out, c, out.dtype)
+    return out
 
 
 def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
          context: tuple[Stmt, ...]) -> Stmt | None:
-    tile, body = _tile(loop)
+    tiles, body = _tiles(loop)
+    tile_vars = {t.var for t in tiles}
     guard = None
     if isinstance(body, IfThenElse) and body.otherwise is None:
         body, guard = body.then, body.cond
@@ -339,15 +459,22 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
     if dtype.is_bool:
         return None
     x = loop.var
-    ctx = LoopContext(context + ((tile,) if tile is not None else ()))
-    pieces = cut_piece(Piece(loop.min, sadd(loop.min, loop.extent), guard, body), x, MAX_CONDITIONS,
-                  ctx)
-    if tile is not None and any(tile.var in expr_vars(p.start) | expr_vars(p.end)
-                                for p in pieces):
+    ctx = LoopContext(context + tiles)
+    pieces = cut_piece(Piece(loop.min, sadd(loop.min, loop.extent), guard, body), x,
+                       MAX_CONDITIONS, ctx, tiles)
+    if any(tile_vars & (expr_vars(p.start) | expr_vars(p.end)) for p in pieces):
         return None  # the ranges differ between the tile's cells: they cannot share the loop
 
     def in_tile(s: Stmt) -> Stmt:
-        return s if tile is None else dataclasses.replace(tile, body=s)
+        for t in reversed(tiles):
+            s = dataclasses.replace(t, body=s)
+        return s
+
+    # the cell of each iteration of the tiles: their iterations numbered row-major
+    cells, flat = 1, sconst(0)
+    for t in reversed(tiles):
+        flat = sadd(flat, BinOp("mul", ssub(Var(t.var), t.min), sconst(cells), flat.dtype))
+        cells *= const_value(t.extent)
 
     out: list[Stmt] = []
     reduced = False
@@ -357,6 +484,7 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
             st = dataclasses.replace(p.store, indices=tuple(ctx.fold(i, given)
                                                             for i in p.store.indices),
                                      value=ctx.fold(p.store.value, given))
+            p = dataclasses.replace(p, guard=_drop_implied(p.guard, ctx, given))
         except Unrepresentable:
             st = p.store
         extent = smax(sconst(0), ssub(p.end, p.start))
@@ -368,18 +496,16 @@ def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
         if acc is not None:
             rop, term = acc
             reads = [n for n in walk(term) if isinstance(n, Load) and n.buffer == st.buffer]
-            if ctx.disjoint(reads, cell, x, p.start, p.end, tile):
+            if ctx.disjoint(reads, cell, x, p.start, p.end, tiles):
                 counter[0] += 1
-                n = 1 if tile is None else const_value(tile.extent)
-                buf = Buffer(f"{st.buffer}.cell{counter[0]}", dtype,
-                             (sconst(0) if tile is None else tile.min,), (sconst(n),),
-                             "internal", register=True)
+                buf = Buffer(f"{st.buffer}.cell{counter[0]}", dtype, (sconst(0),),
+                             (sconst(cells),), "internal", register=True)
                 buffers[buf.name] = buf
-                reg = (sconst(0) if tile is None else Var(tile.var),)
+                reg = (simplify_expr(flat),)
                 # a guard free of x holds for the whole range: checked once, outside (per cell
                 # of the tile when it depends on the cell)
-                inner = None if p.guard is None or tile is None \
-                    or tile.var not in expr_vars(p.guard) else p.guard
+                inner = None if p.guard is None or not tile_vars & expr_vars(p.guard) \
+                    else p.guard
 
                 def each(s: Stmt, inner: Expr | None = inner) -> Stmt:
                     return in_tile(s if inner is None else IfThenElse(inner, s))

@@ -36,7 +36,7 @@ from tensorlang.errors import ScheduleError
 from tensorlang.func import Func
 from tensorlang.pipeline import Pipeline
 
-from .cell_reduction import reduce_update_cells
+from .cell_reduction import cell_switches, reduce_update_cells
 from .hoist import hoist_invariants
 from .invariant_reads import hoist_update_reads
 from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
@@ -103,7 +103,8 @@ def lower(output: Func | Sequence[Func] | Pipeline,
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
     # (a benchmark switches the passes' switches between two lowerings)
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           folding(), lowering_switches(), range_folding(), widening(), promoting())
+           folding(), lowering_switches(), range_folding(), widening(), promoting(),
+           cell_switches())
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]

@@ -44,6 +44,14 @@ from .trace import TailStrategy
 #: version condition (for a benchmark's A/B).
 SERIAL_TAILS = 1
 
+#: An ``RDom.where`` bound placed on a serial reduction loop of constant range also bounds the
+#: loops outside it that it mentions, by what some iteration of that range allows (the loop's
+#: projection, as isl's AST generator bounds every loop; ``_bound_outward``): with the
+#: reduction ``k <= j`` split into ``kc`` blocks outside ``j``, ``j`` starts at the block's
+#: first ``k`` instead of running empty trips from 0. 0: only the innermost loop is bounded
+#: (for a benchmark's A/B).
+PROJECT_BOUNDS = 1
+
 
 @dataclass
 class Leaf:
@@ -268,6 +276,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 continue
             tightened, whole = placed
             bounded[tightened] = bounded.get(tightened, 0) + 1
+            _project(part, leaves[pos[tightened]], leaves, pos, splits, first_red)
             if whole is not None:
                 counts.setdefault(tightened, []).append(whole)
     # an inner loop that another guard also bounds (a split of a split's tail) is whole only
@@ -329,7 +338,7 @@ def _tail_peel(e: Expr, bound: Expr, factor: int, inner: str, leaves: list[Leaf]
 def nest_switches() -> tuple[int, ...]:
     """This module's switches now (``realize.lowering_switches``: part of ``lower``'s cache
     key)."""
-    return (SERIAL_TAILS,)
+    return (SERIAL_TAILS, PROJECT_BOUNDS)
 
 
 def _serial_tails(soft: list[tuple[int, tuple[Expr, Expr, Split]]],
@@ -512,6 +521,23 @@ def _bound_outward(form: Affine, inner: str, lo: int, ext: int, leaves: list[Lea
             return
         if lo is None or ext is None:
             return
+
+
+def _project(form: Affine, lf: Leaf, leaves: list[Leaf], pos: dict[str, int],
+             splits: dict[str, tuple[str, int]], inside: int | None) -> None:
+    """After ``form <= 0`` bounded ``lf``, a serial reduction loop whose whole range is the
+    constant ``[lo, lo + ext)``, bound the loops outside it that ``form`` mentions by what some
+    iteration of that range allows (``PROJECT_BOUNDS``): an outer iteration without one runs no
+    point of the domain. Only inside the first reduction loop (``inside``), where no
+    initialisation runs."""
+    if not PROJECT_BOUNDS or inside is None or pos[lf.var] <= inside \
+            or lf.kind is not ForKind.SERIAL or not lf.reduction:
+        return
+    lo = const_value(lf.full_min if lf.full_min is not None else lf.min)
+    ext = const_value(lf.full_extent) if lf.full_extent is not None else None
+    if lo is None or ext is None or ext < 1:
+        return
+    _bound_outward(form, lf.var, lo, ext, leaves, pos, splits, inside)
 
 
 def _outer_ranges(leaves: list[Leaf], k: int) -> dict[str, tuple[Expr, Expr]]:

@@ -298,9 +298,82 @@ def test_a_block_whose_reads_touch_its_cells_is_not_jammed():
     assert not _cells(F, s)
 
 
-@pytest.mark.parametrize("cpu,block", [("skylake-avx512", 8), ("haswell", 4)])
+def _tiled(ch, a: int, b: int):
+    """cholesky's update with rows ``i`` in blocks of ``a`` and rows ``j`` in blocks of ``b``,
+    both unrolled inside ``k`` (the two-loop unroll-and-jam of ``update_order.jam_rows``)."""
+    s = tl.Schedule(ch)
+    u = s[ch].update(0)
+    zo, zi = u.split("r_z", a)
+    yo, yi = u.split("r_y", b)
+    u.reorder(zo, yo, "r_x", yi, zi)
+    u.unroll(yi)
+    u.unroll(zi)
+    u.atomic()
+    return s
+
+
+@pytest.mark.parametrize("a,b", [(4, 4), (3, 4), (2, 3), (5, 2)])
+def test_a_tile_of_two_unrolled_loops_accumulates_together(a, b):
+    # rows j of the tile depend on each other below the tile's first row (k < j moves with
+    # the tile): the reduction loop is cut at the hull of k < j — up to the tile's first j all
+    # a x b cells accumulate in registers, the tile's own triangle runs in order; sizes not a
+    # multiple of a or b take the guarded version, whose tail guards the triangle implies
+    f = _cholesky()
+    s = _tiled(f, a, b)
+    assert s.check().ok
+    tiles = [buf for name, buf in lower(f, s).buffers.items() if ".cell" in name]
+    assert tiles and all(buf.register for buf in tiles)
+    assert a * b in {int(buf.extents[0].value) for buf in tiles}
+    kern = tl.compile(f, s)
+    for n in SIZES + [2 * a * b + 1, 37]:
+        m = _spd(n)
+        want = np.tril(np.linalg.cholesky(m)) + np.triu(m, 1)
+        np.testing.assert_allclose(kern(A=m), want, rtol=1e-10, atol=1e-12)
+
+
+def test_guarded_version_keeps_its_tile_in_registers():
+    # n = 37 is no multiple of 4: the guarded version splits with a tail guard on the rows j
+    # (``r_y.i + ... < N``) between the two unrolled loops; it moves inside them and, implied
+    # by j <= i < N, is dropped from the loop that accumulates
+    f = _cholesky()
+    nest = str(lower(f, _tiled(f, 4, 4)))
+    guarded = nest[nest.index("else:"):]
+    assert "cell" in guarded
+    lines = guarded.splitlines()
+    first = next(k for k, ln in enumerate(lines) if "+= (-1.0)" in ln)  # whole blocks of i
+    assert "unrolled for r_z.i" in lines[first - 1], "\n".join(lines[first - 4:first + 1])
+
+
+@pytest.mark.parametrize("hull", [0, 1])
+def test_trisolv_rows_block_at_the_hull_of_their_triangle(monkeypatch, hull):
+    # x[i] -= L[i, j] * x[j] for j < i, rows i in blocks of 4 inside j: j < i moves with the
+    # block. Cut at its hull (j below the block's first row: every cell's sum) the block
+    # accumulates in registers; without the hull cuts the loop cannot be shared
+    from tensorlang.schedule import cell_reduction
+
+    monkeypatch.setattr(cell_reduction, "HULL_CUTS", hull)
+    x, _ = algorithms.trisolv()
+    s = tl.Schedule(x)
+    u = s[x].update(0)
+    yo, yi = u.split("r_y", 4)
+    u.reorder(yo, "r_x", yi)
+    u.unroll(yi)
+    u.atomic()
+    assert s.check().ok
+    tiles = [buf for name, buf in lower(x, s).buffers.items() if ".cell" in name]
+    assert (4 in {int(buf.extents[0].value) for buf in tiles}) == bool(hull)
+    kern = tl.compile(x, s)
+    for n in SIZES + [37]:
+        rng = np.random.default_rng(n)
+        L = np.tril(rng.random((n, n))) + n * np.eye(n)
+        b = rng.random(n)
+        np.testing.assert_allclose(kern(L=L, b=b), np.linalg.solve(L, b), rtol=1e-10)
+
+
+@pytest.mark.parametrize("cpu,block", [("skylake-avx512", 16), ("haswell", 12)])
 def test_rule_based_schedule_jams_cholesky_rows(cpu, block):
-    # 8 rows with AVX-512's 32 vector registers, 4 with AVX2's 16 (8 spill there: llvm-mca)
+    # rows i x rows j: 4 x 4 cells with AVX-512's 32 vector registers, 3 x 4 with AVX2's 16
+    # (update_order.jam_tile)
     from algorithms import described_target
     from tensorlang.autotuner.heuristic import heuristic_schedule
 

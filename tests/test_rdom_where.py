@@ -404,3 +404,30 @@ def test_model_domain_states_ne_and_or_exactly(cond):
     want = x * 2.0
     want[3] = 3.0
     np.testing.assert_allclose(tl.compile(F)(X=x), want)
+
+
+@pytest.mark.parametrize("project", [0, 1])
+@pytest.mark.parametrize("kc", [3, 8])
+def test_a_split_reduction_bounds_the_loops_outside_it(monkeypatch, project, kc):
+    """cholesky's ``k <= j`` with ``k`` split into blocks of ``kc`` outside ``j``: bounded by
+    what some ``k`` of the block allows (``nest.PROJECT_BOUNDS``), ``j`` starts at the block's
+    first ``k`` instead of running empty trips from 0; the results match either way."""
+    from algorithms import cholesky
+    from tensorlang.schedule import nest
+
+    monkeypatch.setattr(nest, "PROJECT_BOUNDS", project)
+    ch = cholesky()
+    s = tl.Schedule(ch)
+    u = s[ch].update(0)
+    u.split("r_x", kc)
+    u.reorder("r_z", "r_x.o", "r_y", "r_x.i")
+    u.atomic()
+    assert s.check().ok
+    k = tl.compile(ch, s)
+    starts = f"for r_y in [{kc} * r_x.o, " in k.loop_nest()
+    assert starts == bool(project), k.loop_nest()
+    for n in (1, 2, 7, 13, 2 * kc + 1):
+        b = np.random.default_rng(n).random((n, n))
+        a = b @ b.T / n + np.eye(n)
+        np.testing.assert_allclose(k(A=a), np.tril(np.linalg.cholesky(a)) + np.triu(a, 1),
+                                   rtol=1e-10, atol=1e-12, err_msg=f"n={n}")

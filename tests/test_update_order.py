@@ -11,7 +11,7 @@ import pytest
 import tensorlang as tl
 from algorithms import cholesky, described_target, lu, lu_loops, trisolv
 from tensorlang.autotuner.heuristic import heuristic_schedule
-from tensorlang.autotuner.update_order import (ROW_BLOCK, contiguous_accesses,
+from tensorlang.autotuner.update_order import (JAM_TILE, ROW_BLOCK, contiguous_accesses,
                                                contiguous_innermost, jam_rows, strided_accesses)
 from tensorlang.autotuner.workloads import BoundExtents
 from tensorlang.errors import ScheduleError
@@ -107,18 +107,30 @@ def _spd(n: int) -> np.ndarray:
     return b @ b.T / n + np.eye(n)
 
 
-def test_jam_rows_blocks_the_rows_that_share_a_row_and_refuses_the_others():
-    # cholesky: the cells A[i, j] of a block of rows i share the row A[j, k]; lu's innermost
-    # loop strides down a column; trisolv's ranges k < i move with the block, so its cells
-    # cannot share one loop (the lowered nest is checked)
+def test_jam_rows_blocks_the_rows_that_share_a_row_and_refuses_the_others(monkeypatch):
+    # cholesky: the cells A[i, j] of a block of rows i share the row A[j, k], those of a block
+    # of rows j the row A[i, k]; lu's innermost loop strides down a column; trisolv's ranges
+    # k < i move with the block: cut at their hull, the block shares the loop up to its first
+    # row, and without hull cuts it cannot (the lowered nest is checked)
+    from tensorlang.schedule import cell_reduction
+
     ch = cholesky()
     s = tl.Schedule(ch)
-    assert jam_rows(s, ch, ch, 0, BoundExtents(ch, {"N": 67}), 8, 4) == "r_z"
+    assert jam_rows(s, ch, ch, 0, BoundExtents(ch, {"N": 67}), 8, 4) == ("r_z", None)
     assert f"split('r_z', {ROW_BLOCK}" in s.to_python()
+    s = tl.Schedule(ch)
+    assert jam_rows(s, ch, ch, 0, BoundExtents(ch, {"N": 67}), 8, 4, ROW_BLOCK,
+                    (4, 3)) == ("r_z", "r_y")
+    assert "split('r_z', 4" in s.to_python() and "split('r_y', 3" in s.to_python()
+    s = tl.Schedule(ch)  # too few rows for the tile: one loop blocked
+    assert jam_rows(s, ch, ch, 0, BoundExtents(ch, {"N": 12}), 1, 1, 4,
+                    (4, 8)) == ("r_z", None)
     f = lu()
     with pytest.raises(ScheduleError, match="no contiguous reduction"):
         jam_rows(tl.Schedule(f), f, f, 0, BoundExtents(f, {"N": 67}), 8, 4)
     x, _ = trisolv()
+    assert jam_rows(tl.Schedule(x), x, x, 0, BoundExtents(x, {"N": 67}), 8, 4) == ("r_y", None)
+    monkeypatch.setattr(cell_reduction, "HULL_CUTS", 0)
     with pytest.raises(ScheduleError, match="share a row in registers"):
         jam_rows(tl.Schedule(x), x, x, 0, BoundExtents(x, {"N": 67}), 8, 4)
 
@@ -144,9 +156,11 @@ def test_the_rule_based_jam_is_a_point_of_the_search_space(n):
     want = np.tril(np.linalg.cholesky(a)) + np.triu(a, 1)
     np.testing.assert_allclose(tl.compile(ch, again)(A=a), want, rtol=1e-10, atol=1e-12)
     if n >= 64:
-        assert params["ch.update0.jam"] == ROW_BLOCK
-        assert set(choices["ch.update0.jam"]) == {0, 4, 8, 16}
-        for block in (0, 16):
-            other = space.sample(optuna.trial.FixedTrial({**params, "ch.update0.jam": block}))
+        assert (params["ch.update0.jam"], params["ch.update0.jam2"]) == JAM_TILE
+        assert set(choices["ch.update0.jam"]) == {0, 3, 4, 8, 16}
+        assert set(choices["ch.update0.jam2"]) == {1, 2, 4}
+        for change in ({"ch.update0.jam": 0}, {"ch.update0.jam": 8, "ch.update0.jam2": 1},
+                       {"ch.update0.jam": 3, "ch.update0.jam2": 2}):
+            other = space.sample(optuna.trial.FixedTrial({**params, **change}))
             assert space.signature(other) != space.signature(hs)
             np.testing.assert_allclose(tl.compile(ch, other)(A=a), want, rtol=1e-10, atol=1e-12)
