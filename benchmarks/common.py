@@ -37,7 +37,7 @@ def rule_settings(settings: str) -> Iterator[None]:
     try:
         for n, value in sets.items():
             old = keep[n]
-            setattr(*where[n], tuple(type(old[0])(v) for v in value.split(","))
+            setattr(*where[n], tuple(type(old[0])(v) for v in value.split(",") if v)
                     if isinstance(old, tuple) and old else type(old)(value))
         yield
     finally:
