@@ -288,18 +288,24 @@ def test_a_block_is_not_jammed_without_its_unroll():
     assert all(int(buf.extents[0].value) == 1 for buf in tiles)
 
 
+def _rows_blocked(F, b: int):
+    """An update over ``r`` (``r_x`` inner) with ``r_y`` in blocks of ``b`` unrolled inside
+    ``r_x``, marked atomic."""
+    s = tl.Schedule(F)
+    u = s[F].update(0)
+    yo, yi = u.split("r_y", b)
+    u.reorder(yo, "r_x", yi)
+    u.unroll(yi)
+    u.atomic()
+    return s
+
+
 def test_a_block_whose_reads_touch_its_cells_is_not_jammed():
     # F[row] += F[col] / 8: the block's terms read the block's own cells (col in the block),
     # so no register buffer may hold them across the loop (the lowering pass alone decides
     # this, whatever the legality check says of the order)
     F = _sum_of_all()
-    s = tl.Schedule(F)
-    u = s[F].update(0)
-    yo, yi = u.split("r_y", 4)
-    u.reorder(yo, "r_x", yi)
-    u.unroll(yi)
-    u.atomic()
-    assert not _cells(F, s)
+    assert not _cells(F, _rows_blocked(F, 4))
 
 
 def _tiled(ch, a: int, b: int):
@@ -357,12 +363,7 @@ def test_trisolv_rows_block_at_the_hull_of_their_triangle(monkeypatch, hull):
 
     monkeypatch.setattr(cell_reduction, "HULL_CUTS", hull)
     x, _ = algorithms.trisolv()
-    s = tl.Schedule(x)
-    u = s[x].update(0)
-    yo, yi = u.split("r_y", 4)
-    u.reorder(yo, "r_x", yi)
-    u.unroll(yi)
-    u.atomic()
+    s = _rows_blocked(x, 4)
     assert s.check().ok
     tiles = [buf for name, buf in lower(x, s).buffers.items() if ".cell" in name]
     assert (4 in {int(buf.extents[0].value) for buf in tiles}) == bool(hull)
@@ -425,12 +426,7 @@ def test_random_tiles_of_dot_products_match_numpy(data):
             np.testing.assert_allclose(kern(A=m), np.tril(np.linalg.cholesky(m)) + np.triu(m, 1),
                                        rtol=1e-10, atol=1e-12, err_msg=s.to_python())
     x, _ = algorithms.trisolv()
-    t = tl.Schedule(x)
-    v = t[x].update(0)
-    yo, yi = v.split("r_y", a + 1)
-    v.reorder(yo, "r_x", yi)
-    v.unroll(yi)
-    v.atomic()
+    t = _rows_blocked(x, a + 1)
     if t.check().ok:
         kern = tl.compile(x, t)
         for n in (1, 2, 2 * a + 3, 23):
