@@ -258,6 +258,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
               if isinstance(r, Split) and r.inner in rename and r.outer in rename}
     core_guards: list[Expr] = []
     peel: Peel | None = None
+    projections: list[tuple[Affine, Leaf]] = []  # bounds placed, for ``_project``
     for cond in predicate:
         cond = substitute(cond, values)
         for part in _predicate_bounds(cond):
@@ -276,9 +277,13 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
                 continue
             tightened, whole = placed
             bounded[tightened] = bounded.get(tightened, 0) + 1
-            _project(part, leaves[pos[tightened]], leaves, pos, splits, first_red)
+            projections.append((part, leaves[pos[tightened]]))
             if whole is not None:
                 counts.setdefault(tightened, []).append(whole)
+    if not counts and not tail_peels:
+        # (a loop partition counts its whole iterations from its loop's minimum: none here)
+        for part, lf in projections:
+            _project(part, lf, leaves, pos, splits, first_red)
     # an inner loop that another guard also bounds (a split of a split's tail) is whole only
     # where all of them allow: partitioned only when each bound gives its count
     partitions: dict[str, tuple[Expr, str]] = {}
@@ -529,7 +534,8 @@ def _project(form: Affine, lf: Leaf, leaves: list[Leaf], pos: dict[str, int],
     constant ``[lo, lo + ext)``, bound the loops outside it that ``form`` mentions by what some
     iteration of that range allows (``PROJECT_BOUNDS``): an outer iteration without one runs no
     point of the domain. Only inside the first reduction loop (``inside``), where no
-    initialisation runs."""
+    initialisation runs, and in a nest without loop partitions (``build_stage_nest``: their
+    counts of whole iterations start at the loop's minimum, which this may raise)."""
     if not PROJECT_BOUNDS or inside is None or pos[lf.var] <= inside \
             or lf.kind is not ForKind.SERIAL or not lf.reduction:
         return
