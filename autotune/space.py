@@ -801,8 +801,10 @@ class _Oracle:
             blocks = [r.factor for r in (up.relations if up is not None else ())
                       if isinstance(r, Split) and up.kinds.get(r.inner) is ForKind.UNROLLED]
             # (``update_order.jam`` splits the first loop, then the second)
-            block = blocks[1] if second == "jam2" and len(blocks) > 1 else \
-                1 if second == "jam2" else blocks[0] if blocks else 0
+            if second == "jam2":
+                block = blocks[1] if len(blocks) > 1 else 1
+            else:
+                block = blocks[0] if blocks else 0
             return [block, *(c for c in choices if c != block)]
         if rest.startswith("update") and rest.endswith(".form"):
             up = states.get(f"{func}.update({rest[6:-5]})")

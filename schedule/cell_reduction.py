@@ -67,6 +67,7 @@ from tensorlang.expr import (BinOp, Cmp, Const, Expr, Not, Select, Size, Var, ma
 from .ir import (Allocate, Block, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc,
                  Stmt, Store, map_stmt, reads_memory)
 from .legality.isl_text import Unrepresentable, quasi_affine
+from .nest import conjunction
 from .simplify import simplify_expr
 
 #: the reduction ops a range may accumulate with (``sub`` accumulates the negated value)
@@ -386,10 +387,7 @@ def _tiles(loop: For) -> tuple[tuple[For, ...], Stmt]:
     t, cells = loop.body, 1
     names = {loop.var}
     while True:
-        inner, ifs = t, []
-        while isinstance(inner, IfThenElse) and inner.otherwise is None:
-            ifs.append(inner.cond)
-            inner = inner.then
+        ifs, inner = _strip_ifs(t)
         n = const_value(inner.extent) if isinstance(inner, For) else None
         if not isinstance(inner, For) or inner.kind is not ForKind.UNROLLED or n is None \
                 or n < 1 or cells * n > MAX_TILE or names & expr_vars(inner.min) \
@@ -403,14 +401,18 @@ def _tiles(loop: For) -> tuple[tuple[For, ...], Stmt]:
         t = inner.body
     if not conds:
         return tuple(tiles), t
-    ifs = []
-    while isinstance(t, IfThenElse) and t.otherwise is None:
-        ifs.append(t.cond)
-        t = t.then
-    cond = conds[0]
-    for c in conds[1:] + ifs:
-        cond = BinOp("and", cond, c, cond.dtype)
-    return tuple(tiles), IfThenElse(cond, t)
+    ifs, body = _strip_ifs(t)
+    return tuple(tiles), IfThenElse(conjunction(conds + ifs), body)
+
+
+def _strip_ifs(s: Stmt) -> tuple[list[Expr], Stmt]:
+    """The conditions of the ``if``s without ``else`` nested around ``s``'s body, outermost
+    first, and that body."""
+    conds = []
+    while isinstance(s, IfThenElse) and s.otherwise is None:
+        conds.append(s.cond)
+        s = s.then
+    return conds, s
 
 
 _ISL_OPS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "="}
@@ -437,12 +439,7 @@ def _drop_implied(guard: Expr | None, ctx: LoopContext, given: tuple[str, ...]) 
             implied = False
         if not implied:
             kept.append(c)
-    if not kept:
-        return None
-    out = kept[0]
-    for c in kept[1:]:
-        out = BinOp("and", out, c, out.dtype)
-    return out
+    return conjunction(kept) if kept else None
 
 
 def _try(loop: For, buffers: dict[str, Buffer], counter: list[int],
