@@ -89,6 +89,11 @@ class CpuModel:
             0 for ``heuristic.MIN_KC``, or 512 on Zen 4, where 400-512 measured faster than
             256 (fewer loads and stores of the C tile per flop; docs/performance.md, "A longer
             reduction block on Zen 4").
+        packed_accumulators: accumulators of the packed GEMM's register tile where it takes
+            ``packed_vectors`` vectors per row: 0 for the model's (``MAX_ACCUMULATORS``), or 24
+            on Ice Lake-SP, where 6 rows x 4 vectors measured faster than 4 x 4 and 8 x 2
+            (BLIS's and OpenBLAS's Skylake-X float64 kernels also hold 24; docs/performance.md,
+            "A wider register tile and 24 accumulators on Ice Lake-SP").
     """
 
     name: str
@@ -102,6 +107,7 @@ class CpuModel:
     victim_l3: bool = False
     packed_vectors: int = TILE_VECTORS
     packed_kc: int = 0
+    packed_accumulators: int = 0
 
     def lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes per native vector."""
@@ -110,21 +116,26 @@ class CpuModel:
 
 def _avx512(name: str, units: int, l1: Cache, l2: Cache, l3: Cache,
             victim_l3: bool = False, packed_vectors: int = TILE_VECTORS,
-            packed_kc: int = 0) -> CpuModel:
-    return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3, packed_vectors, packed_kc)
+            packed_kc: int = 0, packed_accumulators: int = 0) -> CpuModel:
+    return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3, packed_vectors, packed_kc,
+                    packed_accumulators)
 
 
 KiB, MiB = 1024, 1024 * 1024
 #: CPUs described from their vendors' optimisation manuals (FMA units and latency, L1/L2 per
 #: core); L3 is the whole shared cache of one part, as sysfs reports it (Haswell: Core i7-4770;
-#: Skylake-SP: Xeon Platinum 8180; Sapphire Rapids: Xeon Platinum 8480+; Zen 3 and Zen 4: one
-#: 8-core CCD). Zen 3 (AVX2, two 256-bit FMA pipes) has Haswell's tile and L1, a 512 KiB L2
+#: Skylake-SP: Xeon Platinum 8180; Ice Lake-SP: Xeon Platinum 8380, 12-way as Linux reports it
+#: on an Ice Lake-SP guest; Sapphire Rapids: Xeon Platinum 8480+; Zen 3 and Zen 4: one 8-core
+#: CCD). Zen 3 (AVX2, two 256-bit FMA pipes) has Haswell's tile and L1, a 512 KiB L2
 #: (BLIS's Zen 3 configuration: the same 6 x 16 / 6 x 8 tiles, ``kc`` 256).
 DESCRIBED: dict[str, CpuModel] = {
     "haswell": CpuModel("haswell", 256, 16, 2, 5, Cache(32 * KiB, 8), Cache(256 * KiB, 8),
                         Cache(8 * MiB, 16)),
     "skylake-avx512": _avx512("skylake-avx512", 2, Cache(32 * KiB, 8), Cache(1 * MiB, 16),
                               Cache(int(38.5 * MiB), 11)),
+    "icelake-server": _avx512("icelake-server", 2, Cache(48 * KiB, 12), Cache(1280 * KiB, 20),
+                              Cache(60 * MiB, 12), packed_vectors=4, packed_kc=512,
+                              packed_accumulators=24),
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
     "znver3": CpuModel("znver3", 256, 16, 2, 4, Cache(32 * KiB, 8), Cache(512 * KiB, 8),
@@ -134,8 +145,7 @@ DESCRIBED: dict[str, CpuModel] = {
 }
 #: LLVM CPU names of the same core as a described one (Emerald Rapids: Sapphire Rapids' core)
 SAME_CORE = {"emeraldrapids": "sapphirerapids", "skx": "skylake-avx512",
-             "cascadelake": "skylake-avx512", "icelake-server": "skylake-avx512",
-             "broadwell": "haswell"}
+             "cascadelake": "skylake-avx512", "broadwell": "haswell"}
 
 
 @functools.cache

@@ -182,10 +182,9 @@ BLIS_ORDER_REMAINDER = 1
 PREFETCH_TILE = 3
 #: how many register tiles ahead (``prefetch``'s ``offset``)
 PREFETCH_OFFSET = 1
-#: native vectors per row of a packed tile in place of the CPU model's
-#: (``CpuModel.packed_vectors``); 0: the model's. An int, for ``benchmarks/gemm_packed.py``'s
-#: ``auto:PACKED_VECTORS=3+cpu_model.MAX_ACCUMULATORS=24`` (BLIS's 8 x 24 float64 tile)
-PACKED_VECTORS = 0
+#: ``CpuModel.packed_vectors`` and ``.packed_accumulators`` in their place (0: the model's), for
+#: ``benchmarks/gemm_packed.py``'s ``auto:PACKED_VECTORS=2`` or ``auto:PACKED_ACCUMULATORS=16``
+PACKED_VECTORS = PACKED_ACCUMULATORS = 0
 #: rows of a row block in BLIS's order, as many blocks as that gives (at least one per
 #: thread): B is copied once per ``kc`` block whatever their number, so more, smaller blocks
 #: cost only reads of its panels from L3 again, each serving the block's rows, and keep less
@@ -781,6 +780,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     # the reduction only (symm's, trmm's k > i) bounds every column of a tile alike
     vectors = (TILE_VECTORS if condition_mentions(f, args[-1])
                else PACKED_VECTORS or cpu.packed_vectors)
+    if vectors == cpu.packed_vectors != TILE_VECTORS:  # the wide tile: the CPU's accumulators
+        accs = PACKED_ACCUMULATORS or cpu.packed_accumulators or accs
     width, near = register_tile(ext[x], ext[i], lanes, accs, vectors)
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)

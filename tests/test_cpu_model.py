@@ -32,6 +32,9 @@ EXPECTED = {
     ("skylake-avx512", 4): (8, 32, 128, 1792),
     # Sapphire Rapids: L1 48 KiB 12-way (64 sets): C_Ar = floor(11/5) = 2, kc = 2*4096/32 = 256
     ("sapphirerapids", 4): (8, 32, 256, 1792),
+    # Ice Lake-SP: Sapphire Rapids' L1; L2 1.25 MiB 20-way (1024 sets): C_Br = ceil(32*256*4 /
+    # 65536) = 1, C_Ac = 20 - 1 - 1 = 18, mc = 18*1024*64/(256*4) = 1152
+    ("icelake-server", 4): (8, 32, 256, 1152),
     # Zen 4: L2 1 MiB 8-way (2048 sets): C_Ac = 6, mc = 6*2048*64/(128*4) = 1536
     ("znver4", 4): (8, 32, 128, 1536),
     ("znver4", 8): (8, 16, 128, 768),
@@ -101,8 +104,8 @@ def test_host_caches_read_from_sysfs(tmp_path):
     assert "l2" not in cm.host_caches(str(tmp_path))
 
 
-@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "sapphirerapids", "znver4",
-                                 "znver3"])
+@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "icelake-server",
+                                 "sapphirerapids", "znver4", "znver3"])
 def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu, monkeypatch):
     # GEMM 480 x 512 x 1024 (480 rows: whole 6- and 8-row tiles) made for each described CPU:
     # the register tile and kc the model gives. Two threads: the row blocks are shared out over
@@ -111,16 +114,19 @@ def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu, 
     out = gemm()
     s = heuristic_schedule(out, {"M": 480, "N": 512, "K": 1024}, _target(cpu))
     rows, cols, kc, _ = (EXPECTED.get((cpu, 4)) or EXPECTED[("skylake-avx512", 4)])
-    vectors = cm.DESCRIBED[cpu].packed_vectors
-    if vectors != cm.TILE_VECTORS:  # Zen 4's wider packed tile: as many accumulators
-        rows, cols = rows * cm.TILE_VECTORS // vectors, cols * vectors // cm.TILE_VECTORS
+    model = cm.DESCRIBED[cpu]
+    vectors = model.packed_vectors
+    if vectors != cm.TILE_VECTORS:  # a wider packed tile (Zen 4, Ice Lake-SP): as many
+        # accumulators, or the CPU's own count of them (Ice Lake-SP: 24, 6 rows of 4 vectors)
+        accs = model.packed_accumulators or rows * cm.TILE_VECTORS
+        rows, cols = accs // vectors, cols * vectors // cm.TILE_VECTORS
     text = s.to_python()
     assert f"split('i', {rows})" in text and f"split('j', {cols}" in text
     # kc raised to the CPU's least kc (MIN_KC, Zen 4's packed_kc) where the model's is
     # smaller (every float32 tile here), then moved to the closest divisor of K = 1024: no
     # partial k block
     least = heuristic.least_kc(cm.DESCRIBED[cpu])
-    assert least == (512 if cpu == "znver4" else heuristic.MIN_KC)
+    assert least == (512 if cpu in ("znver4", "icelake-server") else heuristic.MIN_KC)
     want = cm.closest_divisor(1024, max(kc, least), most=heuristic.MAX_KC)
     assert f"split('k', {want})" in text and "cache_read('B'" in text
     assert "cache_read('A'" in text  # the row block of A too, at the reduction block loop
@@ -580,3 +586,28 @@ def test_many_threads_take_fewer_larger_row_blocks_not_an_unpacked_tile(threads,
         got, want = kern(a), a @ a.T
         lower = np.tri(n, dtype=bool)
         np.testing.assert_allclose(got[lower], want[lower], rtol=1e-10)
+
+
+def test_ice_lake_sp_takes_a_wide_tile_of_24_accumulators(monkeypatch):
+    # Ice Lake-SP's packed tile: 6 rows x 4 vectors (CpuModel.packed_accumulators = 24) with kc
+    # 512, where the model's own tile is 8 x 2; PACKED_ACCUMULATORS = 16 gives 4 x 4, and a
+    # described CPU without the field keeps its tile. The 6-row tile leaves 4 of 1024 rows as a
+    # remainder piece: the kernel made for it is right on odd sizes on this host
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    out, sizes = gemm(tl.float64), {"M": 1024, "N": 1024, "K": 1024}
+    ice = cm.DESCRIBED["icelake-server"]
+    assert (ice.packed_vectors, ice.packed_accumulators, heuristic.least_kc(ice)) == (4, 24, 512)
+    assert cm.register_tile(ice, 8) == cm.RegisterTile(8, 2, 8)
+    s = heuristic_schedule(out, sizes, _target("icelake-server"))
+    text = s.to_python()
+    assert "split('i', 6)" in text and "split('j', 32)" in text and "split('k', 512)" in text
+    monkeypatch.setattr(heuristic, "PACKED_ACCUMULATORS", 16)
+    text16 = heuristic_schedule(out, sizes, _target("icelake-server")).to_python()
+    assert "split('i', 4)" in text16 and "split('j', 32)" in text16
+    assert "split('i', 8)" in heuristic_schedule(out, sizes,
+                                                 _target("skylake-avx512")).to_python()
+    kern = tl.compile(out, s)
+    rng = np.random.default_rng(3)
+    for m, n, k in [(131, 67, 600), (1, 5, 513), (7, 33, 1)]:
+        a, b = rng.random((m, k)), rng.random((k, n))
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-10)
