@@ -81,14 +81,15 @@ class CpuModel:
             row block of A is then sized for the L1 bound's ``kc`` even where ``kc`` is raised
             past it, and may pass L2 (``heuristic.packed_blocking``, docs/performance.md).
         packed_vectors: native vectors per row of the packed GEMM's register tile
-            (``heuristic._packed_tile``): ``TILE_VECTORS``, or 4 on Zen 4, where a tile of 4
-            rows x 4 vectors measured faster than 8 x 2 (one broadcast of A per four FMAs, not
-            two; docs/performance.md, "A wider register tile on Zen 4").
+            (``heuristic._packed_tile``): ``TILE_VECTORS``, or 4 on Zen 4 and Ice Lake-SP (with
+            ``packed_accumulators``); on Zen 4 a tile of 4 rows x 4 vectors measured faster
+            than 8 x 2 (one broadcast of A per four FMAs, not two; docs/performance.md, "A
+            wider register tile on Zen 4").
         packed_kc: the least ``kc`` of the packed GEMM's reduction block where the model's L1
             bound gives less (shared among its packed panels; ``heuristic.packed_blocking``):
-            0 for ``heuristic.MIN_KC``, or 512 on Zen 4, where 400-512 measured faster than
-            256 (fewer loads and stores of the C tile per flop; docs/performance.md, "A longer
-            reduction block on Zen 4").
+            0 for ``heuristic.MIN_KC``, or 512 on Zen 4 and Ice Lake-SP; on Zen 4 400-512
+            measured faster than 256 (fewer loads and stores of the C tile per flop;
+            docs/performance.md, "A longer reduction block on Zen 4").
         packed_accumulators: accumulators of the packed GEMM's register tile where it takes
             ``packed_vectors`` vectors per row: 0 for the model's (``MAX_ACCUMULATORS``), or 24
             on Ice Lake-SP, where 6 rows x 4 vectors measured faster than 4 x 4 and 8 x 2
@@ -252,6 +253,20 @@ def register_tile(cpu: CpuModel, itemsize: int) -> RegisterTile:
     """The model's register tile for elements of ``itemsize`` bytes (see the module docstring)."""
     rows = accumulator_budget(cpu) // TILE_VECTORS
     return RegisterTile(rows, TILE_VECTORS, cpu.lanes(itemsize))
+
+
+def tile_accumulators(cpu: CpuModel, itemsize: int, vectors: int) -> int:
+    """Accumulators of a packed GEMM's register tile ``vectors`` native vectors wide on ``cpu``
+    (elements of ``itemsize`` bytes): ``cpu.packed_accumulators`` for the CPU's own wide tile
+    (``packed_vectors``) where it sets them, else the model's (``register_tile``).
+
+    >>> ice, zen4 = DESCRIBED["icelake-server"], DESCRIBED["znver4"]
+    >>> tile_accumulators(ice, 8, 4), tile_accumulators(ice, 8, 2), tile_accumulators(zen4, 8, 4)
+    (24, 16, 16)
+    """
+    if vectors == cpu.packed_vectors != TILE_VECTORS and cpu.packed_accumulators:
+        return cpu.packed_accumulators
+    return register_tile(cpu, itemsize).accumulators
 
 
 def gemm_blocking(cpu: CpuModel, itemsize: int, tile: RegisterTile | None = None,

@@ -93,7 +93,8 @@ from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
-                        closest_divisor, cpu_model, gemm_blocking, near_divisor)
+                        closest_divisor, cpu_model, gemm_blocking, near_divisor,
+                        tile_accumulators)
 from .cpu_model import register_tile as model_tile
 from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
                            condition_mentions, panel_dim, row_block_reads, row_var,
@@ -773,15 +774,13 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     size = f.dtype.numpy.itemsize
     if ext[k] * ext[x] * size <= cpu.l1.size:
         raise ScheduleError(f"{operand} fits in L1: no packing")
-    accs = model_tile(cpu, size).accumulators
     # the CPU's packed tile width, but the model's where a triangle over the columns
     # (RDom.where mentioning them: syrk's j <= i) bounds the tiles: wider tiles cross its edge
     # more (syrk, syr2k 3-10% slower 4 vectors wide on Zen 4); a triangle over the row and
     # the reduction only (symm's, trmm's k > i) bounds every column of a tile alike
     vectors = (TILE_VECTORS if condition_mentions(f, args[-1])
                else PACKED_VECTORS or cpu.packed_vectors)
-    if vectors == cpu.packed_vectors != TILE_VECTORS:  # the wide tile: the CPU's accumulators
-        accs = PACKED_ACCUMULATORS or cpu.packed_accumulators or accs
+    accs = PACKED_ACCUMULATORS or tile_accumulators(cpu, size, vectors)
     width, near = register_tile(ext[x], ext[i], lanes, accs, vectors)
     outer = [a for a in args[:-1] if a != i]
     threads = block_threads(outer, ext)

@@ -17,7 +17,8 @@ Func computed at root or at a consumer loop):
   pure Var the vector operands are not indexed by): a factor as for ``.split``, or ``"regs"``:
   as many rows as the accumulators the vector tile leaves (``heuristic.accumulator_rows`` with
   the target's budget, ``heuristic.accumulators``: with AVX-512's 16, 8 rows of a 2-vector tile,
-  4 of conv2d's 56-wide row), unrolled right
+  4 of conv2d's 56-wide row; in the ``packed`` order the CPU's own for its wide tile,
+  ``cpu_model.tile_accumulators``: Ice Lake-SP's 24, 6 rows of 4 vectors), unrolled right
   outside the vector loop. Decided after the vector Var's split and the vector width, so the
   search draws a whole register tile in one choice (Ansor's multi-level tiling derives the
   innermost tile from the register budget the same way): with independent factors, conv2d's
@@ -128,7 +129,7 @@ from tensorlang.schedule.primitives.staging import associative_update
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
-from .cpu_model import cpu_model
+from .cpu_model import cpu_model, tile_accumulators
 from .heuristic import (
     Packed,
     MAX_KC,
@@ -454,11 +455,13 @@ class SearchSpace:
             ext = self.extent(f.name, row)
             rows = trial.suggest_categorical(f"{f.name}.{row}.rows",
                                              ["regs", *row_choices(max(ext, 1))])
-            if rows == "regs":
+            if rows == "regs":  # as many rows as the accumulators (a packed tile: the CPU's)
                 regs = True
-                rows = min(ext, accumulator_rows(self._row_vectors(f, factor.get(args[-1]),
-                                                                  width), ext,
-                                                 accumulators(self.target)))
+                vectors = self._row_vectors(f, factor.get(args[-1]), width)
+                accs = (tile_accumulators(cpu_model(self.target), f.dtype.numpy.itemsize,
+                                          vectors) if order == "packed"
+                        else accumulators(self.target))
+                rows = min(ext, accumulator_rows(vectors, ext, accs))
             decide(row, rows, True, f"{f.name}.{row}")
         block = 0
         if order == "packed":

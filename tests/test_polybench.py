@@ -317,3 +317,28 @@ def test_symms_two_triangles_run_in_one_parallel_loop(fuse, threads, monkeypatch
         arrays = kern.inputs(sizes, np.random.default_rng(m))
         got = compiled(**kern.call_args(h, arrays, sizes))
         np.testing.assert_allclose(got, kern.numpy(arrays, sizes)[0], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", ["symm", "gemm"])
+def test_ice_lake_sps_wide_tile_is_a_point_of_the_search_space(name, monkeypatch):
+    # the space's "regs" rows of a packed tile take the CPU's accumulators (Ice Lake-SP's 24,
+    # cpu_model.tile_accumulators): symm's two packed sums each take 5 x 4 (the rows of its
+    # triangle divide 1000) and were a point only where two guesses changed together, past
+    # point()'s attempts; gemm's 6 x 4 leaves 4 of 1000 rows as a piece. Made for the described
+    # CPU, so the test holds on any host
+    import optuna
+
+    from algorithms import described_target
+    from tensorlang.autotuner.space import SearchSpace
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    target = described_target("icelake-server")
+    kern = KERNELS[name]
+    h = kern.handle(kern.build())
+    hs = heuristic_schedule(h, kern.large, target)
+    assert "cache_read('B'" in hs.to_python() and ", 32)" in hs.to_python()
+    space = SearchSpace(h, kern.large, target)
+    point = space.point(hs)
+    assert point is not None, hs.to_python()
+    again = space.sample(optuna.trial.FixedTrial(point[0]))
+    assert space.signature(again) == space.signature(hs)
