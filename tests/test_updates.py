@@ -375,6 +375,32 @@ def test_an_inlined_func_in_an_update_index(n, rng):
     np.testing.assert_array_equal(tl.reference(hist, inp=a), want)
 
 
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_a_partitioned_update_over_an_empty_rdom_writes_nothing(n, rng):
+    # found with the Ice Lake-SP stencil width (tests/test_vector_width.py): at N = 1 the
+    # sweep's RDom (1, N - 1) has extent -1, its whole-vector count (N - 2) // 8 was -1, and
+    # the tail loop ran one iteration at r_x.o = -1: 7 stores before the buffer (heap corruption,
+    # a crash when it was freed). The sweep writes the output itself here, a view with guard
+    # cells on both sides that must stay untouched
+    N, T = tl.sizes("N T")
+    A = tl.Input("A", (N,), tl.float64)
+    p, i = tl.vars("p i")
+    out = tl.Func("out", shape=(2, N))
+    out[p, i] = A[i]
+    r = tl.RDom((1, N - 1), (0, 2), (0, T))
+    out[1 - r.y, r.x] = (out[r.y, r.x - 1] + out[r.y, r.x + 1]) / 2
+    s = tl.Schedule(out)
+    s[out].update(0).vectorize("r_x", 8, tail="GuardWithIf")
+    kern = tl.compile(out, s)
+    assert "min(8, N" in str(kern.loop_nest())  # the partitioned tail
+    a = rng.random(n)
+    room = np.full(2 * n + 32, -7.0)
+    view = room[16:16 + 2 * n].reshape(2, n)
+    kern(A=a, T=2, out=view)
+    np.testing.assert_allclose(view, tl.reference(out, A=a, T=2), rtol=1e-12)
+    assert (room[:16] == -7.0).all() and (room[16 + 2 * n:] == -7.0).all()
+
+
 @pytest.mark.parametrize("shape", [(7, 5), (1, 1), (2, 3)])
 def test_an_unrolled_loop_of_no_iteration_compiles(shape, rng):
     # found by the schedule property test (dev profile): the rows unrolled by 2, then
