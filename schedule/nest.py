@@ -739,8 +739,8 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
             nfull, inner = nest.partitions[lf.var]
             whole = guarded(lf, go_part(k + 1, core, full | {inner}))
             rest = guarded(lf, go_part(k + 1, core, full))
-            # (an empty domain, a negative extent, gives a negative count: none are whole)
-            ext = smax(ext, sconst(0))
+            # (an empty domain, a negative extent, gives a negative count: none are whole; the
+            # second loop's extent is then at most 0 too)
             nfull = smin(smax(nfull, sconst(0)), ext)
             return Block((For(lf.var, lf.min, nfull, lf.kind, top(lf, whole), _width(lf)),
                           For(lf.var, sadd(lf.min, nfull), ssub(ext, nfull), lf.kind,
