@@ -296,9 +296,16 @@ class _Worker:
         return recv(self.proc.stdout)
 
     def kill(self) -> None:
+        """Kill the process (SIGKILL) and reap it. One that has not exited within 5 s is left
+        to exit when it next runs (a measuring process at ``SCHED_IDLE`` while other processes
+        take every CPU may wait long for its turn to run its exit); Python's subprocess module
+        reaps it then. Never raises for that: the search goes on with a new process."""
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.wait(5)
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
 
     def close(self) -> None:
         if self.proc.poll() is None:

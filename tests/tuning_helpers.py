@@ -19,6 +19,11 @@ def hang_on_unroll(trace: str) -> None:
 
 
 _HOGS: list = []
+#: how long a hog busy-loops at most, under the tuner's 60 s limit for one measurement: a
+#: measurement starved past it is killed and its process replaced (two hogs per CPU and the
+#: other test worker busy took it there on a 2-core machine), and the new process knows
+#: nothing of its predecessor's hogs, which spun on for the rest of the test run
+HOG_SECONDS = 45
 
 
 def _all_threads(policy: int) -> None:
@@ -31,10 +36,10 @@ def _all_threads(policy: int) -> None:
 
 def hog_during_rule_based(trace: str) -> None:
     """Inject a CPU hog into the rule-based schedule's screening measurement: for the trace
-    ``"heuristic"`` two busy-looping processes per CPU start and every thread of the measuring
-    process is put in the SCHED_IDLE class (it runs only when no hog wants the CPU), so that
-    measurement is inflated many times over; the next candidate ends the hogs and puts the
-    threads back in SCHED_OTHER. Linux only."""
+    ``"heuristic"`` a busy-looping process per CPU starts (for ``HOG_SECONDS`` at most) and
+    every thread of the measuring process is put in the SCHED_IDLE class (it runs only when no
+    hog wants the CPU), so that measurement is inflated many times over; the next candidate ends
+    the hogs and puts the threads back in SCHED_OTHER. Linux only."""
     import subprocess
     import sys
 
@@ -45,9 +50,10 @@ def hog_during_rule_based(trace: str) -> None:
         _HOGS.clear()
         _all_threads(os.SCHED_OTHER)
     if trace == "heuristic":
-        _HOGS.extend(subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                                      stdin=subprocess.DEVNULL)
-                     for _ in range(2 * len(os.sched_getaffinity(0))))
+        spin = f"import time\nend = time.monotonic() + {HOG_SECONDS}\n" \
+               "while time.monotonic() < end: pass"
+        _HOGS.extend(subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL)
+                     for _ in range(len(os.sched_getaffinity(0))))
         time.sleep(0.2)
         _all_threads(os.SCHED_IDLE)
 
