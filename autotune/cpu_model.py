@@ -95,6 +95,10 @@ class CpuModel:
             on Ice Lake-SP, where 6 rows x 4 vectors measured faster than 4 x 4 and 8 x 2
             (BLIS's and OpenBLAS's Skylake-X float64 kernels also hold 24; docs/performance.md,
             "A wider register tile and 24 accumulators on Ice Lake-SP").
+        stencil_vector_bits: the vector width of a stage that reads a stencil along its
+            contiguous dimension (``vector_width.stage_lanes``): 0 for ``vector_bits``, or 256
+            on Ice Lake-SP, whose 512-bit loads straddling two cache lines cost more than two
+            256-bit ones (docs/performance.md, "Stencils at 256 bits on Ice Lake-SP").
     """
 
     name: str
@@ -109,6 +113,7 @@ class CpuModel:
     packed_vectors: int = TILE_VECTORS
     packed_kc: int = 0
     packed_accumulators: int = 0
+    stencil_vector_bits: int = 0
 
     def lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes per native vector."""
@@ -117,9 +122,10 @@ class CpuModel:
 
 def _avx512(name: str, units: int, l1: Cache, l2: Cache, l3: Cache,
             victim_l3: bool = False, packed_vectors: int = TILE_VECTORS,
-            packed_kc: int = 0, packed_accumulators: int = 0) -> CpuModel:
+            packed_kc: int = 0, packed_accumulators: int = 0,
+            stencil_vector_bits: int = 0) -> CpuModel:
     return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3, packed_vectors, packed_kc,
-                    packed_accumulators)
+                    packed_accumulators, stencil_vector_bits)
 
 
 KiB, MiB = 1024, 1024 * 1024
@@ -136,7 +142,7 @@ DESCRIBED: dict[str, CpuModel] = {
                               Cache(int(38.5 * MiB), 11)),
     "icelake-server": _avx512("icelake-server", 2, Cache(48 * KiB, 12), Cache(1280 * KiB, 20),
                               Cache(60 * MiB, 12), packed_vectors=4, packed_kc=512,
-                              packed_accumulators=24),
+                              packed_accumulators=24, stencil_vector_bits=256),
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
     "znver3": CpuModel("znver3", 256, 16, 2, 4, Cache(32 * KiB, 8), Cache(512 * KiB, 8),

@@ -94,8 +94,7 @@ from tensorlang.schedule.schedule import Schedule, Stage
 
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
                         closest_divisor, cpu_model, gemm_blocking, near_divisor,
-                        tile_accumulators)
-from .cpu_model import register_tile as model_tile
+                        tile_accumulators, register_tile as model_tile)
 from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
                            condition_mentions, panel_dim, row_block_reads, row_var,
                            rows_straddle_lines)
@@ -108,6 +107,7 @@ from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_N
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
                            inlined_nodes, recompute_factor)
 from .update_order import contiguous_innermost, jam_block, jam_rows, jam_tile
+from .vector_width import stage_lanes
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -332,6 +332,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                 s = t
                 continue
         nested = s.states[f.name].compute.kind == "at"
+        width = stage_lanes(f, None, extents, target)  # (narrower for a stencil in L1)
         for variant in ("packed", "lanes", "columns", "full", "guard", "simple", "parallel"):
             if variant == "packed":
                 t = None if nested else _try(s, lambda t, f=f: _packed_tile(
@@ -343,15 +344,16 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                 t = None if nested else _try(s, lambda t, f=f: _column_rows_stage(
                     t, f, extents, lanes(f, target), cpu_model(target)))
             else:
-                t = _try(s, lambda t, f=f, v=variant, n=nested: _stage(
-                    t, f, v, extents, lanes(f, target), n, accumulators(target)))
+                t = _try(s, lambda t, f=f, v=variant, n=nested, w=width: _stage(
+                    t, f, v, extents, w, n, accumulators(target)))
             if t is None:
                 continue
             if not lower_each or _lowers(output, t):
                 s = t
                 break
         for u in f.updates:
-            s = _schedule_update(s, output, f, u.number, extents, lanes(f, target), nested,
+            s = _schedule_update(s, output, f, u.number, extents,
+                                 stage_lanes(f, u.number, extents, target), nested,
                                  lower_each, cpu_model(target).vector_registers)
             # an innermost loop accumulating into one cell runs as a SIMD reduction in a
             # register (cholesky's dot products; schedule/cell_reduction.py)

@@ -165,6 +165,7 @@ from .rfactor_rules import (
 )
 from .stream_rules import column_rows, column_rows_possible
 from .update_order import contiguous_innermost, jam, jam_block, jam_rows, jam_tile
+from .vector_width import stage_lanes
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -264,7 +265,8 @@ class SearchSpace:
                 as_written = False
                 if self._contiguous_possible(f, u.number) and trial.suggest_categorical(
                         f"{f.name}.update{u.number}.contiguous", [True, False]):
-                    contiguous_innermost(s, f, u.number, self.extents, lanes(f, self.target),
+                    contiguous_innermost(s, f, u.number, self.extents,
+                                         self._lanes(f, u.number),
                                          UPDATE_MIN_VECTORS)
                 elif self._update_rfactor_possible(s, f, u) and trial.suggest_categorical(
                         f"{f.name}.update{u.number}.rfactor", [False, True]):
@@ -293,6 +295,11 @@ class SearchSpace:
         return fuse_siblings(s, self.pipeline, lambda f, h, t: trial.suggest_categorical(
             f"{f.name}.with_{h.name}", [False, True]))
 
+    def _lanes(self, f: Func, number: int) -> int:
+        """SIMD lanes of update ``number`` of ``f``, as the rule-based schedule takes them
+        (``vector_width.stage_lanes``)."""
+        return stage_lanes(f, number, self.extents, self.target)
+
     def _contiguous_possible(self, f: Func, number: int) -> bool:
         """Whether ``update_order.contiguous_innermost`` proposes a loop order for update
         ``number`` of ``f`` that the legality check accepts (decided once per update)."""
@@ -300,8 +307,8 @@ class SearchSpace:
         if key not in self._contiguous:
             t = Schedule(self.output)
             try:
-                contiguous_innermost(t, f, number, self.extents, lanes(f, self.target),
-                                     UPDATE_MIN_VECTORS)
+                contiguous_innermost(t, f, number, self.extents,
+                                     self._lanes(f, number), UPDATE_MIN_VECTORS)
                 self._contiguous[key] = t.check(realize=False).ok
             except ScheduleError:
                 self._contiguous[key] = False
@@ -316,7 +323,7 @@ class SearchSpace:
             registers = cpu_model(self.target).vector_registers
             try:
                 self._jam[key] = jam_rows(Schedule(self.output), self.output, f, number,
-                                          self.extents, lanes(f, self.target),
+                                          self.extents, self._lanes(f, number),
                                           UPDATE_MIN_VECTORS, jam_block(registers),
                                           jam_tile(registers))
             except ScheduleError:
@@ -346,11 +353,11 @@ class SearchSpace:
 
     def _apply_form(self, s: Schedule, f: Func, number: int, form: str) -> None:
         if form == "scan":
-            scan_stage(s, f, number, self.extents, lanes(f, self.target), False)
+            scan_stage(s, f, number, self.extents, self._lanes(f, number), False)
         elif form != "none":
             vector, _, par = form.partition("parallel:")
             update_stage(s, f, number, vector.startswith("vector"), par or None, self.extents,
-                         lanes(f, self.target))
+                         self._lanes(f, number))
 
     def _update_rfactor_possible(self, s: Schedule, f: Func, u: Any) -> bool:
         """Whether ``rfactor_update_chunks`` applies to update ``u`` of ``f``: a reassociable

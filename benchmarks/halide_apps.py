@@ -3,6 +3,10 @@
 takes to build and compile each.
 
 Run: python benchmarks/halide_apps.py [--apps unsharp,stencil_chain,...] [--rounds 5]
+     [--against NAME=VALUE[+NAME=VALUE]]
+
+``--against`` adds a column "variant": the rule-based schedule made with those constants set
+(``common.rule_settings``, as ``polybench.py --against``), for an A/B of a rule in one process.
 
 - ``unsharp`` (apps/unsharp): gray from RGB, a 7-tap Gaussian blur in y then x with the edge
   repeated, sharpen, and the ratio applied to each channel; float32, planar ``(3, H, W)``.
@@ -42,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorlang as tl  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
 from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
-from common import cpu_name  # noqa: E402
+from common import cpu_name, rule_settings  # noqa: E402
 
 F32 = tl.float32
 
@@ -787,12 +791,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--apps", default=",".join(APPS))
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--against", default="", help="NAME=VALUE[+...]: the rules' constants")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     print(f"Halide apps on {cpu_name()} ({os.cpu_count()} CPUs); {args.rounds} interleaved rounds, "
           f"medians")
     print(f"{'app':<15}{'numpy':>12}{'default':>12}{'rule-based':>12}{'np/rule':>9}"
-          f"{'rule/def':>10}{'auto build+compile':>20}")
+          f"{'rule/def':>10}{'auto build+compile':>20}"
+          + (f"{'np/variant':>12}{'variant/rule':>14}" if args.against else ""))
     for name in [n for n in args.apps.split(",") if n]:
         build, ref_fn, sizes, make = APPS[name]
         arrays = make(sizes, np.random.default_rng(0))
@@ -802,9 +808,13 @@ def main(argv: list[str] | None = None) -> int:
         rule = tl.compile(out, s)
         t_auto = time.perf_counter() - t0
         default = tl.compile(out)
+        variants = [("default", default), ("rule-based", rule)]
+        if args.against:
+            with rule_settings(args.against):
+                variants.append(("variant", tl.compile(out, heuristic_schedule(out, sizes))))
         want = ref_fn(arrays)
         calls = {"numpy": lambda: ref_fn(arrays)}
-        for label, k in (("default", default), ("rule-based", rule)):
+        for label, k in variants:
             got = k(**arrays)
             if not matches(got, want):
                 print(f"{name}: {label} differs from NumPy", file=sys.stderr)
@@ -816,7 +826,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<15}" + "".join(f"{med[c] * 1e3:>9.2f} ms" for c in
                                       ("numpy", "default", "rule-based"))
               + f"{med['numpy'] / med['rule-based']:>8.2f}x"
-              + f"{med['default'] / med['rule-based']:>9.2f}x{t_auto:>18.1f} s", flush=True)
+              + f"{med['default'] / med['rule-based']:>9.2f}x{t_auto:>18.1f} s"
+              + (f"{med['numpy'] / med['variant']:>11.2f}x"
+                 f"{med['rule-based'] / med['variant']:>13.2f}x" if args.against else ""),
+              flush=True)
     return 0
 
 

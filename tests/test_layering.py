@@ -163,7 +163,7 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
 #: search space, cost-model features); every other tuner module is backend-neutral
 CPU_MODELS = {"tensorlang.autotuner.cpu_model", "tensorlang.autotuner.heuristic",
               "tensorlang.autotuner.rfactor_rules", "tensorlang.autotuner.stream_rules",
-              "tensorlang.autotuner.space",
+              "tensorlang.autotuner.space", "tensorlang.autotuner.vector_width",
               "tensorlang.autotuner.features"}
 #: what a backend-neutral module may import of the backends layer
 BACKEND_INTERFACE = {"tensorlang.backends", "tensorlang.backends.base",
