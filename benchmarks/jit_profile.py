@@ -103,14 +103,18 @@ def fma_share(ips: list[int], text: dict[int, str], loops: list[tuple[int, int]]
 def readable_bytes(lo: int, size: int) -> bytes:
     """This process's memory at ``[lo, lo + size)``, zeros where nothing readable is mapped
     (``/proc/self/maps``): the JIT code's last function ends short of the 64 KiB taken after
-    its start, and reading an unmapped page would crash the process."""
+    its start, and reading an unmapped page would crash the process, as would reading a mapped
+    file past its end or the kernel's ``[vvar]`` page (SIGBUS): the JIT code lies in anonymous
+    memory, named mappings are skipped."""
     out = bytearray(size)
     with open("/proc/self/maps") as fh:
         for line in fh:
-            span, perms = line.split()[:2]
+            fields = line.split()
+            span, perms = fields[:2]
             a, b = (int(v, 16) for v in span.split("-"))
             start, end = max(a, lo), min(b, lo + size)
-            if start < end and perms.startswith("r"):
+            named = len(fields) > 5 and not fields[5].startswith(("[heap]", "[anon"))
+            if start < end and perms.startswith("r") and not named:
                 out[start - lo:end - lo] = ctypes.string_at(start, end - start)
     return bytes(out)
 
@@ -144,7 +148,7 @@ def _run(args: argparse.Namespace) -> None:
     if args.cpu:
         target = target_for(args.cpu)
     with rule_settings(args.set):
-        s = heuristic_schedule(out, sizes, target)
+        s = tl.Schedule(out) if args.default else heuristic_schedule(out, sizes, target)
     if args.then:  # more primitives on the rule's schedule, e.g. s["B_local"].vectorize(...)
         exec(args.then, {"s": s, "tl": tl})
     kern = tl.compile(out, s, target=target) if target else tl.compile(out, s)
@@ -200,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--then", default="", metavar="PYTHON",
                     help="statements run on the rule's schedule s before compiling "
                          "(s[\"B_local\"].vectorize(\"B_local_d1\", 8))")
+    ap.add_argument("--default", action="store_true",
+                    help="profile the default schedule instead of the rule-based one")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--list", default="", metavar="FIRST-LAST",
