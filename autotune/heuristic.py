@@ -107,7 +107,7 @@ from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_N
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
                            inlined_nodes, recompute_factor)
 from .update_order import contiguous_innermost, jam_block, jam_rows, jam_tile
-from .vector_width import stage_lanes
+from .vector_width import narrow_kernel, stage_lanes
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -288,9 +288,8 @@ def heuristic_schedule(output: Func | Sequence[Func], sizes: dict[str, int],
         ShapeError: the sizes do not fit the algorithm.
     """
 
-    # each stage's variants are proven legal as they are chosen; lowering (the slow part on long
-    # pipelines: the whole nest each time) is checked once at the end, and only if the result
-    # does not lower is every variant lowered as it is chosen
+    # each stage's variants are proven legal as they are chosen; lowering (slow on long pipelines)
+    # is checked once at the end, and only if the result does not lower is each variant lowered
     s = _build(output, sizes, target, lower_each=False)
     return s if _lowers(output, s) else _build(output, sizes, target, lower_each=True)
 
@@ -301,6 +300,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
     p = Pipeline(output)
     s = Schedule(output)
     host = p.outputs[-1]  # (several outputs: only the last one's row loop hosts producers)
+    narrow = narrow_kernel(p.funcs, extents, target)  # (no 512-bit copies around such a stencil)
     for f in reversed(p.funcs):
         if not p.is_output(f):
             d = f.definition
@@ -332,7 +332,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                 s = t
                 continue
         nested = s.states[f.name].compute.kind == "at"
-        width = stage_lanes(f, None, extents, target)  # (narrower for a stencil in L1)
+        width = stage_lanes(f, None, extents, target, narrow)  # (a stencil in L1: narrower)
         for variant in ("packed", "lanes", "columns", "full", "guard", "simple", "parallel"):
             if variant == "packed":
                 t = None if nested else _try(s, lambda t, f=f: _packed_tile(
@@ -353,7 +353,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                 break
         for u in f.updates:
             s = _schedule_update(s, output, f, u.number, extents,
-                                 stage_lanes(f, u.number, extents, target), nested,
+                                 stage_lanes(f, u.number, extents, target, narrow), nested,
                                  lower_each, cpu_model(target).vector_registers)
             # an innermost loop accumulating into one cell runs as a SIMD reduction in a
             # register (cholesky's dot products; schedule/cell_reduction.py)

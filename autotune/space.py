@@ -165,7 +165,7 @@ from .rfactor_rules import (
 )
 from .stream_rules import column_rows, column_rows_possible
 from .update_order import contiguous_innermost, jam, jam_block, jam_rows, jam_tile
-from .vector_width import stage_lanes
+from .vector_width import narrow_kernel, stage_lanes
 from .workloads import BoundExtents
 
 if TYPE_CHECKING:
@@ -248,6 +248,7 @@ class SearchSpace:
         self._contiguous: dict[tuple[str, int], bool] = {}
         self._jam: dict[tuple[str, int], str | None] = {}
         self._forms: dict[tuple[str, int], list[str]] = {}
+        self._narrow = narrow_kernel(self.pipeline.funcs, self.extents, self.target)
 
     def extent(self, func: str, var: str) -> int:
         return self.extents.extent(func, var)
@@ -297,8 +298,8 @@ class SearchSpace:
 
     def _lanes(self, f: Func, number: int) -> int:
         """SIMD lanes of update ``number`` of ``f``, as the rule-based schedule takes them
-        (``vector_width.stage_lanes``)."""
-        return stage_lanes(f, number, self.extents, self.target)
+        (``vector_width.stage_lanes``, ``narrow_kernel``)."""
+        return stage_lanes(f, number, self.extents, self.target, self._narrow)
 
     def _contiguous_possible(self, f: Func, number: int) -> bool:
         """Whether ``update_order.contiguous_innermost`` proposes a loop order for update

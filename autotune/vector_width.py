@@ -20,6 +20,7 @@ Lake-SP").
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from tensorlang.affine import NonAffine, affine_form
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
 #: (an A/B switch: ``STENCIL_VECTOR_BITS=512`` gives Intel's AVX-512 cores native vectors again,
 #: ``=256`` gives Zen 4 the narrower ones)
 STENCIL_VECTOR_BITS = 0
+#: which kernels vectorize every stage that accumulates nothing at the narrow width
+#: (``narrow_kernel``): 1 those with a stencil in L1, 2 all, 0 none (an A/B switch)
+NARROW_NON_REDUCTIONS = 1
 
 
 def shifted_reads(value: Expr) -> bool:
@@ -63,6 +67,17 @@ def shifted_reads(value: Expr) -> bool:
     return any(len(c) > 1 for c in offsets.values())
 
 
+def accumulates(f: Func, number: int | None) -> bool:
+    """Whether ``f``'s pure definition (``number`` None) is a reduction over an RDom, or its
+    update ``number`` reads the cell it writes (``f[i] = f[i] + ...``)."""
+    if number is None:
+        return f.definition is not None and bool(f.definition.rvars)
+    u = f.updates[number]
+    own = tuple(e.key for e in u.index)
+    return any(a.name == f.name and tuple(e.key for e in a.indices) == own
+               for a in accesses(u.value))
+
+
 def footprint(f: Func, number: int | None, extents: BoundExtents) -> int | None:
     """Bytes of the arrays that ``f``'s pure definition (``number`` None) or its update
     ``number`` reads and writes, whole, at ``extents``' sizes (None where an array's shape is
@@ -84,23 +99,53 @@ def footprint(f: Func, number: int | None, extents: BoundExtents) -> int | None:
     return total
 
 
+def _narrow(target: Target) -> tuple[int, int]:
+    """(native bits, narrow bits) on ``target``: the CPU model's ``stencil_vector_bits`` (or
+    ``STENCIL_VECTOR_BITS``), 0 where it is not narrower than native."""
+    narrow = STENCIL_VECTOR_BITS or cpu_model(target).stencil_vector_bits
+    return target.vector_bits, narrow if 0 < narrow < target.vector_bits else 0
+
+
+def stencil_in_l1(f: Func, number: int | None, extents: BoundExtents,
+                  target: Target | None = None) -> bool:
+    """Whether ``f``'s pure definition (``number`` None) or its update ``number`` reads a
+    stencil along its contiguous dimension (``shifted_reads``) over arrays that fit in L1
+    together (``footprint``) on a CPU with a narrower stencil width than native."""
+    target = target or host_target()
+    d = f.definition if number is None else f.updates[number]
+    if d is None or not _narrow(target)[1] or not shifted_reads(d.value):
+        return False
+    size = footprint(f, number, extents)
+    return size is not None and size <= cpu_model(target).l1.size
+
+
+def narrow_kernel(funcs: Sequence[Func], extents: BoundExtents,
+                  target: Target | None = None) -> bool:
+    """Whether every stage of ``funcs`` that accumulates nothing (``accumulates``) takes the
+    narrow width (``stage_lanes(..., everywhere=True)``): where one of them is a stencil in L1
+    (``stencil_in_l1``; ``NARROW_NON_REDUCTIONS`` 1), always (2) or never (0). One 512-bit
+    instruction anywhere in a call puts the core in a lower clock licence for the rest of it
+    (Intel's AVX-512 frequency licences; LLVM prefers 256-bit vectors on those cores), so a
+    kernel whose main stage runs at 256 bits should not copy its arrays at 512."""
+    if NARROW_NON_REDUCTIONS != 1:
+        return NARROW_NON_REDUCTIONS == 2 and bool(_narrow(target or host_target())[1])
+    return any(stencil_in_l1(f, n, extents, target)
+               for f in funcs for n in (None, *(u.number for u in f.updates)))
+
+
 def stage_lanes(f: Func, number: int | None, extents: BoundExtents,
-                target: Target | None = None) -> int:
+                target: Target | None = None, everywhere: bool = False) -> int:
     """SIMD lanes for ``f``'s pure definition (``number`` None) or its update ``number`` on
     ``target`` (default: the host) at ``extents``' sizes: the native lanes of ``f``'s dtype, or
     the lanes of the CPU model's ``stencil_vector_bits`` (``STENCIL_VECTOR_BITS`` where set)
-    where the definition reads a stencil along its contiguous dimension (``shifted_reads``)
-    over arrays that fit in L1 together (``footprint``): there the loads are the bound and each
-    straddling one costs L1 bandwidth; from L2 and beyond the lines' transfers are, and native
-    vectors measured as fast or faster (docs/performance.md, "Stencils at 256 bits on Ice
-    Lake-SP")."""
+    where the definition is a stencil in L1 (``stencil_in_l1``): there the loads are the bound
+    and each straddling one costs L1 bandwidth; from L2 and beyond the lines' transfers are,
+    and native vectors measured as fast or faster (docs/performance.md, "Stencils at 256 bits
+    on Ice Lake-SP"). With ``everywhere`` (``narrow_kernel``), every stage that accumulates
+    nothing takes the narrow width too."""
     target = target or host_target()
-    bits = target.vector_bits
-    d = f.definition if number is None else f.updates[number]
-    cpu = cpu_model(target)
-    narrow = STENCIL_VECTOR_BITS or cpu.stencil_vector_bits
-    if d is not None and 0 < narrow < bits and shifted_reads(d.value):
-        size = footprint(f, number, extents)
-        if size is not None and size <= cpu.l1.size:
-            bits = narrow
+    bits, narrow = _narrow(target)
+    if narrow and (everywhere and not accumulates(f, number)
+                   or stencil_in_l1(f, number, extents, target)):
+        bits = narrow
     return max(1, bits // (8 * f.dtype.numpy.itemsize))

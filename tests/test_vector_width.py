@@ -1,8 +1,11 @@
 """A stencil along the contiguous dimension in L1 at 256 bits on Ice Lake-SP
 (``autotune/vector_width.py``): which definitions count as one, which sizes and CPUs narrow the
-vectors, the kernels right on odd sizes, and the rule-based schedule a point of the space."""
+vectors, the kernel's other stages that accumulate nothing narrowed with it, the kernels right
+on odd sizes, and the rule-based schedule a point of the space."""
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pytest
@@ -11,7 +14,8 @@ import tensorlang as tl
 from algorithms import described_target
 from tensorlang.autotuner import vector_width
 from tensorlang.autotuner.heuristic import heuristic_schedule
-from tensorlang.autotuner.vector_width import footprint, shifted_reads, stage_lanes
+from tensorlang.autotuner.vector_width import (accumulates, footprint, narrow_kernel,
+                                               shifted_reads, stage_lanes)
 from tensorlang.autotuner.workloads import BoundExtents
 
 
@@ -81,6 +85,50 @@ def test_stage_lanes_narrows_an_l1_stencil_on_ice_lake_sp(cpu, n, bits, lanes, m
     assert stage_lanes(buf, None, ext, target) == native  # the copy of A: no stencil
     s = heuristic_schedule(out, {"N": n, "T": 5}, target)
     assert f"update(0).vectorize('r_x', {lanes})" in s.to_python()
+
+
+def test_accumulates_tells_reductions_from_stages_that_only_write():
+    A = tl.Input("A", (30, 30), tl.float64)
+    i, j = tl.vars("i j")
+    r = tl.RDom((0, 30))
+    total, copy, scan = tl.Func("total"), tl.Func("copy"), tl.Func("scan")
+    total[i] = tl.sum(A[i, r.x])
+    copy[i, j] = A[i, j] * 2
+    scan[i, j] = A[i, j]
+    scan[i, r.x] = scan[i, r.x] + scan[i, r.x - 1]  # reads the cell it writes
+    rows = _jacobi_1d()
+    buf = next(f for f in tl.Pipeline(rows).funcs if f.name == "buf")
+    assert accumulates(total, None) and accumulates(scan, 0)
+    assert not accumulates(copy, None) and not accumulates(scan, None)
+    assert not accumulates(buf, 0)  # writes row 1 - y, reads row y
+
+
+@pytest.mark.parametrize("cpu, n, switch, width", [
+    ("icelake-server", 2000, 1, 4),  # the sweep is a stencil in L1: every stage at 256 bits
+    ("icelake-server", 20000, 1, 8),  # no stencil in L1: native vectors everywhere
+    ("icelake-server", 2000, 0, 8),  # the A/B switch off: only the sweep narrowed
+    ("icelake-server", 20000, 2, 4),  # ... or on for every kernel
+    ("znver4", 2000, 1, 8),  # no narrower stencil width on Zen 4
+])
+def test_stages_around_an_l1_stencil_take_its_width(cpu, n, switch, width, monkeypatch):
+    monkeypatch.setattr(vector_width, "NARROW_NON_REDUCTIONS", switch)
+    out, sizes, target = _jacobi_1d(), {"N": n, "T": 5}, described_target(cpu)
+    p = tl.Pipeline(out)
+    assert narrow_kernel(p.funcs, BoundExtents(out, sizes), target) == (width == 4)
+    code = heuristic_schedule(out, sizes, target).to_python()
+    pure = {int(w) for w in re.findall(r"""s\["(?:buf|out)"\]\.vectorize\('i', (\d+)""", code)}
+    assert pure == {width}, code
+
+
+def test_a_reduction_keeps_native_vectors_in_a_narrowed_kernel():
+    A = tl.Input("A", (64, 2000), tl.float64)
+    i, x = tl.vars("i x")
+    r = tl.RDom((0, 64))
+    total = tl.Func("total")
+    total[x] = tl.sum(A[r.x, x])
+    target = described_target("icelake-server")
+    ext = BoundExtents(total, {})
+    assert stage_lanes(total, None, ext, target, everywhere=True) == 8
 
 
 def test_narrowed_stencil_is_right_on_odd_sizes():
