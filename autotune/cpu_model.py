@@ -98,7 +98,9 @@ class CpuModel:
         stencil_vector_bits: the vector width of a stage that reads a stencil along its
             contiguous dimension (``vector_width.stage_lanes``): 0 for ``vector_bits``, or 256
             on Ice Lake-SP, whose 512-bit loads straddling two cache lines cost more than two
-            256-bit ones (docs/performance.md, "Stencils at 256 bits on Ice Lake-SP").
+            256-bit ones (docs/performance.md, "Stencils at 256 bits on Ice Lake-SP"), and of
+            the stages around such a stencil that accumulate nothing
+            (``vector_width.narrow_kernel``).
     """
 
     name: str

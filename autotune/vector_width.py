@@ -15,6 +15,13 @@ splits a 512-bit access into two 256-bit halves, keeps the native width. Only wh
 fit in L1 (``footprint``): streamed from L2 or memory, the lines' transfers bound the loop and
 native vectors measured as fast or faster (docs/performance.md, "Stencils at 256 bits on Ice
 Lake-SP").
+
+A kernel with such a stage runs its other stages that accumulate nothing (copies, pointwise
+stages, updates that do not read the cell they write) at the same narrow width
+(``narrow_kernel``): 512-bit instructions put an Intel core in a lower clock licence for a while
+after them, so that a short copy at 512 bits slows the 256-bit stencil that follows it
+(docs/performance.md, "No 512-bit copies around a stencil at 256 bits").
+Reductions keep native vectors: their FMAs are the work the wider vectors halve.
 """
 
 from __future__ import annotations
