@@ -130,10 +130,10 @@ def narrow_kernel(funcs: Sequence[Func], extents: BoundExtents,
                   target: Target | None = None) -> bool:
     """Whether every stage of ``funcs`` that accumulates nothing (``accumulates``) takes the
     narrow width (``stage_lanes(..., everywhere=True)``): where one of them is a stencil in L1
-    (``stencil_in_l1``; ``NARROW_NON_REDUCTIONS`` 1), always (2) or never (0). One 512-bit
-    instruction anywhere in a call puts the core in a lower clock licence for the rest of it
-    (Intel's AVX-512 frequency licences; LLVM prefers 256-bit vectors on those cores), so a
-    kernel whose main stage runs at 256 bits should not copy its arrays at 512."""
+    (``stencil_in_l1``; ``NARROW_NON_REDUCTIONS`` 1), always (2) or never (0). 512-bit
+    instructions put an Intel core in a lower clock licence for a while after them (Intel's
+    AVX-512 frequency licences; LLVM prefers 256-bit vectors on those cores), so a kernel whose
+    stencil runs at 256 bits should not copy its arrays at 512."""
     if NARROW_NON_REDUCTIONS != 1:
         return NARROW_NON_REDUCTIONS == 2 and bool(_narrow(target or host_target())[1])
     return any(stencil_in_l1(f, n, extents, target)
