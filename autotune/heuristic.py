@@ -48,9 +48,9 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   recomputed once per row block). A reduction over two or more pure Vars (one that gets a
   register tile) or with a row segment (above) stays at root: one row at a time would leave its
   tile a single row;
-- the outermost pure loop with at least two iterations runs in parallel, when the stage does at
-  least ``MIN_PARALLEL_POINTS`` iterations (a smaller one runs serially); a loop of 2-4 that a
-  ``where`` tests (colour channels) is unrolled inside the others instead (``select_loops``);
+- the outermost pure loop with two iterations or more runs in parallel where the stage does
+  ``MIN_PARALLEL_POINTS`` iterations, unless small around a serial largest one (``serial_share``);
+  a loop of 2-4 that a ``where`` tests (colour channels) is unrolled inside them (``select_loops``);
 - a big reduction with fewer pure points than threads (a total, a few long rows) is split into
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);
@@ -99,6 +99,7 @@ from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noq
                            condition_mentions, panel_dim, row_block_reads, row_var,
                            rows_straddle_lines)
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
+from .serial_share import minor_stages
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, contiguous_in, shared_read)
 from .select_loops import row_loops, unroll_selects, unroll_update_selects
@@ -148,31 +149,28 @@ MIN_KC = 256
 #: An int, for ``benchmarks/gemm_packed.py``'s ``auto:A_PANELS=1``
 A_PANELS = 0
 #: whether every packed tile with a split reduction runs BLIS's loop order (else only where
-#: ``BLIS_ORDER_BLOCKS`` says; with this on, the row blocks are re-chosen as
-#: ``BLIS_BLOCK_ROWS`` says): for each ``kc`` block, the whole ``kc x N`` block of B is copied
-#: once, in ``nr``-wide panels (by the threads together), then the row blocks run in parallel,
-#: each copying its ``mc x kc`` block of A (Goto and van de Geijn, TOMS 2008, Fig. 8). Off:
-#: each row block copies B's ``kc x nr`` panels itself, as many times as there are row blocks.
-#: BLIS's order won on one thread on an AVX-512 Xeon and lost at mid sizes on two with the same
-#: blocks (docs/performance.md, "BLIS's whole loop order"). An int, for
-#: ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
+#: ``BLIS_ORDER_BLOCKS`` says; with this on, the row blocks are re-chosen as ``BLIS_BLOCK_ROWS``
+#: says): for each ``kc`` block, the whole ``kc x N`` block of B is copied once, in ``nr``-wide
+#: panels (by the threads together), then the row blocks run in parallel, each copying its
+#: ``mc x kc`` block of A (Goto and van de Geijn, TOMS 2008, Fig. 8). Off: each row block copies B's
+#: ``kc x nr`` panels itself, as many times as there are row blocks. BLIS's order won on one thread
+#: on an AVX-512 Xeon and lost at mid sizes on two with the same blocks (docs/performance.md,
+#: "BLIS's whole loop order"). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
 BLIS_ORDER = 0
 #: how many times the row blocks a thread asked for (``blocks_per_thread``) a packed tile with a
-#: split reduction must give each thread to run BLIS's loop order (``BLIS_ORDER``: always):
-#: then B's panels are copied once per ``kc`` block, not once per row block. A small L2 makes
-#: many blocks: AVX2 code for ``haswell`` (256 KiB L2, 85-row blocks, twelve on one thread at
-#: 1024 rows) spent 12-13% of its samples copying B; in BLIS's order 1% (10-12% faster in
-#: three runs, even in two later ones); symm's five blocks (two asked for, its rows differ in
-#: work) ran slower in it on one thread (docs/performance.md, "AVX2 code on the AVX-512 VM").
-#: 0: never
+#: split reduction must give each thread to run BLIS's loop order (``BLIS_ORDER``: always): then B's
+#: panels are copied once per ``kc`` block, not once per row block. A small L2 makes many blocks:
+#: AVX2 code for ``haswell`` (256 KiB L2, 85-row blocks, twelve on one thread at 1024 rows) spent
+#: 12-13% of its samples copying B; in BLIS's order 1% (10-12% faster in three runs, even in two
+#: later ones); symm's five blocks (two asked for, its rows differ in work) ran slower in it on one
+#: thread (docs/performance.md, "AVX2 code on the AVX-512 VM"). 0: never
 BLIS_ORDER_BLOCKS = 4
-#: whether a packed tile whose rows leave a remainder (the extent not a multiple of the tile's
-#: rows) runs BLIS's loop order whatever its number of row blocks: there the remainder is peeled
-#: off the tile loop inside the row blocks (``realize.PEEL_SHARED``: B's panels are copied
-#: outside them), where the other order runs it as a piece of its own after the parallel loop,
-#: on one thread, copying every panel of B again (AVX2 code on Zen 4, float32 1024^3 in 6-row
-#: tiles: 15-17% faster on 2 threads, 8% on 1; docs/performance.md, "AVX2 code on Zen 4"). 0: as
-#: before
+#: whether a packed tile whose rows leave a remainder (the extent not a multiple of the tile's rows)
+#: runs BLIS's loop order whatever its number of row blocks: there the remainder is peeled off the
+#: tile loop inside the row blocks (``realize.PEEL_SHARED``: B's panels are copied outside them),
+#: where the other order runs it as a piece of its own after the parallel loop, on one thread,
+#: copying every panel of B again (AVX2 code on Zen 4, float32 1024^3 in 6-row tiles: 15-17% faster
+#: on 2 threads, 8% on 1; docs/performance.md, "AVX2 code on Zen 4"). 0: as before
 BLIS_ORDER_REMAINDER = 1
 #: the packed tile prefetches the next register tile's rows of its output at the top of each
 #: tile (``Stage.prefetch``), as BLIS's and OpenBLAS's micro-kernels prefetch C. 0: never; 1:
@@ -287,15 +285,16 @@ def heuristic_schedule(output: Func | Sequence[Func], sizes: dict[str, int],
     Raises:
         ShapeError: the sizes do not fit the algorithm.
     """
-
-    # each stage's variants are proven legal as they are chosen; lowering (slow on long pipelines)
-    # is checked once at the end, and only if the result does not lower is each variant lowered
+    # each stage's variants proven legal as chosen, lowering (slow on long pipelines) checked at
+    # the end, each variant lowered only if that fails; built again with small stages serial
     s = _build(output, sizes, target, lower_each=False)
-    return s if _lowers(output, s) else _build(output, sizes, target, lower_each=True)
+    serial = minor_stages(s, Pipeline(output).funcs, BoundExtents(output, sizes))
+    s = _build(output, sizes, target, False, serial) if serial else s
+    return s if _lowers(output, s) else _build(output, sizes, target, True, serial)
 
 
 def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target | None,
-           lower_each: bool) -> Schedule:
+           lower_each: bool, serial: frozenset[str] = frozenset()) -> Schedule:
     extents = BoundExtents(output, sizes)
     p = Pipeline(output)
     s = Schedule(output)
@@ -332,19 +331,20 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                 s = t
                 continue
         nested = s.states[f.name].compute.kind == "at"
+        one = nested or f.name in serial  # (its pure definition on one thread)
         width = stage_lanes(f, None, extents, target, narrow)  # (a stencil in L1: narrower)
         for variant in ("packed", "lanes", "columns", "full", "guard", "simple", "parallel"):
             if variant == "packed":
-                t = None if nested else _try(s, lambda t, f=f: _packed_tile(
+                t = None if one else _try(s, lambda t, f=f: _packed_tile(
                     t, f, extents, lanes(f, target), target))
             elif variant == "lanes":
-                t = None if nested else _try(s, lambda t, f=f: _rfactor_lanes_stage(
+                t = None if one else _try(s, lambda t, f=f: _rfactor_lanes_stage(
                     t, f, extents, lanes(f, target), p.funcs))
             elif variant == "columns":
-                t = None if nested else _try(s, lambda t, f=f: _column_rows_stage(
+                t = None if one else _try(s, lambda t, f=f: _column_rows_stage(
                     t, f, extents, lanes(f, target), cpu_model(target)))
             else:
-                t = _try(s, lambda t, f=f, v=variant, n=nested, w=width: _stage(
+                t = _try(s, lambda t, f=f, v=variant, n=one, w=width: _stage(
                     t, f, v, extents, w, n, accumulators(target)))
             if t is None:
                 continue

@@ -1,0 +1,126 @@
+"""Small stages around a serial largest stage run serially (``autotune/serial_share.py``): which
+stages the rule picks, that it leaves kernels whose largest stage is parallel alone, that the
+kernels it makes match NumPy on odd sizes, and that the rule-based schedule stays a point of the
+search space."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner import serial_share
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.serial_share import minor_stages, runs_parallel, stage_points
+from tensorlang.autotuner.workloads import BoundExtents
+from tensorlang.schedule.schedule import Schedule
+
+
+def _heat_3d() -> tl.Func:
+    """PolyBench's heat-3d: two arrays copied into one buffer, swept ``T`` times each way, the
+    first copied out (as benchmarks/polybench/kernels.py writes it)."""
+    N, T = tl.sizes("N T")
+    A, B = tl.Input("A", (N, N, N), tl.float64), tl.Input("B", (N, N, N), tl.float64)
+    p, i, j, k = tl.vars("p i j k")
+    buf = tl.Func("buf", shape=(2, N, N, N))
+    buf[p, i, j, k] = tl.where(p == 0, A[i, j, k], B[i, j, k])
+    r = tl.RDom((1, N - 1), (1, N - 1), (1, N - 1), (0, 2), (0, T))
+    kk, jj, ii, q = r[0], r[1], r[2], r[3]
+    c = buf[q, ii, jj, kk]
+    buf[1 - q, ii, jj, kk] = (
+        0.125 * (buf[q, ii + 1, jj, kk] - 2.0 * c + buf[q, ii - 1, jj, kk])
+        + 0.125 * (buf[q, ii, jj + 1, kk] - 2.0 * c + buf[q, ii, jj - 1, kk])
+        + 0.125 * (buf[q, ii, jj, kk + 1] - 2.0 * c + buf[q, ii, jj, kk - 1]) + c)
+    out = tl.Func("out")
+    out[i, j, k] = buf[0, i, j, k]
+    return out
+
+
+def _heat_3d_np(a: np.ndarray, b: np.ndarray, steps: int) -> np.ndarray:
+    a, b = a.copy(), b.copy()
+
+    def step(x: np.ndarray) -> np.ndarray:
+        c = x[1:-1, 1:-1, 1:-1]
+        return (0.125 * (x[2:, 1:-1, 1:-1] - 2.0 * c + x[:-2, 1:-1, 1:-1])
+                + 0.125 * (x[1:-1, 2:, 1:-1] - 2.0 * c + x[1:-1, :-2, 1:-1])
+                + 0.125 * (x[1:-1, 1:-1, 2:] - 2.0 * c + x[1:-1, 1:-1, :-2]) + c)
+    for _ in range(steps):
+        b[1:-1, 1:-1, 1:-1] = step(a)
+        a[1:-1, 1:-1, 1:-1] = step(b)
+    return a
+
+
+#: copies of 2 * 37^3 and 37^3 points (past ``MIN_PARALLEL_POINTS``, so parallel by themselves)
+#: around a sweep of 35^3 points 80 times: 1.2% and 0.6% of it
+SIZES = {"N": 37, "T": 40}
+
+
+def _parallel_stages(s: Schedule) -> set[str]:
+    return {name for name in s.states if runs_parallel(s, name)}
+
+
+def test_stage_points_counts_pure_vars_and_rvars():
+    out = _heat_3d()
+    ext = BoundExtents(out, SIZES)
+    buf = tl.Pipeline(out).func("buf")
+    assert stage_points(buf, None, ext) == 2 * 37 ** 3
+    assert stage_points(buf, 0, ext) == 35 ** 3 * 2 * 40
+    assert stage_points(out, None, ext) == 37 ** 3
+
+
+def test_copies_around_a_serial_sweep_run_serially(monkeypatch):
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    out = _heat_3d()
+    with monkeypatch.context() as m:
+        m.setattr(serial_share, "MINOR_SHARE", 0)
+        before = heuristic_schedule(out, SIZES)
+    # without the rule both copies run in parallel and the sweep serially (its time loop)
+    assert _parallel_stages(before) == {"buf", "out"}
+    funcs = tl.Pipeline(out).funcs
+    assert minor_stages(before, funcs, BoundExtents(out, SIZES)) == {"buf", "out"}
+    after = heuristic_schedule(out, SIZES)
+    assert _parallel_stages(after) == set()
+    assert "vectorize('k', 8" in after.to_python()  # (still vectorized)
+    # more than MINOR_SHARE of the sweep's iterations: the copies stay parallel
+    few = {"N": 37, "T": 1}
+    assert _parallel_stages(heuristic_schedule(out, few)) == {"buf", "out"}
+
+
+def test_a_parallel_largest_stage_leaves_small_stages_alone(monkeypatch):
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), tl.float64), tl.Input("B", (K, N), tl.float64)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+    D = tl.Func("D")
+    D[i, j] = C[i, j] + 1.0  # 1/1024 of the product's iterations
+    sizes = {"M": 512, "N": 512, "K": 1024}
+    s = heuristic_schedule(D, sizes)
+    assert minor_stages(s, tl.Pipeline(D).funcs, BoundExtents(D, sizes)) == frozenset()
+    assert runs_parallel(s, "D")
+
+
+@pytest.mark.parametrize("n,steps", [(1, 2), (2, 1), (3, 3), (13, 2), (37, 40)])
+def test_serial_copies_match_numpy_on_odd_sizes(n, steps):
+    out = _heat_3d()
+    kern = tl.compile(out, heuristic_schedule(out, SIZES))
+    rng = np.random.default_rng(11)
+    a, b = rng.random((n, n, n)), rng.random((n, n, n))
+    np.testing.assert_allclose(kern(A=a, B=b, T=steps), _heat_3d_np(a, b, steps), rtol=1e-12)
+
+
+def test_serial_copies_are_a_point_of_the_search_space(monkeypatch):
+    import optuna
+
+    from tensorlang.autotuner.space import SearchSpace
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    out = _heat_3d()
+    hs = heuristic_schedule(out, SIZES)
+    assert _parallel_stages(hs) == set()
+    space = SearchSpace(out, SIZES)
+    point = space.point(hs)
+    assert point is not None, hs.to_python()
+    again = space.sample(optuna.trial.FixedTrial(point[0]))
+    assert space.signature(again) == space.signature(hs)
