@@ -285,17 +285,16 @@ def heuristic_schedule(output: Func | Sequence[Func], sizes: dict[str, int],
     Raises:
         ShapeError: the sizes do not fit the algorithm.
     """
-    # each stage's variants proven legal as chosen, lowering (slow on long pipelines) checked at
-    # the end, each variant lowered only if that fails; built again with small stages serial
-    s = _build(output, sizes, target, lower_each=False)
-    serial = minor_stages(s, Pipeline(output).funcs, BoundExtents(output, sizes))
-    s = _build(output, sizes, target, False, serial) if serial else s
-    return s if _lowers(output, s) else _build(output, sizes, target, True, serial)
+    # variants proven legal as chosen; lowering (slow) once at the end, per variant if that fails
+    ext = BoundExtents(output, sizes)
+    s = _build(output, sizes, target, False, frozenset(), ext)
+    serial = minor_stages(s, Pipeline(output).funcs, ext)  # (around a serial largest stage)
+    s = _build(output, sizes, target, False, serial, ext) if serial else s
+    return s if _lowers(output, s) else _build(output, sizes, target, True, serial, ext)
 
 
 def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target | None,
-           lower_each: bool, serial: frozenset[str] = frozenset()) -> Schedule:
-    extents = BoundExtents(output, sizes)
+           lower_each: bool, serial: frozenset[str], extents: BoundExtents) -> Schedule:
     p = Pipeline(output)
     s = Schedule(output)
     host = p.outputs[-1]  # (several outputs: only the last one's row loop hosts producers)
