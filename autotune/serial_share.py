@@ -57,16 +57,20 @@ def runs_parallel(s: Schedule, stage: str) -> bool:
 def minor_stages(s: Schedule, funcs: Sequence[Func], extents: BoundExtents) -> frozenset[str]:
     """The Funcs of ``funcs`` whose pure definition ``s`` runs in parallel though it has at most
     ``MINOR_SHARE`` of the iterations of the largest stage (pure or update definition), where
-    ``s`` runs that one serially; empty where it runs in parallel, or with ``MINOR_SHARE`` 0."""
+    ``s`` runs that one serially; empty where it runs in parallel, or with ``MINOR_SHARE`` 0.
+    Only stages computed at root count: an inlined Func has no loops of its own, and one
+    computed at a consumer's loop runs inside that loop, in parallel where it is."""
+    root = [f for f in funcs if f.definition is not None and f.name in s.states
+            and s.states[f.name].compute.kind == "root"]
     points = {stage_id(f.name, n) if n is not None else f.name: stage_points(f, n, extents)
-              for f in funcs if f.definition is not None
-              for n in (None, *(u.number for u in f.updates))}
+              for f in root for n in (None, *(u.number for u in f.updates))}
     stages = [name for name in points if name in s.states]
     if not stages or MINOR_SHARE <= 0:
         return frozenset()
-    largest = max(stages, key=lambda name: points[name])
-    if runs_parallel(s, largest):
+    most = max(points[name] for name in stages)
+    if any(runs_parallel(s, name) for name in stages if points[name] == most):
         return frozenset()
+    largest = next(name for name in stages if points[name] == most)
     return frozenset(f.name for f in funcs if f.name in points and f.name != largest
                      and runs_parallel(s, f.name)
                      and points[f.name] <= MINOR_SHARE * points[largest])

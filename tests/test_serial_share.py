@@ -101,6 +101,26 @@ def test_a_parallel_largest_stage_leaves_small_stages_alone(monkeypatch):
     assert runs_parallel(s, "D")
 
 
+def test_an_inlined_largest_func_is_not_a_serial_stage(monkeypatch):
+    # e, as large as the output, is inlined into it: no loops of its own, so not the serial
+    # largest stage that would make s1 (1/32 of it, parallel) run serially
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    N, K = tl.sizes("N K")
+    X, A = tl.Input("X", (N, N), tl.float64), tl.Input("A", (N, K), tl.float64)
+    i, j, k = tl.vars("i j k")
+    e = tl.Func("e")
+    e[i, j] = X[i, j] * 2.0
+    s1 = tl.Func("s1")
+    s1[j] = A[j, k] * A[j, k]
+    out = tl.Func("out")
+    out[i, j] = e[i, j] + s1[j]
+    sizes = {"N": 2048, "K": 64}
+    s = heuristic_schedule(out, sizes)
+    assert s.states["e"].compute.kind == "inline"
+    assert _parallel_stages(s) == {"s1", "out"}
+    assert minor_stages(s, tl.Pipeline(out).funcs, BoundExtents(out, sizes)) == frozenset()
+
+
 @pytest.mark.parametrize("n,steps", [(1, 2), (2, 1), (3, 3), (13, 2), (37, 40)])
 def test_serial_copies_match_numpy_on_odd_sizes(n, steps):
     out = _heat_3d()
