@@ -5,6 +5,9 @@ search space."""
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -15,39 +18,19 @@ from tensorlang.autotuner.serial_share import minor_stages, runs_parallel, stage
 from tensorlang.autotuner.workloads import BoundExtents
 from tensorlang.schedule.schedule import Schedule
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+from polybench.kernels import KERNELS  # noqa: E402
+
 
 def _heat_3d() -> tl.Func:
-    """PolyBench's heat-3d: two arrays copied into one buffer, swept ``T`` times each way, the
-    first copied out (as benchmarks/polybench/kernels.py writes it)."""
-    N, T = tl.sizes("N T")
-    A, B = tl.Input("A", (N, N, N), tl.float64), tl.Input("B", (N, N, N), tl.float64)
-    p, i, j, k = tl.vars("p i j k")
-    buf = tl.Func("buf", shape=(2, N, N, N))
-    buf[p, i, j, k] = tl.where(p == 0, A[i, j, k], B[i, j, k])
-    r = tl.RDom((1, N - 1), (1, N - 1), (1, N - 1), (0, 2), (0, T))
-    kk, jj, ii, q = r[0], r[1], r[2], r[3]
-    c = buf[q, ii, jj, kk]
-    buf[1 - q, ii, jj, kk] = (
-        0.125 * (buf[q, ii + 1, jj, kk] - 2.0 * c + buf[q, ii - 1, jj, kk])
-        + 0.125 * (buf[q, ii, jj + 1, kk] - 2.0 * c + buf[q, ii, jj - 1, kk])
-        + 0.125 * (buf[q, ii, jj, kk + 1] - 2.0 * c + buf[q, ii, jj, kk - 1]) + c)
-    out = tl.Func("out")
-    out[i, j, k] = buf[0, i, j, k]
-    return out
+    """PolyBench's heat-3d (benchmarks/polybench/kernels.py): two arrays copied into one
+    buffer, swept twice per time step, the first copied out."""
+    return KERNELS["heat-3d"].build()[0]
 
 
 def _heat_3d_np(a: np.ndarray, b: np.ndarray, steps: int) -> np.ndarray:
-    a, b = a.copy(), b.copy()
-
-    def step(x: np.ndarray) -> np.ndarray:
-        c = x[1:-1, 1:-1, 1:-1]
-        return (0.125 * (x[2:, 1:-1, 1:-1] - 2.0 * c + x[:-2, 1:-1, 1:-1])
-                + 0.125 * (x[1:-1, 2:, 1:-1] - 2.0 * c + x[1:-1, :-2, 1:-1])
-                + 0.125 * (x[1:-1, 1:-1, 2:] - 2.0 * c + x[1:-1, 1:-1, :-2]) + c)
-    for _ in range(steps):
-        b[1:-1, 1:-1, 1:-1] = step(a)
-        a[1:-1, 1:-1, 1:-1] = step(b)
-    return a
+    n = a.shape[0]
+    return KERNELS["heat-3d"].numpy({"A": a, "B": b}, {"N": n, "T": steps})[0]
 
 
 #: copies of 2 * 37^3 and 37^3 points (past ``MIN_PARALLEL_POINTS``, so parallel by themselves)
@@ -75,15 +58,15 @@ def test_copies_around_a_serial_sweep_run_serially(monkeypatch):
         m.setattr(serial_share, "MINOR_SHARE", 0)
         before = heuristic_schedule(out, SIZES)
     # without the rule both copies run in parallel and the sweep serially (its time loop)
-    assert _parallel_stages(before) == {"buf", "out"}
+    assert _parallel_stages(before) == {"buf", "heat_3d"}
     funcs = tl.Pipeline(out).funcs
-    assert minor_stages(before, funcs, BoundExtents(out, SIZES)) == {"buf", "out"}
+    assert minor_stages(before, funcs, BoundExtents(out, SIZES)) == {"buf", "heat_3d"}
     after = heuristic_schedule(out, SIZES)
     assert _parallel_stages(after) == set()
     assert "vectorize('k', 8" in after.to_python()  # (still vectorized)
     # more than MINOR_SHARE of the sweep's iterations: the copies stay parallel
     few = {"N": 37, "T": 1}
-    assert _parallel_stages(heuristic_schedule(out, few)) == {"buf", "out"}
+    assert _parallel_stages(heuristic_schedule(out, few)) == {"buf", "heat_3d"}
 
 
 def test_a_parallel_largest_stage_leaves_small_stages_alone(monkeypatch):
