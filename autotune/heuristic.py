@@ -286,16 +286,16 @@ def heuristic_schedule(output: Func | Sequence[Func], sizes: dict[str, int],
         ShapeError: the sizes do not fit the algorithm.
     """
     # variants proven legal as chosen; lowering (slow) once at the end, per variant if that fails
-    ext = BoundExtents(output, sizes)
-    s = _build(output, sizes, target, False, frozenset(), ext)
-    serial = minor_stages(s, Pipeline(output).funcs, ext)  # (around a serial largest stage)
-    s = _build(output, sizes, target, False, serial, ext) if serial else s
-    return s if _lowers(output, s) else _build(output, sizes, target, True, serial, ext)
+    p, ext = Pipeline(output), BoundExtents(output, sizes)
+    s = _build(output, sizes, target, False, frozenset(), p, ext)
+    serial = minor_stages(s, p.funcs, ext)  # (small stages around a serial largest one)
+    s = _build(output, sizes, target, False, serial, p, ext) if serial else s
+    return s if _lowers(output, s) else _build(output, sizes, target, True, serial, p, ext)
 
 
 def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target | None,
-           lower_each: bool, serial: frozenset[str], extents: BoundExtents) -> Schedule:
-    p = Pipeline(output)
+           lower_each: bool, serial: frozenset[str], p: Pipeline, extents: BoundExtents
+           ) -> Schedule:
     s = Schedule(output)
     host = p.outputs[-1]  # (several outputs: only the last one's row loop hosts producers)
     narrow = narrow_kernel(p.funcs, extents, target)  # (no 512-bit copies around such a stencil)
