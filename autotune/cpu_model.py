@@ -101,6 +101,12 @@ class CpuModel:
             256-bit ones (docs/performance.md, "Stencils at 256 bits on Ice Lake-SP"), and of
             the stages around such a stencil that accumulate nothing
             (``vector_width.narrow_kernel``).
+        sibling_lanes: whether a row reduction that shares only a vector read with another
+            (PolyBench gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) takes vector lanes
+            (``rfactor_rules.rfactor_lanes``: ``LANE_ROWS`` rows read together) as a lone one
+            does: True, or False on AMD Zen, where the two as plain row loops measured faster
+            on Zen 4 and the lanes faster on Ice Lake-SP (docs/performance.md, "Two row sums
+            that share only a vector").
     """
 
     name: str
@@ -116,6 +122,7 @@ class CpuModel:
     packed_kc: int = 0
     packed_accumulators: int = 0
     stencil_vector_bits: int = 0
+    sibling_lanes: bool = True
 
     def lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes per native vector."""
@@ -125,9 +132,9 @@ class CpuModel:
 def _avx512(name: str, units: int, l1: Cache, l2: Cache, l3: Cache,
             victim_l3: bool = False, packed_vectors: int = TILE_VECTORS,
             packed_kc: int = 0, packed_accumulators: int = 0,
-            stencil_vector_bits: int = 0) -> CpuModel:
+            stencil_vector_bits: int = 0, sibling_lanes: bool = True) -> CpuModel:
     return CpuModel(name, 512, 32, units, 4, l1, l2, l3, victim_l3, packed_vectors, packed_kc,
-                    packed_accumulators, stencil_vector_bits)
+                    packed_accumulators, stencil_vector_bits, sibling_lanes)
 
 
 KiB, MiB = 1024, 1024 * 1024
@@ -148,9 +155,9 @@ DESCRIBED: dict[str, CpuModel] = {
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
     "znver3": CpuModel("znver3", 256, 16, 2, 4, Cache(32 * KiB, 8), Cache(512 * KiB, 8),
-                       Cache(32 * MiB, 16), victim_l3=True),
+                       Cache(32 * MiB, 16), victim_l3=True, sibling_lanes=False),
     "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16),
-                      victim_l3=True, packed_vectors=4, packed_kc=512),
+                      victim_l3=True, packed_vectors=4, packed_kc=512, sibling_lanes=False),
 }
 #: LLVM CPU names of the same core as a described one (Emerald Rapids: Sapphire Rapids' core)
 SAME_CORE = {"emeraldrapids": "sapphirerapids", "skx": "skylake-avx512",
@@ -173,7 +180,8 @@ def cpu_model(target: Target | None = None) -> CpuModel:
     known = DESCRIBED.get(SAME_CORE.get(target.cpu, target.cpu))
     base = known or CpuModel(target.cpu, bits, regs, 2, 4, Cache(32 * KiB, 8),
                              Cache(1 * MiB, 16), Cache(8 * MiB, 16),
-                             victim_l3=target.cpu.startswith("znver"))
+                             victim_l3=target.cpu.startswith("znver"),
+                             sibling_lanes=not target.cpu.startswith("znver"))
     base = replace(base, vector_bits=bits, vector_registers=regs)
     if target != host:
         return base

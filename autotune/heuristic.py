@@ -338,7 +338,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                     t, f, extents, lanes(f, target), target))
             elif variant == "lanes":
                 t = None if one else _try(s, lambda t, f=f: _rfactor_lanes_stage(
-                    t, f, extents, lanes(f, target), p.funcs))
+                    t, f, extents, lanes(f, target), p.funcs, cpu_model(target).sibling_lanes))
             elif variant == "columns":
                 t = None if one else _try(s, lambda t, f=f: _column_rows_stage(
                     t, f, extents, lanes(f, target), cpu_model(target)))

@@ -41,6 +41,10 @@ RFACTOR_CHUNKS_PER_THREAD = 4
 #: row reductions siblings (``shared_read``): computing gesummv's two sums together measured
 #: slower than apart on the Zen 4 VM (docs/performance.md). An int, for ``--against``
 FUSE_INVARIANT_READS = 0
+#: whether two row reductions that share only a vector read take vector lanes each
+#: (``rfactor_lanes_possible``): -1 as the CPU model says (``CpuModel.sibling_lanes``), 0 never,
+#: 1 always. An int, for ``--against``
+SIBLING_LANES = -1
 
 
 def rfactor_possible(f: Func, extents: BoundExtents) -> bool:
@@ -158,21 +162,26 @@ def shared_read(a: Expr, b: Expr, along: set[str] | frozenset[str]) -> bool:
 
 
 def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
-                           funcs: Sequence[Func] = ()) -> bool:
+                           funcs: Sequence[Func] = (), sibling_lanes: bool = True) -> bool:
     """Whether ``rfactor_lanes`` applies to ``f``: a pure definition's reduction over one RVar
     ``k`` into one pure Var ``i`` (no ``RDom.where``, no update), ``k`` the contiguous index of
     a matrix read and ``i`` of none (``tmp[i] = A[i, k] * x[k]``: a matrix-vector product, a
     row sum), ``k`` at least ``2 * ROW_VECTORS`` vectors long and ``i`` at least as long as
     there are threads (fewer rows: ``rfactor_chunks``), and no other row reduction among
     ``funcs`` (its pipeline's) that shares a read with it: a row sum and a row max of one matrix
-    read it once together (``fuse_siblings``), which beat two passes in vector lanes; two that
-    share only a vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) ran slower in
-    lanes than as plain row loops, apart (docs/performance.md)."""
+    read it once together (``fuse_siblings``), which beat two passes in vector lanes. Two that
+    share only a vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) take lanes where
+    ``sibling_lanes`` says so (``CpuModel.sibling_lanes``, ``SIBLING_LANES``): on Zen 4 they ran
+    slower in lanes than as plain row loops, on Ice Lake-SP faster (docs/performance.md)."""
     d = f.definition
     assert d is not None
     if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate or f.updates:
         return False
-    if any(_siblings(f, g) and _row_reduction(g) for g in funcs):
+    lone = sibling_lanes if SIBLING_LANES < 0 else bool(SIBLING_LANES)
+    rows = {d.args[0].name}
+    if any(_siblings(f, g) and _row_reduction(g)
+           and not (lone and not shared_read(d.value, g.definition.value, rows))  # type: ignore
+           for g in funcs):
         return False
     return (_row_reduction(f)
             and extents.extent(f.name, d.rvars[0].name) >= 2 * ROW_VECTORS * lanes
@@ -237,8 +246,8 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> No
 
 
 def _rfactor_lanes_stage(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
-                         funcs: Sequence[Func]) -> None:
+                         funcs: Sequence[Func], sibling_lanes: bool) -> None:
     """``rfactor_lanes`` where it applies, else ScheduleError."""
-    if not rfactor_lanes_possible(f, extents, lanes, funcs):
+    if not rfactor_lanes_possible(f, extents, lanes, funcs, sibling_lanes):
         raise ScheduleError(f"{f.name}: not a row reduction along a contiguous index")
     rfactor_lanes(s, f, extents, lanes)

@@ -420,7 +420,8 @@ class SearchSpace:
             return
         width = lanes(f, self.target)
         if s.states[f.name].compute.kind == "root" and \
-                rfactor_lanes_possible(f, self.extents, width, self.pipeline.funcs) and \
+                rfactor_lanes_possible(f, self.extents, width, self.pipeline.funcs,
+                                       cpu_model(self.target).sibling_lanes) and \
                 trial.suggest_categorical(f"{f.name}.rfactor_lanes", [False, True]):
             rfactor_lanes(s, f, self.extents, width)
             return

@@ -80,6 +80,9 @@ def test_a_target_that_is_not_the_host_is_taken_from_the_description():
     assert cm.cpu_model(Target("x", "emeraldrapids", AVX512, "", "")).l1.ways == 12
     unknown = cm.cpu_model(Target("x", "mystery", "+avx,+avx2,+fma", "", ""))
     assert (unknown.vector_bits, unknown.vector_registers) == (256, 16)
+    assert unknown.sibling_lanes and not unknown.victim_l3
+    zen5 = cm.cpu_model(Target("x", "znver5", AVX512, "", ""))  # an AMD Zen not described
+    assert zen5.victim_l3 and not zen5.sibling_lanes
 
 
 def test_host_caches_read_from_sysfs(tmp_path):

@@ -276,25 +276,44 @@ def test_the_rule_based_schedules_of_the_level2_and_packed_kernels_are_points(th
         assert space.signature(again) == space.signature(hs), name
 
 
-@pytest.mark.parametrize("invariant", [0, 1])
-def test_gesummvs_two_sums_sharing_only_a_vector_run_apart(invariant, monkeypatch):
+@pytest.mark.parametrize("invariant, lanes", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gesummvs_two_sums_sharing_only_a_vector_run_apart(invariant, lanes, monkeypatch):
     # gesummv's A[i, j] * x[j] and B[i, j] * x[j] share only x, which every row reads whole:
     # computed together they ran slower than apart (rfactor_rules.FUSE_INVARIANT_READS); a row
-    # sum and a row max of one matrix are still computed together (test_multiple_outputs.py)
+    # sum and a row max of one matrix are still computed together (test_multiple_outputs.py).
+    # Apart, each takes vector lanes where SIBLING_LANES (the CPU model) says so; computed
+    # together, neither does
     from tensorlang.autotuner import rfactor_rules
 
     monkeypatch.setattr(rfactor_rules, "FUSE_INVARIANT_READS", invariant)
+    monkeypatch.setattr(rfactor_rules, "SIBLING_LANES", lanes)
     kern = KERNELS["gesummv"]
     h = kern.handle(kern.build())
     s = heuristic_schedule(h, kern.large)
     assert ("compute_with" in str(s)) == bool(invariant), str(s)
-    assert "rfactor" not in str(s)  # siblings all the same: no vector-lane partial sums
+    assert str(s).count("rfactor(") == (2 if lanes and not invariant else 0), str(s)
     compiled = tl.compile(h, s)
     for n in (1, 13, 131):
         sizes = {"N": n}
         arrays = kern.inputs(sizes, np.random.default_rng(n))
         got = compiled(**kern.call_args(h, arrays, sizes))
         np.testing.assert_allclose(got, kern.numpy(arrays, sizes)[0], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "icelake-server", "sapphirerapids",
+                                 "znver3", "znver4"])
+def test_gesummvs_sums_take_vector_lanes_except_on_amd_zen(cpu):
+    # CpuModel.sibling_lanes: the lanes ran faster on Ice Lake-SP, the plain row loops on Zen 4
+    from algorithms import described_target
+
+    from tensorlang.autotuner.cpu_model import cpu_model
+
+    target = described_target(cpu)
+    assert cpu_model(target).sibling_lanes == (not cpu.startswith("znver"))
+    kern = KERNELS["gesummv"]
+    h = kern.handle(kern.build())
+    s = heuristic_schedule(h, kern.large, target)
+    assert str(s).count("rfactor(") == (0 if cpu.startswith("znver") else 2), str(s)
 
 
 @pytest.mark.parametrize("fuse", [1, 0])
