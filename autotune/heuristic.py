@@ -353,7 +353,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
         for u in f.updates:
             s = _schedule_update(s, output, f, u.number, extents,
                                  stage_lanes(f, u.number, extents, target, narrow), nested,
-                                 lower_each, cpu_model(target).vector_registers)
+                                 lower_each, cpu_model(target))
             # an innermost loop accumulating into one cell runs as a SIMD reduction in a
             # register (cholesky's dot products; schedule/cell_reduction.py)
             s[f].update(u.number).atomic()
@@ -400,13 +400,13 @@ def fuse_siblings(s: Schedule, p: Pipeline,
 
 
 def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,
-                     lanes: int, nested: bool, lower_each: bool, registers: int) -> Schedule:
+                     lanes: int, nested: bool, lower_each: bool, cpu: CpuModel) -> Schedule:
     t = _try(s, lambda t: contiguous_innermost(t, f, number, extents, lanes,
                                                UPDATE_MIN_VECTORS))
     if t is not None and (not lower_each or _lowers(output, t)):
         s = t  # the contiguous loop innermost (update_order.py); the steps below start from it
-    t = _try(s, lambda t: jam_rows(t, output, f, number, extents, lanes, UPDATE_MIN_VECTORS,
-                                   jam_block(registers), jam_tile(registers)))
+    t = _try(s, lambda t, r=cpu.vector_registers: jam_rows(t, output, f, number, extents, lanes,
+                                   UPDATE_MIN_VECTORS, jam_block(r), jam_tile(r), cpu.l2.size))
     if t is not None:
         return t  # a block of cells jammed over a shared row (update_order.py), lowered
     if not nested:

@@ -83,7 +83,9 @@ Func computed at root or at a consumer loop):
   finds a loop whose cells share a row of the innermost reduction: cholesky's rows) blocks that
   loop by 3, 4, 8 or 16 cells accumulated together in registers (unroll-and-jam), or 0: not;
   where a second loop's cells share the other row (cholesky's ``j``), ``<F>.update<i>.jam2``
-  blocks it too by 2 or 4 (a tile of cells), or 1: not.
+  blocks it too by 2 or 4 (a tile of cells), or 1: not; a tile takes row blocks that stay in
+  L2 (``<F>.update<i>.jam_rows``: ``update_order.jam_row_block``'s, as the rule-based schedule
+  does) or not.
   An update left in its order as written, of a Func at root, takes ``<F>.update<i>.form``
   where the legality check proves one of the rule-based schedule's forms at that order: its
   innermost loop vectorized and/or one of ``heuristic.update_parallel_loops`` in parallel
@@ -164,7 +166,8 @@ from .rfactor_rules import (
     rfactor_update_chunks,
 )
 from .stream_rules import column_rows, column_rows_possible
-from .update_order import contiguous_innermost, jam, jam_block, jam_rows, jam_tile
+from .update_order import (contiguous_innermost, jam, jam_block, jam_rows, jam_tile,
+                           update_row_block)
 from .vector_width import narrow_kernel, stage_lanes
 from .workloads import BoundExtents
 
@@ -278,7 +281,12 @@ class SearchSpace:
                     z, z2 = jammed
                     block2 = 1 if z2 is None else trial.suggest_categorical(
                         f"{f.name}.update{u.number}.jam2", list(JAM_BLOCKS2))
-                    jam(s, f, u.number, z, block, z2, block2)
+                    rows = 1 if block2 == 1 else update_row_block(
+                        s, f, u.number, self.extents, z, block, cpu_model(self.target).l2.size)
+                    if rows > 1 and not trial.suggest_categorical(
+                            f"{f.name}.update{u.number}.jam_rows", [True, False]):
+                        rows = 1
+                    jam(s, f, u.number, z, block, z2, block2, rows)
                 else:
                     as_written = True
                 form = "none"
@@ -807,6 +815,11 @@ class _Oracle:
             up = states.get(f"{func}.update({rest[6:-9]})")
             par = up is not None and ForKind.PARALLEL in up.kinds.values()
             return [par, not par]
+        if rest.startswith("update") and rest.endswith(".jam_rows"):
+            up = states.get(f"{func}.update({rest[6:-9]})")  # (a split of a tile's outer loop)
+            done = any(isinstance(r, Split) and up.kinds.get(r.inner) is not ForKind.UNROLLED
+                       for r in (up.relations if up is not None else ()))
+            return [done, not done]
         if rest.startswith("update") and (rest.endswith(".jam") or rest.endswith(".jam2")):
             number, second = rest[6:].split(".")
             up = states.get(f"{func}.update({number})")

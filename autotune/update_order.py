@@ -145,6 +145,10 @@ ROW_BLOCK_16_REGISTERS = 4
 JAM_TILE = (4, 4)
 #: the same with 16 (AVX2): 12 accumulators and the 3 vectors of one loaded row block
 JAM_TILE_16_REGISTERS = (3, 4)
+#: share of L2 the rows of a row block of tiles may take (``jam_row_block``): the block's rows
+#: are read again for every block of the second loop, whose own rows then come from L1 or L2
+#: for all the block's tiles, not from L3 once per tile (cholesky's rows ``j``). 0: no row block
+JAM_ROWS_L2_SHARE = 0.5
 
 
 def jam_block(vector_registers: int) -> int:
@@ -157,13 +161,33 @@ def jam_tile(vector_registers: int) -> tuple[int, int]:
     return JAM_TILE if vector_registers >= 32 else JAM_TILE_16_REGISTERS
 
 
+def jam_row_block(extent: int, tile_rows: int, row_bytes: int, l2_bytes: int) -> int:
+    """Tiles per row block of a jammed tile of ``tile_rows`` rows over a loop of ``extent``:
+    the most ``m >= 2`` whose block (``m * tile_rows`` rows of ``row_bytes`` each) takes at
+    most ``JAM_ROWS_L2_SHARE`` of an L2 of ``l2_bytes`` and divides ``extent`` into at least two
+    blocks (a block that does not divide it leaves every tile of the nest guarded: much slower);
+    1 where none does.
+
+    >>> jam_row_block(2000, 4, 16000, 1280 * 1024), jam_row_block(1999, 4, 16000, 1 << 20)
+    (10, 1)
+    """
+    limit = int(JAM_ROWS_L2_SHARE * l2_bytes) // max(1, row_bytes)
+    fits = [m for m in range(2, limit // max(1, tile_rows) + 1)
+            if extent % (m * tile_rows) == 0 and extent // (m * tile_rows) >= 2]
+    return max(fits, default=1)
+
+
 def jam_rows(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,
              lanes: int, min_vectors: int, block: int = ROW_BLOCK,
-             tile: tuple[int, int] | None = None) -> tuple[str, str | None]:
+             tile: tuple[int, int] | None = None, l2_bytes: int = 0) -> tuple[str, str | None]:
     """Unroll-and-jam update ``number`` of ``f`` by ``block`` over the outermost loop whose
     cells share a row of the innermost loop's reduction (module docstring) or, with ``tile``
     ``(a, b)`` and a second such loop, by ``a`` over the first and ``b`` over the second;
-    returns the names of the blocked loops (the second None when there is one only).
+    returns the names of the blocked loops (the second None when there is one only). A tile
+    also takes row blocks of ``jam_row_block`` tiles for an L2 of ``l2_bytes`` (0: none) where
+    they lower jammed too: the second loop's blocks run inside a row block, its tiles inside
+    them (``jam(..., rows=)``), as a GEMM's row block of A stays in L2 for every panel of B
+    (Goto and van de Geijn, "Anatomy of High-Performance Matrix Multiplication", TOMS 2008).
 
     Raises:
         ScheduleError: the innermost loop is not a contiguous reduction into one cell of at
@@ -186,10 +210,10 @@ def jam_rows(s: Schedule, output: Func, f: Func, number: int, extents: BoundExte
                    for idx in reads) and any(z in _names(i) for i in store) \
             and extents.extent(name, z) >= 2 * b
 
-    def works(z: str, b: int, z2: str | None = None, b2: int = 1) -> bool:
+    def works(z: str, b: int, z2: str | None = None, b2: int = 1, rows: int = 1) -> bool:
         t = s.copy()
         try:
-            if not jam(t, f, number, z, b, z2, b2).check(realize=False).ok:
+            if not jam(t, f, number, z, b, z2, b2, rows).check(realize=False).ok:
                 return False
             t[f].update(number).atomic()  # the cell reduction the lowered nest is checked for
             return _jammed(lower(output, t), f.name, b * b2)
@@ -199,21 +223,36 @@ def jam_rows(s: Schedule, output: Func, f: Func, number: int, extents: BoundExte
     for z in loops[:-1]:
         if tile is not None and min(tile) > 1 and sharing(z, tile[0]):
             for z2 in loops[:-1]:
-                if z2 != z and sharing(z2, tile[1]) and works(z, tile[0], z2, tile[1]):
-                    jam(s, f, number, z, tile[0], z2, tile[1])
-                    return z, z2
+                if z2 == z or not sharing(z2, tile[1]):
+                    continue
+                rows = update_row_block(s, f, number, extents, z, tile[0], l2_bytes)
+                for r in dict.fromkeys((rows, 1)):  # (row blocks where they work)
+                    if works(z, tile[0], z2, tile[1], r):
+                        jam(s, f, number, z, tile[0], z2, tile[1], r)
+                        return z, z2
         if sharing(z, block) and works(z, block):
             jam(s, f, number, z, block)
             return z, None
     raise ScheduleError(f"{name}: no outer loop's cells share a row in registers")
 
 
+def update_row_block(s: Schedule, f: Func, number: int, extents: BoundExtents, z: str,
+              tile_rows: int, l2_bytes: int) -> int:
+    """``jam_row_block`` for update ``number`` of ``f`` (not yet jammed in ``s``) jammed by
+    ``tile_rows`` along ``z``: a row is the innermost loop's extent of ``f``'s elements."""
+    name, x = f"{f.name}.update({number})", _own_loops(s, f, number)[-1]
+    row_bytes = extents.extent(name, x) * f.dtype.itemsize
+    return jam_row_block(extents.extent(name, z), tile_rows, row_bytes, l2_bytes)
+
+
 def jam(s: Schedule, f: Func, number: int, z: str, block: int, z2: str | None = None,
-        block2: int = 1) -> Schedule:
+        block2: int = 1, rows: int = 1) -> Schedule:
     """``s`` with update ``number`` of ``f`` split along ``z`` by ``block``, the inner loop
     moved innermost and unrolled (the steps of ``jam_rows``, unchecked); with ``z2``, that loop
     split by ``block2`` too, its inner loop unrolled right outside ``z``'s (a ``block2`` of 1
-    leaves it alone).
+    leaves it alone); with ``rows`` > 1 (and ``z2`` blocked), ``z``'s outer loop split by
+    ``rows`` tiles too, its inner loop (the tiles of a row block) moved right outside the
+    innermost own loop, inside ``z2``'s outer loop.
 
     Raises:
         ScheduleError: the stage's loops were already split or fused, or ``z`` is not one."""
@@ -225,7 +264,12 @@ def jam(s: Schedule, f: Func, number: int, z: str, block: int, z2: str | None = 
         z2o, z2i = st.split(z2, block2)
         outer[z2] = z2o.name
         inner.insert(0, z2i)
-    st.reorder(*[outer.get(n, n) for n in loops], *inner)
+    order = [outer.get(n, n) for n in loops]
+    if rows > 1 and z2 is not None and block2 > 1:
+        zoo, zoi = st.split(zo.name, rows)
+        order[order.index(zo.name)] = zoo.name
+        order.insert(len(order) - 1, zoi.name)
+    st.reorder(*order, *inner)
     for v in inner:
         st.unroll(v)
     return s

@@ -46,8 +46,8 @@ two unrolled loops (a split's tail) moves inside them, and a comparison the encl
 imply (that tail's ``j < N`` where ``j <= i`` and ``i < N`` bound it) is dropped.
 
 The loop is rewritten only where some range becomes a reduction. Nothing else changes: a loop
-inside a vectorized loop or a GPU kernel, a loop whose body is not one store (under at most
-one guard), whose cell index moves with the loop or reads memory, or whose reads cannot be
+inside a vectorized loop or a GPU kernel, a loop whose body is not one store (under ifs
+without else: one guard, their conjunction), whose cell index moves with the loop or reads memory, or whose reads cannot be
 proven apart from the cell is left as it is. The results differ from the strict order only by
 the rounding of a reassociated sum, as every reduction of the language may.
 """
@@ -399,10 +399,9 @@ def _tiles(loop: For) -> tuple[tuple[For, ...], Stmt]:
         names.add(inner.var)
         cells *= n
         t = inner.body
-    if not conds:
-        return tuple(tiles), t
-    ifs, body = _strip_ifs(t)
-    return tuple(tiles), IfThenElse(conjunction(conds + ifs), body)
+    ifs, body = _strip_ifs(t)  # (nested ifs around the store: one guard, their conjunction)
+    conds += ifs
+    return tuple(tiles), IfThenElse(conjunction(conds), body) if conds else body
 
 
 def _strip_ifs(s: Stmt) -> tuple[list[Expr], Stmt]:

@@ -354,6 +354,31 @@ def test_guarded_version_keeps_its_tile_in_registers():
     assert "unrolled for r_z.i" in lines[first - 1], "\n".join(lines[first - 4:first + 1])
 
 
+def test_a_tile_in_row_blocks_keeps_its_cells_in_registers_past_two_guards():
+    # update_order.jam(..., rows=3): rows i in blocks of 3 tiles of 4, the blocks of rows j
+    # between the two. At n = 37 (no multiple of 12) the tiles of the blocks' steady state have
+    # two ifs around their store (the row tail i < N and the triangle j <= i); nested, they are
+    # one guard to the cell reduction, which keeps the tile's 16 cells in registers there too
+    from tensorlang.autotuner.update_order import jam
+
+    f = _cholesky()
+    s = jam(tl.Schedule(f), f, 0, "r_z", 4, "r_y", 4, rows=3)
+    s[f].update(0).atomic()
+    assert "split('r_z.o', 3" in s.to_python()
+    assert s.check().ok
+    nest = str(lower(f, s))
+    guarded = nest[nest.index("else:"):]
+    lines = guarded.splitlines()
+    sums = [k for k, ln in enumerate(lines) if "+= (-1.0)" in ln]
+    assert len(sums) >= 2, guarded  # the diagonal tiles' and the steady state's
+    assert all("cell" in lines[k] for k in sums)
+    kern = tl.compile(f, s)
+    for n in SIZES + [24, 37, 49]:
+        m = _spd(n)
+        want = np.tril(np.linalg.cholesky(m)) + np.triu(m, 1)
+        np.testing.assert_allclose(kern(A=m), want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("hull", [0, 1])
 def test_trisolv_rows_block_at_the_hull_of_their_triangle(monkeypatch, hull):
     # x[i] -= L[i, j] * x[j] for j < i, rows i in blocks of 4 inside j: j < i moves with the

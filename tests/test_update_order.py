@@ -12,7 +12,8 @@ import tensorlang as tl
 from algorithms import cholesky, described_target, lu, lu_loops, trisolv
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.update_order import (JAM_TILE, ROW_BLOCK, contiguous_accesses,
-                                               contiguous_innermost, jam_rows, strided_accesses)
+                                               contiguous_innermost, jam_row_block, jam_rows,
+                                               strided_accesses)
 from tensorlang.autotuner.workloads import BoundExtents
 from tensorlang.errors import ScheduleError
 
@@ -135,7 +136,40 @@ def test_jam_rows_blocks_the_rows_that_share_a_row_and_refuses_the_others(monkey
         jam_rows(tl.Schedule(x), x, x, 0, BoundExtents(x, {"N": 67}), 8, 4)
 
 
-@pytest.mark.parametrize("n", [13, 67])
+def test_jam_row_block_divides_the_rows_within_its_share_of_l2():
+    # float64 rows of 2000 (16000 bytes), half of a 1.25 MiB L2: 40 rows, 10 tiles of 4; a
+    # block must divide the rows into at least two blocks (one that does not leaves the whole
+    # nest guarded), so a prime row count, a block under two tiles or no L2 share takes none
+    assert jam_row_block(2000, 4, 16000, 1280 * 1024) == 10
+    assert jam_row_block(2000, 4, 16000, 1 << 20) == 5  # 32 rows fit: 20 divides 2000, 24-32 not
+    assert jam_row_block(1999, 4, 16000, 1280 * 1024) == 1
+    assert jam_row_block(96, 4, 768, 1 << 20) == 12  # (2 blocks of 48 rows)
+    assert jam_row_block(2000, 4, 16000, 100_000) == 1  # 3 rows: not two tiles
+    assert jam_row_block(2000, 4, 16000, 0) == 1
+
+
+@pytest.mark.parametrize("n", [96, 97])
+def test_a_tile_of_cholesky_takes_row_blocks_where_they_divide_the_rows(n):
+    # with an L2 of l2 bytes the tile's rows i run in blocks of 16 (96 rows: 6 blocks); the
+    # blocks of rows j inside a block, its tiles inside them. 97 is prime: no row block
+    ch = cholesky()
+    s = tl.Schedule(ch)
+    l2 = 2 * 96 * 8 * 18  # 18 rows of 96 float64 in half of it: 16 divides 96, 12 < 16
+    assert jam_rows(s, ch, ch, 0, BoundExtents(ch, {"N": n}), 8, 4, ROW_BLOCK, (4, 4),
+                    l2) == ("r_z", "r_y")
+    text = s.to_python()
+    assert ("split('r_z.o', 4)" in text) == (n == 96), text
+    if n == 96:
+        assert "reorder('r_z.o.o', 'r_y.o', 'r_z.o.i', 'r_x', 'r_y.i', 'r_z.i')" in text
+    s[ch].update(0).atomic()
+    kern = tl.compile(ch, s)
+    for m in SIZES + [16, 48, 96]:
+        a = _spd(m)
+        np.testing.assert_allclose(kern(A=a), np.tril(np.linalg.cholesky(a)) + np.triu(a, 1),
+                                   rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("n", [13, 67, 96])
 def test_the_rule_based_jam_is_a_point_of_the_search_space(n):
     import optuna
 
@@ -159,8 +193,11 @@ def test_the_rule_based_jam_is_a_point_of_the_search_space(n):
         assert (params["ch.update0.jam"], params["ch.update0.jam2"]) == JAM_TILE
         assert set(choices["ch.update0.jam"]) == {0, 3, 4, 8, 16}
         assert set(choices["ch.update0.jam2"]) == {1, 2, 4}
+        # a row block where one divides the rows (96: 2 blocks of 12 tiles; 67 is prime)
+        assert params.get("ch.update0.jam_rows") == (True if n == 96 else None)
         for change in ({"ch.update0.jam": 0}, {"ch.update0.jam": 8, "ch.update0.jam2": 1},
-                       {"ch.update0.jam": 3, "ch.update0.jam2": 2}):
+                       {"ch.update0.jam": 3, "ch.update0.jam2": 2},
+                       {"ch.update0.jam_rows": False} if n == 96 else {"ch.update0.jam": 16}):
             other = space.sample(optuna.trial.FixedTrial({**params, **change}))
             assert space.signature(other) != space.signature(hs)
             np.testing.assert_allclose(tl.compile(ch, other)(A=a), want, rtol=1e-10, atol=1e-12)
