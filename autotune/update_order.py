@@ -146,9 +146,11 @@ JAM_TILE = (4, 4)
 #: the same with 16 (AVX2): 12 accumulators and the 3 vectors of one loaded row block
 JAM_TILE_16_REGISTERS = (3, 4)
 #: share of L2 the rows of a row block of tiles may take (``jam_row_block``): the block's rows
-#: are read again for every block of the second loop, whose own rows then come from L1 or L2
-#: for all the block's tiles, not from L3 once per tile (cholesky's rows ``j``). 0: no row block
-JAM_ROWS_L2_SHARE = 0.5
+#: are read again for every block of the second loop, whose own rows (in the rest of L2) then
+#: come from L1 or L2 for all the block's tiles, not from L3 once per tile (cholesky's rows
+#: ``j``). Blocks of 40 and 80 rows ran alike on Ice Lake-SP, 20 and 8 slower
+#: (docs/performance.md). 0: no row block
+JAM_ROWS_L2_SHARE = 0.9
 
 
 def jam_block(vector_registers: int) -> int:
