@@ -46,10 +46,10 @@ two unrolled loops (a split's tail) moves inside them, and a comparison the encl
 imply (that tail's ``j < N`` where ``j <= i`` and ``i < N`` bound it) is dropped.
 
 The loop is rewritten only where some range becomes a reduction. Nothing else changes: a loop
-inside a vectorized loop or a GPU kernel, a loop whose body is not one store (under ifs
-without else: one guard, their conjunction), whose cell index moves with the loop or reads memory, or whose reads cannot be
-proven apart from the cell is left as it is. The results differ from the strict order only by
-the rounding of a reassociated sum, as every reduction of the language may.
+inside a vectorized loop or a GPU kernel, a loop whose body is not one store (under ifs without
+else: one guard, their conjunction), whose cell index moves with the loop or reads memory, or
+whose reads cannot be proven apart from the cell is left as it is. The results differ from the
+strict order only by the rounding of a reassociated sum, as every reduction of the language may.
 """
 
 from __future__ import annotations
