@@ -180,7 +180,7 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
     lone = sibling_lanes if SIBLING_LANES < 0 else bool(SIBLING_LANES)
     rows = {d.args[0].name}
     if any(_siblings(f, g) and _row_reduction(g)
-           and not (lone and not shared_read(d.value, g.definition.value, rows))  # type: ignore
+           and (not lone or shared_read(d.value, g.definition.value, rows))  # type: ignore
            for g in funcs):
         return False
     return (_row_reduction(f)
