@@ -329,6 +329,20 @@ def closest_divisor(n: int, target: int, most: int | None = None) -> int | None:
     return min(found, key=lambda d: (abs(d - target), -d)) if found else None
 
 
+def even_block(n: int, target: int) -> int:
+    """The size of the fewest equal blocks of at most ``target`` that cover ``n``, the last one
+    shorter by less than the number of blocks (``ceil(n / ceil(n / target))``; ``n`` itself when
+    ``n <= target``): a block size for an extent with no divisor near ``target`` (a prime),
+    whose last block is not a short tail.
+
+    >>> even_block(1019, 400), even_block(1019, 512), even_block(1200, 400), even_block(90, 192)
+    (340, 510, 400, 90)
+    """
+    if n <= target:
+        return n
+    return -(-n // -(-n // max(1, target)))
+
+
 def near_divisor(n: int, target: int, shrink: int = 2) -> int | None:
     """The largest divisor of ``n`` in ``[target // shrink, target]`` (``n`` itself when ``n <=
     target``), or None.

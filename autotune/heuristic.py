@@ -93,7 +93,7 @@ from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
-                        closest_divisor, cpu_model, gemm_blocking, near_divisor,
+                        closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
 from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
                            condition_mentions, panel_dim, row_block_reads, row_var,
@@ -143,6 +143,8 @@ MAX_KC = 512
 #: from the larger ``kc`` it would halve the row blocks: twice the copies of B). A CPU's
 #: ``CpuModel.packed_kc`` replaces it where set (Zen 4: 512)
 MIN_KC = 256
+#: whether a reduction with no divisor near ``kc`` (a prime) is packed in equal blocks (0: not)
+EVEN_KC = 1
 #: whether a packed tile copies its row block of A in panels of the tile's rows
 #: (``row_operands``: BLIS's micro-panels of A). Off: on Zen 4 it made GEMM 1024 float64 on one
 #: thread 5% faster but PolyBench's 3mm 7-10% and syr2k 3-12% slower (docs/performance.md).
@@ -504,8 +506,7 @@ def register_tile(width_extent: int, row_extent: int, lanes: int,
     loop of ``row_extent``, for ``lanes`` native SIMD lanes, ``accumulators`` vector
     registers and ``vectors`` native vectors per row (see the module docstring).
 
-    >>> register_tile(1024, 1024, 16), register_tile(56, 64, 16), register_tile(1024, 1024, 8,
-    ...                                                                         vectors=4)
+    >>> register_tile(1024, 1024, 16), register_tile(56, 64, 16), register_tile(1024, 96, 8, 16, 4)
     ((32, 8), (56, 4), (32, 4))
     """
     width = vectors * lanes
@@ -519,10 +520,8 @@ def accumulator_rows(vectors: int, row_extent: int, accumulators: int = ACCUMULA
     accumulators left (``accumulators // vectors``), moved down to a divisor of ``row_extent``
     when one is at least half of it (no guarded remainder).
 
-    >>> accumulator_rows(2, 1024), accumulator_rows(4, 64), accumulator_rows(4, 6)
-    (8, 4, 3)
-    >>> accumulator_rows(2, 7), accumulator_rows(2, 17)
-    (7, 8)
+    >>> [accumulator_rows(v, n) for v, n in [(2, 1024), (4, 64), (4, 6), (2, 7), (2, 17)]]
+    [8, 4, 3, 7, 8]
     """
     rows = max(1, accumulators // max(vectors, 1))
     near = next((r for r in range(rows, 0, -1) if row_extent % r == 0), 1)
@@ -747,19 +746,18 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     contiguous buffer (``cache_read``) that every ``mr``-row register tile of the block reads from
     L1. ``kc`` is the divisor of the reduction's extent closest to the model's or ``least_kc``
     (``MIN_KC`` or the CPU's ``packed_kc``, shared among the packed panels), whichever is
-    larger; the row tile is the model's even
-    where it leaves remainder rows (loop partitioning runs them, and the columns past the last
-    whole panel, as pieces of their own). A reduction of at most ``kc`` is not
-    split: the row block is packed per row block, the whole ``K x nr`` panel per column panel.
+    larger, else equal blocks, the last shorter (``_packed_kc``); the row tile is the model's
+    even where it leaves remainder rows (loop partitioning runs them, and the columns past the
+    last whole panel, as pieces of their own). A reduction of at most ``kc`` is not split: the
+    row block is packed per row block, the whole ``K x nr`` panel per column panel.
     Where each thread gets ``BLIS_ORDER_BLOCKS`` times the row blocks it asked for or more (a
     small L2's ``mc``), BLIS's own order instead: per ``kc`` block, B's ``kc x N`` block copied
     once in panels, then the row blocks (Goto and van de Geijn, TOMS 2008, Fig. 8).
 
     Raises:
         ScheduleError: the reduction is not GEMM-like, its operand fits in L1 (nothing to gain),
-            the sizes have no near divisor for ``kc`` or the row block (a remainder would run
-            the nest's guarded version), or there is one row block only and more than one
-            thread.
+            no ``kc`` (``EVEN_KC`` off and no near divisor), or there is one row block only and
+            more than one thread.
     """
     d = f.definition
     assert d is not None
@@ -869,11 +867,13 @@ def least_kc(cpu: CpuModel) -> int:
 
 
 def _packed_kc(extent: int, blocking: GemmBlocking) -> int | None:
-    """``kc`` of a packed tile over a reduction of ``extent`` (``_packed_tile``): the divisor
-    closest to ``packed_blocking``'s, or None where no divisor is near. Not past the search
-    space's largest split factor of a packed reduction: the rule-based schedule stays a point
-    of the space."""
-    return closest_divisor(extent, min(blocking.kc, MAX_KC), most=MAX_KC)
+    """``kc`` of a packed tile over a reduction of ``extent``: the divisor closest to
+    ``packed_blocking``'s, else (``EVEN_KC``) equal blocks of at most it, the last shorter
+    (``even_block``: 510 for a prime 1019), else None. At most ``MAX_KC``: the search space's
+    largest ``kc``; its choices hold the equal blocks too (``space.even_kc_choices``)."""
+    target = min(blocking.kc, MAX_KC)
+    return closest_divisor(extent, target, most=MAX_KC) or \
+        (even_block(extent, target) if EVEN_KC else None)
 
 
 def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int,

@@ -117,6 +117,7 @@ sketch rules (Zheng et al., OSDI 2020), Halide's Adams2019 decision order (consu
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -131,7 +132,7 @@ from tensorlang.schedule.primitives.staging import associative_update
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
-from .cpu_model import cpu_model, tile_accumulators
+from .cpu_model import closest_divisor, cpu_model, even_block, tile_accumulators
 from .heuristic import (
     Packed,
     MAX_KC,
@@ -196,9 +197,11 @@ class Trial(Protocol):
     def suggest_categorical(self, name: str, choices: Any) -> Any: ...
 
 
-def factor_choices(extent: int, most: int = MAX_FACTOR) -> list[int]:
+def factor_choices(extent: int, most: int = MAX_FACTOR, even: bool = False) -> list[int]:
     """1 (no split), then powers of two and divisors of ``extent`` in ``[2, min(extent, most)]``
-    (``most``: ``MAX_FACTOR``, or ``heuristic.MAX_KC`` for a GEMM-like reduction's ``kc``)."""
+    (``most``: ``MAX_FACTOR``, or ``heuristic.MAX_KC`` for a GEMM-like reduction's ``kc``).
+    With ``even`` (that ``kc``), also the equal blocks the rule-based schedule takes where no
+    divisor is near its ``kc`` (``even_kc_choices``: 340 and 510 for a prime 1019)."""
     top = min(extent, most)
     out = {1}
     p = 2
@@ -206,7 +209,19 @@ def factor_choices(extent: int, most: int = MAX_FACTOR) -> list[int]:
         out.add(p)
         p *= 2
     out.update(d for d in range(2, top + 1) if extent % d == 0)
+    if even:
+        out.update(even_kc_choices(extent, most))
     return sorted(out)
+
+
+@functools.lru_cache(maxsize=256)
+def even_kc_choices(extent: int, most: int) -> tuple[int, ...]:
+    """The ``kc`` values ``heuristic._packed_kc`` can take for a reduction of ``extent`` where
+    no divisor is near its target (``cpu_model.even_block``), for every target from ``most // 8``
+    to ``most``: none where every target has a near divisor (1024, 1200)."""
+    found = {even_block(extent, t) for t in range(max(1, most // 8), most + 1)
+             if closest_divisor(extent, t, most=most) is None}
+    return tuple(sorted(found))
 
 
 def row_choices(extent: int) -> list[int]:
@@ -460,7 +475,8 @@ class SearchSpace:
                 decide(v, trial.suggest_categorical(
                     f"{f.name}.{v}.split", factor_choices(
                         max(self.extent(f.name, v), 1),
-                        MAX_KC if packed and v in rvars else MAX_FACTOR)),
+                        MAX_KC if packed and v in rvars else MAX_FACTOR,
+                        even=bool(packed) and v in rvars)),
                     v in args, f"{f.name}.{v}")
         order = "tile"
         if d.rvars:
