@@ -92,6 +92,7 @@ from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
+from .few_rows import few_rows_nest, vector_tile
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
                         closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
@@ -145,6 +146,8 @@ MAX_KC = 512
 MIN_KC = 256
 #: whether a reduction with no divisor near ``kc`` (a prime) is packed in equal blocks (0: not)
 EVEN_KC = 1
+#: whether a packed GEMM whose rows make one row block runs its column panels (``few_rows``)
+FEW_ROWS = 1
 #: whether a packed tile copies its row block of A in panels of the tile's rows
 #: (``row_operands``: BLIS's micro-panels of A). Off: on Zen 4 it made GEMM 1024 float64 on one
 #: thread 5% faster but PolyBench's 3mm 7-10% and syr2k 3-12% slower (docs/performance.md).
@@ -154,10 +157,8 @@ A_PANELS = 0
 #: ``BLIS_ORDER_BLOCKS`` says; with this on, the row blocks are re-chosen as ``BLIS_BLOCK_ROWS``
 #: says): for each ``kc`` block, the whole ``kc x N`` block of B is copied once, in ``nr``-wide
 #: panels (by the threads together), then the row blocks run in parallel, each copying its
-#: ``mc x kc`` block of A (Goto and van de Geijn, TOMS 2008, Fig. 8). Off: each row block copies B's
-#: ``kc x nr`` panels itself, as many times as there are row blocks. BLIS's order won on one thread
-#: on an AVX-512 Xeon and lost at mid sizes on two with the same blocks (docs/performance.md,
-#: "BLIS's whole loop order"). An int, for ``benchmarks/gemm_packed.py``'s ``auto:BLIS_ORDER=1``
+#: ``mc x kc`` block of A (Goto and van de Geijn, TOMS 2008, Fig. 8). Off: each row block copies
+#: B's ``kc x nr`` panels itself (docs/performance.md, "BLIS's whole loop order")
 BLIS_ORDER = 0
 #: how many times the row blocks a thread asked for (``blocks_per_thread``) a packed tile with a
 #: split reduction must give each thread to run BLIS's loop order (``BLIS_ORDER``: always): then B's
@@ -242,12 +243,9 @@ PANELS_PER_BATCH = 1
 #: whether a packed tile whose reduction is not split shifts its last register tile of rows
 #: inwards (``ShiftInwards``: its rows past the last whole tile recomputed with the tile before)
 #: and its row blocks take that tile (``shifted_row_block``), instead of running the remainder
-#: rows as a piece of their own: that piece copied every panel of B again, ran one thread and
-#: a guarded tile with an ``if`` per row in its reduction loop (AVX2 code for ``haswell``,
-#: batched float32 GEMM 8 x 256^3 in 6-row tiles: 15% of the kernel's samples for 1.6% of its
-#: rows; docs/performance.md, "The rows' remainder of an unsplit reduction, shifted"). Legal
-#: there only (each tile initialises and reduces its cells whole), and only where the row
-#: blocks run serially (a batch loop, or one thread, parallel outside them). 0: the piece
+#: rows as a piece of their own that copies every panel of B again (docs/performance.md, "The
+#: rows' remainder of an unsplit reduction, shifted"). Legal there only (each tile initialises
+#: and reduces its cells whole), and only where the row blocks run serially. 0: the piece
 SHIFT_ROWS = 1
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
 MAX_RECOMPUTE = 2.0
@@ -803,10 +801,18 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     blis = blis_order(kc, ext[k], n_blocks, per_thread, threads, ext[i] % rows != 0)
     count = {**ext, "blocks": n_blocks}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
-    if par is None and num_threads() > 1:
-        # (on one thread a single row block is BLIS's nest still: packing is what it gains)
+    # one row block: its column panels in parallel, remainder rows inside them (few_rows); on
+    # one thread with no remainder it is BLIS's nest still (packing is what it gains)
+    few = FEW_ROWS and n_blocks == 1 and not outer and kc < ext[k] and ext[x] >= 2 * width \
+        and (num_threads() > 1 or ext[i] % rows != 0 and not BLIS_ORDER)
+    if par is None and num_threads() > 1 and not few:
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")
     st = s[f]
+    prefetch = PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32 or \
+        PREFETCH_TILE == 3 and rows_straddle_lines(f, i, ext, cpu.l1.line)
+    if few:
+        return few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc, operands,
+                             row_operands(f, i, rows=rows), PREFETCH_OFFSET if prefetch else None)
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
     # unless the row blocks run in parallel (the shifted tile and the one before it, in two
     # blocks, would initialise and accumulate the same cells at once)
@@ -848,13 +854,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         xo, xi = st.split(x, width, tail="ShiftInwards")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
         pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ioo.name] * len(blocks))
-    st.unroll(ii)
-    if width > lanes and width % lanes == 0:
-        st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
-    else:
-        st.vectorize(xi)
-    if PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32 or \
-            PREFETCH_TILE == 3 and rows_straddle_lines(f, i, ext, cpu.l1.line):
+    vector_tile(st, ii.name, xi.name, width, lanes)
+    if prefetch:
         st.prefetch(f.name, ioi, offset=PREFETCH_OFFSET)
     if par is not None:
         st.parallel(ioo.name if par == "blocks" else par)

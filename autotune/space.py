@@ -42,7 +42,8 @@ Func computed at root or at a consumer loop):
   blocks (``heuristic.PANELS_PER_BATCH``).
 - ``<F>.<row>.block``, with ``packed``: register tiles per row block (``mc / mr``): ``"model"``
   (``heuristic.row_block``: the analytical model's ``mc``, at least ``blocks_per_thread`` blocks
-  per thread) or 1 to 64.
+  per thread), ``"all"`` (one row block, its tile loop inside the column panels, unsplit, the
+  parallel loop then the column panels: ``few_rows``) or 1 to 64.
 - ``<F>.prefetch``, with a ``packed`` row block: each register tile prefetches the next tile's
   rows of ``F`` (``Stage.prefetch``; ``heuristic.PREFETCH_TILE``), or not.
 - ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not. An inner split loop
@@ -187,8 +188,9 @@ MAX_VECTOR_UNROLL = 4
 JAM_BLOCKS = (3, 4, 8, 16)
 #: ... and the second loop's (``<F>.update<i>.jam2``; 1: that loop is not blocked)
 JAM_BLOCKS2 = (1, 2, 4)
-#: register tiles per row block of the ``packed`` order ("model": ``heuristic.row_block``)
-ROW_BLOCKS = ("model", 1, 2, 4, 8, 16, 32, 64)
+#: register tiles per row block of the ``packed`` order ("model": ``heuristic.row_block``;
+#: "all": one row block, its tiles inside the column panels, ``few_rows``)
+ROW_BLOCKS = ("model", "all", 1, 2, 4, 8, 16, 32, 64)
 
 
 class Trial(Protocol):
@@ -512,12 +514,15 @@ class SearchSpace:
             group_o, group_i = (outer_p, inner_p) if v in args else (outer_r, inner_r)
             if v in factor:
                 o, i = stage.split(v, factor[v], tail=tails[v])
-                if v == row and block:
+                if v == row and block > 0:
                     # BLIS's row block (mc): its tiles inside the packed panel's loops
                     o, oi = stage.split(o, block)
                     mid.append(oi.name)
                 outer_of[v] = o.name
-                group_o.append(o.name)
+                if v == row and block < 0:  # one row block: every tile inside the panels
+                    mid.append(o.name)
+                else:
+                    group_o.append(o.name)
                 group_i.append(i.name)
                 inner_of[v] = i.name
             else:
@@ -529,7 +534,7 @@ class SearchSpace:
             inner_p.insert(inner_p.index(inner_of[args[-1]]), tile_rows)
         # pure loops outside the row blocks and column panels (a batch)
         batch = [lp for lp in outer_p if lp not in (outer_of.get(args[-1]), outer_of.get(row))]
-        blis = order == "packed" and (rvars[0] in factor or bool(batch)) and \
+        blis = order == "packed" and (rvars[0] in factor or bool(batch)) and block > 0 and \
             trial.suggest_categorical(f"{f.name}.blis", [False, True])
         if blis and rvars[0] not in factor:
             # an unsplit reduction: B's K x N block copied once per batch in panels, then the
@@ -710,6 +715,8 @@ class SearchSpace:
         (``heuristic.shifted_row_block``)."""
         extent = self.extent(f.name, row)
         tiles = max(1, extent // rows)  # whole tiles (heuristic._packed_tile)
+        if answer == "all":
+            return -1  # (no row-block split: the tile loop inside the column panels)
         if answer != "model":
             return min(int(answer), tiles)
         args = [v.name for v in f.definition.args]  # type: ignore[union-attr]
@@ -935,5 +942,5 @@ class _Oracle:
             return ["regs", rel.factor if rel is not None else 1]
         if what == "block":
             blk = splits.get(f"{var}.o")
-            return ["model", *([blk.factor] if blk is not None else [])]
+            return ["model", *([blk.factor] if blk is not None else ["all"])]
         return list(choices)

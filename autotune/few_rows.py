@@ -1,0 +1,55 @@
+"""A packed GEMM whose rows make a single row block (a short, wide product: 32 x 4096 x 4096,
+a linear layer on a batch of 32): its column panels, not its row blocks, run in parallel.
+
+BLIS parallelizes the loop around the micro-kernel's column panels (its ``jr`` loop) where the
+row blocks are too few for the threads (Smith et al., "Anatomy of High-Performance Many-Threaded
+Matrix Multiplication", IPDPS 2014). The nest, per ``kc`` block of the reduction: the ``M x kc``
+block of the row operand (A, small) copied once, then the column panels in parallel, each
+copying its ``kc x nr`` panel of B and running every register tile of rows over it, the last
+(remainder) rows as a piece inside the panel, so no panel is copied twice. The rule-based
+schedule (``heuristic._packed_tile``) takes it where the rows make one row block
+(``heuristic.FEW_ROWS``); before, two threads ran such a GEMM unpacked and one thread in BLIS's
+order, which copies all of B in panels per ``kc`` block for a few rows.
+"""
+
+from __future__ import annotations
+
+from tensorlang.backends.llvm.runtime import num_threads
+from tensorlang.schedule.schedule import Schedule, Stage
+
+from .packed_reads import Packed, pack
+
+
+def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
+                  kc: int, panels: list[Packed], blocks: list[Packed],
+                  prefetch: int | None) -> None:
+    """Schedule ``st`` (a GEMM-like reduction over pure Vars ``row`` and ``x``, the vector Var,
+    and the reduction Var ``k``) as the few-rows nest: register tiles of ``tile`` = (rows,
+    width, lanes): ``rows`` rows unrolled x ``width`` lanes in native vectors of ``lanes``;
+    ``kc``-long reduction blocks (``kc`` below the extent of ``k``); the ``panels`` (B's reads,
+    ``packed_operands``) copied per column panel and the ``blocks`` (A's,
+    ``heuristic.row_operands``) per reduction block; each tile prefetching the next tile's rows
+    of the output ``prefetch`` tiles ahead (None: not); the column panels in parallel where
+    there are threads."""
+    rows, width, lanes = tile
+    io, ii = st.split(row, rows, tail="GuardWithIf")
+    xo, xi = st.split(x, width, tail="GuardWithIf")
+    ko, ki = st.split(k, kc)
+    st.reorder(ko, xo, io, ki, ii, xi)
+    pack(s, st, [*panels, *blocks], [xo.name] * len(panels) + [ko.name] * len(blocks))
+    vector_tile(st, ii.name, xi.name, width, lanes)
+    if prefetch is not None:
+        st.prefetch(st.func, io, offset=prefetch)
+    if num_threads() > 1:
+        st.parallel(xo)
+
+
+def vector_tile(st: Stage, rows: str, vector: str, width: int, lanes: int) -> None:
+    """A register tile's loops: ``rows`` unrolled, ``vector`` (``width`` lanes) vectorized by
+    ``lanes`` native lanes and its vectors unrolled where ``width`` is several of them, else
+    vectorized whole (a 56-wide row: 16 + 16 + 16 + 8)."""
+    st.unroll(rows)
+    if width > lanes and width % lanes == 0:
+        st.vectorize(vector, lanes).unroll(f"{vector}.o")
+    else:
+        st.vectorize(vector)

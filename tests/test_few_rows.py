@@ -1,0 +1,92 @@
+"""A packed GEMM whose rows make a single row block (32 x 4096 x 4096): the rule-based schedule
+runs its column panels in parallel, every register tile of rows inside each panel, the remainder
+rows too (``autotune/few_rows.py``, ``heuristic.FEW_ROWS``), where two threads ran it unpacked;
+the nest matches NumPy on odd sizes, and the rule stays a point of the search space."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+from algorithms import described_target, gemm
+
+import tensorlang as tl
+from tensorlang.autotuner import heuristic
+from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.space import SearchSpace
+from tensorlang.schedule.lower import lower
+
+NEST = "reorder('k.o', 'j.o', 'i.o', 'k.i', 'i.i', 'j.i')"
+
+
+@pytest.mark.parametrize("cpu", ["icelake-server", "skylake-avx512", "znver4", "haswell"])
+def test_few_rows_run_their_column_panels_in_parallel(cpu, monkeypatch):
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    sizes = {"M": 32, "N": 4096, "K": 4096}
+    text = heuristic_schedule(gemm(tl.float64), sizes, described_target(cpu)).to_python()
+    assert NEST in text and "parallel('j.o')" in text, text
+    assert "cache_read('B', s[\"C\"], 'j.o'" in text and "cache_read('A', s[\"C\"], 'k.o'" in text
+    monkeypatch.setattr(heuristic, "FEW_ROWS", 0)  # as before: a single row block, unpacked
+    old = heuristic_schedule(gemm(tl.float64), sizes, described_target(cpu)).to_python()
+    assert "cache_read" not in old, old
+
+
+def test_on_one_thread_only_rows_past_the_tiles_take_the_few_rows_nest(monkeypatch):
+    # 32 rows in 6-row tiles leave 2: inside each panel here, where BLIS's order (which copies
+    # all of B in panels per kc block) took them before; 30 rows keep the nest they had
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "1")
+    target = described_target("icelake-server")
+    text = heuristic_schedule(gemm(tl.float64), {"M": 32, "N": 4096, "K": 4096},
+                              target).to_python()
+    assert "split('i', 6)" in text and NEST in text and "parallel" not in text, text
+    text = heuristic_schedule(gemm(tl.float64), {"M": 30, "N": 4096, "K": 4096},
+                              target).to_python()
+    assert "split('i', 6)" in text and NEST not in text, text
+
+
+def test_the_remainder_rows_share_the_panels_copy(monkeypatch):
+    # one copy of B per column panel and k block: no piece of remainder rows copying it again
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float64)
+    s = heuristic_schedule(C, {"M": 32, "N": 4096, "K": 4096}, described_target("icelake-server"))
+    low = str(lower(C, s))
+    assert "if i.i + 6 * i.o < M" in low  # the remainder rows, guarded, inside the panels
+    # no piece of its own for them (the rule's other order had ``if M - M // 6 * 6 > 0:``
+    # around a nest that copied every panel of B again)
+    top = [ln for ln in low.splitlines() if ln.startswith("if ")]
+    assert top == ["if N // 32 * 32 > 0:", "if N - N // 32 * 32 > 0:"], top
+
+
+def test_the_few_rows_rule_is_a_point_of_the_space(monkeypatch):
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float64)
+    sizes = {"M": 29, "N": 1031, "K": 1201}
+    target = described_target("icelake-server")
+    s = heuristic_schedule(C, sizes, target)
+    assert NEST in s.to_python(), s.to_python()
+    space = SearchSpace(C, sizes, target)
+    point = space.point(s)
+    assert point is not None and point[0]["C.i.block"] == "all"
+    again = space.sample(optuna.trial.FixedTrial(point[0]))
+    assert space.signature(again) == space.signature(s)
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+@pytest.mark.parametrize("cpu,threads", [("icelake-server", "2"), ("icelake-server", "1"),
+                                         ("haswell", "2")])
+def test_the_few_rows_nest_matches_numpy_on_odd_sizes(dtype, cpu, threads, monkeypatch):
+    # a described CPU's rule (the same on every host), compiled for this one: whole and
+    # remainder row tiles, whole and ragged column panels, whole and shorter k blocks
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    C = gemm(dtype)
+    npd = dtype.numpy
+    rng = np.random.default_rng(11)
+    tol = 1e-10 if dtype is tl.float64 else 2e-4
+    for m, n, k in [(29, 1031, 1201), (7, 523, 2048)]:
+        s = heuristic_schedule(C, {"M": m, "N": n, "K": k}, described_target(cpu))
+        assert NEST in s.to_python(), s.to_python()
+        kern = tl.compile(C, s)
+        for m2, n2, k2 in [(m, n, k), (1, 67, 5), (13, 40, 1100)]:
+            a = rng.random((m2, k2)).astype(npd)
+            b = rng.random((k2, n2)).astype(npd)
+            np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol)
