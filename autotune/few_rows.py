@@ -14,7 +14,6 @@ order, which copies all of B in panels per ``kc`` block for a few rows.
 
 from __future__ import annotations
 
-from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.schedule.schedule import Schedule, Stage
 
 from .packed_reads import Packed, pack
@@ -22,15 +21,15 @@ from .packed_reads import Packed, pack
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
                   kc: int, panels: list[Packed], blocks: list[Packed],
-                  prefetch: int | None) -> None:
+                  prefetch: int | None, parallel: bool) -> None:
     """Schedule ``st`` (a GEMM-like reduction over pure Vars ``row`` and ``x``, the vector Var,
     and the reduction Var ``k``) as the few-rows nest: register tiles of ``tile`` = (rows,
     width, lanes): ``rows`` rows unrolled x ``width`` lanes in native vectors of ``lanes``;
     ``kc``-long reduction blocks (``kc`` below the extent of ``k``); the ``panels`` (B's reads,
     ``packed_operands``) copied per column panel and the ``blocks`` (A's,
     ``heuristic.row_operands``) per reduction block; each tile prefetching the next tile's rows
-    of the output ``prefetch`` tiles ahead (None: not); the column panels in parallel where
-    there are threads."""
+    of the output ``prefetch`` tiles ahead (None: not); the column panels in ``parallel``
+    (where there are threads)."""
     rows, width, lanes = tile
     io, ii = st.split(row, rows, tail="GuardWithIf")
     xo, xi = st.split(x, width, tail="GuardWithIf")
@@ -40,7 +39,7 @@ def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[
     vector_tile(st, ii.name, xi.name, width, lanes)
     if prefetch is not None:
         st.prefetch(st.func, io, offset=prefetch)
-    if num_threads() > 1:
+    if parallel:
         st.parallel(xo)
 
 

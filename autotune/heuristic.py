@@ -750,12 +750,12 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     row block is packed per row block, the whole ``K x nr`` panel per column panel.
     Where each thread gets ``BLIS_ORDER_BLOCKS`` times the row blocks it asked for or more (a
     small L2's ``mc``), BLIS's own order instead: per ``kc`` block, B's ``kc x N`` block copied
-    once in panels, then the row blocks (Goto and van de Geijn, TOMS 2008, Fig. 8).
+    once in panels, then the row blocks (Goto and van de Geijn, TOMS 2008, Fig. 8); where the
+    rows make one row block, its column panels in parallel (``few_rows``).
 
     Raises:
-        ScheduleError: the reduction is not GEMM-like, its operand fits in L1 (nothing to gain),
-            no ``kc`` (``EVEN_KC`` off and no near divisor), or there is one row block only and
-            more than one thread.
+        ScheduleError: not GEMM-like, its operand fits in L1 (nothing to gain), no ``kc``
+            (``EVEN_KC`` off), or one row block on several threads that ``few_rows`` does not take.
     """
     d = f.definition
     assert d is not None
@@ -811,8 +811,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     prefetch = PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32 or \
         PREFETCH_TILE == 3 and rows_straddle_lines(f, i, ext, cpu.l1.line)
     if few:
-        return few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc, operands,
-                             row_operands(f, i, rows=rows), PREFETCH_OFFSET if prefetch else None)
+        return few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc, operands, row_operands(
+            f, i, rows=rows), PREFETCH_OFFSET if prefetch else None, num_threads() > 1)
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
     # unless the row blocks run in parallel (the shifted tile and the one before it, in two
     # blocks, would initialise and accumulate the same cells at once)
