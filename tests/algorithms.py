@@ -35,6 +35,33 @@ def gemm(dtype=tl.float32):
     return C
 
 
+def assert_gemm_matches_numpy(kern, dtype, shapes, seed: int) -> None:
+    """Call ``kern`` (compiled from ``gemm(dtype)``) on random operands of each ``(M, N, K)`` of
+    ``shapes`` and compare with NumPy's ``a @ b`` (rtol 1e-10 in float64, 2e-4 in float32)."""
+    rng = np.random.default_rng(seed)
+    tol = 1e-10 if dtype is tl.float64 else 2e-4
+    for m, n, k in shapes:
+        a = rng.random((m, k)).astype(dtype.numpy)
+        b = rng.random((k, n)).astype(dtype.numpy)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol)
+
+
+def assert_a_point_of_the_space(output, sizes, target, s) -> dict:
+    """Assert that the search space of ``output`` at ``sizes`` for ``target`` holds the
+    schedule ``s`` (``SearchSpace.point`` finds decisions that sample it again, with the same
+    stage signature); returns those decisions."""
+    import optuna
+
+    from tensorlang.autotuner.space import SearchSpace
+
+    space = SearchSpace(output, sizes, target)
+    point = space.point(s)
+    assert point is not None
+    again = space.sample(optuna.trial.FixedTrial(point[0]))
+    assert space.signature(again) == space.signature(s)
+    return point[0]
+
+
 def matmul():
     M, N, K = tl.sizes("M N K")
     A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)

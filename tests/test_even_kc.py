@@ -5,16 +5,15 @@ NumPy on prime sizes, and the rule stays a point of the search space."""
 
 from __future__ import annotations
 
-import numpy as np
-import optuna
 import pytest
-from algorithms import described_target, gemm
+from algorithms import (assert_a_point_of_the_space, assert_gemm_matches_numpy, described_target,
+                        gemm)
 
 import tensorlang as tl
 from tensorlang.autotuner import cpu_model as cm
 from tensorlang.autotuner import heuristic
 from tensorlang.autotuner.heuristic import heuristic_schedule
-from tensorlang.autotuner.space import SearchSpace, even_kc_choices, factor_choices
+from tensorlang.autotuner.space import even_kc_choices, factor_choices
 
 
 def test_even_block_splits_into_the_fewest_equal_blocks():
@@ -59,11 +58,7 @@ def test_the_rule_at_a_prime_reduction_is_a_point_of_the_space(monkeypatch):
     target = described_target("icelake-server")
     s = heuristic_schedule(C, sizes, target)
     assert "split('k', 510)" in s.to_python(), s.to_python()
-    space = SearchSpace(C, sizes, target)
-    point = space.point(s)
-    assert point is not None
-    again = space.sample(optuna.trial.FixedTrial(point[0]))
-    assert space.signature(again) == space.signature(s)
+    assert_a_point_of_the_space(C, sizes, target, s)
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
@@ -75,21 +70,12 @@ def test_equal_reduction_blocks_match_numpy_on_prime_sizes(dtype, cpu, threads, 
     # whole and shorter last reduction blocks
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
     C = gemm(dtype)
-    npd = dtype.numpy
-    rng = np.random.default_rng(7)
     for m, n, k in [(97, 101, 1019), (131, 67, 521), (127, 67, 2003)]:
         s = heuristic_schedule(C, {"M": m, "N": n, "K": k}, described_target(cpu))
         text = s.to_python()
         assert "cache_read" in text and "split('k'" in text, text
         kc = int(text.split("split('k', ")[1].split(")")[0])
         assert k % kc, text  # a shorter last reduction block
-        kern = tl.compile(C, s)
-        a = rng.random((m, k)).astype(npd)
-        b = rng.random((k, n)).astype(npd)
-        tol = 1e-10 if dtype is tl.float64 else 2e-4
-        np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol)
-        # the same kernel at other sizes (its guarded versions)
-        for m2, n2, k2 in [(5, 3, 7), (13, 40, 1024)]:
-            a2 = rng.random((m2, k2)).astype(npd)
-            b2 = rng.random((k2, n2)).astype(npd)
-            np.testing.assert_allclose(kern(a2, b2), a2 @ b2, rtol=tol)
+        # ... and the same kernel at other sizes (its guarded versions)
+        assert_gemm_matches_numpy(tl.compile(C, s), dtype, [(m, n, k), (5, 3, 7), (13, 40, 1024)],
+                                  seed=k)

@@ -5,15 +5,13 @@ the nest matches NumPy on odd sizes, and the rule stays a point of the search sp
 
 from __future__ import annotations
 
-import numpy as np
-import optuna
 import pytest
-from algorithms import described_target, gemm
+from algorithms import (assert_a_point_of_the_space, assert_gemm_matches_numpy, described_target,
+                        gemm)
 
 import tensorlang as tl
 from tensorlang.autotuner import heuristic
 from tensorlang.autotuner.heuristic import heuristic_schedule
-from tensorlang.autotuner.space import SearchSpace
 from tensorlang.schedule.lower import lower
 
 NEST = "reorder('k.o', 'j.o', 'i.o', 'k.i', 'i.i', 'j.i')"
@@ -64,11 +62,7 @@ def test_the_few_rows_rule_is_a_point_of_the_space(monkeypatch):
     target = described_target("icelake-server")
     s = heuristic_schedule(C, sizes, target)
     assert NEST in s.to_python(), s.to_python()
-    space = SearchSpace(C, sizes, target)
-    point = space.point(s)
-    assert point is not None and point[0]["C.i.block"] == "all"
-    again = space.sample(optuna.trial.FixedTrial(point[0]))
-    assert space.signature(again) == space.signature(s)
+    assert assert_a_point_of_the_space(C, sizes, target, s)["C.i.block"] == "all"
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
@@ -79,14 +73,8 @@ def test_the_few_rows_nest_matches_numpy_on_odd_sizes(dtype, cpu, threads, monke
     # remainder row tiles, whole and ragged column panels, whole and shorter k blocks
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
     C = gemm(dtype)
-    npd = dtype.numpy
-    rng = np.random.default_rng(11)
-    tol = 1e-10 if dtype is tl.float64 else 2e-4
     for m, n, k in [(29, 1031, 1201), (7, 523, 2048)]:
         s = heuristic_schedule(C, {"M": m, "N": n, "K": k}, described_target(cpu))
         assert NEST in s.to_python(), s.to_python()
-        kern = tl.compile(C, s)
-        for m2, n2, k2 in [(m, n, k), (1, 67, 5), (13, 40, 1100)]:
-            a = rng.random((m2, k2)).astype(npd)
-            b = rng.random((k2, n2)).astype(npd)
-            np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol)
+        assert_gemm_matches_numpy(tl.compile(C, s), dtype, [(m, n, k), (1, 67, 5), (13, 40, 1100)],
+                                  seed=m)
