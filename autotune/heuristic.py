@@ -33,8 +33,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   not allow it;
 - a row reduction along a contiguous index (``tmp[i] = A[i, k] * x[k]``) accumulates a vector
   of partial sums per row, ``LANE_ROWS`` rows together (``rfactor_rules.rfactor_lanes``);
-- a reduction with one pure Var that indexes the last (contiguous) dimension of what it reads
-  (``y[j] = A[i, j] * x[i]``) runs its reduction loops outside a segment of ``ROW_VECTORS``
+- a reduction with one pure Var (or others of extent 1) that indexes the last dimension of what
+  it reads (``y[j] = A[i, j] * x[i]``) runs its reduction loops outside a segment of ``ROW_VECTORS``
   vectors of that Var: every reduction step then reads a contiguous row segment; where the
   matrix streams from memory (larger than half the L3), each thread instead walks a wide band
   of columns, about ``LANE_ROWS`` rows per step (``stream_rules.column_rows``);
@@ -104,7 +104,7 @@ from .serial_share import minor_stages
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, contiguous_in, shared_read)
 from .select_loops import row_loops, unroll_selects, unroll_update_selects
-from .stream_rules import _column_rows_stage
+from .stream_rules import _column_rows_stage, only_vars_of_one
 from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
                            inlined_nodes, recompute_factor)
@@ -916,14 +916,14 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
             count = {**ext, io.name: -(-ext[i] // rows), xo.name: -(-ext[x] // width)}
             st.parallel(next((a for a in outer if count[a] >= 2), outer[0]))
         return
-    if variant in ("full", "guard") and d.rvars and len(args) == 1 \
-            and ext[args[0]] >= 2 * ROW_VECTORS * lanes and contiguous_in(f, args[0]):
+    if variant in ("full", "guard") and d.rvars and only_vars_of_one(args[:-1], ext) \
+            and ext[args[-1]] >= 2 * ROW_VECTORS * lanes and contiguous_in(f, args[-1]):
         # a reduction over rows of a matrix read along its one pure Var (A^T x: y[j] += A[i, j]
-        # * x[i]): the reduction loops outside, a row segment of ROW_VECTORS vectors inside, so
-        # each reduction step reads contiguous memory into vector accumulators
-        x = args[0]
+        # * x[i]; x^T B, a GEMM of one row): the reduction loops outside, a row segment of
+        # ROW_VECTORS vectors inside: each reduction step reads contiguous memory into vectors
+        x = args[-1]
         xo, xi = st.split(x, ROW_VECTORS * lanes, tail=tail)
-        st.reorder(xo, *[r.name for r in d.rvars], xi)
+        st.reorder(*args[:-1], xo, *[r.name for r in d.rvars], xi)
         st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
         if not nested:
             st.parallel(xo)

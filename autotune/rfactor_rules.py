@@ -130,14 +130,18 @@ def rfactor_update_chunks(s: Schedule, f: Func, number: int, extents: BoundExten
     rf.parallel(rf.loops[0])  # its new pure dimension: the chunk
 
 
-def contiguous_in(f: Func, var: str, rank: int = 1) -> bool:
+def contiguous_in(f: Func, var: str, rank: int = 1, unit: frozenset[str] | set[str] = frozenset()
+                  ) -> bool:
     """Some read of ``f`` with at least ``rank`` indices has ``var`` alone as its last
     (contiguous) index (``A[i, k]``: ``k``; with ``rank`` 2 a vector's ``x[k]`` does not
-    count)."""
+    count, nor a read whose other indices are all Vars of ``unit``, Vars of extent 1: the
+    ``A[i, k]`` of a GEMM of one row)."""
     d = f.definition
     assert d is not None
     return any(isinstance(a, Access) and len(a.indices) >= max(1, rank)
                and isinstance(a.indices[-1], Var) and a.indices[-1].name == var
+               and not (unit and all(isinstance(x, Var) and x.name in unit
+                                     for x in a.indices[:-1]))
                for a in walk(d.value))
 
 

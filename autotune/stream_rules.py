@@ -30,6 +30,15 @@ from .workloads import BoundExtents
 COLUMN_VECTORS = 1
 #: the most rows a step takes (``rows_per_step``)
 MAX_LANE_ROWS = 12
+#: whether pure Vars of extent 1 before the last count as absent (``only_vars_of_one``): a GEMM
+#: of one row, ``x^T B``, takes the column reduction's forms (0: as before, the default nest)
+UNIT_VARS = 1
+
+
+def only_vars_of_one(names: list[str], extent: dict[str, int]) -> bool:
+    """Whether the pure Vars ``names`` (all but the last of a Func) are none, or (``UNIT_VARS``)
+    all of extent 1 in ``extent``: the Func is a vector along its last Var."""
+    return not names or bool(UNIT_VARS) and all(extent[a] == 1 for a in names)
 
 
 def streams_from_memory(nbytes: int, cpu: CpuModel) -> bool:
@@ -41,15 +50,19 @@ def streams_from_memory(nbytes: int, cpu: CpuModel) -> bool:
 
 def column_rows_possible(f: Func, extents: BoundExtents, lanes: int, cpu: CpuModel) -> bool:
     """Whether ``column_rows`` applies to ``f``: a pure definition's reduction over one RVar
-    ``i`` (no ``RDom.where``) into one pure Var ``j``, ``j`` the contiguous index of a matrix
-    read and ``i`` of none, the matrix larger than ``streams_from_memory`` allows, at least
-    ``LANE_ROWS`` rows, and a band of at least ``COLUMN_VECTORS`` vectors per thread."""
+    ``i`` (no ``RDom.where``) into one pure Var ``j`` (the others of extent 1: ``x^T B`` as a
+    GEMM of one row), ``j`` the contiguous index of a matrix read and ``i`` of none (but a row
+    that only Vars of extent 1 pick: the ``A[0, k]`` of that GEMM), the matrix larger than
+    ``streams_from_memory`` allows, at least ``LANE_ROWS`` rows, and a band of at least
+    ``COLUMN_VECTORS`` vectors per thread."""
     d = f.definition
     assert d is not None
-    if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate:
+    unit = {a.name for a in d.args[:-1]}
+    if not d.args or len(d.rvars) != 1 or d.predicate or not only_vars_of_one(
+            list(unit), {a: extents.extent(f.name, a) for a in unit}):
         return False
-    j, i = d.args[0].name, d.rvars[0].name
-    if not contiguous_in(f, j, rank=2) or contiguous_in(f, i, rank=2):
+    j, i = d.args[-1].name, d.rvars[0].name
+    if not contiguous_in(f, j, rank=2) or contiguous_in(f, i, rank=2, unit=unit):
         return False
     cols, rows = extents.extent(f.name, j), extents.extent(f.name, i)
     return (rows_per_step(rows) is not None and band(cols, lanes) > 0
@@ -84,13 +97,13 @@ def column_rows(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> None
         ScheduleError: the schedule refuses a step (an RVar that cannot be split)."""
     d = f.definition
     assert d is not None
-    j, i = d.args[0].name, d.rvars[0].name
+    j, i = d.args[-1].name, d.rvars[0].name
     width = band(extents.extent(f.name, j), lanes)
     st = s[f]
     jo, ji = st.split(j, width)
     io, ii = st.split(i, rows_per_step(extents.extent(f.name, i)) or LANE_ROWS)
     step, vec = st.split(ji, COLUMN_VECTORS * lanes)
-    st.reorder(jo, io, step, ii, vec).unroll(ii)
+    st.reorder(*[a.name for a in d.args[:-1]], jo, io, step, ii, vec).unroll(ii)
     if COLUMN_VECTORS > 1:
         st.vectorize(vec, lanes).unroll(f"{vec.name}.o")
     else:

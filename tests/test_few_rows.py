@@ -1,7 +1,8 @@
 """A packed GEMM whose rows make a single row block (32 x 4096 x 4096): the rule-based schedule
 runs its column panels in parallel, every register tile of rows inside each panel, the remainder
 rows too (``autotune/few_rows.py``, ``heuristic.FEW_ROWS``), where two threads ran it unpacked;
-the nest matches NumPy on odd sizes, and the rule stays a point of the search space."""
+the nest matches NumPy on odd sizes, and the rule stays a point of the search space. A GEMM of
+one row (``x^T B``) takes the column reduction's forms (``stream_rules.UNIT_VARS``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from algorithms import (assert_a_point_of_the_space, assert_gemm_matches_numpy, 
                         gemm)
 
 import tensorlang as tl
-from tensorlang.autotuner import heuristic
+from tensorlang.autotuner import heuristic, stream_rules
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.schedule.lower import lower
 
@@ -78,3 +79,26 @@ def test_the_few_rows_nest_matches_numpy_on_odd_sizes(dtype, cpu, threads, monke
         assert NEST in s.to_python(), s.to_python()
         assert_gemm_matches_numpy(tl.compile(C, s), dtype, [(m, n, k), (1, 67, 5), (13, 40, 1100)],
                                   seed=m)
+
+
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_a_gemm_of_one_row_is_a_column_reduction(threads, monkeypatch):
+    # x^T B written as a GEMM with M = 1: its row Var of extent 1 counts as absent
+    # (stream_rules.UNIT_VARS), so it takes the column reduction's forms: bands of columns a
+    # few rows at a time where B streams from memory (stream_rules.column_rows), a segment of
+    # vectors under the rows where it fits in cache; before, the default nest (k innermost, B
+    # read down its columns)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    C = gemm(tl.float64)
+    target = described_target("icelake-server")
+    big, small = {"M": 1, "N": 4099, "K": 4099}, {"M": 1, "N": 1031, "K": 997}
+    s_big = heuristic_schedule(C, big, target)
+    assert "reorder('i', 'j.o', 'k.o', 'j.i.o', 'k.i', 'j.i.i')" in s_big.to_python()
+    s_small = heuristic_schedule(C, small, target)
+    assert "reorder('i', 'j.o', 'k', 'j.i')" in s_small.to_python(), s_small.to_python()
+    assert_a_point_of_the_space(C, big, target, s_big)
+    for s, sizes in [(s_big, big), (s_small, small)]:
+        m, n, k = sizes["M"], sizes["N"], sizes["K"]
+        assert_gemm_matches_numpy(tl.compile(C, s), tl.float64, [(m, n, k), (3, 50, 7)], seed=n)
+    monkeypatch.setattr(stream_rules, "UNIT_VARS", 0)
+    assert heuristic_schedule(C, small, target).to_python().strip() == ""
