@@ -20,24 +20,30 @@ from .packed_reads import Packed, pack
 
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
-                  kc: int, panels: list[Packed], blocks: list[Packed],
-                  prefetch: int | None, parallel: bool) -> None:
+                  kc: int | None, panels: list[Packed], blocks: list[Packed],
+                  prefetch: int, parallel: bool) -> None:
     """Schedule ``st`` (a GEMM-like reduction over pure Vars ``row`` and ``x``, the vector Var,
     and the reduction Var ``k``) as the few-rows nest: register tiles of ``tile`` = (rows,
     width, lanes): ``rows`` rows unrolled x ``width`` lanes in native vectors of ``lanes``;
-    ``kc``-long reduction blocks (``kc`` below the extent of ``k``); the ``panels`` (B's reads,
-    ``packed_operands``) copied per column panel and the ``blocks`` (A's,
-    ``heuristic.row_operands``) per reduction block; each tile prefetching the next tile's rows
-    of the output ``prefetch`` tiles ahead (None: not); the column panels in ``parallel``
+    ``kc``-long reduction blocks (``kc`` below the extent of ``k``; None: not split, the whole
+    reduction inside each tile); the ``panels`` (B's reads, ``packed_operands``) copied per
+    column panel and the ``blocks`` (A's, ``heuristic.row_operands``) per reduction block (per
+    tile where the reduction is not split); each tile prefetching the next tile's rows
+    of the output ``prefetch`` tiles ahead (0: not); the column panels in ``parallel``
     (where there are threads)."""
     rows, width, lanes = tile
     io, ii = st.split(row, rows, tail="GuardWithIf")
     xo, xi = st.split(x, width, tail="GuardWithIf")
-    ko, ki = st.split(k, kc)
-    st.reorder(ko, xo, io, ki, ii, xi)
-    pack(s, st, [*panels, *blocks], [xo.name] * len(panels) + [ko.name] * len(blocks))
+    if kc is None:
+        st.reorder(xo, io, k, ii, xi)
+        at = io.name
+    else:
+        ko, ki = st.split(k, kc)
+        st.reorder(ko, xo, io, ki, ii, xi)
+        at = ko.name
+    pack(s, st, [*panels, *blocks], [xo.name] * len(panels) + [at] * len(blocks))
     vector_tile(st, ii.name, xi.name, width, lanes)
-    if prefetch is not None:
+    if prefetch:
         st.prefetch(st.func, io, offset=prefetch)
     if parallel:
         st.parallel(xo)

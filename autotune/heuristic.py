@@ -803,16 +803,17 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     # one row block: its column panels in parallel, remainder rows inside them (few_rows); on
     # one thread with no remainder it is BLIS's nest still (packing is what it gains)
-    few = FEW_ROWS and n_blocks == 1 and not outer and kc < ext[k] and ext[x] >= 2 * width \
-        and (num_threads() > 1 or ext[i] % rows != 0 and not BLIS_ORDER)
+    few = FEW_ROWS and n_blocks == 1 and not outer and ext[x] >= 2 * width and (
+        num_threads() > 1 or ext[i] % rows != 0 and kc < ext[k] and not BLIS_ORDER)
     if par is None and num_threads() > 1 and not few:
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")
     st = s[f]
     prefetch = PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32 or \
         PREFETCH_TILE == 3 and rows_straddle_lines(f, i, ext, cpu.l1.line)
+    blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
     if few:
-        return few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc, operands, row_operands(
-            f, i, rows=rows), PREFETCH_OFFSET if prefetch else None, num_threads() > 1)
+        return few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc if kc < ext[k] else None,
+                             operands, blocks, prefetch and PREFETCH_OFFSET, num_threads() > 1)
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
     # unless the row blocks run in parallel (the shifted tile and the one before it, in two
     # blocks, would initialise and accumulate the same cells at once)
@@ -820,7 +821,6 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         and par != "blocks"
     io, ii = st.split(i, rows, tail="ShiftInwards" if shift else "GuardWithIf")
     ioo, ioi = st.split(io, shifted_row_block(ext[i], rows, mb) if shift else mb)
-    blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
     if kc < ext[k] and blis:
         # BLIS's order: for each kc block, B's kc x N block copied once in nr-wide panels
         # (by all threads where the row blocks are the parallel loop), then the row blocks,

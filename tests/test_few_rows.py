@@ -102,3 +102,21 @@ def test_a_gemm_of_one_row_is_a_column_reduction(threads, monkeypatch):
         assert_gemm_matches_numpy(tl.compile(C, s), tl.float64, [(m, n, k), (3, 50, 7)], seed=n)
     monkeypatch.setattr(stream_rules, "UNIT_VARS", 0)
     assert heuristic_schedule(C, small, target).to_python().strip() == ""
+
+
+def test_few_rows_over_an_unsplit_reduction(monkeypatch):
+    # K at most kc (32 x 4096 x 500): the reduction whole inside each tile, B's K x nr panel
+    # copied per column panel, the panels in parallel; before, unpacked on several threads
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float64)
+    target = described_target("icelake-server")
+    sizes = {"M": 29, "N": 1031, "K": 301}
+    s = heuristic_schedule(C, sizes, target)
+    text = s.to_python()
+    assert "reorder('j.o', 'i.o', 'k', 'i.i', 'j.i')" in text and "parallel('j.o')" in text, text
+    assert "split('k'" not in text and "cache_read('B', s[\"C\"], 'j.o'" in text, text
+    assert assert_a_point_of_the_space(C, sizes, target, s)["C.i.block"] == "all"
+    assert_gemm_matches_numpy(tl.compile(C, s), tl.float64, [(29, 1031, 301), (1, 67, 5),
+                                                            (13, 40, 700)], seed=3)
+    monkeypatch.setattr(heuristic, "FEW_ROWS", 0)
+    assert "cache_read" not in heuristic_schedule(C, sizes, target).to_python()
