@@ -6,7 +6,8 @@ row blocks are too few for the threads (Smith et al., "Anatomy of High-Performan
 Matrix Multiplication", IPDPS 2014). The nest, per ``kc`` block of the reduction: the ``M x kc``
 block of the row operand (A, small) copied once, then the column panels in parallel, each
 copying its ``kc x nr`` panel of B and running every register tile of rows over it, the last
-(remainder) rows as a piece inside the panel, so no panel is copied twice. The rule-based
+(remainder) rows as a piece inside the panel, so no panel is copied twice; a reduction of at
+most ``kc`` is not split (B's ``K x nr`` panel per column panel). The rule-based
 schedule (``heuristic._packed_tile``) takes it where the rows make one row block
 (``heuristic.FEW_ROWS``); before, two threads ran such a GEMM unpacked and one thread in BLIS's
 order, which copies all of B in panels per ``kc`` block for a few rows.

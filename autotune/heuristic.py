@@ -905,12 +905,8 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
         xo, xi = st.split(x, width, tail=tail)
         outer = [a if a != i else io.name for a in args[:-1]] + [xo.name]
         st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)
-        st.unroll(ii)
-        if width > lanes and width % lanes == 0:
-            # whole native vectors, unrolled (the form the search space gives this tile)
-            st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
-        else:
-            st.vectorize(xi)
+        # whole native vectors, unrolled (the form the search space gives this tile)
+        vector_tile(st, ii.name, xi.name, width, lanes)
         if not nested:  # inside the output's parallel loop: no nested thread pool
             # the outermost tile loop with two iterations or more (as the search space picks)
             count = {**ext, io.name: -(-ext[i] // rows), xo.name: -(-ext[x] // width)}
