@@ -19,6 +19,15 @@ from tensorlang.schedule.schedule import Schedule, Stage
 
 from .packed_reads import Packed, pack
 
+#: whether a packed GEMM whose rows fit one row block of the model's ``mc`` but which the threads
+#: split into row blocks run in BLIS's loop order (``heuristic.blis_order``: rows that leave a
+#: remainder) takes this nest instead, with one thread's tile rows (``heuristic._packed_tile``),
+#: where its column panels share out over the threads: in BLIS's order all threads copy B's
+#: ``kc x N`` block, wait for each other, then read each panel back from L3, the remainder rows
+#: a block of their own on one thread; here each thread copies a panel into its own L2 and runs
+#: every row over it (docs/performance.md, "Few rows in BLIS's order"). 0: as before
+FEW_ROWS_BLIS = 1
+
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
                   kc: int | None, panels: list[Packed], blocks: list[Packed],

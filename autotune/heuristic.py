@@ -92,7 +92,7 @@ from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
-from .few_rows import few_rows_nest, vector_tile
+from . import few_rows
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
                         closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
@@ -751,7 +751,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     Where each thread gets ``BLIS_ORDER_BLOCKS`` times the row blocks it asked for or more (a
     small L2's ``mc``), BLIS's own order instead: per ``kc`` block, B's ``kc x N`` block copied
     once in panels, then the row blocks (Goto and van de Geijn, TOMS 2008, Fig. 8); where the
-    rows make one row block, its column panels in parallel (``few_rows``).
+    rows make one row block, or one thread's would where the threads split them in BLIS's order
+    (``few_rows.FEW_ROWS_BLIS``), its column panels in parallel (``few_rows``).
 
     Raises:
         ScheduleError: not GEMM-like, its operand fits in L1 (nothing to gain), no ``kc``
@@ -795,14 +796,19 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
             (rows, blocking, mb), kc = more, more_kc
     if kc is None or ext[x] < width:
         raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
-    # BLIS's order where a small L2's mc gives each thread several times the row blocks it
-    # asked for, each copying all of B's panels again
+    # BLIS's order where a small L2's mc gives each thread several row blocks (each copying B)
     n_blocks = -(-(ext[i] // rows) // mb)  # (the last one shorter where mb does not divide)
     blis = blis_order(kc, ext[k], n_blocks, per_thread, threads, ext[i] % rows != 0)
+    if few_rows.FEW_ROWS_BLIS and blis and n_blocks > 1 and not outer and num_threads() > 1 \
+            and ext[x] >= 2 * width and shared(-(-ext[x] // width), threads) >= MIN_BALANCE:
+        # rows the threads split into blocks in BLIS's order: one thread's rows, if one block
+        one = _packed_rows(f, ext[i], near, width, accs, 1, target, per_thread, ext[k])
+        if -(-(ext[i] // one[0]) // one[2]) == 1:
+            (rows, blocking, mb), kc, n_blocks = one, _packed_kc(ext[k], one[1]) or kc, 1
     count = {**ext, "blocks": n_blocks}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
-    # one row block: its column panels in parallel, remainder rows inside them (few_rows); on
-    # one thread with no remainder it is BLIS's nest still (packing is what it gains)
+    # one row block: its column panels in parallel (few_rows); on one thread with no remainder
+    # it is BLIS's nest still (packing is what it gains)
     few = FEW_ROWS and n_blocks == 1 and not outer and ext[x] >= 2 * width and (
         num_threads() > 1 or ext[i] % rows != 0 and kc < ext[k] and not BLIS_ORDER)
     if par is None and num_threads() > 1 and not few:
@@ -812,21 +818,20 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         PREFETCH_TILE == 3 and rows_straddle_lines(f, i, ext, cpu.l1.line)
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
     if few:
-        return few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc if kc < ext[k] else None,
-                             operands, blocks, prefetch and PREFETCH_OFFSET, num_threads() > 1)
+        return few_rows.few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc if kc < ext[k]
+                                      else None, operands, blocks, prefetch and PREFETCH_OFFSET,
+                                      num_threads() > 1)
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
-    # unless the row blocks run in parallel (the shifted tile and the one before it, in two
-    # blocks, would initialise and accumulate the same cells at once)
+    # unless the row blocks run in parallel (two would initialise and accumulate its cells at once)
     shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows \
         and par != "blocks"
     io, ii = st.split(i, rows, tail="ShiftInwards" if shift else "GuardWithIf")
     ioo, ioi = st.split(io, shifted_row_block(ext[i], rows, mb) if shift else mb)
     if kc < ext[k] and blis:
-        # BLIS's order: for each kc block, B's kc x N block copied once in nr-wide panels
-        # (by all threads where the row blocks are the parallel loop), then the row blocks,
-        # each with its mc x kc block of A (packed) in L2 for every column panel; column
-        # panels need a guarded tail (ShiftInwards would add a shifted panel's products twice),
-        # which loop partitioning keeps out of the full tiles
+        # BLIS's order: per kc block, B's kc x N block copied in nr-wide panels (by all threads
+        # where the row blocks run in parallel), then the row blocks, each with its mc x kc block
+        # of A in L2; column panels take a guarded tail (ShiftInwards would add a shifted
+        # panel's products twice), which loop partitioning keeps out of the full tiles
         xo, xi = st.split(x, width, tail="GuardWithIf")
         ko, ki = st.split(k, kc)
         st.reorder(*outer, ko, ioo, xo, ioi, ki, ii, xi)
@@ -834,8 +839,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         copies = pack(s, st, [*panels, *blocks], [ko.name] * len(panels) + [ioo.name] * len(blocks))
         if par == "blocks":
             for op in panels:
-                # the copy's loop over the panels: the panel's dimension
-                # (``packed_reads.tile_reads``)
+                # the copy's loop over the panels (``packed_reads.tile_reads``)
                 copies[op].parallel(f"{copies[op].func}_d{panel_dim(op)}")
     elif kc < ext[k]:
         # the mc x kc block of A (packed) stays in L2 for every column panel; each row block
@@ -854,7 +858,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         xo, xi = st.split(x, width, tail="ShiftInwards")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
         pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ioo.name] * len(blocks))
-    vector_tile(st, ii.name, xi.name, width, lanes)
+    few_rows.vector_tile(st, ii.name, xi.name, width, lanes)
     if prefetch:
         st.prefetch(f.name, ioi, offset=PREFETCH_OFFSET)
     if par is not None:
@@ -906,7 +910,7 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
         outer = [a if a != i else io.name for a in args[:-1]] + [xo.name]
         st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)
         # whole native vectors, unrolled (the form the search space gives this tile)
-        vector_tile(st, ii.name, xi.name, width, lanes)
+        few_rows.vector_tile(st, ii.name, xi.name, width, lanes)
         if not nested:  # inside the output's parallel loop: no nested thread pool
             # the outermost tile loop with two iterations or more (as the search space picks)
             count = {**ext, io.name: -(-ext[i] // rows), xo.name: -(-ext[x] // width)}

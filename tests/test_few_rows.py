@@ -11,7 +11,7 @@ from algorithms import (assert_a_point_of_the_space, assert_gemm_matches_numpy, 
                         gemm)
 
 import tensorlang as tl
-from tensorlang.autotuner import heuristic, stream_rules
+from tensorlang.autotuner import few_rows, heuristic, stream_rules
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.schedule.lower import lower
 
@@ -120,3 +120,26 @@ def test_few_rows_over_an_unsplit_reduction(monkeypatch):
                                                             (13, 40, 700)], seed=3)
     monkeypatch.setattr(heuristic, "FEW_ROWS", 0)
     assert "cache_read" not in heuristic_schedule(C, sizes, target).to_python()
+
+
+@pytest.mark.parametrize("cpu", ["icelake-server", "znver4"])
+def test_rows_one_thread_fits_in_a_block_take_the_few_rows_nest_over_blis_order(cpu, monkeypatch):
+    # 127 x 1531 x 1999 on 2 threads: rows that leave a remainder took BLIS's order in two row
+    # blocks (and the remainder's); one thread's rows fit one block, so the column panels run
+    # in parallel instead (few_rows.FEW_ROWS_BLIS), with one thread's tile rows
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float64)
+    target = described_target(cpu)
+    sizes = {"M": 127, "N": 1531, "K": 1999}
+    s = heuristic_schedule(C, sizes, target)
+    assert NEST in s.to_python() and "parallel('j.o')" in s.to_python(), s.to_python()
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "1")
+    one = heuristic_schedule(C, sizes, target).to_python()
+    assert one.splitlines()[0] in s.to_python(), (one, s.to_python())  # the same tile rows
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    assert assert_a_point_of_the_space(C, sizes, target, s)["C.i.block"] == "all"
+    assert_gemm_matches_numpy(tl.compile(C, s), tl.float64, [(127, 1531, 1999), (1, 67, 5),
+                                                            (13, 40, 1100)], seed=127)
+    monkeypatch.setattr(few_rows, "FEW_ROWS_BLIS", 0)  # as before: BLIS's order, row blocks
+    old = heuristic_schedule(C, sizes, target).to_python()
+    assert "reorder('k.o', 'i.o.o', 'j.o'" in old and "parallel('i.o.o')" in old, old
