@@ -98,7 +98,7 @@ from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator
                         tile_accumulators, register_tile as model_tile)
 from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
                            condition_mentions, panel_dim, row_block_reads, row_var,
-                           rows_straddle_lines)
+                           rows_straddle_lines, short_reduction)
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .serial_share import minor_stages
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
@@ -180,7 +180,7 @@ BLIS_ORDER_REMAINDER = 1
 #: always (no gain that reproduced on rows of whole cache lines: docs/performance.md,
 #: "Prefetching C's next tile"); 2: with vectors of at most 256 bits; 3: where the output's rows
 #: straddle cache lines (``rows_straddle_lines``; AVX2 code gains most: docs/performance.md,
-#: "C's rows across cache lines"). An int, for ``auto:PREFETCH_TILE=1``
+#: "C's rows across cache lines") or the tile's reduction is short (``short_reduction``)
 PREFETCH_TILE = 3
 #: how many register tiles ahead (``prefetch``'s ``offset``)
 PREFETCH_OFFSET = 1
@@ -772,10 +772,9 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     size = f.dtype.numpy.itemsize
     if ext[k] * ext[x] * size <= cpu.l1.size:
         raise ScheduleError(f"{operand} fits in L1: no packing")
-    # the CPU's packed tile width, but the model's where a triangle over the columns
-    # (RDom.where mentioning them: syrk's j <= i) bounds the tiles: wider tiles cross its edge
-    # more (syrk, syr2k 3-10% slower 4 vectors wide on Zen 4); a triangle over the row and
-    # the reduction only (symm's, trmm's k > i) bounds every column of a tile alike
+    # the CPU's packed tile width, but the model's where a triangle over the columns (syrk's
+    # j <= i) bounds the tiles: wider ones cross its edge more (syrk, syr2k 3-10% slower 4 vectors
+    # wide on Zen 4); one over the row and reduction only (symm's k > i) bounds all columns alike
     vectors = (TILE_VECTORS if condition_mentions(f, args[-1])
                else PACKED_VECTORS or cpu.packed_vectors)
     accs = PACKED_ACCUMULATORS or tile_accumulators(cpu, size, vectors)
@@ -815,7 +814,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")
     st = s[f]
     prefetch = PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32 or \
-        PREFETCH_TILE == 3 and rows_straddle_lines(f, i, ext, cpu.l1.line)
+        PREFETCH_TILE == 3 and (rows_straddle_lines(f, i, ext, cpu.l1.line)
+                                or short_reduction(min(kc, ext[k]), lanes * size))
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
     if few:
         return few_rows.few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc if kc < ext[k]

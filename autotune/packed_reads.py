@@ -12,6 +12,11 @@ from tensorlang.expr import Access, Var, walk
 from tensorlang.func import Func
 from tensorlang.schedule.schedule import Schedule, Stage
 
+#: the most reduction steps per register tile (``kc``, or ``K`` unsplit) for which a packed tile
+#: of 512-bit vectors prefetches its output's next tile (``short_reduction``); AVX2 code on the
+#: same core measured mixed (docs/performance.md, "C's next tile where the reduction is short").
+#: 0: only where C's rows straddle cache lines, as before
+SHORT_REDUCTION = 128
 
 class Packed(NamedTuple):
     """One operand read that a packed register tile copies into contiguous panels: the
@@ -104,6 +109,21 @@ def rows_straddle_lines(f: Func, row: str, extents: dict[str, int], line: int) -
     for a in args[args.index(row) + 1:]:
         stride *= extents[a]
     return stride % line != 0
+
+
+def short_reduction(steps: int, vector_bytes: int) -> bool:
+    """Whether a register tile of ``vector_bytes``-byte vectors whose reduction loop runs
+    ``steps`` iterations (``kc``, or the whole reduction unsplit) is too short to hide the
+    cache misses of its output tile's stores: at most ``SHORT_REDUCTION`` steps, with 512-bit
+    vectors (a GEMM of small ``K`` writes C once; an AVX-512 tile's rows span four lines each,
+    all missing in cache together). The packed tile then prefetches the next tile's rows of C
+    (``heuristic``'s ``PREFETCH_TILE`` = 3), as BLIS's and OpenBLAS's micro-kernels prefetch C
+    before the ``k`` loop.
+
+    >>> short_reduction(64, 64), short_reduction(256, 64), short_reduction(64, 32)
+    (True, False, False)
+    """
+    return steps <= SHORT_REDUCTION and vector_bytes >= 64
 
 
 def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str],

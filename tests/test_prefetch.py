@@ -12,7 +12,7 @@ import pytest
 from algorithms import described_target, gemm
 
 import tensorlang as tl
-from tensorlang.autotuner import heuristic
+from tensorlang.autotuner import heuristic, packed_reads
 from tensorlang.autotuner import workloads as W
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.space import SearchSpace
@@ -131,6 +131,30 @@ def test_the_rule_prefetches_where_the_outputs_rows_straddle_cache_lines(monkeyp
             C = gemm(dtype)
             rule = heuristic_schedule(C, {"M": 1000, "N": n, "K": 1200}, described_target(cpu))
             assert (".prefetch('C', 'i.o.i')" in rule.to_python()) == want, (cpu, dtype, n)
+
+
+@pytest.mark.parametrize("cpu", ["icelake-server", "haswell"])
+def test_the_rule_prefetches_where_the_tiles_reduction_is_short(cpu, monkeypatch, rng):
+    # packed_reads.SHORT_REDUCTION: a GEMM of small K writes C once, each tile's stores missing
+    # in cache over a reduction too short to hide them; rows of whole cache lines (float64,
+    # N = 1000) prefetch the next tile there only, with AVX-512's vectors: K = 64 and 128 do,
+    # K = 256 and a K split in blocks of at least 256 do not; AVX2 code never
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float64)
+    target = described_target(cpu)
+    for k, want in [(64, True), (128, True), (256, False), (1200, False)]:
+        want = want and cpu != "haswell"
+        rule = heuristic_schedule(C, {"M": 1000, "N": 1000, "K": k}, target)
+        assert (".prefetch('C', 'i.o.i')" in rule.to_python()) == want, (k, rule.to_python())
+    sizes = {"M": 263, "N": 1000, "K": 29}  # (a K that no k block splits)
+    rule = heuristic_schedule(C, sizes, target)
+    assert (".prefetch('C', 'i.o.i')" in rule.to_python()) == (cpu != "haswell"), rule.to_python()
+    assert SearchSpace(C, sizes, target).point(rule)[0]["C.prefetch"] is (cpu != "haswell")
+    a, b = rng.standard_normal((263, 29)), rng.standard_normal((29, 1000))
+    # (the described CPU's nest, compiled for this host)
+    np.testing.assert_allclose(tl.compile(C, rule)(A=a, B=b), a @ b, rtol=1e-10, atol=1e-10)
+    monkeypatch.setattr(packed_reads, "SHORT_REDUCTION", 0)  # as before: rows of whole lines
+    assert ".prefetch(" not in heuristic_schedule(C, sizes, target).to_python()
 
 
 def test_the_gpu_leaves_prefetches_out():
