@@ -10,7 +10,9 @@ copying its ``kc x nr`` panel of B and running every register tile of rows over 
 most ``kc`` is not split (B's ``K x nr`` panel per column panel). The rule-based
 schedule (``heuristic._packed_tile``) takes it where the rows make one row block
 (``heuristic.FEW_ROWS``); before, two threads ran such a GEMM unpacked and one thread in BLIS's
-order, which copies all of B in panels per ``kc`` block for a few rows.
+order, which copies all of B in panels per ``kc`` block for a few rows. On several threads it
+also takes it where one thread's rows would make one row block but the threads' row blocks
+would run BLIS's order (``FEW_ROWS_BLIS``).
 """
 
 from __future__ import annotations

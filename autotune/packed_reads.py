@@ -18,6 +18,7 @@ from tensorlang.schedule.schedule import Schedule, Stage
 #: 0: only where C's rows straddle cache lines, as before
 SHORT_REDUCTION = 128
 
+
 class Packed(NamedTuple):
     """One operand read that a packed register tile copies into contiguous panels: the
     ``index``-th read of ``name`` in the reduction (``Schedule.cache_read``'s ``index``), over
