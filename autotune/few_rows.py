@@ -17,9 +17,12 @@ would run BLIS's order (``FEW_ROWS_BLIS``).
 
 from __future__ import annotations
 
+from math import prod
+
 from tensorlang.schedule.schedule import Schedule, Stage
 
 from .packed_reads import Packed, pack
+from .row_blocks import shared
 
 #: whether a packed GEMM whose rows fit one row block of the model's ``mc`` but which the threads
 #: split into row blocks run in BLIS's loop order (``heuristic.blis_order``: rows that leave a
@@ -29,11 +32,16 @@ from .packed_reads import Packed, pack
 #: a block of their own on one thread; here each thread copies a panel into its own L2 and runs
 #: every row over it (docs/performance.md, "Few rows in BLIS's order"). 0: as before
 FEW_ROWS_BLIS = 1
+#: whether a batched GEMM whose batch loop does not share out over the threads (``short_batch``)
+#: and whose rows make one row block takes this nest inside the batch loop, its column panels in
+#: parallel (docs/performance.md, "Few rows in a short batch"). 0: the batch loop in parallel,
+#: or (a batch of one) the plain register tile, as before
+FEW_BATCH = 1
 
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
                   kc: int | None, panels: list[Packed], blocks: list[Packed],
-                  prefetch: int, parallel: bool) -> None:
+                  prefetch: int, parallel: bool, outer: tuple[str, ...] = ()) -> None:
     """Schedule ``st`` (a GEMM-like reduction over pure Vars ``row`` and ``x``, the vector Var,
     and the reduction Var ``k``) as the few-rows nest: register tiles of ``tile`` = (rows,
     width, lanes): ``rows`` rows unrolled x ``width`` lanes in native vectors of ``lanes``;
@@ -42,16 +50,17 @@ def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[
     column panel and the ``blocks`` (A's, ``heuristic.row_operands``) per reduction block (per
     tile where the reduction is not split); each tile prefetching the next tile's rows
     of the output ``prefetch`` tiles ahead (0: not); the column panels in ``parallel``
-    (where there are threads)."""
+    (where there are threads); ``outer`` pure Vars (a batch too short to share out over the
+    threads) outermost, serial."""
     rows, width, lanes = tile
     io, ii = st.split(row, rows, tail="GuardWithIf")
     xo, xi = st.split(x, width, tail="GuardWithIf")
     if kc is None:
-        st.reorder(xo, io, k, ii, xi)
+        st.reorder(*outer, xo, io, k, ii, xi)
         at = io.name
     else:
         ko, ki = st.split(k, kc)
-        st.reorder(ko, xo, io, ki, ii, xi)
+        st.reorder(*outer, ko, xo, io, ki, ii, xi)
         at = ko.name
     pack(s, st, [*panels, *blocks], [xo.name] * len(panels) + [at] * len(blocks))
     vector_tile(st, ii.name, xi.name, width, lanes)
@@ -59,6 +68,31 @@ def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[
         st.prefetch(st.func, io, offset=prefetch)
     if parallel:
         st.parallel(xo)
+
+
+def short_batch(extents: list[int], threads: int) -> bool:
+    """Whether pure loops of ``extents`` outside a packed tile (a batch) are too few iterations
+    to share out over ``threads`` threads (``FEW_BATCH``: less than ``heuristic.MIN_BALANCE``
+    of their time busy, ``row_blocks.shared``), so that the few-rows nest runs its column
+    panels in parallel inside them instead.
+
+    >>> short_batch([1], 2), short_batch([3], 2), short_batch([8], 2), short_batch([3], 1)
+    (True, True, False, False)
+    """
+    from .heuristic import MIN_BALANCE  # (heuristic imports this module)
+    return bool(FEW_BATCH) and threads > 1 and shared(prod(extents), threads) < MIN_BALANCE
+
+
+def panels_share(extent: int, width: int, threads: int) -> bool:
+    """Whether the column panels of ``width`` over ``extent`` columns (at least two) keep at
+    least ``heuristic.MIN_BALANCE`` of ``threads`` threads' time busy (``row_blocks.shared``):
+    where ``FEW_ROWS_BLIS`` may take this nest.
+
+    >>> panels_share(2000, 32, 2), panels_share(2000, 32, 16), panels_share(100, 32, 16)
+    (True, True, False)
+    """
+    from .heuristic import MIN_BALANCE  # (heuristic imports this module)
+    return extent >= 2 * width and shared(-(-extent // width), threads) >= MIN_BALANCE
 
 
 def vector_tile(st: Stage, rows: str, vector: str, width: int, lanes: int) -> None:

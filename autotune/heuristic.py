@@ -798,17 +798,17 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     # BLIS's order where a small L2's mc gives each thread several row blocks (each copying B)
     n_blocks = -(-(ext[i] // rows) // mb)  # (the last one shorter where mb does not divide)
     blis = blis_order(kc, ext[k], n_blocks, per_thread, threads, ext[i] % rows != 0)
-    if few_rows.FEW_ROWS_BLIS and blis and n_blocks > 1 and not outer and num_threads() > 1 \
-            and ext[x] >= 2 * width and shared(-(-ext[x] // width), threads) >= MIN_BALANCE:
+    if few_rows.FEW_ROWS_BLIS and blis and n_blocks > 1 and threads > 1 and (
+            not outer or few_rows.FEW_BATCH) and few_rows.panels_share(ext[x], width, threads):
         # rows the threads split into blocks in BLIS's order: one thread's rows, if one block
         one = _packed_rows(f, ext[i], near, width, accs, 1, target, per_thread, ext[k])
         if -(-(ext[i] // one[0]) // one[2]) == 1:
             (rows, blocking, mb), kc, n_blocks = one, _packed_kc(ext[k], one[1]) or kc, 1
     count = {**ext, "blocks": n_blocks}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
-    # one row block: its column panels in parallel (few_rows); on one thread with no remainder
-    # it is BLIS's nest still (packing is what it gains)
-    few = FEW_ROWS and n_blocks == 1 and not outer and ext[x] >= 2 * width and (
+    # one row block: its column panels in parallel (few_rows; on one thread, with a remainder)
+    few = FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width and (
+        few_rows.short_batch([ext[a] for a in outer], num_threads()) if outer else
         num_threads() > 1 or ext[i] % rows != 0 and kc < ext[k] and not BLIS_ORDER)
     if par is None and num_threads() > 1 and not few:
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")
@@ -820,7 +820,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     if few:
         return few_rows.few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc if kc < ext[k]
                                       else None, operands, blocks, prefetch and PREFETCH_OFFSET,
-                                      num_threads() > 1)
+                                      num_threads() > 1, tuple(outer))
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
     # unless the row blocks run in parallel (two would initialise and accumulate its cells at once)
     shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows \

@@ -53,7 +53,9 @@ Func computed at root or at a consumer loop):
   emits as native vectors and a narrower tail (16 + 16 + 16 + 8): no lane is wasted.
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not
   (a colour channel split by its whole extent: the rule-based schedule's ``select_loops``).
-- ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not.
+- ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not;
+  with the ``"all"`` row block under a batch too short for the threads (``few_rows.short_batch``),
+  the column panels' loop.
 - ``<F>.rfactor``, first, for a root reduction whose outermost reduction loop is long enough
   (``rfactor_rules.rfactor_possible``): chunks of that loop made a parallel pure dimension of
   ``<F>_rf`` (``rfactor_rules.rfactor_chunks``, the rule-based schedule's form), instead of the
@@ -134,6 +136,7 @@ from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
 from .cpu_model import closest_divisor, cpu_model, even_block, tile_accumulators
+from .few_rows import short_batch
 from .heuristic import (
     Packed,
     MAX_KC,
@@ -609,6 +612,9 @@ class SearchSpace:
             # would give the thread pool nothing to share)
             par = next((lp for lp in pure_order if lp in outer_p and
                         self._outer_extent(s, f, lp) > 1), pure_order[0])
+            if block < 0 and batch and short_batch([self._outer_extent(s, f, lp) for lp in batch],
+                                                   num_threads()):
+                par = outer_of[args[-1]]  # a short batch: the column panels (few_rows.FEW_BATCH)
             stage.parallel(par)
             if blis and par == outer_of[row]:
                 # the row blocks in parallel: B's panels copied by the threads together

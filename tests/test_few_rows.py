@@ -6,6 +6,7 @@ one row (``x^T B``) takes the column reduction's forms (``stream_rules.UNIT_VARS
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from algorithms import (assert_a_point_of_the_space, assert_gemm_matches_numpy, described_target,
                         gemm)
@@ -143,3 +144,39 @@ def test_rows_one_thread_fits_in_a_block_take_the_few_rows_nest_over_blis_order(
     monkeypatch.setattr(few_rows, "FEW_ROWS_BLIS", 0)  # as before: BLIS's order, row blocks
     old = heuristic_schedule(C, sizes, target).to_python()
     assert "reorder('k.o', 'i.o.o', 'j.o'" in old and "parallel('i.o.o')" in old, old
+
+
+def _batched_gemm(dtype):
+    Bt, M, N, K = tl.sizes("Bt M N K")
+    A, B = tl.Input("A", (Bt, M, K), dtype), tl.Input("B", (Bt, K, N), dtype)
+    b, i, j, k = tl.vars("b i j k")
+    C = tl.Func("C")
+    C[b, i, j] = A[b, i, k] * B[b, k, j]
+    return C
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_batch_too_short_for_the_threads_runs_the_few_rows_nest_inside_it(batch, monkeypatch):
+    # few_rows.FEW_BATCH: 1 or 3 products of 32 rows on 2 threads; before, a batch of one ran
+    # the plain register tile (no parallel loop for the packed nest) and a batch of three ran
+    # its batch loop in parallel (3 iterations on 2 threads)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = _batched_gemm(tl.float64)
+    target = described_target("icelake-server")
+    sizes = {"Bt": batch, "M": 29, "N": 1031, "K": 1201}
+    s = heuristic_schedule(C, sizes, target)
+    text = s.to_python()
+    assert "reorder('b', 'k.o', 'j.o', 'i.o', 'k.i', 'i.i', 'j.i')" in text, text
+    assert "parallel('j.o')" in text and "parallel('b')" not in text, text
+    assert assert_a_point_of_the_space(C, sizes, target, s)["C.i.block"] == "all"
+    kern = tl.compile(C, s)
+    rng = np.random.default_rng(batch)
+    for bt, m, n, k in [(batch, 29, 1031, 1201), (2, 1, 67, 5), (1, 13, 40, 1100)]:
+        a, b = rng.standard_normal((bt, m, k)), rng.standard_normal((bt, k, n))
+        np.testing.assert_allclose(kern(A=a, B=b), a @ b, rtol=1e-10, atol=1e-9)
+    monkeypatch.setattr(few_rows, "FEW_BATCH", 0)
+    old = heuristic_schedule(C, sizes, target).to_python()
+    assert ("parallel('b')" in old) if batch > 1 else ("cache_read" not in old), old
+    sizes["Bt"] = 8  # a batch that shares out keeps its parallel batch loop
+    monkeypatch.setattr(few_rows, "FEW_BATCH", 1)
+    assert "parallel('b')" in heuristic_schedule(C, sizes, target).to_python()
