@@ -83,6 +83,18 @@ def short_batch(extents: list[int], threads: int) -> bool:
     return bool(FEW_BATCH) and threads > 1 and shared(prod(extents), threads) < MIN_BALANCE
 
 
+def short_batch_nest(batch: list[int], extent: int, width: int, threads: int) -> bool:
+    """Whether a packed tile under pure loops of extents ``batch`` takes this nest inside them
+    (``FEW_BATCH``): the batch too short to share out over ``threads`` threads
+    (``short_batch``) and its ``extent`` columns' panels of ``width`` sharing out instead
+    (``panels_share``; 8 products of 256 columns on 16 threads: neither).
+
+    >>> short_batch_nest([3], 1024, 32, 2), short_batch_nest([8], 256, 32, 16)
+    (True, False)
+    """
+    return short_batch(batch, threads) and panels_share(extent, width, threads)
+
+
 def panels_share(extent: int, width: int, threads: int) -> bool:
     """Whether the column panels of ``width`` over ``extent`` columns (at least two) keep at
     least ``heuristic.MIN_BALANCE`` of ``threads`` threads' time busy (``row_blocks.shared``):

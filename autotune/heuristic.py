@@ -806,9 +806,9 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
             (rows, blocking, mb), kc, n_blocks = one, _packed_kc(ext[k], one[1]) or kc, 1
     count = {**ext, "blocks": n_blocks}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
-    # one row block: its column panels in parallel (few_rows; on one thread, with a remainder)
-    few = FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width and (
-        few_rows.short_batch([ext[a] for a in outer], num_threads()) if outer else
+    few = FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width and (  # few_rows: panels in parallel
+        few_rows.short_batch_nest([ext[a] for a in outer], ext[x], width, num_threads())
+        if outer else
         num_threads() > 1 or ext[i] % rows != 0 and kc < ext[k] and not BLIS_ORDER)
     if par is None and num_threads() > 1 and not few:
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")
