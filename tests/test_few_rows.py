@@ -14,6 +14,7 @@ from algorithms import (assert_a_point_of_the_space, assert_gemm_matches_numpy, 
 import tensorlang as tl
 from tensorlang.autotuner import few_rows, heuristic, stream_rules
 from tensorlang.autotuner.heuristic import heuristic_schedule
+from tensorlang.autotuner.workloads import batch_matmul
 from tensorlang.schedule.lower import lower
 
 NEST = "reorder('k.o', 'j.o', 'i.o', 'k.i', 'i.i', 'j.i')"
@@ -146,24 +147,15 @@ def test_rows_one_thread_fits_in_a_block_take_the_few_rows_nest_over_blis_order(
     assert "reorder('k.o', 'i.o.o', 'j.o'" in old and "parallel('i.o.o')" in old, old
 
 
-def _batched_gemm(dtype):
-    Bt, M, N, K = tl.sizes("Bt M N K")
-    A, B = tl.Input("A", (Bt, M, K), dtype), tl.Input("B", (Bt, K, N), dtype)
-    b, i, j, k = tl.vars("b i j k")
-    C = tl.Func("C")
-    C[b, i, j] = A[b, i, k] * B[b, k, j]
-    return C
-
-
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_batch_too_short_for_the_threads_runs_the_few_rows_nest_inside_it(batch, monkeypatch):
     # few_rows.FEW_BATCH: 1 or 3 products of 32 rows on 2 threads; before, a batch of one ran
     # the plain register tile (no parallel loop for the packed nest) and a batch of three ran
     # its batch loop in parallel (3 iterations on 2 threads)
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
-    C = _batched_gemm(tl.float64)
+    C = batch_matmul(tl.float64)
     target = described_target("icelake-server")
-    sizes = {"Bt": batch, "M": 29, "N": 1031, "K": 1201}
+    sizes = {"B": batch, "M": 29, "N": 1031, "K": 1201}
     s = heuristic_schedule(C, sizes, target)
     text = s.to_python()
     assert "reorder('b', 'k.o', 'j.o', 'i.o', 'k.i', 'i.i', 'j.i')" in text, text
@@ -177,6 +169,6 @@ def test_a_batch_too_short_for_the_threads_runs_the_few_rows_nest_inside_it(batc
     monkeypatch.setattr(few_rows, "FEW_BATCH", 0)
     old = heuristic_schedule(C, sizes, target).to_python()
     assert ("parallel('b')" in old) if batch > 1 else ("cache_read" not in old), old
-    sizes["Bt"] = 8  # a batch that shares out keeps its parallel batch loop
+    sizes["B"] = 8  # a batch that shares out keeps its parallel batch loop
     monkeypatch.setattr(few_rows, "FEW_BATCH", 1)
     assert "parallel('b')" in heuristic_schedule(C, sizes, target).to_python()
