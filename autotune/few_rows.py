@@ -71,41 +71,40 @@ def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[
         st.parallel(xo)
 
 
-def short_batch(extents: list[int], threads: int) -> bool:
+def short_batch(extents: list[int], threads: int, least: float) -> bool:
     """Whether pure loops of ``extents`` outside a packed tile (a batch) are too few iterations
-    to share out over ``threads`` threads (``FEW_BATCH``: less than ``heuristic.MIN_BALANCE``
-    of their time busy, ``row_blocks.shared``), so that the few-rows nest runs its column
-    panels in parallel inside them instead.
+    to share out over ``threads`` threads (``FEW_BATCH``: less than ``least`` of their time
+    busy, ``row_blocks.shared``; ``heuristic.MIN_BALANCE``), so that the few-rows nest runs its
+    column panels in parallel inside them instead.
 
-    >>> short_batch([1], 2), short_batch([3], 2), short_batch([8], 2), short_batch([3], 1)
-    (True, True, False, False)
+    >>> [short_batch([b], t, 0.9) for b, t in [(1, 2), (3, 2), (8, 2), (3, 1)]]
+    [True, True, False, False]
     """
-    from .heuristic import MIN_BALANCE  # (heuristic imports this module)
-    return bool(FEW_BATCH) and threads > 1 and shared(prod(extents), threads) < MIN_BALANCE
+    return bool(FEW_BATCH) and threads > 1 and shared(prod(extents), threads) < least
 
 
-def short_batch_nest(batch: list[int], extent: int, width: int, threads: int) -> bool:
+def short_batch_nest(batch: list[int], extent: int, width: int, threads: int,
+                     least: float) -> bool:
     """Whether a packed tile under pure loops of extents ``batch`` takes this nest inside them
     (``FEW_BATCH``): the batch too short to share out over ``threads`` threads
-    (``short_batch``) and its ``extent`` columns' panels of ``width`` sharing out instead
-    (``panels_share``; 8 products of 256 columns on 16 threads: neither).
+    (``short_batch``, below ``least``) and its ``extent`` columns' panels of ``width`` sharing
+    out instead (``panels_share``; 8 products of 256 columns on 16 threads: neither).
 
-    >>> short_batch_nest([3], 1024, 32, 2), short_batch_nest([8], 256, 32, 16)
+    >>> short_batch_nest([3], 1024, 32, 2, 0.9), short_batch_nest([8], 256, 32, 16, 0.9)
     (True, False)
     """
-    return short_batch(batch, threads) and panels_share(extent, width, threads)
+    return short_batch(batch, threads, least) and panels_share(extent, width, threads, least)
 
 
-def panels_share(extent: int, width: int, threads: int) -> bool:
+def panels_share(extent: int, width: int, threads: int, least: float) -> bool:
     """Whether the column panels of ``width`` over ``extent`` columns (at least two) keep at
-    least ``heuristic.MIN_BALANCE`` of ``threads`` threads' time busy (``row_blocks.shared``):
-    where ``FEW_ROWS_BLIS`` may take this nest.
+    least ``least`` of ``threads`` threads' time busy (``row_blocks.shared``;
+    ``heuristic.MIN_BALANCE``): where ``FEW_ROWS_BLIS`` may take this nest.
 
-    >>> panels_share(2000, 32, 2), panels_share(2000, 32, 16), panels_share(100, 32, 16)
-    (True, True, False)
+    >>> [panels_share(n, 32, t, 0.9) for n, t in [(2000, 2), (2000, 16), (100, 16)]]
+    [True, True, False]
     """
-    from .heuristic import MIN_BALANCE  # (heuristic imports this module)
-    return extent >= 2 * width and shared(-(-extent // width), threads) >= MIN_BALANCE
+    return extent >= 2 * width and shared(-(-extent // width), threads) >= least
 
 
 def vector_tile(st: Stage, rows: str, vector: str, width: int, lanes: int) -> None:

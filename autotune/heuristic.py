@@ -798,8 +798,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     # BLIS's order where a small L2's mc gives each thread several row blocks (each copying B)
     n_blocks = -(-(ext[i] // rows) // mb)  # (the last one shorter where mb does not divide)
     blis = blis_order(kc, ext[k], n_blocks, per_thread, threads, ext[i] % rows != 0)
-    if few_rows.FEW_ROWS_BLIS and blis and n_blocks > 1 and threads > 1 and (
-            not outer or few_rows.FEW_BATCH) and few_rows.panels_share(ext[x], width, threads):
+    if few_rows.FEW_ROWS_BLIS and blis and n_blocks > 1 and threads > 1 and (not outer or
+            few_rows.FEW_BATCH) and few_rows.panels_share(ext[x], width, threads, MIN_BALANCE):
         # rows the threads split into blocks in BLIS's order: one thread's rows, if one block
         one = _packed_rows(f, ext[i], near, width, accs, 1, target, per_thread, ext[k])
         if -(-(ext[i] // one[0]) // one[2]) == 1:
@@ -807,8 +807,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     count = {**ext, "blocks": n_blocks}
     par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
     few = FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width and (  # few_rows: panels in parallel
-        few_rows.short_batch_nest([ext[a] for a in outer], ext[x], width, num_threads())
-        if outer else
+        few_rows.short_batch_nest([ext[a] for a in outer], ext[x], width, num_threads(),
+                                  MIN_BALANCE) if outer else
         num_threads() > 1 or ext[i] % rows != 0 and kc < ext[k] and not BLIS_ORDER)
     if par is None and num_threads() > 1 and not few:
         raise ScheduleError(f"{f.name}: a single row block has no parallelism")

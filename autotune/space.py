@@ -140,6 +140,7 @@ from .few_rows import short_batch
 from .heuristic import (
     Packed,
     MAX_KC,
+    MIN_BALANCE,
     fuse_siblings,
     accumulator_rows,
     accumulators,
@@ -613,7 +614,7 @@ class SearchSpace:
             par = next((lp for lp in pure_order if lp in outer_p and
                         self._outer_extent(s, f, lp) > 1), pure_order[0])
             if block < 0 and batch and short_batch([self._outer_extent(s, f, lp) for lp in batch],
-                                                   num_threads()):
+                                                   num_threads(), MIN_BALANCE):
                 par = outer_of[args[-1]]  # a short batch: the column panels (few_rows.FEW_BATCH)
             stage.parallel(par)
             if blis and par == outer_of[row]:
