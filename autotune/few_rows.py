@@ -18,6 +18,7 @@ batch is too short for the threads (``FEW_BATCH``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 
 from tensorlang.schedule.schedule import Schedule, Stage
@@ -42,7 +43,8 @@ FEW_BATCH = 1
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
                   kc: int | None, panels: list[Packed], blocks: list[Packed],
-                  prefetch: int, parallel: bool, outer: tuple[str, ...] = ()) -> None:
+                  prefetch: int, parallel: bool, outer: tuple[str, ...] = (),
+                  copy: Callable[..., object] = pack) -> None:
     """Schedule ``st`` (a GEMM-like reduction over pure Vars ``row`` and ``x``, the vector Var,
     and the reduction Var ``k``) as the few-rows nest: register tiles of ``tile`` = (rows,
     width, lanes): ``rows`` rows unrolled x ``width`` lanes in native vectors of ``lanes``;
@@ -52,7 +54,8 @@ def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[
     tile where the reduction is not split); each tile prefetching the next tile's rows
     of the output ``prefetch`` tiles ahead (0: not); the column panels in ``parallel``
     (where there are threads); ``outer`` pure Vars (a batch too short to share out over the
-    threads) outermost, serial."""
+    threads) outermost, serial; ``copy`` copying the panels and blocks (``packed_reads.pack``, or
+    ``packer``'s, whose copies prefetch B's rows)."""
     rows, width, lanes = tile
     io, ii = st.split(row, rows, tail="GuardWithIf")
     xo, xi = st.split(x, width, tail="GuardWithIf")
@@ -63,7 +66,7 @@ def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[
         ko, ki = st.split(k, kc)
         st.reorder(*outer, ko, xo, io, ki, ii, xi)
         at = ko.name
-    pack(s, st, [*panels, *blocks], [xo.name] * len(panels) + [at] * len(blocks))
+    copy(s, st, [*panels, *blocks], [xo.name] * len(panels) + [at] * len(blocks))
     vector_tile(st, ii.name, xi.name, width, lanes)
     if prefetch:
         st.prefetch(st.func, io, offset=prefetch)

@@ -96,7 +96,7 @@ from . import few_rows
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
                         closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
-from .packed_reads import (Packed, pack, packed_operand, packed_operands,  # noqa: F401
+from .packed_reads import (Packed, packed_operand, packer, packed_operands,  # noqa: F401
                            condition_mentions, panel_dim, row_block_reads, row_var,
                            rows_straddle_lines, short_reduction)
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
@@ -788,8 +788,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     more_per_thread = ext[i] // (BLIS_BLOCK_ROWS * threads)
     if BLIS_ORDER and kc is not None and kc < ext[k] and per_thread < more_per_thread:
         # B copied once per kc block: more row blocks only read its panels again from L3
-        more = _packed_rows(f, ext[i], near, width, accs, threads, target, more_per_thread,
-                            ext[k])
+        more = _packed_rows(f, ext[i], near, width, accs, threads, target, more_per_thread, ext[k])
         more_kc = _packed_kc(ext[k], more[1])
         if more_kc is not None and more_kc < ext[k]:
             (rows, blocking, mb), kc = more, more_kc
@@ -817,10 +816,11 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         PREFETCH_TILE == 3 and (rows_straddle_lines(f, i, ext, cpu.l1.line)
                                 or short_reduction(min(kc, ext[k]), lanes * size))
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
+    copy = packer(f, extents, cpu.l2.size)  # (B's rows prefetched while copied)
     if few:
         return few_rows.few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc if kc < ext[k]
                                       else None, operands, blocks, prefetch and PREFETCH_OFFSET,
-                                      num_threads() > 1, tuple(outer))
+                                      num_threads() > 1, tuple(outer), copy)
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
     # unless the row blocks run in parallel (two would initialise and accumulate its cells at once)
     shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows \
@@ -836,7 +836,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         ko, ki = st.split(k, kc)
         st.reorder(*outer, ko, ioo, xo, ioi, ki, ii, xi)
         panels = packed_operands(f, width)
-        copies = pack(s, st, [*panels, *blocks], [ko.name] * len(panels) + [ioo.name] * len(blocks))
+        copies = copy(s, st, [*panels, *blocks], [ko.name] * len(panels) + [ioo.name] * len(blocks))
         if par == "blocks":
             for op in panels:
                 # the copy's loop over the panels (``packed_reads.tile_reads``)
@@ -847,17 +847,17 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         xo, xi = st.split(x, width, tail="GuardWithIf")
         ko, ki = st.split(k, kc)
         st.reorder(*outer, ioo, ko, xo, ioi, ki, ii, xi)
-        pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ko.name] * len(blocks))
+        copy(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ko.name] * len(blocks))
     elif PANELS_PER_BATCH and outer and par != "blocks" and count["blocks"] > 1:
         # serial row blocks in a batch: B's panels once per batch (BLIS's order, one k block)
         xo, xi = st.split(x, width, tail="GuardWithIf")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
         panels = packed_operands(f, width)
-        pack(s, st, [*panels, *blocks], [outer[-1]] * len(panels) + [ioo.name] * len(blocks))
+        copy(s, st, [*panels, *blocks], [outer[-1]] * len(panels) + [ioo.name] * len(blocks))
     else:
         xo, xi = st.split(x, width, tail="ShiftInwards")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
-        pack(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ioo.name] * len(blocks))
+        copy(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ioo.name] * len(blocks))
     few_rows.vector_tile(st, ii.name, xi.name, width, lanes)
     if prefetch:
         st.prefetch(f.name, ioi, offset=PREFETCH_OFFSET)

@@ -6,17 +6,32 @@ Matrix Multiplication", TOMS 2008: the packed blocks of A and B). The rule-based
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable, Collection
+from functools import partial
+from math import prod
+from typing import TYPE_CHECKING, NamedTuple
 
 from tensorlang.expr import Access, Var, walk
-from tensorlang.func import Func
+from tensorlang.func import Func, parse_stage_id
 from tensorlang.schedule.schedule import Schedule, Stage
+
+if TYPE_CHECKING:
+    from .workloads import BoundExtents
 
 #: the most reduction steps per register tile (``kc``, or ``K`` unsplit) for which a packed tile
 #: of 512-bit vectors prefetches its output's next tile (``short_reduction``); AVX2 code on the
 #: same core measured mixed (docs/performance.md, "C's next tile where the reduction is short").
 #: 0: only where C's rows straddle cache lines, as before
 SHORT_REDUCTION = 128
+#: rows ahead that the copy of a panel read a row of its tensor at a time (``B[k, j]``:
+#: ``nr`` elements from each of ``kc`` rows, the rows ``N`` elements apart) prefetches its
+#: tensor's rows (``far_reads``, ``Stage.prefetch`` at the copy's loop over ``k``): the
+#: hardware prefetchers stop at a page's edge, so with rows a page or more apart each row's
+#: lines missed one row at a time (docs/performance.md, "B's rows prefetched while its panels
+#: are copied"). 0: no prefetch, as before
+PANEL_PREFETCH = 8
+#: bytes of a page, whose edge the hardware prefetchers do not cross
+PAGE_BYTES = 4096
 
 
 class Packed(NamedTuple):
@@ -127,10 +142,53 @@ def short_reduction(steps: int, vector_bytes: int) -> bool:
     return steps <= SHORT_REDUCTION and vector_bytes >= 64
 
 
+def panel_rows(f: Func, op: Packed) -> int | None:
+    """The dimension of ``op``'s copy whose loop walks its tensor's rows a panel at a time:
+    that of the reduction Var where the read's last index is ``f``'s innermost pure Var
+    (``B[k, j]``: the copy reads a panel's width of contiguous elements from each row ``k``, the
+    rows a row of B apart); None for a read contiguous along the reduction (``A[i, k]``, a
+    transposed panel ``A[j, k]``), whose copy the hardware prefetchers follow."""
+    d = f.definition
+    assert d is not None
+    reads = [a for a in walk(d.value) if isinstance(a, Access) and a.name == op.name]
+    a = reads[op.index]
+    last = a.indices[-1] if a.indices else None
+    if not (isinstance(last, Var) and last.name == d.args[-1].name):
+        return None
+    at = next(n for n, e in enumerate(a.indices) if isinstance(e, Var) and e.name == op.rvar)
+    return (op.layout or tuple(range(len(a.indices)))).index(at)
+
+
+def far_reads(f: Func, extents: BoundExtents, cache: int) -> frozenset[tuple[str, int]]:
+    """``(name, index)`` of the panels of ``f`` (``packed_operands``) whose copies prefetch
+    their tensor's rows ``PANEL_PREFETCH`` ahead (``pack``'s ``far``): read a row at a time
+    (``panel_rows``), the rows at least ``PAGE_BYTES`` apart (the read's extent along ``f``'s
+    innermost Var times its element size, at least the tensor's row) and the region read over
+    ``f``'s loops larger than ``cache`` bytes (the L2; a smaller one stays there between
+    copies: doitgen's 160 x 160 ``C4``). Empty with ``PANEL_PREFETCH`` 0."""
+    d = f.definition
+    if not PANEL_PREFETCH or d is None or not d.args:
+        return frozenset()
+    far = set()
+    reads = [a for a in walk(d.value) if isinstance(a, Access)]
+    for op in packed_operands(f):
+        a = [r for r in reads if r.name == op.name][op.index]
+        ext = {v.name: extents.extent(f.name, v.name)
+               for v in a.indices if isinstance(v, Var)}
+        size = a.dtype.numpy.itemsize
+        row, region = ext.get(d.args[-1].name, 0) * size, prod(ext.values()) * size
+        if panel_rows(f, op) is not None and row >= PAGE_BYTES and region > cache:
+            far.add((op.name, op.index))
+    return frozenset(far)
+
+
 def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str],
-         ) -> dict[Packed, Stage]:
+         far: Collection[tuple[str, int]] = ()) -> dict[Packed, Stage]:
     """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``); ``loop``:
-    one loop for all, or one per operand. Returns each operand's copy stage."""
+    one loop for all, or one per operand. The copy of a read in ``far`` (``far_reads``: name,
+    index) prefetches its tensor's rows ``PANEL_PREFETCH`` ahead at its loop over the
+    reduction Var (``panel_rows``). Returns each operand's copy stage."""
+    f = s.pipeline.func(parse_stage_id(stage.func)[0])
     loops = [loop] * len(operands) if isinstance(loop, str) else loop
     done: dict[str, int] = {}
     copies: dict[Packed, Stage] = {}
@@ -139,7 +197,16 @@ def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str
         copies[op] = s.cache_read(op.name, stage, at, index=op.index - done.get(op.name, 0),
                                   layout=op.layout, panel=op.panel)
         done[op.name] = done.get(op.name, 0) + 1
+        row = panel_rows(f, op) if (op.name, op.index) in far else None
+        if row is not None:
+            copies[op].prefetch(op.name, f"{copies[op].func}_d{row}", offset=PANEL_PREFETCH)
     return copies
+
+
+def packer(f: Func, extents: BoundExtents, cache: int) -> Callable[..., dict[Packed, Stage]]:
+    """``pack`` whose copies of ``f``'s panels prefetch their tensor's rows where ``far_reads``
+    (with ``extents`` and ``cache``, the L2's bytes) says so."""
+    return partial(pack, far=far_reads(f, extents, cache))
 
 
 def row_block_reads(f: Func, row: str, split: bool, rows: int) -> list[Packed]:

@@ -148,7 +148,6 @@ from .heuristic import (
     blocks_per_thread,
     lanes,
     least_block_rows,
-    pack,
     packed_blocking,
     shifted_row_block,
     packed_operand,
@@ -162,6 +161,7 @@ from .heuristic import (
     update_stage,
     UPDATE_MIN_VECTORS,
 )
+from .packed_reads import packer
 from .rfactor_rules import (
     RFACTOR_CHUNKS_PER_THREAD,
     ROW_VECTORS,
@@ -564,6 +564,7 @@ class SearchSpace:
         stage.reorder(*loops)
         panels: list[Packed] = []
         copies: dict = {}
+        copy = packer(f, self.extents, cpu_model(self.target).l2.size)  # (B's rows prefetched)
         if blis:
             # (heuristic._packed_tile's BLIS branch) B's panels at the k block loop, A's row
             # block at the row block loop
@@ -571,14 +572,14 @@ class SearchSpace:
             blocks = row_operands(f, row, split=split,
                                   rows=factor[row] if tile_rows is not None else 1)
             panels = packed_operands(f, factor[args[-1]])
-            copies = pack(s, stage, [*panels, *blocks], [outer_r[0] if split else batch[-1]]
+            copies = copy(s, stage, [*panels, *blocks], [outer_r[0] if split else batch[-1]]
                           * len(panels) + [outer_of[row]] * len(blocks))
         elif order == "packed":
             # the row block at the k block loop (at the row block loop: the whole reduction)
             blocks = row_operands(f, row, split=rvars[0] in factor,
                                   rows=factor[row] if tile_rows is not None else 1)
             at = outer_r[0] if rvars[0] in factor else outer_of[row]
-            pack(s, stage, [*packed, *blocks], [outer_of[args[-1]]] * len(packed)
+            copy(s, stage, [*packed, *blocks], [outer_of[args[-1]]] * len(packed)
                  + [at] * len(blocks))
         pure_order = [lp for lp in loops if lp in outer_p + mid + inner_p]
         if pure_order and width:

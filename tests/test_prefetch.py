@@ -9,13 +9,15 @@ import re
 import numpy as np
 import optuna
 import pytest
-from algorithms import described_target, gemm
+from algorithms import (assert_a_point_of_the_space, assert_gemm_matches_numpy, described_target,
+                        gemm)
 
 import tensorlang as tl
 from tensorlang.autotuner import heuristic, packed_reads
 from tensorlang.autotuner import workloads as W
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.space import SearchSpace
+from tensorlang.autotuner.workloads import BoundExtents
 from tensorlang.backends.cuda.rules import gpu_schedule
 from tensorlang.errors import ScheduleError
 from tensorlang.schedule.ir import Prefetch, walk_stmts
@@ -154,7 +156,66 @@ def test_the_rule_prefetches_where_the_tiles_reduction_is_short(cpu, monkeypatch
     # (the described CPU's nest, compiled for this host)
     np.testing.assert_allclose(tl.compile(C, rule)(A=a, B=b), a @ b, rtol=1e-10, atol=1e-10)
     monkeypatch.setattr(packed_reads, "SHORT_REDUCTION", 0)  # as before: rows of whole lines
-    assert ".prefetch(" not in heuristic_schedule(C, sizes, target).to_python()
+    assert ".prefetch('C'" not in heuristic_schedule(C, sizes, target).to_python()
+
+
+@pytest.mark.parametrize("cpu", ["icelake-server", "haswell"])
+def test_panel_copies_prefetch_the_rows_of_b_they_read(cpu, monkeypatch):
+    # packed_reads.PANEL_PREFETCH: a copy of B's panels reads nr elements from each row of B,
+    # rows N elements apart; it prefetches the rows PANEL_PREFETCH ahead at its loop over k, in
+    # the few-rows nest (one panel per copy, k its first dimension) and in BLIS's order (all
+    # panels per kc block, k its second); A's row block, contiguous along k, does not
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float64)
+    target = described_target(cpu)
+    ahead = packed_reads.PANEL_PREFETCH
+    for sizes, loop in [({"M": 17, "N": 4099, "K": 1031}, "B_local_d0"),
+                        ({"M": 1000, "N": 1100, "K": 1200}, "B_local_d1")]:
+        rule = heuristic_schedule(C, sizes, target)
+        text = rule.to_python()
+        assert f"s[\"B_local\"].prefetch('B', '{loop}', offset={ahead})" in text, text
+        assert ".prefetch('A'" not in text and "A_local\"].prefetch" not in text, text
+        assert_a_point_of_the_space(C, sizes, target, rule)
+    sizes = {"M": 17, "N": 4099, "K": 1031}
+    # (the described CPU's nest, compiled for this host; odd sizes: ragged panels, a shorter
+    # last k block and remainder rows, the prefetched rows clipped to B)
+    kern = tl.compile(C, heuristic_schedule(C, sizes, target))
+    assert_gemm_matches_numpy(kern, tl.float64, [(17, 4099, 1031), (1, 37, 5), (23, 97, 1031)],
+                              seed=3)
+    monkeypatch.setattr(packed_reads, "PANEL_PREFETCH", 0)  # as before: no prefetch
+    assert ".prefetch('B'" not in heuristic_schedule(C, sizes, target).to_python()
+
+
+def test_a_transposed_panel_copy_does_not_prefetch_rows():
+    # C[i, j] = A[i, k] * A[j, k] (syrk without its triangle): the panel A[j, k] is contiguous
+    # along k, its copy a transposition the hardware prefetchers follow
+    M, K = tl.sizes("M K")
+    A = tl.Input("A", (M, K), tl.float64)
+    i, j, k = tl.vars("i j k")
+    S = tl.Func("S")
+    S[i, j] = A[i, k] * A[j, k]
+    op = packed_reads.packed_operands(S, 32)[0]
+    assert (op.name, op.index, packed_reads.panel_rows(S, op)) == ("A", 1, None)
+    C = gemm(tl.float64)
+    assert [packed_reads.panel_rows(C, p) for p in packed_reads.packed_operands(C, 32)] == [1]
+    assert [packed_reads.panel_rows(C, p) for p in packed_reads.packed_operands(C)] == [0]
+
+
+def test_only_panels_of_far_rows_beyond_the_cache_prefetch():
+    # far_reads: B's rows at least a page apart, and B's region larger than the cache (L2)
+    C = gemm(tl.float64)
+    B = 1031 * 4099 * 8  # bytes of B at K = 1031, N = 4099
+    wide = BoundExtents(C, {"M": 17, "N": 4099, "K": 1031})
+    assert packed_reads.far_reads(C, wide, B - 1) == {("B", 0)}
+    assert packed_reads.far_reads(C, wide, B) == frozenset()  # (it stays in that cache)
+    narrow = BoundExtents(C, {"M": 17, "N": 511, "K": 100_003})  # rows 4088 bytes apart
+    assert packed_reads.far_reads(C, narrow, 1 << 20) == frozenset()
+    S = tl.Func("S")  # (a transposed panel: contiguous along k)
+    M, K = tl.sizes("M K")
+    A = tl.Input("A", (M, K), tl.float64)
+    i, j, k = tl.vars("i j k")
+    S[i, j] = A[i, k] * A[j, k]
+    assert packed_reads.far_reads(S, BoundExtents(S, {"M": 4099, "K": 1031}), 0) == frozenset()
 
 
 def test_the_gpu_leaves_prefetches_out():
