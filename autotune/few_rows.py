@@ -39,32 +39,46 @@ FEW_ROWS_BLIS = 1
 #: parallel (docs/performance.md, "Few rows in a short batch"). 0: the batch loop in parallel,
 #: or (a batch of one) the plain register tile, as before
 FEW_BATCH = 1
+#: the fewest bytes of each row of B that one copy of this nest reads: column panels of the
+#: register tile's width are copied several at a time up to that (``copy_panels``; an AVX2
+#: float64 tile's 8 columns, one cache line per row of B, copied 8 panels at a time), the
+#: tiles of a copy side by side inside it: each copy reads longer runs of B's rows, each row
+#: a page or more from the next (docs/performance.md, "Wider copies of B for few rows").
+#: 0: one panel per copy, as before
+COPY_ROW_BYTES = 512
 
 
-def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
-                  kc: int | None, panels: list[Packed], blocks: list[Packed],
+def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str,
+                  tile: tuple[int, int, int, int], kc: int | None, panels: list[Packed],
+                  blocks: list[Packed],
                   prefetch: int, parallel: bool, outer: tuple[str, ...] = (),
                   copy: Callable[..., object] = pack) -> None:
     """Schedule ``st`` (a GEMM-like reduction over pure Vars ``row`` and ``x``, the vector Var,
     and the reduction Var ``k``) as the few-rows nest: register tiles of ``tile`` = (rows,
-    width, lanes): ``rows`` rows unrolled x ``width`` lanes in native vectors of ``lanes``;
-    ``kc``-long reduction blocks (``kc`` below the extent of ``k``; None: not split, the whole
-    reduction inside each tile); the ``panels`` (B's reads, ``packed_operands``) copied per
-    column panel and the ``blocks`` (A's, ``heuristic.row_operands``) per reduction block (per
-    tile where the reduction is not split); each tile prefetching the next tile's rows
-    of the output ``prefetch`` tiles ahead (0: not); the column panels in ``parallel``
-    (where there are threads); ``outer`` pure Vars (a batch too short to share out over the
-    threads) outermost, serial; ``copy`` copying the panels and blocks (``packed_reads.pack``, or
-    ``packer``'s, whose copies prefetch B's rows)."""
-    rows, width, lanes = tile
+    width, lanes, group): ``rows`` rows unrolled x ``width`` lanes in native vectors of
+    ``lanes``; ``kc``-long reduction blocks (``kc`` below the extent of ``k``; None: not split,
+    the whole reduction inside each tile); the ``panels`` (B's reads, ``packed_operands``)
+    copied ``group`` column panels at a time (``copy_panels``; the loop over a copy's panels
+    ``x.o.i``, inside the copies' ``x.o.o``) and the ``blocks`` (A's,
+    ``heuristic.row_operands``) per reduction block (per tile where the reduction is not
+    split); each tile prefetching the next tile's rows of the output ``prefetch`` tiles ahead
+    (0: not); the copies' loop in ``parallel`` (where there are threads); ``outer`` pure Vars
+    (a batch too short to share out over the threads) outermost, serial; ``copy`` copying the
+    panels and blocks (``packed_reads.pack``, or ``packer``'s, whose copies prefetch B's
+    rows)."""
+    rows, width, lanes, group = tile
     io, ii = st.split(row, rows, tail="GuardWithIf")
     xo, xi = st.split(x, width, tail="GuardWithIf")
+    tiles = []  # (the loop over a copy's panels)
+    if group > 1:
+        xo, inner = st.split(xo, group, tail="GuardWithIf")
+        tiles.append(inner)
     if kc is None:
-        st.reorder(*outer, xo, io, k, ii, xi)
+        st.reorder(*outer, xo, *tiles, io, k, ii, xi)
         at = io.name
     else:
         ko, ki = st.split(k, kc)
-        st.reorder(*outer, ko, xo, io, ki, ii, xi)
+        st.reorder(*outer, ko, xo, *tiles, io, ki, ii, xi)
         at = ko.name
     copy(s, st, [*panels, *blocks], [xo.name] * len(panels) + [at] * len(blocks))
     vector_tile(st, ii.name, xi.name, width, lanes)
@@ -72,6 +86,27 @@ def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[
         st.prefetch(st.func, io, offset=prefetch)
     if parallel:
         st.parallel(xo)
+
+
+def copy_panels(extent: int, width: int, row_bytes: int, threads: int, least: float) -> int:
+    """Column panels of ``width`` columns (``row_bytes`` bytes of a row of B each) per copy of
+    the few-rows nest over ``extent`` columns: the most, a power of two, whose copies read at
+    most ``COPY_ROW_BYTES`` of each row (at least one panel) and still share out over
+    ``threads`` threads (``panels_share``, ``least``: ``heuristic.MIN_BALANCE``); 1 with
+    ``COPY_ROW_BYTES`` 0.
+
+    >>> copy_panels(4096, 8, 64, 2, 0.9), copy_panels(4096, 32, 256, 2, 0.9)
+    (8, 2)
+    >>> copy_panels(4096, 32, 512, 2, 0.9), copy_panels(96, 8, 64, 2, 0.9)  # 12 panels:
+    (1, 2)
+
+    (6 copies of 2 panels share out over 2 threads, 3 of 4 do not.)
+    """
+    group = 1
+    while group * 2 * row_bytes <= COPY_ROW_BYTES and \
+            panels_share(extent, width * group * 2, max(threads, 1), least):
+        group *= 2
+    return group
 
 
 def short_batch(extents: list[int], threads: int, least: float) -> bool:

@@ -401,8 +401,7 @@ def fuse_siblings(s: Schedule, p: Pipeline,
 
 def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: BoundExtents,
                      lanes: int, nested: bool, lower_each: bool, cpu: CpuModel) -> Schedule:
-    t = _try(s, lambda t: contiguous_innermost(t, f, number, extents, lanes,
-                                               UPDATE_MIN_VECTORS))
+    t = _try(s, lambda t: contiguous_innermost(t, f, number, extents, lanes, UPDATE_MIN_VECTORS))
     if t is not None and (not lower_each or _lowers(output, t)):
         s = t  # the contiguous loop innermost (update_order.py); the steps below start from it
     t = _try(s, lambda t, r=cpu.vector_registers: jam_rows(t, output, f, number, extents, lanes,
@@ -816,11 +815,12 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         PREFETCH_TILE == 3 and (rows_straddle_lines(f, i, ext, cpu.l1.line)
                                 or short_reduction(min(kc, ext[k]), lanes * size))
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
-    copy = packer(f, extents, cpu.l2.size)  # (B's rows prefetched while copied)
+    group = few_rows.copy_panels(ext[x], width, width * size, num_threads(), MIN_BALANCE)
+    copy = packer(f, extents, cpu.l2.size, width * group if few else width)  # (B's rows)
     if few:
-        return few_rows.few_rows_nest(s, st, i, x, k, (rows, width, lanes), kc if kc < ext[k]
-                                      else None, operands, blocks, prefetch and PREFETCH_OFFSET,
-                                      num_threads() > 1, tuple(outer), copy)
+        return few_rows.few_rows_nest(s, st, i, x, k, (rows, width, lanes, group), kc if
+                                      kc < ext[k] else None, operands, blocks, prefetch and
+                                      PREFETCH_OFFSET, num_threads() > 1, tuple(outer), copy)
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
     # unless the row blocks run in parallel (two would initialise and accumulate its cells at once)
     shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows \

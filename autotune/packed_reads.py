@@ -6,13 +6,14 @@ Matrix Multiplication", TOMS 2008: the packed blocks of A and B). The rule-based
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from functools import partial
 from math import prod
 from typing import TYPE_CHECKING, NamedTuple
 
 from tensorlang.expr import Access, Var, walk
 from tensorlang.func import Func, parse_stage_id
+from tensorlang.schedule.prefetch import LINE_BYTES
 from tensorlang.schedule.schedule import Schedule, Stage
 
 if TYPE_CHECKING:
@@ -23,13 +24,14 @@ if TYPE_CHECKING:
 #: same core measured mixed (docs/performance.md, "C's next tile where the reduction is short").
 #: 0: only where C's rows straddle cache lines, as before
 SHORT_REDUCTION = 128
-#: rows ahead that the copy of a panel read a row of its tensor at a time (``B[k, j]``:
+#: cache lines ahead that the copy of a panel read a row of its tensor at a time (``B[k, j]``:
 #: ``nr`` elements from each of ``kc`` rows, the rows ``N`` elements apart) prefetches its
-#: tensor's rows (``far_reads``, ``Stage.prefetch`` at the copy's loop over ``k``): the
-#: hardware prefetchers stop at a page's edge, so with rows a page or more apart each row's
-#: lines missed one row at a time (docs/performance.md, "B's rows prefetched while its panels
-#: are copied"). 0: no prefetch, as before
-PANEL_PREFETCH = 8
+#: tensor's rows (``far_reads``, ``Stage.prefetch`` at the copy's loop over ``k``), in whole
+#: rows (8 rows of a 4-line AVX-512 panel, 32 of a 1-line AVX2 float64 one): the hardware
+#: prefetchers stop at a page's edge, so with rows a page or more apart each row's lines missed
+#: one row at a time (docs/performance.md, "B's rows prefetched while its panels are
+#: copied"). 0: no prefetch, as before
+PANEL_PREFETCH = 32
 #: bytes of a page, whose edge the hardware prefetchers do not cross
 PAGE_BYTES = 4096
 
@@ -159,17 +161,19 @@ def panel_rows(f: Func, op: Packed) -> int | None:
     return (op.layout or tuple(range(len(a.indices)))).index(at)
 
 
-def far_reads(f: Func, extents: BoundExtents, cache: int) -> frozenset[tuple[str, int]]:
-    """``(name, index)`` of the panels of ``f`` (``packed_operands``) whose copies prefetch
-    their tensor's rows ``PANEL_PREFETCH`` ahead (``pack``'s ``far``): read a row at a time
-    (``panel_rows``), the rows at least ``PAGE_BYTES`` apart (the read's extent along ``f``'s
-    innermost Var times its element size, at least the tensor's row) and the region read over
-    ``f``'s loops larger than ``cache`` bytes (the L2; a smaller one stays there between
-    copies: doitgen's 160 x 160 ``C4``). Empty with ``PANEL_PREFETCH`` 0."""
+def far_reads(f: Func, extents: BoundExtents, cache: int, width: int
+              ) -> dict[tuple[str, int], int]:
+    """The rows ahead (``pack``'s ``far``), by ``(name, index)``, at which the copies of the
+    panels of ``f`` (``packed_operands``), ``width`` columns wide, prefetch their tensor's
+    rows: ``PANEL_PREFETCH`` lines in whole rows, for reads a row at a time (``panel_rows``)
+    whose rows lie at least ``PAGE_BYTES`` apart (the read's extent along ``f``'s innermost Var
+    times its element size, at least the tensor's row) and whose region read over ``f``'s loops
+    is larger than ``cache`` bytes (the L2; a smaller one stays there between copies:
+    doitgen's 160 x 160 ``C4``). Empty with ``PANEL_PREFETCH`` 0."""
     d = f.definition
     if not PANEL_PREFETCH or d is None or not d.args:
-        return frozenset()
-    far = set()
+        return {}
+    far = {}
     reads = [a for a in walk(d.value) if isinstance(a, Access)]
     for op in packed_operands(f):
         a = [r for r in reads if r.name == op.name][op.index]
@@ -178,15 +182,16 @@ def far_reads(f: Func, extents: BoundExtents, cache: int) -> frozenset[tuple[str
         size = a.dtype.numpy.itemsize
         row, region = ext.get(d.args[-1].name, 0) * size, prod(ext.values()) * size
         if panel_rows(f, op) is not None and row >= PAGE_BYTES and region > cache:
-            far.add((op.name, op.index))
-    return frozenset(far)
+            lines = -(-min(width, ext[d.args[-1].name]) * size // LINE_BYTES)
+            far[op.name, op.index] = -(-PANEL_PREFETCH // lines)
+    return far
 
 
 def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str],
-         far: Collection[tuple[str, int]] = ()) -> dict[Packed, Stage]:
+         far: Mapping[tuple[str, int], int] | None = None) -> dict[Packed, Stage]:
     """Copy each packed operand read of ``stage`` at its ``loop`` (``cache_read``); ``loop``:
-    one loop for all, or one per operand. The copy of a read in ``far`` (``far_reads``: name,
-    index) prefetches its tensor's rows ``PANEL_PREFETCH`` ahead at its loop over the
+    one loop for all, or one per operand. The copy of a read in ``far`` (``far_reads``: rows
+    ahead by name and index) prefetches its tensor's rows that many ahead at its loop over the
     reduction Var (``panel_rows``). Returns each operand's copy stage."""
     f = s.pipeline.func(parse_stage_id(stage.func)[0])
     loops = [loop] * len(operands) if isinstance(loop, str) else loop
@@ -197,16 +202,18 @@ def pack(s: Schedule, stage: Stage, operands: list[Packed], loop: str | list[str
         copies[op] = s.cache_read(op.name, stage, at, index=op.index - done.get(op.name, 0),
                                   layout=op.layout, panel=op.panel)
         done[op.name] = done.get(op.name, 0) + 1
-        row = panel_rows(f, op) if (op.name, op.index) in far else None
+        ahead = (far or {}).get((op.name, op.index), 0)
+        row = panel_rows(f, op) if ahead else None
         if row is not None:
-            copies[op].prefetch(op.name, f"{copies[op].func}_d{row}", offset=PANEL_PREFETCH)
+            copies[op].prefetch(op.name, f"{copies[op].func}_d{row}", offset=ahead)
     return copies
 
 
-def packer(f: Func, extents: BoundExtents, cache: int) -> Callable[..., dict[Packed, Stage]]:
-    """``pack`` whose copies of ``f``'s panels prefetch their tensor's rows where ``far_reads``
-    (with ``extents`` and ``cache``, the L2's bytes) says so."""
-    return partial(pack, far=far_reads(f, extents, cache))
+def packer(f: Func, extents: BoundExtents, cache: int, width: int
+           ) -> Callable[..., dict[Packed, Stage]]:
+    """``pack`` whose copies of ``f``'s panels, ``width`` columns wide, prefetch their
+    tensor's rows where ``far_reads`` (with ``extents`` and ``cache``, the L2's bytes) says."""
+    return partial(pack, far=far_reads(f, extents, cache, width))
 
 
 def row_block_reads(f: Func, row: str, split: bool, rows: int) -> list[Packed]:

@@ -44,6 +44,8 @@ Func computed at root or at a consumer loop):
   (``heuristic.row_block``: the analytical model's ``mc``, at least ``blocks_per_thread`` blocks
   per thread), ``"all"`` (one row block, its tile loop inside the column panels, unsplit, the
   parallel loop then the column panels: ``few_rows``) or 1 to 64.
+- ``<F>.<x>.copy``, with the ``"all"`` row block: column panels per copy of the packed operand
+  (1, 2, 4, 8; ``few_rows.copy_panels``), the loop over them outside the row's tiles.
 - ``<F>.prefetch``, with a ``packed`` row block: each register tile prefetches the next tile's
   rows of ``F`` (``Stage.prefetch``; ``heuristic.PREFETCH_TILE``), or not.
 - ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not. An inner split loop
@@ -195,6 +197,9 @@ JAM_BLOCKS2 = (1, 2, 4)
 #: register tiles per row block of the ``packed`` order ("model": ``heuristic.row_block``;
 #: "all": one row block, its tiles inside the column panels, ``few_rows``)
 ROW_BLOCKS = ("model", "all", 1, 2, 4, 8, 16, 32, 64)
+#: column panels per copy of the packed operand with the "all" row block (``<F>.<x>.copy``;
+#: ``few_rows.copy_panels``)
+COPY_GROUPS = (1, 2, 4, 8)
 
 
 class Trial(Protocol):
@@ -514,10 +519,16 @@ class SearchSpace:
         outer_p, inner_p, outer_r, inner_r, mid = [], [], [], [], []
         inner_of: dict[str, str] = {}
         outer_of: dict[str, str] = {}
+        group = 1
         for v in args + rvars:
             group_o, group_i = (outer_p, inner_p) if v in args else (outer_r, inner_r)
             if v in factor:
                 o, i = stage.split(v, factor[v], tail=tails[v])
+                if v == args[-1] and block < 0:  # the "all" row block: panels per copy
+                    group = trial.suggest_categorical(f"{f.name}.{v}.copy", list(COPY_GROUPS))
+                    if group > 1:
+                        o, oi = stage.split(o, group, tail="GuardWithIf")
+                        mid.insert(0, oi.name)  # (outside the row's tiles)
                 if v == row and block > 0:
                     # BLIS's row block (mc): its tiles inside the packed panel's loops
                     o, oi = stage.split(o, block)
@@ -564,7 +575,9 @@ class SearchSpace:
         stage.reorder(*loops)
         panels: list[Packed] = []
         copies: dict = {}
-        copy = packer(f, self.extents, cpu_model(self.target).l2.size)  # (B's rows prefetched)
+        # (copies of B's panels prefetch its rows: packed_reads.far_reads)
+        copy = packer(f, self.extents, cpu_model(self.target).l2.size,
+                      factor.get(args[-1], self.extent(f.name, args[-1])) * group)
         if blis:
             # (heuristic._packed_tile's BLIS branch) B's panels at the k block loop, A's row
             # block at the row block loop
@@ -608,7 +621,7 @@ class SearchSpace:
             if ext is not None and ext <= 16 and cand in inner_p:
                 stage.unroll(cand)
         if mid and trial.suggest_categorical(f"{f.name}.prefetch", [False, True]):
-            stage.prefetch(f.name, mid[0])  # the next register tile's rows of the output
+            stage.prefetch(f.name, mid[-1])  # the next register tile's rows of the output
         if pure_order and trial.suggest_categorical(f"{f.name}.parallel", [False, True]):
             # the outermost pure loop that has more than one iteration (conv2d's batch of 1
             # would give the thread pool nothing to share)

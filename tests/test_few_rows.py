@@ -17,7 +17,11 @@ from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.workloads import batch_matmul
 from tensorlang.schedule.lower import lower
 
-NEST = "reorder('k.o', 'j.o', 'i.o', 'k.i', 'i.i', 'j.i')"
+# B copied a few column panels at a time (few_rows.COPY_ROW_BYTES): j.o.o the copies, in
+# parallel, j.o.i the panels inside one
+NEST = "reorder('k.o', 'j.o.o', 'j.o.i', 'i.o', 'k.i', 'i.i', 'j.i')"
+# one panel per copy, where copies of two would not share out (523 columns in 64-column panels)
+ONE_PANEL = "reorder('k.o', 'j.o', 'i.o', 'k.i', 'i.i', 'j.i')"
 
 
 @pytest.mark.parametrize("cpu", ["icelake-server", "skylake-avx512", "znver4", "haswell"])
@@ -25,11 +29,33 @@ def test_few_rows_run_their_column_panels_in_parallel(cpu, monkeypatch):
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
     sizes = {"M": 32, "N": 4096, "K": 4096}
     text = heuristic_schedule(gemm(tl.float64), sizes, described_target(cpu)).to_python()
-    assert NEST in text and "parallel('j.o')" in text, text
-    assert "cache_read('B', s[\"C\"], 'j.o'" in text and "cache_read('A', s[\"C\"], 'k.o'" in text
+    assert NEST in text and "parallel('j.o.o')" in text, text
+    assert "cache_read('B', s[\"C\"], 'j.o.o'" in text and "cache_read('A', s[\"C\"], 'k.o'" in text
     monkeypatch.setattr(heuristic, "FEW_ROWS", 0)  # as before: a single row block, unpacked
     old = heuristic_schedule(gemm(tl.float64), sizes, described_target(cpu)).to_python()
     assert "cache_read" not in old, old
+
+
+@pytest.mark.parametrize("cpu,group", [("icelake-server", 2), ("haswell", 8)])
+def test_b_is_copied_a_few_panels_at_a_time(cpu, group, monkeypatch):
+    # few_rows.COPY_ROW_BYTES: each copy reads 512 bytes of each row of B, the rows a page or
+    # more apart: 2 panels of 32 float64 columns (AVX-512), 8 of 8 (AVX2); the copy's rows
+    # prefetched 32 lines ahead in whole rows of it (packed_reads.PANEL_PREFETCH); odd sizes
+    # against NumPy (a last copy of fewer panels, a ragged last panel, remainder rows)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float64)
+    target = described_target(cpu)
+    sizes = {"M": 17, "N": 4099, "K": 1031}
+    s = heuristic_schedule(C, sizes, target)
+    text = s.to_python()
+    assert f"split('j.o', {group})" in text and NEST in text, text
+    assert "prefetch('B', 'B_local_d0', offset=4)" in text, text  # (512 bytes: 8 lines a row)
+    assert assert_a_point_of_the_space(C, sizes, target, s)["C.j.copy"] == group
+    assert_gemm_matches_numpy(tl.compile(C, s), tl.float64, [(17, 4099, 1031), (1, 37, 5),
+                                                            (7, 200, 1031)], seed=17)
+    monkeypatch.setattr(few_rows, "COPY_ROW_BYTES", 0)  # as before: one panel per copy
+    old = heuristic_schedule(C, sizes, target).to_python()
+    assert ONE_PANEL in old, old
 
 
 def test_on_one_thread_only_rows_past_the_tiles_take_the_few_rows_nest(monkeypatch):
@@ -78,7 +104,7 @@ def test_the_few_rows_nest_matches_numpy_on_odd_sizes(dtype, cpu, threads, monke
     C = gemm(dtype)
     for m, n, k in [(29, 1031, 1201), (7, 523, 2048)]:
         s = heuristic_schedule(C, {"M": m, "N": n, "K": k}, described_target(cpu))
-        assert NEST in s.to_python(), s.to_python()
+        assert NEST in s.to_python() or ONE_PANEL in s.to_python(), s.to_python()
         assert_gemm_matches_numpy(tl.compile(C, s), dtype, [(m, n, k), (1, 67, 5), (13, 40, 1100)],
                                   seed=m)
 
@@ -115,8 +141,9 @@ def test_few_rows_over_an_unsplit_reduction(monkeypatch):
     sizes = {"M": 29, "N": 1031, "K": 301}
     s = heuristic_schedule(C, sizes, target)
     text = s.to_python()
-    assert "reorder('j.o', 'i.o', 'k', 'i.i', 'j.i')" in text and "parallel('j.o')" in text, text
-    assert "split('k'" not in text and "cache_read('B', s[\"C\"], 'j.o'" in text, text
+    assert "reorder('j.o.o', 'j.o.i', 'i.o', 'k', 'i.i', 'j.i')" in text, text
+    assert "split('k'" not in text and "cache_read('B', s[\"C\"], 'j.o.o'" in text, text
+    assert "parallel('j.o.o')" in text, text
     assert assert_a_point_of_the_space(C, sizes, target, s)["C.i.block"] == "all"
     assert_gemm_matches_numpy(tl.compile(C, s), tl.float64, [(29, 1031, 301), (1, 67, 5),
                                                             (13, 40, 700)], seed=3)
@@ -134,7 +161,7 @@ def test_rows_one_thread_fits_in_a_block_take_the_few_rows_nest_over_blis_order(
     target = described_target(cpu)
     sizes = {"M": 127, "N": 1531, "K": 1999}
     s = heuristic_schedule(C, sizes, target)
-    assert NEST in s.to_python() and "parallel('j.o')" in s.to_python(), s.to_python()
+    assert NEST in s.to_python() and "parallel('j.o.o')" in s.to_python(), s.to_python()
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "1")
     one = heuristic_schedule(C, sizes, target).to_python()
     assert one.splitlines()[0] in s.to_python(), (one, s.to_python())  # the same tile rows
@@ -158,8 +185,8 @@ def test_a_batch_too_short_for_the_threads_runs_the_few_rows_nest_inside_it(batc
     sizes = {"B": batch, "M": 29, "N": 1031, "K": 1201}
     s = heuristic_schedule(C, sizes, target)
     text = s.to_python()
-    assert "reorder('b', 'k.o', 'j.o', 'i.o', 'k.i', 'i.i', 'j.i')" in text, text
-    assert "parallel('j.o')" in text and "parallel('b')" not in text, text
+    assert "reorder('b', 'k.o', 'j.o.o', 'j.o.i', 'i.o', 'k.i', 'i.i', 'j.i')" in text, text
+    assert "parallel('j.o.o')" in text and "parallel('b')" not in text, text
     assert assert_a_point_of_the_space(C, sizes, target, s)["C.i.block"] == "all"
     kern = tl.compile(C, s)
     rng = np.random.default_rng(batch)

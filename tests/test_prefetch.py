@@ -162,15 +162,17 @@ def test_the_rule_prefetches_where_the_tiles_reduction_is_short(cpu, monkeypatch
 @pytest.mark.parametrize("cpu", ["icelake-server", "haswell"])
 def test_panel_copies_prefetch_the_rows_of_b_they_read(cpu, monkeypatch):
     # packed_reads.PANEL_PREFETCH: a copy of B's panels reads nr elements from each row of B,
-    # rows N elements apart; it prefetches the rows PANEL_PREFETCH ahead at its loop over k, in
-    # the few-rows nest (one panel per copy, k its first dimension) and in BLIS's order (all
-    # panels per kc block, k its second); A's row block, contiguous along k, does not
+    # rows N elements apart; it prefetches the rows 32 lines ahead at its loop over k, in whole
+    # rows: in BLIS's order (all panels per kc block, k its second dimension) 8 rows of 4
+    # lines (32 float64 columns), 32 of one (AVX2's 8); in the few-rows nest (k first) 4 rows
+    # of 8 lines (a copy of 512 bytes a row, few_rows.COPY_ROW_BYTES); A's row block,
+    # contiguous along k, does not
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
     C = gemm(tl.float64)
     target = described_target(cpu)
-    ahead = packed_reads.PANEL_PREFETCH
-    for sizes, loop in [({"M": 17, "N": 4099, "K": 1031}, "B_local_d0"),
-                        ({"M": 1000, "N": 1100, "K": 1200}, "B_local_d1")]:
+    blis = 32 if cpu == "haswell" else 8
+    for sizes, loop, ahead in [({"M": 17, "N": 4099, "K": 1031}, "B_local_d0", 4),
+                               ({"M": 1000, "N": 1100, "K": 1200}, "B_local_d1", blis)]:
         rule = heuristic_schedule(C, sizes, target)
         text = rule.to_python()
         assert f"s[\"B_local\"].prefetch('B', '{loop}', offset={ahead})" in text, text
@@ -206,16 +208,19 @@ def test_only_panels_of_far_rows_beyond_the_cache_prefetch():
     C = gemm(tl.float64)
     B = 1031 * 4099 * 8  # bytes of B at K = 1031, N = 4099
     wide = BoundExtents(C, {"M": 17, "N": 4099, "K": 1031})
-    assert packed_reads.far_reads(C, wide, B - 1) == {("B", 0)}
-    assert packed_reads.far_reads(C, wide, B) == frozenset()  # (it stays in that cache)
+    # rows ahead: PANEL_PREFETCH (32) lines in whole rows of the panel's width
+    assert packed_reads.far_reads(C, wide, B - 1, 32) == {("B", 0): 8}
+    assert packed_reads.far_reads(C, wide, B - 1, 12) == {("B", 0): 16}
+    assert packed_reads.far_reads(C, wide, B - 1, 8) == {("B", 0): 32}
+    assert packed_reads.far_reads(C, wide, B, 32) == {}  # (it stays in that cache)
     narrow = BoundExtents(C, {"M": 17, "N": 511, "K": 100_003})  # rows 4088 bytes apart
-    assert packed_reads.far_reads(C, narrow, 1 << 20) == frozenset()
+    assert packed_reads.far_reads(C, narrow, 1 << 20, 32) == {}
     S = tl.Func("S")  # (a transposed panel: contiguous along k)
     M, K = tl.sizes("M K")
     A = tl.Input("A", (M, K), tl.float64)
     i, j, k = tl.vars("i j k")
     S[i, j] = A[i, k] * A[j, k]
-    assert packed_reads.far_reads(S, BoundExtents(S, {"M": 4099, "K": 1031}), 0) == frozenset()
+    assert packed_reads.far_reads(S, BoundExtents(S, {"M": 4099, "K": 1031}), 0, 32) == {}
 
 
 def test_the_gpu_leaves_prefetches_out():
