@@ -34,6 +34,13 @@ from .row_blocks import shared
 #: a block of their own on one thread; here each thread copies a panel into its own L2 and runs
 #: every row over it (docs/performance.md, "Few rows in BLIS's order"). 0: as before
 FEW_ROWS_BLIS = 1
+#: whether, with ``FEW_ROWS_BLIS``, such a GEMM (no batch loop) takes this nest also where the
+#: threads' row blocks would run in the other order, its reduction split, each block of at
+#: most ``heuristic.REUSE_ROWS`` rows copying all of B's panels (64 x 2048 x 2048 on 2
+#: threads: two blocks of 32 rows, in 4-row tiles that divide them): here each panel is
+#: copied once (docs/performance.md, "Few rows in small row blocks"). 0: only BLIS's order,
+#: as before
+FEW_ROWS_BLOCKS = 1
 #: whether a batched GEMM whose batch loop does not share out over the threads (``short_batch``)
 #: and whose rows make one row block takes this nest inside the batch loop, its column panels in
 #: parallel (docs/performance.md, "Few rows in a short batch"). 0: the batch loop in parallel,

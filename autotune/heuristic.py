@@ -423,8 +423,7 @@ def _schedule_update(s: Schedule, output: Func, f: Func, number: int, extents: B
         for par in [*pars, None]:
             if not vector and par is None:
                 return s
-            t = _try(s, lambda t, v=vector, p=par: update_stage(t, f, number, v, p, extents,
-                                                                 lanes))
+            t = _try(s, lambda t, v=vector, p=par: update_stage(t, f, number, v, p, extents, lanes))
             if t is not None and (not lower_each or _lowers(output, t)):
                 return t
     return s
@@ -434,8 +433,7 @@ def _inlined(p: Pipeline, s: Schedule, f: Func, extents: BoundExtents) -> Schedu
     """``s`` with ``f`` inlined, if no expression grows past ``MAX_INLINE_NODES`` and each of
     ``f``'s points is computed few enough times (``_inline_pays``); else None."""
     t = _try(s, lambda t: t[f].compute_inline())
-    if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES \
-            and inline_pays(p, s, f, extents):
+    if t is not None and inlined_nodes(p, t) <= MAX_INLINE_NODES and inline_pays(p, s, f, extents):
         return t
     return None
 
@@ -796,9 +794,12 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     # BLIS's order where a small L2's mc gives each thread several row blocks (each copying B)
     n_blocks = -(-(ext[i] // rows) // mb)  # (the last one shorter where mb does not divide)
     blis = blis_order(kc, ext[k], n_blocks, per_thread, threads, ext[i] % rows != 0)
-    if few_rows.FEW_ROWS_BLIS and blis and n_blocks > 1 and threads > 1 and (not outer or
-            few_rows.FEW_BATCH) and few_rows.panels_share(ext[x], width, threads, MIN_BALANCE):
-        # rows the threads split into blocks in BLIS's order: one thread's rows, if one block
+    small = kc < ext[k] and not outer and mb * rows <= REUSE_ROWS  # (each copying all of B)
+    if few_rows.FEW_ROWS_BLIS and (blis or few_rows.FEW_ROWS_BLOCKS and small) and n_blocks > 1 \
+            and threads > 1 and (not outer or few_rows.FEW_BATCH) and few_rows.panels_share(
+                ext[x], width, threads, MIN_BALANCE):
+        # rows the threads split into blocks (BLIS's order, or small ones each copying all of
+        # B's panels, the reduction split): one thread's rows, if one block
         one = _packed_rows(f, ext[i], near, width, accs, 1, target, per_thread, ext[k])
         if -(-(ext[i] // one[0]) // one[2]) == 1:
             (rows, blocking, mb), kc, n_blocks = one, _packed_kc(ext[k], one[1]) or kc, 1
@@ -823,8 +824,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
                                       PREFETCH_OFFSET, num_threads() > 1, tuple(outer), copy)
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
     # unless the row blocks run in parallel (two would initialise and accumulate its cells at once)
-    shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows \
-        and par != "blocks"
+    shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows and par != "blocks"
     io, ii = st.split(i, rows, tail="ShiftInwards" if shift else "GuardWithIf")
     ioo, ioi = st.split(io, shifted_row_block(ext[i], rows, mb) if shift else mb)
     if kc < ext[k] and blis:

@@ -174,6 +174,26 @@ def test_rows_one_thread_fits_in_a_block_take_the_few_rows_nest_over_blis_order(
     assert "reorder('k.o', 'i.o.o', 'j.o'" in old and "parallel('i.o.o')" in old, old
 
 
+@pytest.mark.parametrize("cpu", ["icelake-server", "haswell"])
+def test_rows_one_thread_fits_in_a_block_take_the_few_rows_nest_over_row_blocks(cpu,
+                                                                               monkeypatch):
+    # few_rows.FEW_ROWS_BLOCKS: 64 rows on 2 threads took two row blocks of 32 in 4-row tiles,
+    # each block copying all of B's panels; one thread's rows (6-row tiles) fit one block, so
+    # the column panels run in parallel instead, each copied once
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float64)
+    target = described_target(cpu)
+    sizes = {"M": 64, "N": 2053, "K": 1031}
+    s = heuristic_schedule(C, sizes, target)
+    assert "split('i', 6)" in s.to_python() and NEST in s.to_python(), s.to_python()
+    assert assert_a_point_of_the_space(C, sizes, target, s)["C.i.block"] == "all"
+    assert_gemm_matches_numpy(tl.compile(C, s), tl.float64, [(64, 2053, 1031), (1, 67, 5),
+                                                            (13, 40, 1100)], seed=64)
+    monkeypatch.setattr(few_rows, "FEW_ROWS_BLOCKS", 0)  # as before: the row blocks
+    old = heuristic_schedule(C, sizes, target).to_python()
+    assert "reorder('i.o.o', 'k.o', 'j.o'" in old and "parallel('i.o.o')" in old, old
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_batch_too_short_for_the_threads_runs_the_few_rows_nest_inside_it(batch, monkeypatch):
     # few_rows.FEW_BATCH: 1 or 3 products of 32 rows on 2 threads; before, a batch of one ran
