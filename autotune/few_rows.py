@@ -12,8 +12,9 @@ schedule (``heuristic._packed_tile``) takes it where the rows make one row block
 (``heuristic.FEW_ROWS``); before, two threads ran such a GEMM unpacked and one thread in BLIS's
 order, which copies all of B in panels per ``kc`` block for a few rows. On several threads it
 also takes it where one thread's rows would make one row block but the threads' row blocks
-would run BLIS's order (``FEW_ROWS_BLIS``), and inside the batch loop of a batched GEMM whose
-batch is too short for the threads (``FEW_BATCH``).
+would run BLIS's order (``FEW_ROWS_BLIS``) or be small ones each copying all of B
+(``FEW_ROWS_BLOCKS``), and inside the batch loop of a batched GEMM whose batch is too short for
+the threads (``FEW_BATCH``). B is copied a few column panels at a time (``COPY_ROW_BYTES``).
 """
 
 from __future__ import annotations
