@@ -58,9 +58,8 @@ COPY_ROW_BYTES = 512
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str,
                   tile: tuple[int, int, int, int], kc: int | None, panels: list[Packed],
-                  blocks: list[Packed],
-                  prefetch: int, parallel: bool, outer: tuple[str, ...] = (),
-                  copy: Callable[..., object] = pack) -> None:
+                  blocks: list[Packed], prefetch: int, parallel: bool,
+                  outer: tuple[str, ...] = (), copy: Callable[..., object] = pack) -> None:
     """Schedule ``st`` (a GEMM-like reduction over pure Vars ``row`` and ``x``, the vector Var,
     and the reduction Var ``k``) as the few-rows nest: register tiles of ``tile`` = (rows,
     width, lanes, group): ``rows`` rows unrolled x ``width`` lanes in native vectors of

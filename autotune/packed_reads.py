@@ -144,6 +144,13 @@ def short_reduction(steps: int, vector_bytes: int) -> bool:
     return steps <= SHORT_REDUCTION and vector_bytes >= 64
 
 
+def read_of(f: Func, op: Packed) -> Access:
+    """The read of ``f``'s definition that ``op`` copies: the ``op.index``-th of ``op.name``."""
+    assert f.definition is not None
+    return [a for a in walk(f.definition.value)
+            if isinstance(a, Access) and a.name == op.name][op.index]
+
+
 def panel_rows(f: Func, op: Packed) -> int | None:
     """The dimension of ``op``'s copy whose loop walks its tensor's rows a panel at a time:
     that of the reduction Var where the read's last index is ``f``'s innermost pure Var
@@ -152,8 +159,7 @@ def panel_rows(f: Func, op: Packed) -> int | None:
     transposed panel ``A[j, k]``), whose copy the hardware prefetchers follow."""
     d = f.definition
     assert d is not None
-    reads = [a for a in walk(d.value) if isinstance(a, Access) and a.name == op.name]
-    a = reads[op.index]
+    a = read_of(f, op)
     last = a.indices[-1] if a.indices else None
     if not (isinstance(last, Var) and last.name == d.args[-1].name):
         return None
@@ -174,9 +180,8 @@ def far_reads(f: Func, extents: BoundExtents, cache: int, width: int
     if not PANEL_PREFETCH or d is None or not d.args:
         return {}
     far = {}
-    reads = [a for a in walk(d.value) if isinstance(a, Access)]
     for op in packed_operands(f):
-        a = [r for r in reads if r.name == op.name][op.index]
+        a = read_of(f, op)
         ext = {v.name: extents.extent(f.name, v.name)
                for v in a.indices if isinstance(v, Var)}
         size = a.dtype.numpy.itemsize
