@@ -524,7 +524,7 @@ class SearchSpace:
             group_o, group_i = (outer_p, inner_p) if v in args else (outer_r, inner_r)
             if v in factor:
                 o, i = stage.split(v, factor[v], tail=tails[v])
-                if v == args[-1] and block < 0:  # the "all" row block: panels per copy
+                if block < 0 and v == args[-1]:  # the "all" row block: panels per copy
                     group = trial.suggest_categorical(f"{f.name}.{v}.copy", list(COPY_GROUPS))
                     if group > 1:
                         o, oi = stage.split(o, group, tail="GuardWithIf")
@@ -575,9 +575,9 @@ class SearchSpace:
         stage.reorder(*loops)
         panels: list[Packed] = []
         copies: dict = {}
-        # (copies of B's panels prefetch its rows: packed_reads.far_reads)
-        copy = packer(f, self.extents, cpu_model(self.target).l2.size,
-                      factor.get(args[-1], self.extent(f.name, args[-1])) * group)
+        if order == "packed":  # (copies of B's panels prefetch its rows: packed_reads.far_reads)
+            copy = packer(f, self.extents, cpu_model(self.target).l2.size,
+                          factor.get(args[-1], self.extent(f.name, args[-1])) * group)
         if blis:
             # (heuristic._packed_tile's BLIS branch) B's panels at the k block loop, A's row
             # block at the row block loop
