@@ -52,6 +52,13 @@ SERIAL_TAILS = 1
 #: (for a benchmark's A/B).
 PROJECT_BOUNDS = 1
 
+#: A tile loop outside the reduction loops (a reduction's initialisation inside it: the few
+#: rows' nest, ``k`` unsplit inside the row tiles) is peeled on its tail too, each of its two
+#: loops initialising its own cells (``StageNest.tail_peels``); 0: only a tile loop inside the
+#: first reduction loop is (for a benchmark's A/B:
+#: ``auto:tensorlang.schedule.nest.PEEL_WITH_INIT=0``).
+PEEL_WITH_INIT = 1
+
 
 @dataclass
 class Leaf:
@@ -137,7 +144,8 @@ def _ceildiv(e: Expr, f: int) -> Expr:
 
 def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope: set[str],
                      shift_ok: bool, predicate: tuple[Expr, ...] = (),
-                     tail_vars: frozenset[str] = frozenset()) -> StageNest:
+                     tail_vars: frozenset[str] = frozenset(),
+                     narrow: frozenset[str] = frozenset()) -> StageNest:
     """Loops of stage ``st`` over ``region`` (original Var -> ``(min, extent)``).
 
     ``predicate``: the stage's ``RDom.where`` conditions (boolean expressions of its original
@@ -150,6 +158,9 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     ``tail_vars``: ... except the tails of splits of these original Vars whose guard bounds a
     serial loop (``SERIAL_TAILS``): the caller's choice, as the Vars no producer computed inside
     the stage's loops is read with (its region, and its copy's extents, would vary).
+    ``narrow``: original Vars whose region is a partition's remainder (narrower than one tile
+    of the split it was partitioned on): their splits' tails are not peeled
+    (``StageNest.tail_peels``), which would add a loop of whole tiles that never runs.
 
     Raises:
         IllegalScheduleError: ShiftInwards where recomputation is not harmless.
@@ -241,7 +252,8 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
         tightened = _place_guard(e, bound, leaves, pos)
         if tightened is not None:
             bounded[tightened] = bounded.get(tightened, 0) + 1
-        elif len(inner_guards) == placed_before + 1 and rel.inner in rename:
+        elif len(inner_guards) == placed_before + 1 and rel.inner in rename \
+                and not st.origin[rel.inner] <= narrow:
             # the guard became an ``if`` on the inner loop (an unrolled one)
             peeled = _tail_peel(e, resolve(bound), rel.factor, rename[rel.inner], leaves, pos,
                                 leaf_vars)
@@ -343,7 +355,7 @@ def _tail_peel(e: Expr, bound: Expr, factor: int, inner: str, leaves: list[Leaf]
 def nest_switches() -> tuple[int, ...]:
     """This module's switches now (``realize.lowering_switches``: part of ``lower``'s cache
     key)."""
-    return (SERIAL_TAILS, PROJECT_BOUNDS)
+    return (SERIAL_TAILS, PROJECT_BOUNDS, PEEL_WITH_INIT)
 
 
 def _serial_tails(soft: list[tuple[int, tuple[Expr, Expr, Split]]],
@@ -757,7 +769,7 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
     def go(k: int, core: Stmt, init_done: bool, drop: frozenset = frozenset()) -> Stmt:
         if init is not None and not init_done and k == nest.first_reduction:
             init_leaves = [lf for lf in nest.leaves[k:] if not lf.reduction]
-            first = go_plain(0, init_leaves, init)
+            first = go_plain(0, init_leaves, init, drop)
             if init_guard is not None:
                 first = IfThenElse(init_guard, first)
             return Block((first, go(k, core, True, drop)))
@@ -773,8 +785,11 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         tp = nest.tail_peels.get(lf.var)
         if (tp is not None and plain is not None and lf.kind is ForKind.SERIAL
                 and (pl is None or pl.loop != lf.var) and id(tp[2]) not in drop
-                and all(plain(x) for x in nest.leaves[k:]) and (init is None or init_done)):
-            # the iterations whose inner loop is whole first, without the tail's guard
+                and all(plain(x) for x in nest.leaves[k:])
+                and (init is None or init_done or PEEL_WITH_INIT
+                     and nest.first_reduction is not None and k < nest.first_reduction)):
+            # the iterations whose inner loop is whole first, without the tail's guard (a
+            # reduction's initialisation inside the loop: each piece initialises its own cells)
             whole = frozenset(drop | {id(tp[2])})
             return _peeled(lf, Peel(lf.var, tp[0], tp[2], False),
                            top(lf, guarded(lf, go(k + 1, core, init_done, drop), drop)),
@@ -786,11 +801,12 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         body = wrap(lf, top(lf, guarded(lf, body, drop)))
         return For(lf.var, lf.min, lf.extent, lf.kind, body, _width(lf))
 
-    def go_plain(k: int, leaves: list[Leaf], core: Stmt) -> Stmt:
+    def go_plain(k: int, leaves: list[Leaf], core: Stmt, drop: frozenset = frozenset()
+                 ) -> Stmt:
         if k == len(leaves):
             return core
         lf = leaves[k]
-        body = guarded(lf, go_plain(k + 1, leaves, core))
+        body = guarded(lf, go_plain(k + 1, leaves, core, drop), drop)
         lo, ext = lf.init_range or (lf.min, lf.extent)
         return For(lf.var, lo, ext, lf.kind, body, _width(lf))
 

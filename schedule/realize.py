@@ -12,8 +12,8 @@
   producer of the fused pair runs before it);
 - each stage's own loops come from ``schedule/nest.py``.
 
-Reads through boundary conditions become clamped loads (``clamp_edge``) or a select between a clamped
-load and the constant (``constant_exterior``), so a load never leaves its buffer.
+Reads through boundary conditions become clamped loads (``clamp_edge``) or a select between a
+clamped load and the constant (``constant_exterior``), so a load never leaves its buffer.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from .ir import (
 )
 from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
+from . import nest as nest_module
 from .nest import Leaf, build_stage_nest, conjunction, emit_nest, extent_divides, nest_switches
 from .placement import live_funcs, live_readers, plan_placements
 from .fold_init import fold_conditions
@@ -250,16 +251,18 @@ class _Realizer:
     def produce(self, f: Func, region: tuple[tuple[Expr, Expr], ...], scope: set[str],
                 scope_ranges: dict[str, tuple[Expr, Expr]] | None = None,
                 full_extents: tuple[Expr | None, ...] | None = None,
-                guarded_only: bool = False) -> Stmt:
+                guarded_only: bool = False, narrow: frozenset[str] = frozenset()) -> Stmt:
         d = self.p.definition(f.name)
         assert f.dtype is not None
         st = self.states[f.name]
         reg = {a.name: r for a, r in zip(d.args, region)}
         for r in d.rvars:
             reg[r.name] = d.range_of(r.name)
-        if guarded_only:  # a partition's remainder: the fast version could never run
-            return self._emit(f, build_stage_nest(st, reg, scope, False, d.predicate), reg, scope,
-                              scope_ranges, fast=False)
+        if guarded_only:  # a partition's remainder (narrower than a tile along the Vars in
+            # ``narrow``): the fast version could never run
+            return self._emit(f, build_stage_nest(st, reg, scope, False, d.predicate,
+                                                  narrow=narrow),
+                              reg, scope, scope_ranges, fast=False)
         # full tiles: a region extent that is a constant except at the domain's edge
         fast_reg = dict(reg)
         conds: list[Expr] = []
@@ -587,7 +590,8 @@ class _Realizer:
         return self._emit(g, nest, reg, set(), None, shared=k, fast=fast)
 
     def produce_partitioned(self, f: Func, region: tuple[tuple[Expr, Expr], ...],
-                            depth: int = 2, remainder: bool = False) -> Stmt:
+                            depth: int = 2, remainder: bool = False,
+                            narrow: frozenset[str] = frozenset()) -> Stmt:
         """A root stage, with each pure Var split by a GuardWithIf factor that may not divide
         its extent partitioned (up to ``depth`` Vars): the full tiles ``[lo, lo + e // f * f)``
         run as one stage instance, whose nest has no tail (so its fast version, with register
@@ -600,7 +604,8 @@ class _Realizer:
         divides its factor, so it is not partitioned again along that Var. Producers computed
         inside the stage's loops are computed by each piece for its own region; a Var is not
         partitioned when a piece would recompute one whole (``_pieces_keep_producers``), nor is a
-        stage with a ``store_at`` buffer outside its compute loop."""
+        stage with a ``store_at`` buffer outside its compute loop. ``narrow``: the Vars along
+        which ``region`` is already such a remainder."""
         st = self.states[f.name]
         args = [a.name for a in self.p.definition(f.name).args]
         if remainder or any(key[0] == f.name and self.states[g.name].store is not None
@@ -628,13 +633,16 @@ class _Realizer:
             main = BinOp("mul", BinOp("floordiv", ext, fc, int64), fc, int64)
             rest = ssub(ext, main)
             pieces = []
-            for start, extent, tail in ((lo, main, remainder), (sadd(lo, main), rest, True)):
+            for start, extent, tail, thin in ((lo, main, remainder, narrow),
+                                              (sadd(lo, main), rest, True,
+                                               narrow | {rel.parent})):
                 sub = region[:k] + ((start, extent),) + region[k + 1:]
                 pieces.append(IfThenElse(Cmp("gt", extent, sconst(0)),
-                                         self.produce_partitioned(f, sub, depth - 1, tail),
+                                         self.produce_partitioned(f, sub, depth - 1, tail,
+                                                                  thin),
                                          None))
             return Block(tuple(pieces))
-        return self.produce(f, region, set(), guarded_only=remainder)
+        return self.produce(f, region, set(), guarded_only=remainder, narrow=narrow)
 
     def _pieces_keep_producers(self, f: Func, var: str) -> bool:
         """Whether partitioning ``f``'s stage along pure Var ``var`` keeps the work of the
@@ -695,10 +703,11 @@ class _Realizer:
             busy |= {self.states[g.name].fused.loop  # type: ignore[union-attr]
                      for g in self.guests.get(f.name, ())}
             # as ``emit_nest`` peels: nothing at or inside the loop, a reduction's
-            # initialisation placed outside it, no RDom peel of the same loop
+            # initialisation placed outside it (or inside, ``nest.PEEL_WITH_INIT``), no RDom
+            # peel of the same loop
             return (not any(lf.name in busy for lf in nest.leaves[k:])
                     and (d.reduce_op is None or nest.first_reduction is not None
-                         and nest.first_reduction < k)
+                         and (nest.first_reduction < k or nest_module.PEEL_WITH_INIT))
                     and (nest.peel is None or nest.peel.loop != outer))
         return False
 
