@@ -786,8 +786,7 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
         if (tp is not None and plain is not None and lf.kind is ForKind.SERIAL
                 and (pl is None or pl.loop != lf.var) and id(tp[2]) not in drop
                 and all(plain(x) for x in nest.leaves[k:])
-                and (init is None or init_done or PEEL_WITH_INIT
-                     and nest.first_reduction is not None and k < nest.first_reduction)):
+                and peel_keeps_init(nest, k, init is not None)):
             # the iterations whose inner loop is whole first, without the tail's guard (a
             # reduction's initialisation inside the loop: each piece initialises its own cells)
             whole = frozenset(drop | {id(tp[2])})
@@ -819,6 +818,16 @@ def emit_nest(nest: StageNest, update: Stmt, init: Stmt | None,
     if partition and init is None and nest.partitions:
         return go_part(0, update, frozenset())
     return go(0, update, init is None)
+
+
+def peel_keeps_init(nest: StageNest, k: int, init: bool) -> bool:
+    """Whether ``nest``'s loop ``k`` may be peeled on a tail as far as its reduction's
+    initialisation (``init``: it has one) goes: placed outside the loop, or inside it, each of
+    the two loops then initialising its own cells (``PEEL_WITH_INIT``)."""
+    if not init:
+        return True
+    red = nest.first_reduction
+    return red is not None and (red < k or bool(PEEL_WITH_INIT))
 
 
 def _peeled(lf: Leaf, pl: Peel, guarded_body: Stmt, steady_body: Stmt) -> Stmt:

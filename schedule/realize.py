@@ -56,8 +56,8 @@ from .ir import (
 )
 from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
-from . import nest as nest_module
-from .nest import Leaf, build_stage_nest, conjunction, emit_nest, extent_divides, nest_switches
+from .nest import (Leaf, build_stage_nest, conjunction, emit_nest, extent_divides, nest_switches,
+                   peel_keeps_init)
 from .placement import live_funcs, live_readers, plan_placements
 from .fold_init import fold_conditions
 from .prefetch import prefetch_at
@@ -703,11 +703,9 @@ class _Realizer:
             busy |= {self.states[g.name].fused.loop  # type: ignore[union-attr]
                      for g in self.guests.get(f.name, ())}
             # as ``emit_nest`` peels: nothing at or inside the loop, a reduction's
-            # initialisation placed outside it (or inside, ``nest.PEEL_WITH_INIT``), no RDom
-            # peel of the same loop
+            # initialisation where a peel keeps it, no RDom peel of the same loop
             return (not any(lf.name in busy for lf in nest.leaves[k:])
-                    and (d.reduce_op is None or nest.first_reduction is not None
-                         and (nest.first_reduction < k or nest_module.PEEL_WITH_INIT))
+                    and peel_keeps_init(nest, k, d.reduce_op is not None)
                     and (nest.peel is None or nest.peel.loop != outer))
         return False
 

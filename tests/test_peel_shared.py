@@ -10,6 +10,7 @@ import pytest
 from test_cpu_model import _target, gemm
 
 import tensorlang as tl
+import tensorlang.schedule.nest as nest
 import tensorlang.schedule.realize as realize
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.expr import BinOp, Const, Var
@@ -117,6 +118,9 @@ def test_peeled_where_the_reduction_runs_inside_the_tile_loop(monkeypatch):
     pieces = str(lower(C, s))
     assert "M - M // 6 * 6 > 0" in pieces  # (a piece of its own, copying B's panels again)
     monkeypatch.setattr(realize, "PEEL_SHARED", 1)
+    monkeypatch.setattr(nest, "PEEL_WITH_INIT", 0)  # (the loop with the initialisation kept)
+    assert "M - M // 6 * 6 > 0" in str(lower(C, s))
+    monkeypatch.setattr(nest, "PEEL_WITH_INIT", 1)
     kern = tl.compile(C, s)
     rng = np.random.default_rng(2)
     for m, n, k in [(13, 17, 5), (6, 8, 1), (1, 3, 2), (5, 9, 7), (32, 41, 500), (37, 8, 3)]:
