@@ -54,6 +54,13 @@ FEW_BATCH = 1
 #: a page or more from the next (docs/performance.md, "Wider copies of B for few rows").
 #: 0: one panel per copy, as before
 COPY_ROW_BYTES = 512
+#: whether ``FEW_ROWS_BLIS`` counts the partial last column panel as what it is, a piece of its
+#: own (loop partitioning) that one thread runs after the whole panels, with A's block copied
+#: again (``panels_beat_blocks``): float32 500 x 500 x 4000 on 2 threads, 7 whole 64-column
+#: panels and 52 columns, ran this nest at half the speed of the threads' two row blocks in
+#: BLIS's order (docs/performance.md, "The columns' partial panel alone"). 0: the panels
+#: counted as equal, as before
+TAIL_ALONE = 1
 
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str,
@@ -150,6 +157,34 @@ def panels_share(extent: int, width: int, threads: int, least: float) -> bool:
     [True, True, False]
     """
     return extent >= 2 * width and shared(-(-extent // width), threads) >= least
+
+
+def panel_balance(extent: int, width: int, threads: int) -> float:
+    """The share of ``threads`` threads' time this nest's column panels of ``width`` over
+    ``extent`` columns keep busy, the whole panels shared out a round of ``threads`` at a time,
+    then the partial last one (a piece of its own: loop partitioning) on one thread alone.
+
+    >>> round(panel_balance(500, 64, 2), 3), panel_balance(4096, 32, 2)
+    (0.812, 1.0)
+    """
+    whole, rest = divmod(extent, width)
+    tail = rest / width
+    return (whole + tail) / (threads * (-(-whole // threads) + tail))
+
+
+def panels_beat_blocks(extent: int, width: int, threads: int, least: float,
+                       blocks: int) -> bool:
+    """Whether ``FEW_ROWS_BLIS`` takes this nest over ``blocks`` row blocks (BLIS's order, or
+    small ones) on ``threads`` threads: its column panels share out (``panels_share``) and,
+    with ``TAIL_ALONE``, keep the threads busy (``panel_balance``, the partial last panel alone)
+    at least ``least`` of their time or as much as the row blocks would (``shared``).
+
+    >>> panels_beat_blocks(500, 64, 2, 0.9, 2), panels_beat_blocks(2000, 32, 16, 0.9, 2)
+    (False, True)
+    """
+    return panels_share(extent, width, threads, least) and (
+        not TAIL_ALONE or panel_balance(extent, width, threads)
+        >= min(least, shared(blocks, threads)))
 
 
 def vector_tile(st: Stage, rows: str, vector: str, width: int, lanes: int) -> None:

@@ -796,8 +796,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     blis = blis_order(kc, ext[k], n_blocks, per_thread, threads, ext[i] % rows != 0)
     small = kc < ext[k] and not outer and mb * rows <= REUSE_ROWS  # (each copying all of B)
     if few_rows.FEW_ROWS_BLIS and (blis or few_rows.FEW_ROWS_BLOCKS and small) and n_blocks > 1 \
-            and threads > 1 and (not outer or few_rows.FEW_BATCH) and few_rows.panels_share(
-                ext[x], width, threads, MIN_BALANCE):
+            and threads > 1 and (not outer or few_rows.FEW_BATCH) and few_rows.panels_beat_blocks(
+                ext[x], width, threads, MIN_BALANCE, n_blocks):
         # rows the threads split into blocks (BLIS's order, or small ones each copying all of
         # B's panels, the reduction split): one thread's rows, if one block
         one = _packed_rows(f, ext[i], near, width, accs, 1, target, per_thread, ext[k])

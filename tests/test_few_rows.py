@@ -194,6 +194,24 @@ def test_rows_one_thread_fits_in_a_block_take_the_few_rows_nest_over_row_blocks(
     assert "reorder('i.o.o', 'k.o', 'j.o'" in old and "parallel('i.o.o')" in old, old
 
 
+def test_a_partial_panel_alone_keeps_the_row_blocks(monkeypatch):
+    # few_rows.TAIL_ALONE: float32 500 x 500 x 4000 on 2 threads, 7 whole 64-column panels and
+    # 52 columns: the partial panel, a piece of its own on one thread, would leave the threads
+    # 81% busy, where BLIS's two row blocks keep both busy: the row blocks stay
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(tl.float32)
+    target = described_target("icelake-server")
+    sizes = {"M": 500, "N": 500, "K": 4000}
+    s = heuristic_schedule(C, sizes, target).to_python()
+    assert "split('j', 64" in s and "parallel('i.o.o')" in s and NEST not in s, s
+    monkeypatch.setattr(few_rows, "TAIL_ALONE", 0)  # as before: the few-rows nest
+    old = heuristic_schedule(C, sizes, target).to_python()
+    assert NEST in old and "parallel('j.o.o')" in old, old
+    # 512 columns (8 whole panels) share out either way: the few-rows nest
+    monkeypatch.setattr(few_rows, "TAIL_ALONE", 1)
+    assert NEST in heuristic_schedule(C, {**sizes, "N": 512}, target).to_python()
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_batch_too_short_for_the_threads_runs_the_few_rows_nest_inside_it(batch, monkeypatch):
     # few_rows.FEW_BATCH: 1 or 3 products of 32 rows on 2 threads; before, a batch of one ran
