@@ -523,16 +523,16 @@ def accumulator_rows(vectors: int, row_extent: int, accumulators: int = ACCUMULA
     return near if 2 * near >= rows else rows
 
 
-def row_operands(f: Func, row: str, split: bool = True, rows: int = 1) -> list[Packed]:
+def row_operands(f: Func, row: str, split: bool = True, rows: int = 1, panels: int = 2
+                 ) -> list[Packed]:
     """The operand reads of a GEMM-like reduction ``f`` that a packed register tile copies as
     its row block (BLIS's ``mc x kc`` block of A): indexed by the reduction Var ``k`` and the
     row Var ``row`` (``row_var``), not by the vector Var; stored with ``k`` last, so the block's
     rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed); with the
     reduction ``split`` into blocks and a tile of ``rows`` rows (more than one), in panels of
-    them where ``A_PANELS`` (BLIS's micro-panels of A: the tile's rows adjacent for each
-    ``k``). With the reduction not ``split``, only transposed reads: rows already contiguous in
-    ``k`` are read as they are (a copy would only move them)."""
-    return row_block_reads(f, row, split, rows if split and A_PANELS else 1)
+    them where ``A_PANELS`` (BLIS's micro-panels of A: the tile's rows adjacent for each ``k``).
+    Not ``split``, or one of ``panels`` column panels: transposed ones only (row_block_reads)."""
+    return row_block_reads(f, row, split, rows if split and A_PANELS else 1, panels)
 
 
 def row_block(tiles: int, rows: int, mc: int, threads: int,
@@ -815,7 +815,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     prefetch = PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32 or \
         PREFETCH_TILE == 3 and (rows_straddle_lines(f, i, ext, cpu.l1.line)
                                 or short_reduction(min(kc, ext[k]), lanes * size))
-    blocks = row_operands(f, i, split=kc < ext[k], rows=rows)
+    blocks = row_operands(f, i, split=kc < ext[k], rows=rows, panels=-(-ext[x] // width))
     group = few_rows.copy_panels(ext[x], width, width * size, num_threads(), MIN_BALANCE)
     copy = packer(f, extents, cpu.l2.size, width * group if few else width)  # (B's rows)
     if few:

@@ -32,6 +32,13 @@ SHORT_REDUCTION = 128
 #: one row at a time (docs/performance.md, "B's rows prefetched while its panels are
 #: copied"). 0: no prefetch, as before
 PANEL_PREFETCH = 32
+#: whether a packed tile over a single column panel reads its row block (A's ``mc x kc``) in
+#: place instead of copying it (``row_block_reads``' ``panels``): the copy is there for the
+#: panels that read the block again, and one panel reads it once, so the copy only doubled
+#: A's traffic (float64 1000 x 32 x 1000 on 2 threads of Ice Lake-SP: 1.22 -> 0.68 ms by
+#: hand; docs/performance.md, "One column panel: A read in place"). Transposed reads are still
+#: copied. 0: copied, as before
+ONE_PANEL_IN_PLACE = 1
 #: bytes of a page, whose edge the hardware prefetchers do not cross
 PAGE_BYTES = 4096
 
@@ -221,17 +228,19 @@ def packer(f: Func, extents: BoundExtents, cache: int, width: int
     return partial(pack, far=far_reads(f, extents, cache, width))
 
 
-def row_block_reads(f: Func, row: str, split: bool, rows: int) -> list[Packed]:
+def row_block_reads(f: Func, row: str, split: bool, rows: int, panels: int = 2
+                    ) -> list[Packed]:
     """The reads ``heuristic.row_operands`` copies as a packed tile's row block: indexed by the
     reduction Var and ``row``, not by the vector Var, stored with the reduction Var last, in
-    panels of ``rows`` rows where ``rows`` > 1; with the reduction not ``split``, only the
-    transposed ones."""
+    panels of ``rows`` rows where ``rows`` > 1; with the reduction not ``split``, or over
+    ``panels`` column panels of one (``ONE_PANEL_IN_PLACE``), only the transposed ones."""
     d = f.definition
     assert d is not None
     if not d.args:
         return []
     found = tile_reads(f, row, last="k", exclude=d.args[-1].name, rows=rows)
-    return found if split else [p for p in found if p.layout is not None]
+    whole = split and (panels > 1 or not ONE_PANEL_IN_PLACE)
+    return found if whole else [p for p in found if p.layout is not None]
 
 
 def row_var(f: Func, args: list[str]) -> str:

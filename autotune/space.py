@@ -583,14 +583,16 @@ class SearchSpace:
             # block at the row block loop
             split = rvars[0] in factor
             blocks = row_operands(f, row, split=split,
-                                  rows=factor[row] if tile_rows is not None else 1)
+                                  rows=factor[row] if tile_rows is not None else 1,
+                                  panels=self._panels(f, factor))
             panels = packed_operands(f, factor[args[-1]])
             copies = copy(s, stage, [*panels, *blocks], [outer_r[0] if split else batch[-1]]
                           * len(panels) + [outer_of[row]] * len(blocks))
         elif order == "packed":
             # the row block at the k block loop (at the row block loop: the whole reduction)
             blocks = row_operands(f, row, split=rvars[0] in factor,
-                                  rows=factor[row] if tile_rows is not None else 1)
+                                  rows=factor[row] if tile_rows is not None else 1,
+                                  panels=self._panels(f, factor))
             at = outer_r[0] if rvars[0] in factor else outer_of[row]
             copy(s, stage, [*packed, *blocks], [outer_of[args[-1]]] * len(packed)
                  + [at] * len(blocks))
@@ -756,6 +758,12 @@ class SearchSpace:
             if isinstance(rel, Split) and rel.inner == loop:
                 return rel.factor
         return self.extent(f.name, loop)
+
+    def _panels(self, f: Func, factor: dict[str, int]) -> int:
+        """Column panels of a packed tile of ``f`` whose splits are ``factor`` (Var -> factor):
+        ``row_operands``' ``panels``."""
+        x = f.definition.args[-1].name  # type: ignore[union-attr]
+        return -(-self.extent(f.name, x) // factor.get(x, self.extent(f.name, x)))
 
     @staticmethod
     def _loop_extent(s: Schedule, f: Func, loop: str) -> int | None:

@@ -1,0 +1,36 @@
+"""A packed tile over a single column panel reads its row block in place
+(``packed_reads.ONE_PANEL_IN_PLACE``): a GEMM of 32 columns copied A's ``mc x kc`` blocks for
+one panel to read once. The rule-based schedule stays a point of the search space and computes
+what NumPy computes."""
+
+from __future__ import annotations
+
+import pytest
+from algorithms import assert_a_point_of_the_space, assert_gemm_matches_numpy, described_target
+from test_cpu_model import gemm
+
+import tensorlang as tl
+from tensorlang.autotuner import packed_reads
+from tensorlang.autotuner.heuristic import heuristic_schedule
+
+
+@pytest.mark.parametrize("dtype,threads", [(tl.float64, "2"), (tl.float32, "1")])
+def test_one_column_panel_reads_a_in_place(dtype, threads, monkeypatch):
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
+    C = gemm(dtype)
+    target = described_target("icelake-server")
+    sizes = {"M": 1000, "N": 32, "K": 1000}
+    s = heuristic_schedule(C, sizes, target)
+    text = s.to_python()
+    assert "split('j', 32)" in text and "split('k'," in text, text  # one panel, k blocks
+    assert "cache_read('B'" in text and "cache_read('A'" not in text, text
+    assert_a_point_of_the_space(C, sizes, target, s)
+    assert_gemm_matches_numpy(tl.compile(C, s, target=target), dtype,
+                              [(1000, 32, 1000), (997, 31, 1013), (1, 32, 1), (7, 40, 600),
+                               (13, 1, 5)], seed=32)
+    monkeypatch.setattr(packed_reads, "ONE_PANEL_IN_PLACE", 0)  # as before: A copied
+    assert "cache_read('A'" in heuristic_schedule(C, sizes, target).to_python()
+    # several panels (256 columns) copy A's blocks, each read by all of them
+    monkeypatch.setattr(packed_reads, "ONE_PANEL_IN_PLACE", 1)
+    several = heuristic_schedule(C, {**sizes, "N": 256}, target).to_python()
+    assert "cache_read('A'" in several, several
