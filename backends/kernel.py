@@ -15,9 +15,11 @@ import numpy as np
 from tensorlang.schedule.ir import LoweredFunc, print_stmt
 from tensorlang.arguments import collect_arrays
 from tensorlang.errors import ShapeError
+from tensorlang.expr import Size
 from tensorlang.pipeline import Pipeline
 
 from .base import Signature
+from .llvm.entry import make_entry
 from .llvm.jit import CompiledModule
 from .llvm.runtime import apply_num_threads
 
@@ -79,6 +81,15 @@ class Kernel:
         self._names = tuple(i.name for i in pipeline.inputs)
         self._dtypes = tuple(i.dtype.numpy for i in pipeline.inputs)
         self._cache: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        #: the native entry (``llvm.entry``) of a single-output kernel: built at the first call
+        #: that publishes a plan (the output's rank is known then); None: not (yet) built
+        self._entry: Any = None
+        self._native: Any = None  # its ``llvm.entry.Entry`` (descriptor and published plans)
+        # (only where the inputs' shapes fix every size: a plan made with out= or N= given
+        # must not run a call without them)
+        fixed = {d.name for i in pipeline.inputs for d in i.shape if isinstance(d, Size)}
+        self._entry_tried = not self._single or not set(pipeline.sizes) <= fixed
+        self._last_shape: tuple[int, ...] | None = None  # the output shape of the last plan
 
     @property
     def name(self) -> str:
@@ -107,9 +118,28 @@ class Kernel:
                  **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         if self._threads is not None:
             self._threads()
-        if not kwargs and len(args) == len(self._dtypes) and all(
-                type(a) is np.ndarray and a.dtype == d and a.flags.c_contiguous
-                for a, d in zip(args, self._dtypes)):
+        entry = self._entry
+        if entry is not None and not kwargs:  # a repeated shape: checked and run natively
+            if out is None:
+                if self._last_shape is not None:
+                    target = np.empty(self._last_shape, dtype=self._out_dtypes[0])
+                    r = entry(*args, target)
+                    if r is None:
+                        return target
+                    if r:
+                        raise MemoryError(f"kernel {self.name}: an internal buffer could not "
+                                          f"be allocated")
+            else:
+                r = entry(*args, out)
+                if r is None:
+                    return out
+                if r:
+                    raise MemoryError(f"kernel {self.name}: an internal buffer could not be "
+                                      f"allocated")
+        plain = not kwargs and len(args) == len(self._dtypes) and all(
+            type(a) is np.ndarray and a.dtype == d and a.flags.c_contiguous
+            for a, d in zip(args, self._dtypes))
+        if plain:
             arrays = dict(zip(self._names, args))  # fast path: exactly what the kernel takes
             sizes: dict[str, int] = {}
         else:
@@ -122,6 +152,8 @@ class Kernel:
                 plan = self._plan(arrays, sizes, None if out is None else (out,))
                 self._cache[key] = plan
             (shape,), size_args = plan
+            if plain:
+                self._publish(arrays, shape, size_args)
             target = out
             if out is None:
                 target = np.empty(shape, dtype=self._out_dtypes[0])
@@ -164,6 +196,20 @@ class Kernel:
                     np.copyto(o, t)
             targets = list(outs)
         return targets[0] if self._single else tuple(targets)
+
+    def _publish(self, arrays: dict[str, np.ndarray], shape: tuple[int, ...],
+                 size_args: tuple[int, ...]) -> None:
+        """Make this call's shapes the plan the native entry runs (building the entry first)."""
+        if not self._entry_tried:
+            self._entry_tried = True
+            ranks = [len(a.shape) for a in arrays.values()] + [len(shape)]
+            native = make_entry(self._compiled.address, [*self._dtypes, self._out_dtypes[0]],
+                                ranks, len(size_args))
+            self._native = native
+            self._entry = None if native is None else native.call
+        if self._entry is not None:
+            self._native.publish([*(a.shape for a in arrays.values()), shape], size_args)
+            self._last_shape = shape
 
     def _outs(self, out: Any) -> tuple[Any, ...] | None:
         """``out=`` as one entry per output (None: none given)."""

@@ -60,12 +60,14 @@ STATS = {"llvm_compiles": 0, "object_loads": 0}
 
 
 def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
-               what: str = "kernel", emit_object: bool = False) -> CompiledModule:
+               what: str = "kernel", emit_object: bool = False,
+               counted: bool = True) -> CompiledModule:
     """Compile LLVM IR text and return the address of function ``entry``.
 
     With ``emit_object=True`` the optimised module is emitted as a relocatable object file, kept
     as ``object_code``, and the entry point is loaded from it (one code generation, not two), so
     the bytes can be cached and reloaded in another process with ``load_object``.
+    ``counted=False`` leaves ``STATS`` alone (runtime support code, not a kernel).
 
     Raises:
         CompileError: LLVM rejected the IR (a tensorlang bug, reported with the failing IR line)
@@ -89,7 +91,7 @@ def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
                 engine = llvm.create_mcjit_compiler(mod, tm)
                 engine.finalize_object()
                 address = engine.get_function_address(entry)
-            STATS["llvm_compiles"] += 1
+            STATS["llvm_compiles"] += counted
         except RuntimeError as exc:
             raise CompileError(
                 f"LLVM could not compile {what}: {str(exc).strip()}\n"
