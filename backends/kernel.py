@@ -2,7 +2,10 @@
 
 Per call: arguments are matched to Inputs, dtypes checked (never converted silently), sizes bound
 from the shapes, and every read proven in bounds for those sizes — the last two are cached per
-distinct shape, so a repeated call costs a dict lookup plus one native call.
+distinct shape (a *plan*). A call that repeats the last plain call's shapes (exact C-contiguous
+``ndarray`` inputs positionally, no sizes by keyword) is checked and run by the native entry
+(``llvm/entry.py``) without ctypes; every other call takes the general path here, which publishes
+its plan to the entry.
 """
 
 from __future__ import annotations
