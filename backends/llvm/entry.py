@@ -297,7 +297,7 @@ def _builder() -> Callable[[int], Callable[..., Any]] | None:
     for name in ("PyLong_AsVoidPtr", "PyEval_SaveThread", "PyEval_RestoreThread", "Py_IncRef"):
         llvm.add_symbol(name, ctypes.cast(getattr(api, name), ctypes.c_void_p).value)
     try:
-        compiled = compile_ir(entry_ir(lay), "tensorlang_entry", host_target(), opt=2,
+        compiled = compile_ir(entry_ir(lay), "tensorlang_entry", host_target(), opt=0,
                               what="the native kernel entry", counted=False)
     except CompileError:
         return None
