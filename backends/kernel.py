@@ -119,26 +119,12 @@ class Kernel:
 
     def __call__(self, *args: np.ndarray, out: Any = None,
                  **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
+        if self._entry is not None and not kwargs:  # a repeated shape: checked and run natively
+            done = self.call_published(args, out)
+            if done is not None:
+                return done
         if self._threads is not None:
             self._threads()
-        entry = self._entry
-        if entry is not None and not kwargs:  # a repeated shape: checked and run natively
-            if out is None:
-                if self._last_shape is not None:
-                    target = np.empty(self._last_shape, dtype=self._out_dtypes[0])
-                    r = entry(*args, target)
-                    if r is None:
-                        return target
-                    if r:
-                        raise MemoryError(f"kernel {self.name}: an internal buffer could not "
-                                          f"be allocated")
-            else:
-                r = entry(*args, out)
-                if r is None:
-                    return out
-                if r:
-                    raise MemoryError(f"kernel {self.name}: an internal buffer could not be "
-                                      f"allocated")
         plain = not kwargs and len(args) == len(self._dtypes) and all(
             type(a) is np.ndarray and a.dtype == d and a.flags.c_contiguous
             for a, d in zip(args, self._dtypes))
@@ -199,6 +185,30 @@ class Kernel:
                     np.copyto(o, t)
             targets = list(outs)
         return targets[0] if self._single else tuple(targets)
+
+    def call_published(self, args: tuple[Any, ...], out: Any = None) -> np.ndarray | None:
+        """Run ``self(*args, out=out)`` through the native entry when the arrays match the last
+        published plan exactly; returns the output array, or None when nothing ran (then call
+        the kernel). Single-output kernels only (None otherwise).
+
+        Raises:
+            MemoryError: the kernel ran and could not allocate an internal buffer.
+        """
+        entry = self._entry
+        if entry is None:
+            return None
+        if self._threads is not None:
+            self._threads()
+        if out is None:
+            if self._last_shape is None:
+                return None
+            out = np.empty(self._last_shape, dtype=self._out_dtypes[0])
+        r = entry(*args, out)
+        if r is None:
+            return out
+        if r:
+            raise MemoryError(f"kernel {self.name}: an internal buffer could not be allocated")
+        return None
 
     def _publish(self, arrays: dict[str, np.ndarray], shape: tuple[int, ...],
                  size_args: tuple[int, ...]) -> None:

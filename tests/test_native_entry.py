@@ -158,3 +158,27 @@ def test_switched_off_every_call_goes_through_ctypes(monkeypatch, rng):
 def test_too_many_arguments_for_the_entry():
     assert native.make_entry(0, [np.dtype(np.float64)] * (native.MAX_ARGS + 1),
                              [1] * (native.MAX_ARGS + 1), 0) is None
+
+
+def test_auto_without_shapes_runs_a_repeated_shape_natively(tmp_path, rng):
+    from tensorlang.autotuner.auto import compile_auto
+    from tensorlang.autotuner.cache import KernelCache
+    from tensorlang.autotuner.workloads import BUILTIN
+
+    kern = compile_auto(BUILTIN["matmul"].build(), cache=KernelCache(tmp_path / "k.sqlite"))
+    shapes = [(5, 3, 7), (33, 17, 65), (6, 3, 7), (5, 3, 7), (33, 17, 65), (33, 17, 65),
+              (6, 3, 7), (6, 3, 7), (5, 3, 7)]
+    data = {sh: (rng.random(sh[:2], dtype=np.float32), rng.random(sh[1:], dtype=np.float32))
+            for sh in shapes}
+    for sh in shapes:  # shapes alternate between two kernels, sometimes in the same bucket
+        a, b = data[sh]
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-5)
+        out = np.empty((sh[0], sh[2]), np.float32)
+        assert kern(a, b, out=out) is out
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-5)
+    for v in kern._variants:
+        _no_ctypes(v["kernel"])
+    a, b = data[shapes[-1]]
+    np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-5)
+    with pytest.raises(AssertionError, match="ctypes path"):
+        kern(*data[(6, 3, 7)])  # the same bucket's kernel, another plan: the general path

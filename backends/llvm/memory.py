@@ -280,8 +280,8 @@ class MemoryGen:
             for c in sizes:
                 total *= max(int(c), 0)  # type: ignore[arg-type]
             if total <= MAX_STACK_BYTES:
-                arr = self.allocas.alloca(memory_type(buf.dtype), max(total // buf.dtype.itemsize, 1),
-                                   name=buf.name)
+                arr = self.allocas.alloca(memory_type(buf.dtype),
+                                          max(total // buf.dtype.itemsize, 1), name=buf.name)
                 arr.align = 64
                 outer = self.ptrs.get(buf.name)
                 self.ptrs[buf.name] = arr
