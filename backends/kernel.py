@@ -46,7 +46,8 @@ class Kernel:
     non-C-contiguous input is copied to a contiguous temporary first (one extra pass over it).
     ``out`` must be C-contiguous with the output's shape and dtype; when it overlaps an input (or
     another ``out`` array) the kernel computes into a temporary and copies (the kernel's
-    ``noalias`` facts hold).
+    ``noalias`` facts hold). A call that repeats the last shapes with exactly the arrays the
+    kernel takes runs through its native entry (``llvm/entry.py``), the same checks made there.
 
     Returns (from ``__call__``):
         A C-contiguous ``numpy.ndarray`` of the output's dtype whose shape is the output Func's

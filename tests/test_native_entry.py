@@ -160,6 +160,7 @@ def test_too_many_arguments_for_the_entry():
                              [1] * (native.MAX_ARGS + 1), 0) is None
 
 
+@pytest.mark.filterwarnings("ignore:no tuning record")
 def test_auto_without_shapes_runs_a_repeated_shape_natively(tmp_path, rng):
     from tensorlang.autotuner.auto import compile_auto
     from tensorlang.autotuner.cache import KernelCache

@@ -302,16 +302,13 @@ def _builder() -> Callable[[int], Callable[..., Any]] | None:
     except CompileError:
         return None
     method = _MethodDef(b"tensorlang_entry", compiled.address, _METH_FASTCALL, None)
-    new = api.PyCFunction_NewEx
-    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.py_object,
-                                                     ctypes.c_void_p]
-    keep = (compiled, method)  # the code and its method record live as long as the process
+    _KEEP.extend((compiled, method))  # the code and its method record outlive every builtin
+    new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.py_object,
+                            ctypes.c_void_p)(("PyCFunction_NewEx", api))
+    return lambda descriptor: new(ctypes.addressof(method), descriptor, None)
 
-    def make(descriptor: int) -> Callable[..., Any]:
-        assert keep
-        return new(ctypes.addressof(method), descriptor, None)
 
-    return make
+_KEEP: list[Any] = []
 
 
 class Entry:
