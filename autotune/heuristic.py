@@ -49,7 +49,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   register tile) or with a row segment (above) stays at root: one row at a time would leave its
   tile a single row;
 - the outermost pure loop with two iterations or more runs in parallel where the stage does
-  ``MIN_PARALLEL_POINTS`` iterations, unless small around a serial largest one (``serial_share``);
+  ``MIN_PARALLEL_POINTS`` iterations (a reduction's: ``serial_share.MIN_PARALLEL_VECTORS``
+  vectors), unless small around a serial largest one (``serial_share``);
   a loop of 2-4 that a ``where`` tests (colour channels) is unrolled inside them (``select_loops``);
 - a big reduction with fewer pure points than threads (a total, a few long rows) is split into
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
@@ -100,7 +101,7 @@ from .packed_reads import (Packed, packed_operand, packer, packed_operands,  # n
                            condition_mentions, panel_dim, row_block_reads, row_var,
                            rows_straddle_lines, short_reduction)
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
-from .serial_share import minor_stages
+from .serial_share import few_vectors, minor_stages, stage_points
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, contiguous_in, shared_read)
 from .select_loops import row_loops, unroll_selects, unroll_update_selects
@@ -892,12 +893,10 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
     if not args:
         return
     ext = {a: extents.extent(f.name, a) for a in args}
-    work = 1
-    for n in [*args, *(r.name for r in d.rvars)]:
-        work *= max(1, extents.extent(f.name, n))
     # a stage with less work than one parallel region is worth runs serially: thread wake-ups
     # would cost more than they save (PolyBench durbin at its SMALL size: 0.78x its default)
-    nested = nested or work < MIN_PARALLEL_POINTS
+    nested = nested or stage_points(f, None, extents) < MIN_PARALLEL_POINTS or few_vectors(
+        f, extents, lanes)
     tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
     i = row_var(f, args) if len(args) >= 2 else args[0]

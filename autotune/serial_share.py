@@ -13,6 +13,12 @@ region, and with it the call, by as long as it is away. So the rule-based schedu
 most ``MINOR_SHARE`` of the serial stage's iterations. The search space keeps both choices
 (``<F>.parallel``). See also: Amdahl, "Validity of the single processor approach to achieving
 large scale computing capabilities" (AFIPS 1967).
+
+A stage too small for one parallel region runs serially too: with fewer than
+``rfactor_rules.MIN_PARALLEL_POINTS`` iterations, or, where each of its points reduces at least
+a native vector's worth of terms (its time goes to multiply-adds, not stores), fewer than
+``MIN_PARALLEL_VECTORS`` vectors of them (``few_vectors``): waking the pool's threads and
+waiting for the last costs about as much as such a stage's work.
 """
 
 from __future__ import annotations
@@ -30,6 +36,24 @@ from .workloads import BoundExtents
 #: copies are 1.2% and 0.6% of its sweep's; docs/performance.md, "Serial copies around a serial
 #: sweep"). 0: every stage as the rules make it, as before (for ``--against``)
 MINOR_SHARE = 1 / 32
+
+#: the fewest native vectors of iterations (``lanes`` each) a stage whose points each reduce at
+#: least ``lanes`` terms needs to run in parallel (``few_vectors``): GEMMs of 32^3 to 50^3 ran
+#: 1.2-2.3x faster serially on two threads of Ice Lake-SP, 64^3 even (docs/performance.md,
+#: "Small reductions serially"). 0: off, as before (for ``--against``)
+MIN_PARALLEL_VECTORS = 1 << 14
+
+
+def few_vectors(f: Func, extents: BoundExtents, lanes: int) -> bool:
+    """Whether ``f``'s pure definition reduces at least ``lanes`` terms per point (the product
+    of its RVars' extents) and has fewer than ``MIN_PARALLEL_VECTORS * lanes`` iterations."""
+    d = f.definition
+    if d is None or not d.rvars or not MIN_PARALLEL_VECTORS:
+        return False
+    terms = 1
+    for r in d.rvars:
+        terms *= max(1, extents.extent(f.name, r.name))
+    return terms >= lanes and stage_points(f, None, extents) < MIN_PARALLEL_VECTORS * lanes
 
 
 def stage_points(f: Func, number: int | None, extents: BoundExtents) -> int:

@@ -120,10 +120,14 @@ class Kernel:
 
     def __call__(self, *args: np.ndarray, out: Any = None,
                  **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
-        if self._entry is not None and not kwargs:  # a repeated shape: checked and run natively
-            done = self.call_published(args, out)
-            if done is not None:
-                return done
+        if self._entry is not None:  # a repeated shape: checked and run natively
+            given = args
+            if kwargs and not args and len(kwargs) == len(self._names):  # the inputs by name
+                given = tuple([kwargs.get(n) for n in self._names])
+            if given is not args or not kwargs:
+                done = self.call_published(given, out)
+                if done is not None:
+                    return done
         if self._threads is not None:
             self._threads()
         plain = not kwargs and len(args) == len(self._dtypes) and all(
@@ -142,7 +146,7 @@ class Kernel:
                 plan = self._plan(arrays, sizes, None if out is None else (out,))
                 self._cache[key] = plan
             (shape,), size_args = plan
-            if plain:
+            if not self._entry_tried or self._entry is not None:
                 self._publish(arrays, shape, size_args)
             target = out
             if out is None:
@@ -216,7 +220,7 @@ class Kernel:
         """Make this call's shapes the plan the native entry runs (building the entry first)."""
         if not self._entry_tried:
             self._entry_tried = True
-            ranks = [len(a.shape) for a in arrays.values()] + [len(shape)]
+            ranks = [i.rank for i in self.pipeline.inputs] + [len(shape)]
             native = make_entry(self._compiled.address, [*self._dtypes, self._out_dtypes[0]],
                                 ranks, len(size_args))
             self._native = native

@@ -54,6 +54,21 @@ def test_a_repeated_shape_runs_natively_and_right(mm, rng):
     assert mm(a2, b) is not mm(a2, b)
 
 
+def test_inputs_by_name_run_natively_too(mm, rng):
+    a = rng.random((9, 4), dtype=np.float32)
+    b = rng.random((4, 3), dtype=np.float32)
+    np.testing.assert_allclose(mm(B=b, A=a), a @ b, rtol=1e-5)  # publishes the plan
+    _no_ctypes(mm)
+    np.testing.assert_allclose(mm(A=a, B=b), a @ b, rtol=1e-5)
+    out = np.empty((9, 3), np.float32)
+    assert mm(B=b, A=a, out=out) is out
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5)
+    with pytest.raises(AssertionError, match="ctypes path"):
+        mm(A=a, B=b, K=4)  # a size by keyword: the general path
+    with pytest.raises(tl.ShapeError, match="unknown argument"):
+        mm(A=a, X=b)
+
+
 def test_another_shape_takes_the_general_path_and_is_published(mm, rng):
     a, b = rng.random((1, 1), dtype=np.float32), rng.random((1, 9), dtype=np.float32)
     np.testing.assert_allclose(mm(a, b), a @ b, rtol=1e-5)
@@ -181,5 +196,6 @@ def test_auto_without_shapes_runs_a_repeated_shape_natively(tmp_path, rng):
         _no_ctypes(v["kernel"])
     a, b = data[shapes[-1]]
     np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(kern(B=b, A=a), a @ b, rtol=1e-4, atol=1e-5)
     with pytest.raises(AssertionError, match="ctypes path"):
         kern(*data[(6, 3, 7)])  # the same bucket's kernel, another plan: the general path

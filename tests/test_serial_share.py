@@ -127,3 +127,36 @@ def test_serial_copies_are_a_point_of_the_search_space(monkeypatch):
     assert point is not None, hs.to_python()
     again = space.sample(optuna.trial.FixedTrial(point[0]))
     assert space.signature(again) == space.signature(hs)
+
+
+def _matmul(dtype) -> tl.Func:
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+    return C
+
+
+def test_a_small_reduction_runs_serially(monkeypatch):
+    # 32^3 float32: 2048 vectors of multiply-adds, under MIN_PARALLEL_VECTORS; a product whose
+    # points reduce 3 terms each (its time goes to stores) keeps MIN_PARALLEL_POINTS alone
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = _matmul(tl.float32)
+    small = {"M": 32, "N": 32, "K": 32}
+    assert _parallel_stages(heuristic_schedule(C, small)) == set()
+    assert _parallel_stages(heuristic_schedule(C, {"M": 20, "N": 2000, "K": 3})) == {"C"}
+    assert _parallel_stages(heuristic_schedule(C, {"M": 128, "N": 128, "K": 128})) == {"C"}
+    with monkeypatch.context() as m:
+        m.setattr(serial_share, "MIN_PARALLEL_VECTORS", 0)
+        assert _parallel_stages(heuristic_schedule(C, small)) == {"C"}
+    s = heuristic_schedule(C, small)
+    from tensorlang.autotuner.space import SearchSpace
+
+    assert SearchSpace(C, small).point(s) is not None, s.to_python()
+    kern = tl.compile(C, s)
+    rng = np.random.default_rng(5)
+    for m, n, k in [(32, 32, 32), (1, 1, 1), (7, 33, 5), (31, 17, 29)]:
+        a = rng.random((m, k), dtype=np.float32)
+        b = rng.random((k, n), dtype=np.float32)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-5)
