@@ -92,8 +92,9 @@ class Kernel:
         # (only where the inputs' shapes fix every size: a plan made with out= or N= given
         # must not run a call without them)
         fixed = {d.name for i in pipeline.inputs for d in i.shape if isinstance(d, Size)}
-        self._entry_tried = not self._single or not set(pipeline.sizes) <= fixed
-        self._last_shape: tuple[int, ...] | None = None  # the output shape of the last plan
+        self._entry_tried = not set(pipeline.sizes) <= fixed
+        #: the output shapes of the last published plan
+        self._last_shapes: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def name(self) -> str:
@@ -147,7 +148,7 @@ class Kernel:
                 self._cache[key] = plan
             (shape,), size_args = plan
             if not self._entry_tried or self._entry is not None:
-                self._publish(arrays, shape, size_args)
+                self._publish(arrays, plan[0], size_args)
             target = out
             if out is None:
                 target = np.empty(shape, dtype=self._out_dtypes[0])
@@ -171,6 +172,8 @@ class Kernel:
             plan = self._plan(arrays, sizes, outs)
             self._cache[key] = plan
         out_shapes, size_args = plan
+        if not self._entry_tried or self._entry is not None:
+            self._publish(arrays, out_shapes, size_args)
         if outs is None:
             targets = [np.empty(s, dtype=d) for s, d in zip(out_shapes, self._out_dtypes)]
         else:
@@ -191,10 +194,10 @@ class Kernel:
             targets = list(outs)
         return targets[0] if self._single else tuple(targets)
 
-    def call_published(self, args: tuple[Any, ...], out: Any = None) -> np.ndarray | None:
+    def call_published(self, args: tuple[Any, ...], out: Any = None) -> Any:
         """Run ``self(*args, out=out)`` through the native entry when the arrays match the last
-        published plan exactly; returns the output array, or None when nothing ran (then call
-        the kernel). Single-output kernels only (None otherwise).
+        published plan exactly; returns what the call returns (the output array, or a tuple of
+        them), or None when nothing ran (then call the kernel).
 
         Raises:
             MemoryError: the kernel ran and could not allocate an internal buffer.
@@ -204,30 +207,43 @@ class Kernel:
             return None
         if self._threads is not None:
             self._threads()
-        if out is None:
-            if self._last_shape is None:
+        if self._single:
+            if out is None:
+                if self._last_shapes is None:
+                    return None
+                out = np.empty(self._last_shapes[0], dtype=self._out_dtypes[0])
+            r = entry(*args, out)
+        else:
+            if out is None:
+                if self._last_shapes is None:
+                    return None
+                out = tuple([np.empty(sh, dtype=d)
+                             for sh, d in zip(self._last_shapes, self._out_dtypes)])
+            elif type(out) is list:
+                out = tuple(out)
+            elif type(out) is not tuple:
                 return None
-            out = np.empty(self._last_shape, dtype=self._out_dtypes[0])
-        r = entry(*args, out)
+            r = entry(*args, *out)
         if r is None:
             return out
         if r:
             raise MemoryError(f"kernel {self.name}: an internal buffer could not be allocated")
         return None
 
-    def _publish(self, arrays: dict[str, np.ndarray], shape: tuple[int, ...],
+    def _publish(self, arrays: dict[str, np.ndarray], shapes: tuple[tuple[int, ...], ...],
                  size_args: tuple[int, ...]) -> None:
-        """Make this call's shapes the plan the native entry runs (building the entry first)."""
+        """Make this call's shapes (``shapes``: the outputs') the plan the native entry runs
+        (building the entry first)."""
         if not self._entry_tried:
             self._entry_tried = True
-            ranks = [i.rank for i in self.pipeline.inputs] + [len(shape)]
-            native = make_entry(self._compiled.address, [*self._dtypes, self._out_dtypes[0]],
-                                ranks, len(size_args))
+            ranks = [i.rank for i in self.pipeline.inputs] + [len(sh) for sh in shapes]
+            native = make_entry(self._compiled.address, [*self._dtypes, *self._out_dtypes],
+                                ranks, len(size_args), len(shapes))
             self._native = native
             self._entry = None if native is None else native.call
         if self._entry is not None:
-            self._native.publish([*(a.shape for a in arrays.values()), shape], size_args)
-            self._last_shape = shape
+            self._native.publish([*(a.shape for a in arrays.values()), *shapes], size_args)
+            self._last_shapes = shapes
 
     def _outs(self, out: Any) -> tuple[Any, ...] | None:
         """``out=`` as one entry per output (None: none given)."""

@@ -199,3 +199,35 @@ def test_auto_without_shapes_runs_a_repeated_shape_natively(tmp_path, rng):
     np.testing.assert_allclose(kern(B=b, A=a), a @ b, rtol=1e-4, atol=1e-5)
     with pytest.raises(AssertionError, match="ctypes path"):
         kern(*data[(6, 3, 7)])  # the same bucket's kernel, another plan: the general path
+
+
+def test_several_outputs_run_natively(rng):
+    # PolyBench bicg: s = A^T r and q = A p, two outputs of different shapes
+    N, M = tl.sizes("N M")
+    A = tl.Input("A", (N, M), tl.float64)
+    p, r = tl.Input("p", (M,), tl.float64), tl.Input("r", (N,), tl.float64)
+    i, j = tl.vars("i j")
+    s, q = tl.Func("s"), tl.Func("q")
+    s[j] = tl.sum(r[i] * A[i, j])
+    q[i] = tl.sum(A[i, j] * p[j])
+    kern = tl.compile([s, q])
+    a, pv, rv = rng.random((7, 5)), rng.random(5), rng.random(7)
+    by_name = {"A": a, "p": pv, "r": rv}
+    args = tuple(by_name[n] for n in kern.input_names)
+    got = kern(*args)
+    np.testing.assert_allclose(got[0], rv @ a)
+    np.testing.assert_allclose(got[1], a @ pv)
+    _no_ctypes(kern)
+    s2, q2 = kern(A=a, p=pv, r=rv)
+    np.testing.assert_allclose(s2, rv @ a)
+    np.testing.assert_allclose(q2, a @ pv)
+    outs = [np.empty(5), np.empty(7)]
+    done = kern(*args, out=outs)
+    assert type(done) is tuple and done[0] is outs[0] and done[1] is outs[1]
+    np.testing.assert_allclose(outs[1], a @ pv)
+    with pytest.raises(AssertionError, match="ctypes path"):
+        kern(*args, out=(outs[0], rv))  # an output that is an input: the general path
+    with pytest.raises(tl.ShapeError, match="tuple of 2"):
+        kern(*args, out=outs[0])
+    with pytest.raises(tl.ShapeError, match="has shape"):
+        kern(*args, out=(outs[1], outs[0]))

@@ -4,13 +4,14 @@ Calling a compiled kernel through ``ctypes`` and checking its arrays in Python c
 microseconds a call (argument conversion, ``dtype`` / ``flags`` / overlap checks, one address
 lookup per array), more than the whole kernel at small sizes. Here one small function, compiled
 with LLVM once per process, is made a CPython builtin (``METH_FASTCALL``, as a C extension's
-function is): called with the kernel's input arrays and its output array, it checks in native
+function is): called with the kernel's input arrays and its output arrays, it checks in native
 code what the Python path checks — exact ``numpy.ndarray`` type, the declared dtype, rank,
-C-contiguity (and, for the output, writeability), the shapes of the kernel's last *published
-plan*, no overlap of the output with an input — and then calls the kernel with the arrays' data
-addresses and the plan's size arguments, with the GIL released as ``ctypes`` releases it. Any
-check failing returns ``False`` and the caller takes the general path, which raises the errors
-and publishes the plan of a new shape; nothing is skipped, only moved. (Numba builds its
+C-contiguity (and, for an output, writeability), the shapes of the kernel's last *published
+plan*, no overlap of an output with an input or another output — and then calls the kernel
+with the arrays' data addresses and the plan's size arguments, with the GIL released as
+``ctypes`` releases it. Any check failing returns ``False`` and the caller takes the general
+path, which raises the errors and publishes the plan of a new shape; nothing is skipped, only
+moved. (Numba builds its
 ``@jit`` wrappers against the same C APIs.)
 
 The CPython object header and NumPy's ``PyArrayObject_fields`` layout (``data``, ``nd``,
@@ -18,7 +19,7 @@ The CPython object header and NumPy's ``PyArrayObject_fields`` layout (``data``,
 part of its ABI) are probed once on live arrays; where any field is not where expected (another
 interpreter, a future NumPy) the entry is not built and every call takes the general path.
 
-A plan is an immutable ``int64`` buffer: each input's extents in input order, the output's
+A plan is an immutable ``int64`` buffer: each input's extents in input order, each output's
 extents, then the kernel's size arguments. A kernel publishes a plan by storing its address in
 its one-pointer *slot* (a single store under the GIL), so a call never sees a half-written plan.
 """
@@ -45,7 +46,7 @@ NATIVE_ENTRY = 1
 #: NumPy's array flags (``ndarraytypes.h``): ``NPY_ARRAY_C_CONTIGUOUS``, ``NPY_ARRAY_WRITEABLE``
 C_CONTIGUOUS, WRITEABLE = 0x0001, 0x0400
 _METH_FASTCALL = 0x0080
-_HEADER = 8  # descriptor words before the per-array records
+_HEADER = 9  # descriptor words before the per-array records
 _RECORD = 4  # per array: descr address, rank, itemsize, flags mask
 
 
@@ -121,7 +122,9 @@ entry:
   %hi = alloca [{most} x i64]
   %d = call ptr @PyLong_AsVoidPtr(ptr %self)
   %nin = load i64, ptr %d
-  %narr = add i64 %nin, 1
+  %nout.p = getelementptr i64, ptr %d, i64 8
+  %nout = load i64, ptr %nout.p
+  %narr = add i64 %nin, %nout
   %nsz.p = getelementptr i64, ptr %d, i64 4
   %nsz = load i64, ptr %nsz.p
   %total = add i64 %narr, %nsz
@@ -211,16 +214,22 @@ arr.done:
   %alld = icmp eq i64 %t.next, %narr
   br i1 %alld, label %overlap, label %arr
 overlap:
-  %olo.p = getelementptr i64, ptr %lo, i64 %nin
+  br label %ovo
+ovo:
+  %o = phi i64 [%nin, %overlap], [%o.next, %ovo.next]
+  %omore = icmp ult i64 %o, %narr
+  br i1 %omore, label %ovo.body, label %sz
+ovo.body:
+  %olo.p = getelementptr i64, ptr %lo, i64 %o
   %olo = load i64, ptr %olo.p
-  %ohi.p = getelementptr i64, ptr %hi, i64 %nin
+  %ohi.p = getelementptr i64, ptr %hi, i64 %o
   %ohi = load i64, ptr %ohi.p
   %oempty = icmp eq i64 %olo, %ohi
   br label %ov
 ov:
-  %u = phi i64 [0, %overlap], [%u.next, %ov.next]
-  %ovmore = icmp ult i64 %u, %nin
-  br i1 %ovmore, label %ov.body, label %sz
+  %u = phi i64 [0, %ovo.body], [%u.next, %ov.next]
+  %ovmore = icmp ult i64 %u, %o
+  br i1 %ovmore, label %ov.body, label %ovo.next
 ov.body:
   %alo.p = getelementptr i64, ptr %lo, i64 %u
   %alo = load i64, ptr %alo.p
@@ -237,8 +246,11 @@ ov.body:
 ov.next:
   %u.next = add i64 %u, 1
   br label %ov
+ovo.next:
+  %o.next = add i64 %o, 1
+  br label %ovo
 sz:
-  %s = phi i64 [0, %ov], [%s.next, %sz.body]
+  %s = phi i64 [0, %ovo], [%s.next, %sz.body]
   %smore = icmp ult i64 %s, %nsz
   br i1 %smore, label %sz.body, label %call
 sz.body:
@@ -312,28 +324,31 @@ _KEEP: list[Any] = []
 
 
 class Entry:
-    """The native entry of one single-output kernel: call ``entry(*inputs, out)``; it returns
+    """The native entry of one kernel: call ``entry(*inputs, *outs)``; it returns
     None (the kernel ran and succeeded), True (it ran and could not allocate an internal buffer)
     or False (a check failed or no plan matches: take the general path; nothing ran).
 
     Args:
         address: the kernel's entry point (``int32 fn(void* inputs..., void* out, int64
             sizes...)``).
-        dtypes: the inputs' NumPy dtypes then the output's.
-        ranks: the inputs' ranks then the output's.
+        dtypes: the inputs' NumPy dtypes then the outputs'.
+        ranks: the inputs' ranks then the outputs'.
         n_sizes: the kernel's size arguments.
+        n_outputs: how many of ``dtypes`` are outputs (the last ones).
     """
 
     def __init__(self, address: int, dtypes: Sequence[np.dtype], ranks: Sequence[int],
-                 n_sizes: int, make: Callable[[int], Callable[..., Any]]) -> None:
+                 n_sizes: int, make: Callable[[int], Callable[..., Any]],
+                 n_outputs: int = 1) -> None:
         n_arr = len(dtypes)
+        n_in = n_arr - n_outputs
         words = [0] * (_HEADER + _RECORD * n_arr)
         self._slot = (ctypes.c_void_p * 1)()
-        words[:8] = [n_arr - 1, address, ctypes.addressof(self._slot), id(np.ndarray), n_sizes,
-                     id(None), id(True), id(False)]
+        words[:_HEADER] = [n_in, address, ctypes.addressof(self._slot), id(np.ndarray), n_sizes,
+                           id(None), id(True), id(False), n_outputs]
         for t, (dt, rank) in enumerate(zip(dtypes, ranks)):
             dt = np.dtype(dt)
-            mask = C_CONTIGUOUS | (WRITEABLE if t == n_arr - 1 else 0)
+            mask = C_CONTIGUOUS | (WRITEABLE if t >= n_in else 0)
             words[_HEADER + _RECORD * t:_HEADER + _RECORD * (t + 1)] = [
                 id(dt), rank, dt.itemsize, mask]
         self._dtypes = tuple(np.dtype(d) for d in dtypes)  # the descr singletons stay alive
@@ -342,7 +357,7 @@ class Entry:
         self.call = make(ctypes.addressof(self._descriptor))
 
     def publish(self, shapes: Sequence[tuple[int, ...]], size_args: Sequence[int]) -> None:
-        """Make the plan of these input-then-output extents and size arguments the one the
+        """Make the plan of these inputs'-then-outputs' extents and size arguments the one the
         entry checks calls against (kept for the kernel's life: a plan is never freed while a
         call might read it)."""
         key = (tuple(shapes), tuple(size_args))
@@ -355,7 +370,7 @@ class Entry:
 
 
 def make_entry(address: int, dtypes: Sequence[np.dtype], ranks: Sequence[int],
-               n_sizes: int) -> Entry | None:
+               n_sizes: int, n_outputs: int = 1) -> Entry | None:
     """The native entry of a kernel, or None where it is switched off or cannot be built (too
     many arguments, no CPython C API, an unknown array layout)."""
     if not NATIVE_ENTRY or os.environ.get("TENSORLANG_NATIVE_ENTRY", "1") == "0":
@@ -365,4 +380,4 @@ def make_entry(address: int, dtypes: Sequence[np.dtype], ranks: Sequence[int],
     make = _builder()
     if make is None:
         return None
-    return Entry(address, dtypes, ranks, n_sizes, make)
+    return Entry(address, dtypes, ranks, n_sizes, make, n_outputs)
