@@ -22,7 +22,7 @@ from tensorlang.expr import Size
 from tensorlang.pipeline import Pipeline
 
 from .base import Signature
-from .llvm.entry import make_entry
+from .llvm.entry import entry_enabled, make_entry
 from .llvm.jit import CompiledModule
 from .llvm.runtime import apply_num_threads
 
@@ -92,7 +92,7 @@ class Kernel:
         # (only where the inputs' shapes fix every size: a plan made with out= or N= given
         # must not run a call without them)
         fixed = {d.name for i in pipeline.inputs for d in i.shape if isinstance(d, Size)}
-        self._entry_tried = not set(pipeline.sizes) <= fixed
+        self._entry_tried = not set(pipeline.sizes) <= fixed or not entry_enabled()
         #: the output shapes of the last published plan
         self._last_shapes: tuple[tuple[int, ...], ...] | None = None
 

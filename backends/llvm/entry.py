@@ -11,8 +11,7 @@ plan*, no overlap of an output with an input or another output — and then call
 with the arrays' data addresses and the plan's size arguments, with the GIL released as
 ``ctypes`` releases it. Any check failing returns ``False`` and the caller takes the general
 path, which raises the errors and publishes the plan of a new shape; nothing is skipped, only
-moved. (Numba builds its
-``@jit`` wrappers against the same C APIs.)
+moved. (Numba builds its ``@jit`` wrappers against the same C APIs.)
 
 The CPython object header and NumPy's ``PyArrayObject_fields`` layout (``data``, ``nd``,
 ``dimensions``, ``descr``, ``flags``: the fields NumPy's own ``PyArray_DATA``-style macros read,
@@ -369,13 +368,17 @@ class Entry:
         self._slot[0] = ctypes.addressof(buf)
 
 
+def entry_enabled() -> bool:
+    """Whether kernels made now get a native entry (``NATIVE_ENTRY`` and
+    ``TENSORLANG_NATIVE_ENTRY``; a kernel decides when it is made)."""
+    return bool(NATIVE_ENTRY) and os.environ.get("TENSORLANG_NATIVE_ENTRY", "1") != "0"
+
+
 def make_entry(address: int, dtypes: Sequence[np.dtype], ranks: Sequence[int],
                n_sizes: int, n_outputs: int = 1) -> Entry | None:
     """The native entry of a kernel, or None where it is switched off or cannot be built (too
     many arguments, no CPython C API, an unknown array layout)."""
-    if not NATIVE_ENTRY or os.environ.get("TENSORLANG_NATIVE_ENTRY", "1") == "0":
-        return None
-    if len(dtypes) + n_sizes > MAX_ARGS:
+    if not entry_enabled() or len(dtypes) + n_sizes > MAX_ARGS:
         return None
     make = _builder()
     if make is None:
