@@ -38,9 +38,9 @@ from .workloads import BoundExtents
 MINOR_SHARE = 1 / 32
 
 #: the fewest native vectors of iterations (``lanes`` each) a stage whose points each reduce at
-#: least ``lanes`` terms needs to run in parallel (``few_vectors``): GEMMs of 32^3 to 50^3 ran
-#: 1.2-2.3x faster serially on two threads of Ice Lake-SP, 64^3 even (docs/performance.md,
-#: "Small reductions serially"). 0: off, as before (for ``--against``)
+#: least ``lanes`` terms needs to run in parallel (``few_vectors``): GEMMs up to 56^3 ran faster
+#: serially on two threads of Ice Lake-SP, 64^3 even (docs/performance.md, "Small reductions
+#: serially"). 0: off, as before (for ``--against``)
 MIN_PARALLEL_VECTORS = 1 << 14
 
 

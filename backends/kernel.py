@@ -2,15 +2,16 @@
 
 Per call: arguments are matched to Inputs, dtypes checked (never converted silently), sizes bound
 from the shapes, and every read proven in bounds for those sizes — the last two are cached per
-distinct shape (a *plan*). A call that repeats the last plain call's shapes (exact C-contiguous
-``ndarray`` inputs positionally, no sizes by keyword) is checked and run by the native entry
-(``llvm/entry.py``) without ctypes; every other call takes the general path here, which publishes
-its plan to the entry.
+distinct shape (a *plan*). A call that repeats the last call's shapes with exactly the arrays
+the kernel takes (C-contiguous ``ndarray`` inputs, positionally or by name, no sizes by keyword)
+is checked and run by the native entry (``llvm/entry.py``) without ctypes; every other call
+takes the general path here, which publishes its plan to the entry.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,9 @@ from .base import Signature
 from .llvm.entry import entry_enabled, make_entry
 from .llvm.jit import CompiledModule
 from .llvm.runtime import apply_num_threads
+
+
+_BUILD = threading.Lock()
 
 
 def _address(a: np.ndarray) -> int:
@@ -85,8 +89,8 @@ class Kernel:
         self._names = tuple(i.name for i in pipeline.inputs)
         self._dtypes = tuple(i.dtype.numpy for i in pipeline.inputs)
         self._cache: dict[tuple, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-        #: the native entry (``llvm.entry``) of a single-output kernel: built at the first call
-        #: that publishes a plan (the output's rank is known then); None: not (yet) built
+        #: the native entry (``llvm.entry``): built at the first call that publishes a plan (the
+        #: outputs' ranks are known then); None: not (yet) built, or none
         self._entry: Any = None
         self._native: Any = None  # its ``llvm.entry.Entry`` (descriptor and published plans)
         # (only where the inputs' shapes fix every size: a plan made with out= or N= given
@@ -235,12 +239,15 @@ class Kernel:
         """Make this call's shapes (``shapes``: the outputs') the plan the native entry runs
         (building the entry first)."""
         if not self._entry_tried:
-            self._entry_tried = True
-            ranks = [i.rank for i in self.pipeline.inputs] + [len(sh) for sh in shapes]
-            native = make_entry(self._compiled.address, [*self._dtypes, *self._out_dtypes],
-                                ranks, len(size_args), len(shapes))
-            self._native = native
-            self._entry = None if native is None else native.call
+            with _BUILD:  # (two threads' first calls build one entry)
+                if not self._entry_tried:
+                    ranks = [i.rank for i in self.pipeline.inputs] + [len(sh) for sh in shapes]
+                    native = make_entry(self._compiled.address,
+                                        [*self._dtypes, *self._out_dtypes], ranks,
+                                        len(size_args), len(shapes))
+                    self._native = native
+                    self._entry = None if native is None else native.call
+                    self._entry_tried = True
         if self._entry is not None:
             self._native.publish([*(a.shape for a in arrays.values()), *shapes], size_args)
             self._last_shapes = shapes

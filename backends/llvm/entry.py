@@ -328,8 +328,8 @@ class Entry:
     or False (a check failed or no plan matches: take the general path; nothing ran).
 
     Args:
-        address: the kernel's entry point (``int32 fn(void* inputs..., void* out, int64
-            sizes...)``).
+        address: the kernel's entry point (``int32 fn(void* inputs..., void* outputs...,
+            int64 sizes...)``).
         dtypes: the inputs' NumPy dtypes then the outputs'.
         ranks: the inputs' ranks then the outputs'.
         n_sizes: the kernel's size arguments.
