@@ -74,13 +74,9 @@ class DispatchKernel:
         last = self._last
         if last is not None:
             # the shapes of the last kernel's published plan: the kernel they were dispatched to
-            given = args
-            if kwargs and not args and len(kwargs) == len(self._inputs):  # the inputs by name
-                given = tuple([kwargs.get(n) for n in self._inputs])
-            if given is not args or not kwargs:
-                done = last.call_published(given, out)
-                if done is not None:
-                    return done
+            done = last.call_published(args, out, kwargs)
+            if done is not None:
+                return done
         if not kwargs and len(args) == len(self._inputs) and all(
                 type(a) is np.ndarray for a in args):
             # fast path: the inputs positionally, a shape seen before (the key of the general

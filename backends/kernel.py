@@ -126,13 +126,9 @@ class Kernel:
     def __call__(self, *args: np.ndarray, out: Any = None,
                  **kwargs: Any) -> np.ndarray | tuple[np.ndarray, ...]:
         if self._entry is not None:  # a repeated shape: checked and run natively
-            given = args
-            if kwargs and not args and len(kwargs) == len(self._names):  # the inputs by name
-                given = tuple([kwargs.get(n) for n in self._names])
-            if given is not args or not kwargs:
-                done = self.call_published(given, out)
-                if done is not None:
-                    return done
+            done = self.call_published(args, out, kwargs)
+            if done is not None:
+                return done
         if self._threads is not None:
             self._threads()
         plain = not kwargs and len(args) == len(self._dtypes) and all(
@@ -198,10 +194,12 @@ class Kernel:
             targets = list(outs)
         return targets[0] if self._single else tuple(targets)
 
-    def call_published(self, args: tuple[Any, ...], out: Any = None) -> Any:
-        """Run ``self(*args, out=out)`` through the native entry when the arrays match the last
-        published plan exactly; returns what the call returns (the output array, or a tuple of
-        them), or None when nothing ran (then call the kernel).
+    def call_published(self, args: tuple[Any, ...], out: Any = None,
+                       by_name: dict[str, Any] | None = None) -> Any:
+        """Run ``self(*args, out=out, **by_name)`` through the native entry when the arrays
+        (positionally, or all by name) match the last published plan exactly; returns what the
+        call returns (the output array, or a tuple of them), or None when nothing ran (then
+        call the kernel).
 
         Raises:
             MemoryError: the kernel ran and could not allocate an internal buffer.
@@ -209,6 +207,10 @@ class Kernel:
         entry = self._entry
         if entry is None:
             return None
+        if by_name:
+            if args or len(by_name) != len(self._names):  # (a size by keyword: not here)
+                return None
+            args = tuple([by_name.get(n) for n in self._names])
         if self._threads is not None:
             self._threads()
         if self._single:

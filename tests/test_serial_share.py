@@ -20,6 +20,7 @@ from tensorlang.schedule.schedule import Schedule
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from polybench.kernels import KERNELS  # noqa: E402
+from algorithms import gemm  # noqa: E402
 
 
 def _heat_3d() -> tl.Func:
@@ -129,20 +130,11 @@ def test_serial_copies_are_a_point_of_the_search_space(monkeypatch):
     assert space.signature(again) == space.signature(hs)
 
 
-def _matmul(dtype) -> tl.Func:
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
-    return C
-
-
 def test_a_small_reduction_runs_serially(monkeypatch):
     # 32^3 float32: 2048 vectors of multiply-adds, under MIN_PARALLEL_VECTORS; a product whose
     # points reduce 3 terms each (its time goes to stores) keeps MIN_PARALLEL_POINTS alone
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
-    C = _matmul(tl.float32)
+    C = gemm(tl.float32)
     small = {"M": 32, "N": 32, "K": 32}
     assert _parallel_stages(heuristic_schedule(C, small)) == set()
     assert _parallel_stages(heuristic_schedule(C, {"M": 20, "N": 2000, "K": 3})) == {"C"}
