@@ -93,7 +93,7 @@ from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
-from . import few_rows
+from . import few_rows, rfactor_rules
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
                         closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
@@ -916,7 +916,8 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
             st.parallel(next((a for a in outer if count[a] >= 2), outer[0]))
         return
     if variant in ("full", "guard") and d.rvars and only_vars_of_one(args[:-1], ext) \
-            and ext[args[-1]] >= 2 * ROW_VECTORS * lanes and contiguous_in(f, args[-1]):
+            and ext[args[-1]] >= rfactor_rules.MIN_ROW_SEGMENTS * ROW_VECTORS * lanes \
+            and contiguous_in(f, args[-1]):
         # a reduction over rows of a matrix read along its one pure Var (A^T x: y[j] += A[i, j]
         # * x[i]; x^T B, a GEMM of one row): the reduction loops outside, a row segment of
         # ROW_VECTORS vectors inside: each reduction step reads contiguous memory into vectors

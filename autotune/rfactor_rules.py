@@ -32,6 +32,9 @@ ROW_VECTORS = 8
 #: (``rfactor_lanes``: one vector of partial sums per row, the rows' loads in flight at once, each
 #: load of the shared vector used by all; OpenBLAS's dgemv_t kernels take 4 to 8 rows)
 LANE_ROWS = 8
+#: the fewest row segments (``ROW_VECTORS`` vectors each) the pure Var of a reduction over rows
+#: (A^T x) must span for the row-segment form (docs/performance.md, "Short rows in segments")
+MIN_ROW_SEGMENTS = 1
 #: the fewest loop iterations one parallel region of an update must run (inside a time loop a
 #: region starts on every step: a small one costs more in thread wake-ups than it saves)
 MIN_PARALLEL_POINTS = 1 << 15

@@ -90,3 +90,25 @@ def test_a_partial_step_of_rows_leaves_the_whole_steps_unguarded(rng, small_l3):
     for m, n in [(191, sizes["N"]), (193, 37), (8, 9), (9, 8)]:
         a, v = rng.random((m, n)), rng.random(m)
         np.testing.assert_allclose(kern(a, v), a.T @ v, rtol=1e-12)
+
+
+def test_a_row_of_one_to_two_segments_takes_the_row_segment_form(rng, monkeypatch):
+    # A^T x over rows of ROW_VECTORS vectors or more (PolyBench SMALL's 124 columns of float64 on
+    # AVX-512): segments of ROW_VECTORS vectors, the last one guarded; under one segment, not
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    y = _column_sum()
+    seg = rfactor_rules.ROW_VECTORS * heuristic.lanes(y)
+    n = seg + seg // 2 + 3
+    s = heuristic.heuristic_schedule(y, {"M": 37, "N": n})
+    assert f"split('j', {seg}" in s.to_python().replace('"', "'"), s.to_python()
+    assert space_mod.SearchSpace(y, {"M": 37, "N": n}).point(s) is not None
+    short = heuristic.heuristic_schedule(y, {"M": 37, "N": seg - 1})
+    assert f"split('j', {seg}" not in short.to_python().replace('"', "'")
+    with monkeypatch.context() as m:
+        m.setattr(rfactor_rules, "MIN_ROW_SEGMENTS", 2)
+        before = heuristic.heuristic_schedule(y, {"M": 37, "N": n})
+        assert f"split('j', {seg}" not in before.to_python().replace('"', "'")
+    kern = tl.compile(y, s)
+    for m_, n_ in [(37, n), (1, n), (5, seg), (3, 2 * seg + 1), (2, 1)]:
+        a, x = rng.random((m_, n_)), rng.random(m_)
+        np.testing.assert_allclose(kern(a, x), x @ a, rtol=1e-12)
