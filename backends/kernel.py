@@ -147,8 +147,7 @@ class Kernel:
                 plan = self._plan(arrays, sizes, None if out is None else (out,))
                 self._cache[key] = plan
             (shape,), size_args = plan
-            if not self._entry_tried or self._entry is not None:
-                self._publish(arrays, plan[0], size_args)
+            self._publish(arrays, plan[0], size_args)
             target = out
             if out is None:
                 target = np.empty(shape, dtype=self._out_dtypes[0])
@@ -172,8 +171,7 @@ class Kernel:
             plan = self._plan(arrays, sizes, outs)
             self._cache[key] = plan
         out_shapes, size_args = plan
-        if not self._entry_tried or self._entry is not None:
-            self._publish(arrays, out_shapes, size_args)
+        self._publish(arrays, out_shapes, size_args)
         if outs is None:
             targets = [np.empty(s, dtype=d) for s, d in zip(out_shapes, self._out_dtypes)]
         else:
@@ -239,7 +237,7 @@ class Kernel:
     def _publish(self, arrays: dict[str, np.ndarray], shapes: tuple[tuple[int, ...], ...],
                  size_args: tuple[int, ...]) -> None:
         """Make this call's shapes (``shapes``: the outputs') the plan the native entry runs
-        (building the entry first)."""
+        (building the entry first; nothing where the kernel has none)."""
         if not self._entry_tried:
             with _BUILD:  # (two threads' first calls build one entry)
                 if not self._entry_tried:
