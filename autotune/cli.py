@@ -111,7 +111,7 @@ def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str
     from tensorlang.backends.base import get_backend
 
     from .measure import aligned_copy, random_inputs
-    from .timing import Stats, block_runs, interleaved
+    from .timing import MIN_RUN_SECONDS, Stats, block_runs, interleaved
     from .workloads import free_sizes, input_shapes
 
     # inputs and outputs placed as the tuner's run worker places them (2 MB or cache-line
@@ -134,7 +134,7 @@ def _compare(work: Any, out: Any, sizes: dict[str, int], kernels: list[tuple[str
         fn()
         slowest = max(slowest, time.perf_counter() - t0)
     times = interleaved(calls, rounds=7, runs=block_runs(slowest, block_seconds=0.03),
-                        settle=("numpy",))
+                        settle=("numpy",), min_run_seconds=MIN_RUN_SECONDS)
     stats = {label: Stats.of(ts) for label, ts in times.items()}
     flops = work.flops(sizes) if work.flops else 0.0
     t_np = stats["numpy"].median if "numpy" in stats else float("nan")

@@ -14,6 +14,7 @@ Revels, "Robust benchmarking in noisy environments" (arXiv:1608.04295, 2016), Tr
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -27,6 +28,12 @@ SETTLE_SECONDS = 0.2
 #: seconds of warm-up calls, at least, for the first block after such a pause: the cores of an
 #: idle VM come back slowly (``docs/performance.md``, "Level-2 kernels")
 WAKE_SECONDS = 0.05
+#: seconds a timed run lasts at least where a benchmark asks for it (``interleaved``'s
+#: ``min_run_seconds``): a run of a few microseconds timed alone reads its first call after other
+#: code up to 1.6x slow (``docs/measurement.md``, "Kernels of microseconds")
+MIN_RUN_SECONDS = 1e-3
+#: most calls one timed run repeats
+MAX_CALLS_PER_RUN = 10_000
 
 
 @dataclass(frozen=True)
@@ -73,8 +80,10 @@ class Stats:
 def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
                 runs: int = 3, warmup: int = 1, settle: Iterable[str] = (),
                 settle_seconds: float = SETTLE_SECONDS, wake_seconds: float = WAKE_SECONDS,
-                clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
-    """Time several callables in alternating blocks; returns every timed run per label (seconds).
+                clock: Callable[[], float] = time.perf_counter,
+                min_run_seconds: float = 0.0) -> dict[str, list[float]]:
+    """Time several callables in alternating blocks; returns every timed run per label (seconds
+    per call).
 
     Each of ``rounds`` rounds runs one block per contender, in an order rotated by one each
     round (so no contender always follows the same other); a block is ``warmup`` untimed runs
@@ -90,6 +99,12 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
     Args:
         contenders: label -> a callable running one call of the kernel (its result is ignored).
         rounds, runs, warmup: the protocol's shape; ``rounds * runs`` timed runs per label.
+        min_run_seconds: with a value above 0, a timed run repeats the call as often as makes it
+            last that long (from one timed call before the rounds, at most
+            ``MAX_CALLS_PER_RUN``) and counts the run's time divided by its calls, as
+            ``timeit``'s autorange does: a single call of a few microseconds timed alone carries
+            the timer's and the interpreter's cost of getting there, which depends on the code
+            that ran before it (``benchmarks/`` pass ``MIN_RUN_SECONDS``).
 
     Raises:
         ValueError: no contenders, or ``rounds`` / ``runs`` below 1.
@@ -101,6 +116,7 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
     labels = list(contenders)
     settle = set(settle)
     times: dict[str, list[float]] = {k: [] for k in labels}
+    calls = {k: _calls_per_run(fn, min_run_seconds, clock) for k, fn in contenders.items()}
     previous = None
     paused = False
     for r in range(rounds):
@@ -119,14 +135,31 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 5,
             while end is not None and clock() < end:
                 fn()
             paused = False
+            n = calls[label]
             for _ in range(runs):
                 t0 = clock()
-                fn()
-                times[label].append(clock() - t0)
+                for _ in range(n):
+                    fn()
+                times[label].append((clock() - t0) / n)
             if label in settle and len(labels) > 1:
                 time.sleep(settle_seconds)
                 paused = True
     return times
+
+
+def _calls_per_run(fn: Callable[[], object], min_run_seconds: float,
+                   clock: Callable[[], float]) -> int:
+    """Calls one timed run of ``fn`` repeats so that it lasts ``min_run_seconds`` (1 when that
+    is 0): from the second of two calls, the first untimed."""
+    if not min_run_seconds > 0:
+        return 1
+    fn()
+    t0 = clock()
+    fn()
+    seconds = clock() - t0
+    if not seconds > 0:
+        return MAX_CALLS_PER_RUN
+    return max(1, min(MAX_CALLS_PER_RUN, math.ceil(min_run_seconds / seconds)))
 
 
 def block_runs(seconds: float, block_seconds: float = 0.01, cap: int = 50) -> int:

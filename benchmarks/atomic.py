@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorlang as tl  # noqa: E402
 from common import cpu_name, numpy_blas, print_vs_numpy  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
-from tensorlang.autotuner.timing import interleaved  # noqa: E402
+from tensorlang.autotuner.timing import MIN_RUN_SECONDS, interleaved  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
 
 DEFAULT = "cholesky,trisolv,gramschmidt,durbin,lu,ludcmp"
@@ -62,7 +62,7 @@ def _case(name: str, size: str, rounds: int) -> None:
             assert np.allclose(g, w, rtol=1e-6, atol=1e-8), f"{name} ({label}) differs from NumPy"
         runs[label] = (lambda k=k, o=got: k(**args, out=o if len(o) > 1 else o[0]))
     times = interleaved({"numpy": lambda: kern.numpy(arrays, sizes), **runs}, rounds=rounds,
-                        runs=1, settle=("numpy",))
+                        runs=1, settle=("numpy",), min_run_seconds=MIN_RUN_SECONDS)
     print_vs_numpy(name, times)
 
 

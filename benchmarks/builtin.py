@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorlang as tl  # noqa: E402
 from common import cpu_name, numpy_blas, print_vs_numpy, rule_settings  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
-from tensorlang.autotuner.timing import interleaved  # noqa: E402
+from tensorlang.autotuner.timing import MIN_RUN_SECONDS, interleaved  # noqa: E402
 from tensorlang.autotuner.workloads import BUILTIN, input_shapes, parse_shape  # noqa: E402
 from tensorlang.backends.llvm.runtime import num_threads  # noqa: E402
 
@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
           + (f" (code for {args.cpu})" if args.cpu else "")
           + f", tensorlang on {num_threads()} threads; NumPy: {numpy_blas()}"
           + (f"; variant: {args.against}" if args.against else ""), flush=True)
-    times = interleaved(contenders, rounds=args.rounds, settle=("numpy",))
+    times = interleaved(contenders, rounds=args.rounds, settle=("numpy",),
+                        min_run_seconds=MIN_RUN_SECONDS)
     print_vs_numpy(args.workload, times)
     flops = work.flops(sizes)
     if flops:

@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
-from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
+from tensorlang.autotuner.timing import MIN_RUN_SECONDS, Stats, interleaved  # noqa: E402
 from common import cpu_name, rule_settings  # noqa: E402
 
 F32 = tl.float32
@@ -821,7 +821,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             res = np.empty_like(got)
             calls[label] = lambda k=k, res=res: k(**arrays, out=res)
-        times = interleaved(calls, rounds=args.rounds, runs=1, settle=("numpy",))
+        times = interleaved(calls, rounds=args.rounds, runs=1, settle=("numpy",),
+                            min_run_seconds=MIN_RUN_SECONDS)
         med = {k: Stats.of(v).median for k, v in times.items()}
         print(f"{name:<15}" + "".join(f"{med[c] * 1e3:>9.2f} ms" for c in
                                       ("numpy", "default", "rule-based"))

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tensorlang as tl  # noqa: E402
 from common import cpu_name, numpy_blas, rule_settings  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
-from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
+from tensorlang.autotuner.timing import MIN_RUN_SECONDS, Stats, interleaved  # noqa: E402
 from tensorlang.backends.llvm.runtime import num_threads  # noqa: E402
 from mca import target_for  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
@@ -123,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                     return 1
             calls[label] = run
         t0 = time.perf_counter()
-        times = interleaved(calls, rounds=args.rounds, runs=1, settle=("numpy",))
+        times = interleaved(calls, rounds=args.rounds, runs=1, settle=("numpy",),
+                            min_run_seconds=MIN_RUN_SECONDS)
         stats = {k: Stats.of(v) for k, v in times.items()}
         med = {k: st.median for k, st in stats.items()}
         label = name if args.size == "small" or kern.dataset == "LARGE" else f"{name}*"

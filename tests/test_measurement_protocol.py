@@ -76,6 +76,32 @@ def test_interleaved_rotates_the_order_and_times_every_block(monkeypatch):
         interleaved({"a": lambda: None}, rounds=0)
 
 
+def test_interleaved_repeats_a_short_call_within_each_timed_run():
+    now = [0.0]
+    calls: list[str] = []
+
+    def call(name: str, seconds: float):
+        return lambda: (calls.append(name), now.__setitem__(0, now[0] + seconds))
+
+    out = interleaved({"a": call("a", 0.25), "b": call("b", 3.0)}, rounds=2, runs=3, warmup=1,
+                      clock=lambda: now[0], min_run_seconds=1.0)
+    # "a" lasts a quarter of min_run_seconds: each timed run repeats it 4 times and counts
+    # a quarter of the run; "b" is longer than min_run_seconds: one call a run
+    assert out == {"a": [0.25] * 6, "b": [3.0] * 6}
+    # two calibration calls each, then per round one warm-up call and 3 runs
+    assert calls.count("a") == 2 + 2 * (1 + 3 * 4) and calls.count("b") == 2 + 2 * (1 + 3)
+    # a clock too coarse to see one call: the most calls a run may repeat
+    calls.clear()
+    out = interleaved({"a": lambda: calls.append("a")}, rounds=1, runs=1, warmup=0,
+                      clock=lambda: 0.0, min_run_seconds=1e-3)
+    assert len(calls) == 2 + timing.MAX_CALLS_PER_RUN and out == {"a": [0.0]}
+    # without min_run_seconds every timed run is one call, as before
+    calls.clear()
+    interleaved({"a": lambda: calls.append("a")}, rounds=1, runs=2, warmup=0,
+                clock=lambda: 0.0)
+    assert calls == ["a", "a"]
+
+
 @pytest.mark.parametrize("seconds,expected", [(1e-6, 50), (0.004, 3), (0.5, 2),
                                                (float("inf"), 2), (0.0, 2)])
 def test_block_runs(seconds, expected):
