@@ -22,7 +22,7 @@ import numpy as np
 import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.heuristic import lanes as heuristic_lanes
-from tensorlang.autotuner.timing import Stats, interleaved
+from tensorlang.autotuner.timing import MIN_RUN_SECONDS, Stats, interleaved
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import cpu_name, numpy_blas, rule_settings  # noqa: E402
@@ -116,7 +116,8 @@ for v in variants:
     cont[v] = (lambda kern=kern, o=o: kern(a, b, out=o))
     print(v, "compile", round(ct,2), "s", flush=True)
     if os.environ.get("NEST", "0") != "0": print(kern.loop_nest())
-res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('ROUNDS', '7')), runs=5, warmup=1, settle=["numpy"]).items()}
+res = {k: Stats.of(v) for k, v in interleaved(cont, rounds=int(os.environ.get('ROUNDS', '7')), runs=5, warmup=1, settle=["numpy"],
+                                                min_run_seconds=MIN_RUN_SECONDS).items()}
 flops = 2 * m * nn * kk
 built = f", code for {TARGET.cpu}" if TARGET else ""
 print(f"{m}x{nn}x{kk} {dt} on {cpu_name()}{built}, {os.environ.get('TENSORLANG_NUM_THREADS', os.cpu_count())} threads; NumPy calls {numpy_blas()}")
