@@ -93,7 +93,7 @@ from tensorlang.schedule.ir import ForKind
 from tensorlang.schedule.lower import lower
 from tensorlang.schedule.schedule import Schedule, Stage
 
-from . import few_rows, rfactor_rules
+from . import few_rows, narrow_tile, rfactor_rules
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
                         closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
@@ -902,7 +902,7 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
     i = row_var(f, args) if len(args) >= 2 else args[0]
     width, rows = register_tile(ext[args[-1]], ext[i], lanes, accumulators)
     if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
-            and ext[i] >= rows and ext[args[-1]] > lanes:
+            and ext[i] >= rows and narrow_tile.takes(ext[args[-1]], lanes):
         x = args[-1]
         io, ii = st.split(i, rows)
         xo, xi = st.split(x, width, tail=tail)

@@ -1,0 +1,31 @@
+"""A register tile over a row of at most one native vector: a GEMM-like reduction whose output
+has a few columns (``C = A B`` with ``B`` of 4 to 16 float64 columns on AVX-512: a linear layer
+with few outputs, a block of right-hand sides).
+
+The rule-based schedule's register tile (``heuristic._stage``: rows unrolled, the reduction
+inside, the row's vectors innermost) took only rows longer than a native vector. A narrower
+row fell through to the scalar nest: one dot product per output cell, its reduction a chain of
+dependent multiply-adds reading ``B`` down a column. A tile of one vector (or a narrower one,
+``vectorize`` taking the row whole) over ``accumulator_rows`` rows keeps that many independent
+accumulators in registers and reads each row of ``B`` once per tile: float64 32 x 8 x 1000 ran
+20 times faster (docs/performance.md, "A register tile over a narrow row"). The tile is a point
+of the search space, whose vector widths start at 4 (``space.VECTOR_WIDTHS``): rows of 2 or 3
+keep the scalar nest.
+"""
+
+from __future__ import annotations
+
+#: the fewest columns (the output's innermost extent) a register tile of the rule-based
+#: schedule takes where a row is at most one native vector; 0: only rows longer than a native
+#: vector, as before
+NARROW_COLUMNS = 4
+
+
+def takes(columns: int, lanes: int) -> bool:
+    """Whether a GEMM-like reduction whose rows have ``columns`` elements takes the register
+    tile: longer than a native vector of ``lanes``, or (``NARROW_COLUMNS``) at least that many.
+
+    >>> [takes(n, 8) for n in (2, 3, 4, 8, 9, 1000)]
+    [False, False, True, True, True, True]
+    """
+    return columns > lanes or bool(NARROW_COLUMNS) and columns >= NARROW_COLUMNS

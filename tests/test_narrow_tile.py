@@ -1,0 +1,53 @@
+"""A GEMM whose rows are at most one native vector takes the rule-based schedule's register tile
+(``autotune/narrow_tile.py``): which widths take it, that the kernels match NumPy on odd sizes,
+and that the rule-based schedule stays a point of the search space."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner import heuristic, narrow_tile
+from tensorlang.autotuner.space import SearchSpace
+
+sys.path.insert(0, os.path.dirname(__file__))
+from algorithms import gemm  # noqa: E402
+
+
+def _vectorized(s) -> bool:
+    return "vectorize(" in s.to_python()
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_a_narrow_gemm_takes_a_register_tile(dtype, monkeypatch):
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    C = gemm(dtype)
+    lanes = heuristic.lanes(C)
+    for n in (4, 5, lanes):
+        sizes = {"M": 37, "N": n, "K": 13}
+        s = heuristic.heuristic_schedule(C, sizes)
+        assert _vectorized(s) and "unroll(" in s.to_python(), (n, s.to_python())
+        assert SearchSpace(C, sizes).point(s) is not None, (n, s.to_python())
+        with monkeypatch.context() as m:
+            m.setattr(narrow_tile, "NARROW_COLUMNS", 0)  # before: the scalar nest
+            assert not _vectorized(heuristic.heuristic_schedule(C, sizes))
+    # rows of 2 and 3 columns are narrower than the space's vectors: the scalar nest
+    for n in (2, 3):
+        s = heuristic.heuristic_schedule(C, {"M": 37, "N": n, "K": 13})
+        assert not _vectorized(s), s.to_python()
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_narrow_tiles_match_numpy_on_odd_sizes(dtype, rng, monkeypatch):
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    C = gemm(dtype)
+    npd = np.float64 if dtype == tl.float64 else np.float32
+    tol = 1e-10 if dtype == tl.float64 else 2e-4
+    for m, n, k in [(37, 4, 13), (17, 5, 1), (31, 7, 101), (64, 8, 3), (19, 16, 29)]:
+        kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
+        a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol)
