@@ -902,9 +902,9 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
     i = row_var(f, args) if len(args) >= 2 else args[0]
     width, rows = register_tile(ext[args[-1]], ext[i], lanes, accumulators)
     if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
-            and ext[i] >= rows and narrow_tile.takes(ext[args[-1]], lanes):
+            and narrow_tile.takes(ext[args[-1]], lanes, ext[i], rows):
         x = args[-1]
-        io, ii = st.split(i, rows)
+        io, ii = st.split(i, min(rows, ext[i]))
         xo, xi = st.split(x, width, tail=tail)
         outer = [a if a != i else io.name for a in args[:-1]] + [xo.name]
         st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)

@@ -21,11 +21,18 @@ from __future__ import annotations
 NARROW_COLUMNS = 4
 
 
-def takes(columns: int, lanes: int) -> bool:
-    """Whether a GEMM-like reduction whose rows have ``columns`` elements takes the register
-    tile: longer than a native vector of ``lanes``, or (``NARROW_COLUMNS``) at least that many.
+def takes(columns: int, lanes: int, row_extent: int, rows: int) -> bool:
+    """Whether a GEMM-like reduction whose rows have ``columns`` elements, ``row_extent`` of them,
+    takes the register tile of ``rows`` rows (``accumulator_rows``): rows longer than a native
+    vector of ``lanes``, or (``NARROW_COLUMNS``) at least that many columns; at least ``rows``
+    rows, or (a narrow row, at least two of them) a tile of all of them, which is the search
+    space's ``regs`` rows too (``min(extent, accumulator_rows(...))``).
 
-    >>> [takes(n, 8) for n in (2, 3, 4, 8, 9, 1000)]
+    >>> [takes(n, 8, 37, 16) for n in (2, 3, 4, 8, 9, 1000)]
     [False, False, True, True, True, True]
+    >>> [takes(n, 8, m, 16) for n, m in [(8, 3), (8, 1), (9, 3), (1000, 3)]]
+    [True, False, False, False]
     """
-    return columns > lanes or bool(NARROW_COLUMNS) and columns >= NARROW_COLUMNS
+    if row_extent >= rows:
+        return columns > lanes or bool(NARROW_COLUMNS) and columns >= NARROW_COLUMNS
+    return bool(NARROW_COLUMNS) and NARROW_COLUMNS <= columns <= lanes and row_extent >= 2

@@ -35,6 +35,13 @@ def test_a_narrow_gemm_takes_a_register_tile(dtype, monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(narrow_tile, "NARROW_COLUMNS", 0)  # before: the scalar nest
             assert not _vectorized(heuristic.heuristic_schedule(C, sizes))
+    # fewer rows than the tile's: a tile of all of them (the space's ``regs`` rows too)
+    for m in (2, 3, 7):
+        sizes = {"M": m, "N": lanes, "K": 13}
+        s = heuristic.heuristic_schedule(C, sizes)
+        assert _vectorized(s) and f"split('i', {m}" in s.to_python().replace('"', "'"), \
+            (m, s.to_python())
+        assert SearchSpace(C, sizes).point(s) is not None, (m, s.to_python())
     # rows of 2 and 3 columns are narrower than the space's vectors: the scalar nest
     for n in (2, 3):
         s = heuristic.heuristic_schedule(C, {"M": 37, "N": n, "K": 13})
@@ -47,7 +54,8 @@ def test_narrow_tiles_match_numpy_on_odd_sizes(dtype, rng, monkeypatch):
     C = gemm(dtype)
     npd = np.float64 if dtype == tl.float64 else np.float32
     tol = 1e-10 if dtype == tl.float64 else 2e-4
-    for m, n, k in [(37, 4, 13), (17, 5, 1), (31, 7, 101), (64, 8, 3), (19, 16, 29)]:
+    for m, n, k in [(37, 4, 13), (17, 5, 1), (31, 7, 101), (64, 8, 3), (19, 16, 29),
+                    (3, 8, 13), (2, 5, 7), (7, 16, 1)]:
         kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
         a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol)
