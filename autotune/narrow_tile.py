@@ -1,16 +1,16 @@
 """A register tile over a row of at most one native vector: a GEMM-like reduction whose output
-has a few columns (``C = A B`` with ``B`` of 4 to 16 float64 columns on AVX-512: a linear layer
-with few outputs, a block of right-hand sides).
+has a few columns (``C = A B`` with ``B`` of 4 columns up to one native vector, 8 float64 or 16
+float32 on AVX-512: a linear layer with few outputs, a block of right-hand sides).
 
 The rule-based schedule's register tile (``heuristic._stage``: rows unrolled, the reduction
 inside, the row's vectors innermost) took only rows longer than a native vector. A narrower
 row fell through to the scalar nest: one dot product per output cell, its reduction a chain of
 dependent multiply-adds reading ``B`` down a column. A tile of one vector (or a narrower one,
 ``vectorize`` taking the row whole) over ``accumulator_rows`` rows keeps that many independent
-accumulators in registers and reads each row of ``B`` once per tile: float64 32 x 8 x 1000 ran
-20 times faster (docs/performance.md, "A register tile over a narrow row"). The tile is a point
-of the search space, whose vector widths start at 4 (``space.VECTOR_WIDTHS``): rows of 2 or 3
-keep the scalar nest.
+accumulators in registers and reads each row of ``B`` once per tile; fewer rows than that make
+one tile of all of them (docs/performance.md, "A register tile over a narrow row"). The tile is
+a point of the search space, whose vector widths start at 4 (``space.VECTOR_WIDTHS``): rows of
+2 or 3 keep the scalar nest.
 """
 
 from __future__ import annotations
