@@ -9,7 +9,8 @@ reference, then NumPy, the default schedule (every Func at root, the naive loop 
 rule-based schedule (what ``tl.compile(F, "auto")`` uses without tuning records) and, with
 ``--tune``, ``tl.autotune``'s best (that many seconds per kernel, no cache writes) are timed in
 interleaved rounds (``autotune.timing.interleaved``: one warm-up and one timed run per block,
-NumPy's BLAS threads given time to settle). The table gives the median seconds, the spread
+a run of a kernel under 1 ms repeating it until it lasts ``timing.MIN_RUN_SECONDS``, NumPy's
+BLAS threads given time to settle). The table gives the median seconds, the spread
 (interquartile range / median) of NumPy and the rule-based schedule, the ratio
 NumPy / tensorlang (> 1: tensorlang is faster), rule-based / default (the no-trap check: it must
 not be below 0.9) and the geometric means over the kernels run. ``--against`` adds a column
