@@ -31,8 +31,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   block of A and each ``kc x nr`` panel of B copied into contiguous buffers; ``kc`` and the row
   block from the analytical model of ``cpu_model``); the register tile above where the sizes do
   not allow it;
-- a row reduction along a contiguous index (``tmp[i] = A[i, k] * x[k]``) accumulates a vector
-  of partial sums per row, ``LANE_ROWS`` rows together (``rfactor_rules.rfactor_lanes``);
+- a row reduction along a contiguous index (``tmp[i] = A[i, k] * x[k]``, or into rows of 2-3
+  columns) accumulates vectors of partial sums per row, rows together (``rfactor_lanes``);
 - a reduction with one pure Var (or others of extent 1) that indexes the last dimension of what
   it reads (``y[j] = A[i, j] * x[i]``) runs its reduction loops outside a segment of ``ROW_VECTORS``
   vectors of that Var: every reduction step then reads a contiguous row segment; where the
@@ -339,7 +339,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                     t, f, extents, lanes(f, target), target))
             elif variant == "lanes":
                 t = None if one else _try(s, lambda t, f=f: _rfactor_lanes_stage(
-                    t, f, extents, lanes(f, target), p.funcs, cpu_model(target).sibling_lanes))
+                    t, f, extents, lanes(f, target), p.funcs, cpu_model(target)))
             elif variant == "columns":
                 t = None if one else _try(s, lambda t, f=f: _column_rows_stage(
                     t, f, extents, lanes(f, target), cpu_model(target)))

@@ -10,7 +10,7 @@ dependent multiply-adds reading ``B`` down a column. A tile of one vector (or a 
 accumulators in registers and reads each row of ``B`` once per tile; fewer rows than that make
 one tile of all of them (docs/performance.md, "A register tile over a narrow row"). The tile is
 a point of the search space, whose vector widths start at 4 (``space.VECTOR_WIDTHS``): rows of
-2 or 3 keep the scalar nest.
+2 or 3 reduce in vector lanes along the reduction instead (``rfactor_rules.narrow_columns``).
 """
 
 from __future__ import annotations

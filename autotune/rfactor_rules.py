@@ -22,12 +22,22 @@ from tensorlang.expr import Access, Expr, Var, walk
 from tensorlang.func import Func
 from tensorlang.schedule.schedule import Schedule
 
+from .cpu_model import CpuModel
 from .workloads import BoundExtents
 
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x), and of the
 #: partial sums of a row reduction in vector lanes (``rfactor_lanes``): 8 ran PolyBench's atax,
 #: bicg, mvt and gemver faster than 4 or 16 on an AVX-512 Xeon (docs/performance.md)
 ROW_VECTORS = 8
+#: the most columns of a row reduction into a narrow row that takes vector lanes
+#: (``narrow_columns``; 0: none, rows of one element only)
+NARROW_LANE_COLUMNS = 3
+#: vector registers a block of rows of a narrow row in vector lanes leaves to operands besides
+#: its columns' vectors of ``B`` (``rfactor_lanes``: the loads of ``A`` can be FMA operands)
+LANE_OPERANDS = 0
+#: the reduction of a narrow row (``narrow_columns``) takes vector lanes where at least twice
+#: this many vectors long
+NARROW_LANE_VECTORS = 1
 #: rows of a row reduction in vector lanes that read their segments together
 #: (``rfactor_lanes``: one vector of partial sums per row, the rows' loads in flight at once, each
 #: load of the shared vector used by all; OpenBLAS's dgemv_t kernels take 4 to 8 rows)
@@ -173,35 +183,53 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
     """Whether ``rfactor_lanes`` applies to ``f``: a pure definition's reduction over one RVar
     ``k`` into one pure Var ``i`` (no ``RDom.where``, no update), ``k`` the contiguous index of
     a matrix read and ``i`` of none (``tmp[i] = A[i, k] * x[k]``: a matrix-vector product, a
-    row sum), ``k`` at least ``2 * ROW_VECTORS`` vectors long and ``i`` at least as long as
-    there are threads (fewer rows: ``rfactor_chunks``), and no other row reduction among
-    ``funcs`` (its pipeline's) that shares a read with it: a row sum and a row max of one matrix
-    read it once together (``fuse_siblings``), which beat two passes in vector lanes. Two that
-    share only a vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) take lanes where
+    row sum), or into ``i`` and a narrow ``j`` (``narrow_columns``: ``C[i, j] = A[i, k] *
+    B[k, j]`` with ``B`` of 2 or 3 columns), ``k`` at least ``2 * ROW_VECTORS`` vectors long
+    (a narrow row: ``2 * NARROW_LANE_VECTORS``) and ``i`` at least as long as there are threads
+    (fewer rows: ``rfactor_chunks``), and no other row reduction among ``funcs`` (its
+    pipeline's) that shares a read with it: a row sum and a row max of one matrix read it once
+    together (``fuse_siblings``), which beat two passes in vector lanes. Two that share only a
+    vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) take lanes where
     ``sibling_lanes`` says so (``CpuModel.sibling_lanes``, ``SIBLING_LANES``): on Zen 4 they ran
     slower in lanes than as plain row loops, on Ice Lake-SP faster (docs/performance.md)."""
     d = f.definition
     assert d is not None
-    if len(d.args) != 1 or len(d.rvars) != 1 or d.predicate or f.updates:
+    if len(d.rvars) != 1 or d.predicate or f.updates:
+        return False
+    if len(d.args) != 1 and not narrow_columns(f, extents):
         return False
     lone = sibling_lanes if SIBLING_LANES < 0 else bool(SIBLING_LANES)
     rows = {d.args[0].name}
     if any(_siblings(f, g) and _row_reduction(g)
+           and (len(g.definition.args) == 1 or narrow_columns(g, extents))  # type: ignore
            and (not lone or shared_read(d.value, g.definition.value, rows))  # type: ignore
            for g in funcs):
         return False
+    vectors = ROW_VECTORS if len(d.args) == 1 else NARROW_LANE_VECTORS
     return (_row_reduction(f)
-            and extents.extent(f.name, d.rvars[0].name) >= 2 * ROW_VECTORS * lanes
+            and extents.extent(f.name, d.rvars[0].name) >= 2 * vectors * lanes
             and extents.extent(f.name, d.args[0].name) >= max(2, num_threads()))
 
 
-def _row_reduction(f: Func) -> bool:
-    """``f[i] = ... A[i, k] ...`` over one RVar ``k``: ``k`` the contiguous index of a matrix
-    read, ``i`` of none (a column reduction such as PolyBench bicg's ``s[j] = r[i] * A[i, j]``,
-    which shares ``A`` with the row reduction ``q``, is not: it walks ``A`` in another order, so
-    ``fuse_siblings`` never computes the two together)."""
+def narrow_columns(f: Func, extents: BoundExtents) -> bool:
+    """Whether ``f`` is a reduction over one RVar into rows ``i`` of 2 up to
+    ``NARROW_LANE_COLUMNS`` columns ``j`` (``C[i, j] = A[i, k] * B[k, j]`` with ``B`` of 2
+    or 3 columns: too narrow for the register tile's vectors along ``j``, which start at 4
+    lanes, ``narrow_tile``): ``rfactor_lanes`` computes each row's few sums in vector lanes
+    along ``k``, reading ``B`` down its columns (strided loads) once per block of rows."""
     d = f.definition
-    if d is None or len(d.args) != 1 or len(d.rvars) != 1:
+    assert d is not None
+    return (len(d.args) == 2 and len(d.rvars) == 1
+            and 2 <= extents.extent(f.name, d.args[1].name) <= NARROW_LANE_COLUMNS)
+
+
+def _row_reduction(f: Func) -> bool:
+    """``f[i] = ... A[i, k] ...`` (or ``f[i, j]``) over one RVar ``k``: ``k`` the contiguous
+    index of a matrix read, ``i`` of none (a column reduction such as PolyBench bicg's
+    ``s[j] = r[i] * A[i, j]``, which shares ``A`` with the row reduction ``q``, is not: it walks
+    ``A`` in another order, so ``fuse_siblings`` never computes the two together)."""
+    d = f.definition
+    if d is None or len(d.args) not in (1, 2) or len(d.rvars) != 1:
         return False
     return contiguous_in(f, d.rvars[0].name, rank=2) and not contiguous_in(
         f, d.args[0].name, rank=2)
@@ -219,7 +247,8 @@ def _siblings(f: Func, g: Func) -> bool:
     return bool(mine & theirs)
 
 
-def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> None:
+def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
+                  registers: int = 32) -> None:
     """Split ``f``'s reduction loop ``k`` by one native vector and rfactor the inner loop:
     ``<f>_rf[i, k.i]`` holds a vector of partial sums per row; ``LANE_ROWS`` rows (``i``
     split, unrolled inside ``k.o``) accumulate in as many vector registers as ``k.o`` walks
@@ -227,7 +256,11 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> No
     by every row, no chain of dependent adds through one scalar: the form of BLAS's
     ``dgemv_t`` kernels), blocks of rows in parallel; ``f`` adds each row's partials up. Where
     the rows make fewer blocks than threads (or fewer than two blocks), one row at a time with
-    ``ROW_VECTORS`` vectors of partial sums instead. The sum is reassociated (as
+    ``ROW_VECTORS`` vectors of partial sums instead (a narrow row: as many as a block has rows).
+    A row of a few columns (``narrow_columns``: ``<f>_rf[i, j, k.i]``) keeps one vector per
+    column, the columns unrolled inside the rows, the rows of a block halved down from
+    ``LANE_ROWS`` until its accumulators, a vector of ``B`` per column and ``LANE_OPERANDS``
+    more fit the target's ``registers`` vector registers. The sum is reassociated (as
     ``rfactor`` always does). Needs ``rfactor_lanes_possible``.
 
     Raises:
@@ -235,26 +268,40 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int) -> No
     d = f.definition
     assert d is not None
     rows = extents.extent(f.name, d.args[0].name)
-    block = LANE_ROWS if rows >= LANE_ROWS * max(2, num_threads()) else 1
-    _, ki = s[f].split(d.rvars[0].name, (ROW_VECTORS if block == 1 else 1) * lanes,
+    columns = extents.extent(f.name, d.args[1].name) if len(d.args) == 2 else 1
+    per_block = LANE_ROWS
+    while per_block > 1 and per_block * columns > registers - columns - LANE_OPERANDS:
+        per_block //= 2
+    block = per_block if rows >= per_block * max(2, num_threads()) else 1
+    vectors = ROW_VECTORS if columns == 1 else per_block  # (one row at a time)
+    _, ki = s[f].split(d.rvars[0].name, (vectors if block == 1 else 1) * lanes,
                        tail="GuardWithIf")
     rf = s.rfactor(f, ki)
-    row, lane, walk_loop = (lp.name for lp in rf.loops)
+    names = [lp.name for lp in rf.loops]
+    row, lane, walk_loop = names[0], names[-2], names[-1]
+    outer: list[str] = []  # a narrow row's columns: split by their count, outside k.o
+    inner: list[str] = []  # and inside (unrolled)
+    if len(names) == 4:
+        jo, ji = rf.split(names[1], columns)
+        outer, inner = [jo.name], [ji.name]
     if block > 1:
         ro, ri = rf.split(row, block)
-        rf.reorder(ro, walk_loop, ri, lane).unroll(ri)
+        rf.reorder(ro, *outer, walk_loop, ri, *inner, lane).unroll(ri)
         row = ro.name
         rf.vectorize(lane)
     else:
-        rf.reorder(row, walk_loop, lane)
+        rf.reorder(row, *outer, walk_loop, *inner, lane)
         rf.vectorize(lane, lanes).unroll(f"{lane}.o")
+    for name in inner:
+        rf.unroll(name)
     if rows >= 2 and num_threads() > 1:
         rf.parallel(row)
 
 
 def _rfactor_lanes_stage(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
-                         funcs: Sequence[Func], sibling_lanes: bool) -> None:
-    """``rfactor_lanes`` where it applies, else ScheduleError."""
-    if not rfactor_lanes_possible(f, extents, lanes, funcs, sibling_lanes):
+                         funcs: Sequence[Func], cpu: CpuModel) -> None:
+    """``rfactor_lanes`` where it applies (siblings in lanes as ``cpu`` says, a block of rows in
+    its vector registers), else ScheduleError."""
+    if not rfactor_lanes_possible(f, extents, lanes, funcs, cpu.sibling_lanes):
         raise ScheduleError(f"{f.name}: not a row reduction along a contiguous index")
-    rfactor_lanes(s, f, extents, lanes)
+    rfactor_lanes(s, f, extents, lanes, cpu.vector_registers)

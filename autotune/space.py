@@ -63,9 +63,10 @@ Func computed at root or at a consumer loop):
   ``<F>_rf`` (``rfactor_rules.rfactor_chunks``, the rule-based schedule's form), instead of the
   decisions above; or not.
 - ``<F>.rfactor_lanes``, next, for a root row reduction along a contiguous index
-  (``rfactor_rules.rfactor_lanes_possible``: a matrix-vector product, a row sum): the reduction in
-  vector lanes of ``<F>_rf``, rows in parallel (``rfactor_rules.rfactor_lanes``, the rule-based
-  schedule's form), instead of the decisions above; or not.
+  (``rfactor_rules.rfactor_lanes_possible``: a matrix-vector product, a row sum, a GEMM into rows
+  of 2-3 columns): the reduction in vector lanes of ``<F>_rf``, rows in parallel
+  (``rfactor_rules.rfactor_lanes``, the rule-based schedule's form), instead of the decisions
+  above; or not.
 - ``<F>.column_rows``, next, for a root column reduction of a matrix streamed from memory
   (``stream_rules.column_rows_possible``: ``A^T x`` of a matrix larger than half the L3): a band
   of columns per thread, a few rows at a time along it (``stream_rules.column_rows``, the
@@ -457,7 +458,7 @@ class SearchSpace:
                 rfactor_lanes_possible(f, self.extents, width, self.pipeline.funcs,
                                        cpu_model(self.target).sibling_lanes) and \
                 trial.suggest_categorical(f"{f.name}.rfactor_lanes", [False, True]):
-            rfactor_lanes(s, f, self.extents, width)
+            rfactor_lanes(s, f, self.extents, width, cpu_model(self.target).vector_registers)
             return
         if s.states[f.name].compute.kind == "root" and \
                 column_rows_possible(f, self.extents, width, cpu_model(self.target)) and \

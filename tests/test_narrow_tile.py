@@ -42,7 +42,8 @@ def test_a_narrow_gemm_takes_a_register_tile(dtype, monkeypatch):
         assert _vectorized(s) and f"split('i', {m}" in s.to_python().replace('"', "'"), \
             (m, s.to_python())
         assert SearchSpace(C, sizes).point(s) is not None, (m, s.to_python())
-    # rows of 2 and 3 columns are narrower than the space's vectors: the scalar nest
+    # rows of 2 and 3 columns are narrower than the space's vectors: the scalar nest where the
+    # reduction is shorter than two vectors (longer: in vector lanes, test_narrow_lanes.py)
     for n in (2, 3):
         s = heuristic.heuristic_schedule(C, {"M": 37, "N": n, "K": 13})
         assert not _vectorized(s), s.to_python()

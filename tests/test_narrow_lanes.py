@@ -1,0 +1,84 @@
+"""A GEMM whose rows have 2 or 3 columns reduces in vector lanes along ``k``
+(``rfactor_rules.narrow_columns`` and ``rfactor_lanes``): which shapes take the form, its row
+blocks in the target's vector registers, that the kernels match NumPy on odd sizes, and that the
+rule-based schedule stays a point of the search space."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import pytest
+
+import tensorlang as tl
+from tensorlang.autotuner import heuristic, rfactor_rules
+from tensorlang.autotuner import space as space_mod
+from tensorlang.autotuner.space import SearchSpace
+
+sys.path.insert(0, os.path.dirname(__file__))
+from algorithms import described_target, gemm  # noqa: E402
+
+
+def _threads(monkeypatch, n: int) -> None:
+    for module in (heuristic, rfactor_rules, space_mod):
+        monkeypatch.setattr(module, "num_threads", lambda: n)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_a_gemm_of_two_or_three_columns_reduces_in_vector_lanes(dtype, threads, monkeypatch):
+    _threads(monkeypatch, threads)
+    C = gemm(dtype)
+    lanes = heuristic.lanes(C)
+    for n in (2, 3):
+        sizes = {"M": 1000, "N": n, "K": 2 * lanes}
+        s = heuristic.heuristic_schedule(C, sizes)
+        text = s.to_python()
+        assert "s.rfactor('C', 'k.i')" in text and 's["C_rf"].vectorize(' in text, text
+        assert f"s[\"C_rf\"].split('j', {n})" in text and "unroll('j.i')" in text, text
+        assert ("parallel(" in text) == (threads == 2), text
+        point = SearchSpace(C, sizes).point(s)
+        assert point is not None and point[0]["C.rfactor_lanes"] is True, text
+        with monkeypatch.context() as m:
+            m.setattr(rfactor_rules, "NARROW_LANE_COLUMNS", 0)  # before: the scalar nest
+            assert "rfactor" not in heuristic.heuristic_schedule(C, sizes).to_python()
+    # not: 4 columns (a register tile along j, narrow_tile), a reduction shorter than two
+    # vectors, one column (a matrix-vector product as a matrix: other rules)
+    for n, k in [(4, 1000), (2, 2 * lanes - 1), (1, 1000)]:
+        text = heuristic.heuristic_schedule(C, {"M": 1000, "N": n, "K": k}).to_python()
+        assert "rfactor" not in text, (n, k, text)
+
+
+@pytest.mark.parametrize("cpu,columns,rows", [("skylake-avx512", 2, 8), ("skylake-avx512", 3, 8),
+                                              ("haswell", 2, 4), ("haswell", 3, 4)])
+def test_a_block_of_narrow_rows_fits_the_vector_registers(cpu, columns, rows, monkeypatch):
+    # a block's accumulators (rows x columns vectors) and one vector of B per column within the
+    # target's registers: AVX-512's 32 hold 8 rows of 3, AVX2's 16 only 4 rows of 2 or 3
+    _threads(monkeypatch, 2)
+    C = gemm(tl.float64)
+    text = heuristic.heuristic_schedule(
+        C, {"M": 1000, "N": columns, "K": 1000}, described_target(cpu)).to_python()
+    assert f"s[\"C_rf\"].split('i', {rows})" in text, text
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_narrow_rows_in_vector_lanes_match_numpy_on_odd_sizes(dtype, threads, rng, monkeypatch):
+    # rows not a multiple of the block (and fewer rows than two blocks: one row at a time),
+    # k not a multiple of the lanes (a guarded last vector), a prime number of everything
+    _threads(monkeypatch, threads)
+    C = gemm(dtype)
+    lanes = heuristic.lanes(C)
+    npd = np.float64 if dtype == tl.float64 else np.float32
+    tol = 1e-10 if dtype == tl.float64 else 2e-4
+    for m, n, k in [(37, 2, 101), (1009, 3, 2 * lanes), (7, 3, 1009), (2, 2, 97)]:
+        s = heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k})
+        assert "rfactor" in s.to_python(), (m, n, k)
+        kern = tl.compile(C, s)
+        a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol * k)
+        # the kernel is compiled for no particular size: others run it right too
+        for m2, n2, k2 in [(1, 1, 1), (5, 3, 7), (40, 2, 333), (9, 5, 17)]:
+            a, b = rng.random((m2, k2)).astype(npd), rng.random((k2, n2)).astype(npd)
+            np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol * k2)
