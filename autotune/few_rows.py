@@ -187,11 +187,12 @@ def panels_beat_blocks(extent: int, width: int, threads: int, least: float,
         >= min(least, shared(blocks, threads)))
 
 
-def vector_tile(st: Stage, rows: str, vector: str, width: int, lanes: int) -> None:
-    """A register tile's loops: ``rows`` unrolled, ``vector`` (``width`` lanes) vectorized by
-    ``lanes`` native lanes and its vectors unrolled where ``width`` is several of them, else
-    vectorized whole (a 56-wide row: 16 + 16 + 16 + 8)."""
-    st.unroll(rows)
+def vector_tile(st: Stage, rows: str | None, vector: str, width: int, lanes: int) -> None:
+    """A register tile's loops: ``rows`` unrolled (None: a tile of one row, not split),
+    ``vector`` (``width`` lanes) vectorized by ``lanes`` native lanes and its vectors unrolled
+    where ``width`` is several of them, else vectorized whole (a 56-wide row: 16 + 16 + 16 + 8)."""
+    if rows is not None:
+        st.unroll(rows)
     if width > lanes and width % lanes == 0:
         st.vectorize(vector, lanes).unroll(f"{vector}.o")
     else:

@@ -901,20 +901,6 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
     i = row_var(f, args) if len(args) >= 2 else args[0]
     width, rows = register_tile(ext[args[-1]], ext[i], lanes, accumulators)
-    if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
-            and narrow_tile.takes(ext[args[-1]], lanes, ext[i], rows):
-        x = args[-1]
-        io, ii = st.split(i, min(rows, ext[i]))
-        xo, xi = st.split(x, width, tail=tail)
-        outer = [a if a != i else io.name for a in args[:-1]] + [xo.name]
-        st.reorder(*outer, *[r.name for r in d.rvars], ii.name, xi.name)
-        # whole native vectors, unrolled (the form the search space gives this tile)
-        few_rows.vector_tile(st, ii.name, xi.name, width, lanes)
-        if not nested:  # inside the output's parallel loop: no nested thread pool
-            # the outermost tile loop with two iterations or more (as the search space picks)
-            count = {**ext, io.name: -(-ext[i] // rows), xo.name: -(-ext[x] // width)}
-            st.parallel(next((a for a in outer if count[a] >= 2), outer[0]))
-        return
     if variant in ("full", "guard") and d.rvars and only_vars_of_one(args[:-1], ext) \
             and ext[args[-1]] >= rfactor_rules.MIN_ROW_SEGMENTS * ROW_VECTORS * lanes \
             and contiguous_in(f, args[-1]):
@@ -928,6 +914,9 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
         if not nested:
             st.parallel(xo)
         return
+    if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
+            and narrow_tile.takes(ext[args[-1]], lanes, ext[i], rows):
+        return narrow_tile.register_tile(st, d, i, ext, (width, rows, lanes), tail, nested)
     if variant != "parallel" and not d.rvars and ext[args[-1]] >= lanes:
         st.vectorize(args[-1], lanes, tail=tail)
         if par is None and ext[args[-1]] >= 2 * lanes:

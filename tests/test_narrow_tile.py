@@ -60,3 +60,40 @@ def test_narrow_tiles_match_numpy_on_odd_sizes(dtype, rng, monkeypatch):
         kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
         a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_a_gemm_of_fewer_rows_than_the_tile_takes_a_tile_of_all_of_them(dtype, monkeypatch):
+    # rows wider than a native vector too (2 x 16 x 1000 ran the default nest: no rule applied),
+    # and one row (x^T B) narrower than a row segment: a tile of one row, its Var not split
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    C = gemm(dtype)
+    lanes = heuristic.lanes(C)
+    for m, n in [(2, 16), (3, 33), (1, 33), (1, 7), (1, 4), (2, 2 * lanes + 1)]:
+        sizes = {"M": m, "N": n, "K": 1000}
+        s = heuristic.heuristic_schedule(C, sizes)
+        text = s.to_python().replace('"', "'")
+        assert _vectorized(s) and (f"split('i', {m})" in text) == (m > 1), (m, n, text)
+        assert SearchSpace(C, sizes).point(s) is not None, (m, n, text)
+        with monkeypatch.context() as mp:  # before: the default nest here
+            mp.setattr(narrow_tile, "FEW_ROWS_WIDE", 0)
+            mp.setattr(narrow_tile, "FEW_ROWS_LEAST", 2)
+            before = heuristic.heuristic_schedule(C, sizes).to_python()
+            if m == 1 or (m, n) == (2, 16) and lanes == 8:
+                assert before == "", (m, n, before)
+    # one row of at least a row segment keeps the segment form (ROW_VECTORS vectors)
+    text = heuristic.heuristic_schedule(C, {"M": 1, "N": 9 * lanes, "K": 1000}).to_python()
+    assert f"split('j', {8 * lanes}" in text.replace('"', "'"), text
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_tiles_of_all_the_rows_match_numpy_on_odd_sizes(dtype, rng, monkeypatch):
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    C = gemm(dtype)
+    npd = np.float64 if dtype == tl.float64 else np.float32
+    tol = 1e-10 if dtype == tl.float64 else 2e-4
+    for m, n, k in [(2, 17, 101), (3, 33, 1), (1, 33, 97), (1, 5, 13)]:
+        kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
+        for m2, n2, k2 in [(m, n, k), (1, 1, 1), (3, 40, 7), (1, 4, 2)]:
+            a, b = rng.random((m2, k2)).astype(npd), rng.random((k2, n2)).astype(npd)
+            np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol * k2)
