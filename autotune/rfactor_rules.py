@@ -23,6 +23,7 @@ from tensorlang.func import Func
 from tensorlang.schedule.schedule import Schedule
 
 from .cpu_model import CpuModel
+from .serial_share import few_vectors
 from .workloads import BoundExtents
 
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x), and of the
@@ -37,7 +38,7 @@ NARROW_LANE_COLUMNS = 3
 LANE_OPERANDS = 0
 #: the reduction of a narrow row (``narrow_columns``) takes vector lanes where at least twice
 #: this many vectors long
-NARROW_LANE_VECTORS = 1
+NARROW_LANE_VECTORS = 2
 #: rows of a row reduction in vector lanes that read their segments together
 #: (``rfactor_lanes``: one vector of partial sums per row, the rows' loads in flight at once, each
 #: load of the shared vector used by all; OpenBLAS's dgemv_t kernels take 4 to 8 rows)
@@ -256,12 +257,13 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     by every row, no chain of dependent adds through one scalar: the form of BLAS's
     ``dgemv_t`` kernels), blocks of rows in parallel; ``f`` adds each row's partials up. Where
     the rows make fewer blocks than threads (or fewer than two blocks), one row at a time with
-    ``ROW_VECTORS`` vectors of partial sums instead (a narrow row: as many as a block has rows).
-    A row of a few columns (``narrow_columns``: ``<f>_rf[i, j, k.i]``) keeps one vector per
-    column, the columns unrolled inside the rows, the rows of a block halved down from
-    ``LANE_ROWS`` until its accumulators, a vector of ``B`` per column and ``LANE_OPERANDS``
-    more fit the target's ``registers`` vector registers. The sum is reassociated (as
-    ``rfactor`` always does). Needs ``rfactor_lanes_possible``.
+    ``ROW_VECTORS`` vectors of partial sums instead. A row of a few columns (``narrow_columns``:
+    ``<f>_rf[i, j, k.i]``) keeps one vector per column, the columns unrolled inside the rows,
+    the rows of a block halved down from ``LANE_ROWS`` until its accumulators, a vector of
+    ``B`` per column and ``LANE_OPERANDS`` more fit the target's ``registers`` vector registers
+    (fewer rows: one block of all of them), serially where the product is small
+    (``serial_share.few_vectors``). The sum is reassociated (as ``rfactor`` always does). Needs
+    ``rfactor_lanes_possible``.
 
     Raises:
         ScheduleError: ``rfactor`` refuses the reduction."""
@@ -273,8 +275,9 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     while per_block > 1 and per_block * columns > registers - columns - LANE_OPERANDS:
         per_block //= 2
     block = per_block if rows >= per_block * max(2, num_threads()) else 1
-    vectors = ROW_VECTORS if columns == 1 else per_block  # (one row at a time)
-    _, ki = s[f].split(d.rvars[0].name, (vectors if block == 1 else 1) * lanes,
+    if columns > 1:  # (a narrow row: each vector of B for every row of a block, however few)
+        block = min(per_block, rows)
+    _, ki = s[f].split(d.rvars[0].name, (ROW_VECTORS if block == 1 else 1) * lanes,
                        tail="GuardWithIf")
     rf = s.rfactor(f, ki)
     names = [lp.name for lp in rf.loops]
@@ -294,7 +297,8 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         rf.vectorize(lane, lanes).unroll(f"{lane}.o")
     for name in inner:
         rf.unroll(name)
-    if rows >= 2 and num_threads() > 1:
+    # (a narrow row's small product serially: ``serial_share.few_vectors``, as the register tile)
+    if rows >= 2 and num_threads() > 1 and not (inner and few_vectors(f, extents, lanes)):
         rf.parallel(row)
 
 

@@ -31,8 +31,9 @@ def test_a_gemm_of_two_or_three_columns_reduces_in_vector_lanes(dtype, threads, 
     _threads(monkeypatch, threads)
     C = gemm(dtype)
     lanes = heuristic.lanes(C)
+    shortest = 2 * rfactor_rules.NARROW_LANE_VECTORS * lanes  # (a shorter reduction: scalar)
     for n in (2, 3):
-        sizes = {"M": 1000, "N": n, "K": 2 * lanes}
+        sizes = {"M": 1000, "N": n, "K": 1000}
         s = heuristic.heuristic_schedule(C, sizes)
         text = s.to_python()
         assert "s.rfactor('C', 'k.i')" in text and 's["C_rf"].vectorize(' in text, text
@@ -43,9 +44,14 @@ def test_a_gemm_of_two_or_three_columns_reduces_in_vector_lanes(dtype, threads, 
         with monkeypatch.context() as m:
             m.setattr(rfactor_rules, "NARROW_LANE_COLUMNS", 0)  # before: the scalar nest
             assert "rfactor" not in heuristic.heuristic_schedule(C, sizes).to_python()
-    # not: 4 columns (a register tile along j, narrow_tile), a reduction shorter than two
-    # vectors, one column (a matrix-vector product as a matrix: other rules)
-    for n, k in [(4, 1000), (2, 2 * lanes - 1), (1, 1000)]:
+        # a small product (serial_share.few_vectors) on one thread, in one block of few rows
+        text = heuristic.heuristic_schedule(C, {"M": 7, "N": n, "K": shortest}).to_python()
+        assert "rfactor" in text and "parallel(" not in text, text
+        assert "s[\"C_rf\"].split('i', 7)" in text, text
+    # not: 4 columns (a register tile along j, narrow_tile), a reduction shorter than
+    # NARROW_LANE_VECTORS vectors twice (the scalar nest ran K = 17 float64 faster), one column
+    # (a matrix-vector product as a matrix: other rules)
+    for n, k in [(4, 1000), (2, shortest - 1), (1, 1000)]:
         text = heuristic.heuristic_schedule(C, {"M": 1000, "N": n, "K": k}).to_python()
         assert "rfactor" not in text, (n, k, text)
 
@@ -65,14 +71,15 @@ def test_a_block_of_narrow_rows_fits_the_vector_registers(cpu, columns, rows, mo
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
 def test_narrow_rows_in_vector_lanes_match_numpy_on_odd_sizes(dtype, threads, rng, monkeypatch):
-    # rows not a multiple of the block (and fewer rows than two blocks: one row at a time),
+    # rows not a multiple of the block (and fewer rows than a block: one block of all of them),
     # k not a multiple of the lanes (a guarded last vector), a prime number of everything
     _threads(monkeypatch, threads)
     C = gemm(dtype)
     lanes = heuristic.lanes(C)
     npd = np.float64 if dtype == tl.float64 else np.float32
     tol = 1e-10 if dtype == tl.float64 else 2e-4
-    for m, n, k in [(37, 2, 101), (1009, 3, 2 * lanes), (7, 3, 1009), (2, 2, 97)]:
+    shortest = 2 * rfactor_rules.NARROW_LANE_VECTORS * lanes
+    for m, n, k in [(37, 2, 101), (1009, 3, shortest), (7, 3, 1009), (2, 2, 97), (131, 3, 1000)]:
         s = heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k})
         assert "rfactor" in s.to_python(), (m, n, k)
         kern = tl.compile(C, s)
