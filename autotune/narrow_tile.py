@@ -11,6 +11,12 @@ accumulators in registers and reads each row of ``B`` once per tile; fewer rows 
 one tile of all of them (docs/performance.md, "A register tile over a narrow row"). The tile is
 a point of the search space, whose vector widths start at 4 (``space.VECTOR_WIDTHS``): rows of
 2 or 3 reduce in vector lanes along the reduction instead (``rfactor_rules.narrow_columns``).
+
+Fewer rows than the tile's make a tile of all of them for rows wider than a vector too
+(``FEW_ROWS_WIDE``: a GEMM of 2 rows and 16 columns, which no rule took), and a single row
+narrower than a row segment (``x^T B``) a tile of one row (``FEW_ROWS_LEAST``; docs/
+performance.md, "A tile of all the rows, whatever the row's width"). ``register_tile`` builds
+the tile for ``heuristic._stage``.
 """
 
 from __future__ import annotations
