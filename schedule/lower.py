@@ -9,7 +9,9 @@ Reading this file tells the whole story (Halide ``src/Lower.cpp``):
 3. ``check_loops`` — refuse unrolled loops without a constant extent;
 4. ``promote_accumulators`` — a reduction's register tile accumulates in a local buffer that
    LLVM keeps in registers (``schedule/promote.py``);
-4b. ``widen_tile_tails`` — a masked vector loop of a register tile's update runs whole vectors
+4b. ``version_live_vectors`` — the loop around a register tile whose last vectors may be wholly
+   dead (the last column panel) is versioned on how many are live (``schedule/live_vectors.py``);
+4c. ``widen_tile_tails`` — a masked vector loop of a register tile's update runs whole vectors
    where its loads cover the dead lanes (``schedule/tile_tails.py``);
 5. ``reduce_update_cells`` — an ``atomic()`` update's innermost loop that accumulates into one
    cell, split where a ``where`` on its variable changes, runs as a reduction in a register
@@ -44,6 +46,7 @@ from .promote import promote_accumulators, promoting
 from .fold_init import folding
 from .realize import lowering_switches, realize
 from .simplify import range_folding, simplify
+from .live_vectors import version_live_vectors, versioning
 from .tile_tails import widen_tile_tails, widening
 
 if TYPE_CHECKING:
@@ -74,6 +77,7 @@ PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
     ("simplify", simplify),
     ("check_loops", check_loops),
     ("promote_accumulators", promote_accumulators),
+    ("version_live_vectors", version_live_vectors),
     ("widen_tile_tails", widen_tile_tails),
     ("reduce_update_cells", reduce_update_cells),
     ("hoist_update_reads", hoist_update_reads),
@@ -103,7 +107,7 @@ def lower(output: Func | Sequence[Func] | Pipeline,
     dump = os.environ.get("TENSORLANG_DUMP", "") not in ("", "0")
     # (a benchmark switches the passes' switches between two lowerings)
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
-           folding(), lowering_switches(), range_folding(), widening(), promoting(),
+           folding(), lowering_switches(), range_folding(), widening(), versioning(), promoting(),
            cell_switches())
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
