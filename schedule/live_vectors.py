@@ -17,7 +17,9 @@ The pass takes the outermost loop ``L`` (not unrolled, not vectorized) such that
 - every loop in ``L`` named ``u`` is unrolled over a constant range ``[lo, lo + n)``, ``n >= 2``,
   and its body is one vectorized loop whose extent is ``min(c, R)`` (``ir.lane_cap``) for the
   same ``R``, affine with a negative coefficient of ``u`` (later vectors have fewer live lanes:
-  the dead ones are a suffix), and
+  the dead ones are a suffix), that accumulates into a register tile (the tile's update: the
+  tile's loads and stores around ``L`` keep their masks, and code that only initialises or
+  copies is not worth its copies: each version is compiled), and
 - ``R`` names nothing bound inside ``L``, so the count of live vectors is known before it.
 
 Cutting an iteration ``u`` whose vector loop has extent ``<= 0`` changes nothing: it ran no
@@ -32,8 +34,8 @@ from tensorlang.affine import Affine, NonAffine, affine_form, const_value, scons
 from tensorlang.dtypes import int64
 from tensorlang.expr import Cmp, Const, Expr, Var, map_children, substitute, walk
 
-from .ir import For, ForKind, IfThenElse, LetStmt, LoweredFunc, Stmt, e2s, lane_cap, map_stmt, \
-    walk_stmts
+from .ir import Allocate, For, ForKind, IfThenElse, LetStmt, LoweredFunc, Stmt, Store, e2s, \
+    lane_cap, map_stmt, walk_stmts
 from .simplify import simplify_expr
 
 #: 1: the pass runs; 0: a tile's dead vectors run (widened) or stay masked (an A/B switch)
@@ -50,9 +52,12 @@ def version_live_vectors(f: LoweredFunc) -> LoweredFunc:
     if not VERSION_LIVE_VECTORS:
         return f
 
+    registers = {b.name for b in f.buffers.values() if b.register} | {
+        s.buffer.name for s in walk_stmts(f.body) if isinstance(s, Allocate) and s.buffer.register}
+
     def go(s: Stmt) -> Stmt:
         if isinstance(s, For) and s.kind not in (ForKind.UNROLLED, ForKind.VECTORIZED):
-            tile = _tile_loops(s)
+            tile = _tile_loops(s, registers)
             if tile is not None:
                 return _versions(s, *tile)
         return map_stmt(s, go, lambda e: e)
@@ -61,11 +66,14 @@ def version_live_vectors(f: LoweredFunc) -> LoweredFunc:
     return f if body is f.body else dataclasses.replace(f, body=body)
 
 
-def _remainder(loop: For) -> Expr | None:
-    """``R`` of an unrolled ``loop`` whose body is a vector loop of extent ``min(c, R)``, ``R``
-    affine with a negative coefficient of the unrolled variable; else None."""
+def _remainder(loop: For, registers: set[str]) -> Expr | None:
+    """``R`` of an unrolled ``loop`` whose body is a vector loop of extent ``min(c, R)`` that
+    accumulates into one of the ``registers`` tiles, ``R`` affine with a negative coefficient
+    of the unrolled variable; else None."""
     v = loop.body
-    if not isinstance(v, For) or v.kind is not ForKind.VECTORIZED or lane_cap(v.extent) is None:
+    if not isinstance(v, For) or v.kind is not ForKind.VECTORIZED or lane_cap(v.extent) is None \
+            or not isinstance(v.body, Store) or v.body.reduce_op is None \
+            or v.body.buffer not in registers:
         return None
     sides = [v.extent.a, v.extent.b]
     consts = [const_value(x) for x in sides]
@@ -90,10 +98,11 @@ def _form(r: Expr, u: str) -> Affine | None:
         return None
 
 
-def _tile_loops(s: For) -> tuple[str, int, int, Expr] | None:
-    """``(u, lo, n, R)`` where ``s`` qualifies as the module docstring's ``L``, else None."""
+def _tile_loops(s: For, registers: set[str]) -> tuple[str, int, int, Expr] | None:
+    """``(u, lo, n, R)`` where ``s`` qualifies as the module docstring's ``L`` (its tiles
+    accumulating into ``registers``), else None."""
     unrolled = [t for t in walk_stmts(s.body) if isinstance(t, For)
-                and t.kind is ForKind.UNROLLED and _remainder(t) is not None]
+                and t.kind is ForKind.UNROLLED and _remainder(t, registers) is not None]
     names = {t.var for t in unrolled}
     if len(names) != 1:
         return None
@@ -101,12 +110,12 @@ def _tile_loops(s: For) -> tuple[str, int, int, Expr] | None:
     loops = [t for t in walk_stmts(s.body) if isinstance(t, For) and t.var == u]
     first = loops[0]
     lo, n = const_value(first.min), const_value(first.extent)
-    r = _remainder(first)
+    r = _remainder(first, registers)
     if lo is None or n is None or n < 2 or r is None:
         return None
     form = _form(r, u)
     for t in loops[1:]:
-        tr = _remainder(t)
+        tr = _remainder(t, registers)
         if t.kind is not ForKind.UNROLLED or tr is None or const_value(t.min) != lo \
                 or const_value(t.extent) != n or _form(tr, u) != form:
             return None
