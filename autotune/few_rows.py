@@ -24,6 +24,7 @@ from math import prod
 
 from tensorlang.schedule.schedule import Schedule, Stage
 
+from .cpu_model import CpuModel
 from .packed_reads import Packed, pack
 from .row_blocks import shared
 
@@ -61,6 +62,16 @@ COPY_ROW_BYTES = 512
 #: BLIS's order (docs/performance.md, "The columns' partial panel alone"). 0: the panels
 #: counted as equal, as before
 TAIL_ALONE = 1
+#: the most register tiles of rows (the row extent over the tile's rows, rounded up) for which
+#: this nest reads B where it is instead of copying its panels (``in_place``): a panel copied
+#: for so few tiles costs a pass over B, written and read back, that the tiles' own strided
+#: reads of B (from L2 after the first tile) do not (docs/performance.md, "Few rows read B in
+#: place"). 0: the panels copied, as before
+IN_PLACE_TILES = 8
+#: the largest share of L2 a tile's column of B (``K x width``) may take where B is read in
+#: place (the row tiles after the first read it from L2), and of L3 all of B (the copy
+#: prefetches B's rows, the tiles do not: B from memory is worth its copy)
+IN_PLACE_L2_SHARE = IN_PLACE_L3_SHARE = 0.25
 
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str,
@@ -95,6 +106,43 @@ def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str,
         st.reorder(*outer, ko, xo, *tiles, io, ki, ii, xi)
         at = ko.name
     copy(s, st, [*panels, *blocks], [xo.name] * len(panels) + [at] * len(blocks))
+    vector_tile(st, ii.name, xi.name, width, lanes)
+    if prefetch:
+        st.prefetch(st.func, io, offset=prefetch)
+    if parallel:
+        st.parallel(xo)
+
+
+def in_place(rows: int, tile_rows: int, column_bytes: int, operand_bytes: int,
+             cpu: CpuModel) -> bool:
+    """Whether this nest reads B in place (``in_place_nest``) on ``cpu``: ``rows`` rows in
+    register tiles of ``tile_rows`` rows make at most ``IN_PLACE_TILES`` tiles, a tile's
+    column of B (``column_bytes``: ``K x width`` elements) takes at most ``IN_PLACE_L2_SHARE``
+    of L2 and all of B (``operand_bytes``) at most ``IN_PLACE_L3_SHARE`` of L3.
+
+    >>> from tensorlang.autotuner.cpu_model import DESCRIBED
+    >>> zen4 = DESCRIBED["znver4"]  # L2 1 MiB, L3 32 MiB
+    >>> [in_place(m, 4, 1000 * 32 * 8, 8 * 2 ** 20, zen4) for m in (2, 7, 32, 33)]
+    [True, True, True, False]
+    >>> in_place(16, 4, 4000 * 32 * 8, 32 * 2 ** 20, zen4)  # a column of 1 MB
+    False
+    """
+    return (-(-rows // tile_rows) <= IN_PLACE_TILES
+            and column_bytes <= IN_PLACE_L2_SHARE * cpu.l2.size
+            and operand_bytes <= IN_PLACE_L3_SHARE * cpu.l3.size)
+
+
+def in_place_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
+                  prefetch: int, parallel: bool, outer: tuple[str, ...] = ()) -> None:
+    """Schedule ``st`` as ``few_rows_nest`` does, but with nothing copied and the reduction
+    whole inside each tile (``in_place``): register tiles of ``tile`` = (rows, width, lanes),
+    the column panels in ``parallel``, all the row tiles of a panel over the same columns of B
+    one after the other (B's panel, read in place, stays in L2 for the next tile), each tile
+    prefetching the next one's rows of the output ``prefetch`` tiles ahead (0: not)."""
+    rows, width, lanes = tile
+    io, ii = st.split(row, rows, tail="GuardWithIf")
+    xo, xi = st.split(x, width, tail="GuardWithIf")
+    st.reorder(*outer, xo, io, k, ii, xi)
     vector_tile(st, ii.name, xi.name, width, lanes)
     if prefetch:
         st.prefetch(st.func, io, offset=prefetch)

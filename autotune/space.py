@@ -45,7 +45,8 @@ Func computed at root or at a consumer loop):
   per thread), ``"all"`` (one row block, its tile loop inside the column panels, unsplit, the
   parallel loop then the column panels: ``few_rows``) or 1 to 64.
 - ``<F>.<x>.copy``, with the ``"all"`` row block: column panels per copy of the packed operand
-  (1, 2, 4, 8; ``few_rows.copy_panels``), the loop over them outside the row's tiles.
+  (1, 2, 4, 8; ``few_rows.copy_panels``), the loop over them outside the row's tiles; or 0:
+  nothing copied, the operands read in place (``few_rows.in_place_nest``).
 - ``<F>.prefetch``, with a ``packed`` row block: each register tile prefetches the next tile's
   rows of ``F`` (``Stage.prefetch``; ``heuristic.PREFETCH_TILE``), or not.
 - ``<F>.vectorize``: the innermost pure loop as SIMD of width 4/8/16, or not. An inner split loop
@@ -199,8 +200,8 @@ JAM_BLOCKS2 = (1, 2, 4)
 #: "all": one row block, its tiles inside the column panels, ``few_rows``)
 ROW_BLOCKS = ("model", "all", 1, 2, 4, 8, 16, 32, 64)
 #: column panels per copy of the packed operand with the "all" row block (``<F>.<x>.copy``;
-#: ``few_rows.copy_panels``)
-COPY_GROUPS = (1, 2, 4, 8)
+#: ``few_rows.copy_panels``); 0: no copies, the operands read in place (``few_rows.in_place``)
+COPY_GROUPS = (0, 1, 2, 4, 8)
 
 
 class Trial(Protocol):
@@ -578,7 +579,7 @@ class SearchSpace:
         copies: dict = {}
         if order == "packed":  # (copies of B's panels prefetch its rows: packed_reads.far_reads)
             copy = packer(f, self.extents, cpu_model(self.target).l2.size,
-                          factor.get(args[-1], self.extent(f.name, args[-1])) * group)
+                          factor.get(args[-1], self.extent(f.name, args[-1])) * max(group, 1))
         if blis:
             # (heuristic._packed_tile's BLIS branch) B's panels at the k block loop, A's row
             # block at the row block loop
@@ -589,7 +590,7 @@ class SearchSpace:
             panels = packed_operands(f, factor[args[-1]])
             copies = copy(s, stage, [*panels, *blocks], [outer_r[0] if split else batch[-1]]
                           * len(panels) + [outer_of[row]] * len(blocks))
-        elif order == "packed":
+        elif order == "packed" and group:
             # the row block at the k block loop (at the row block loop: the whole reduction)
             blocks = row_operands(f, row, split=rvars[0] in factor,
                                   rows=factor[row] if tile_rows is not None else 1,
@@ -926,16 +927,12 @@ class _Oracle:
             k = host.index(loc.loop) if loc.loop in host else AT_LEVELS
             return [f"at{k}"] if k < AT_LEVELS else []
         if rest == "order":
-            found = packed_operand(self.target.pipeline.func(func))
-            # the operand's copy for this stage: ``A_local``, or ``A_local2``... where another
-            # stage copies the same operand (symm's two sums)
-            base = f"{found[0]}_local" if found else None
-            if base is not None and any(
-                    (n == base or (n.startswith(base) and n[len(base):].isdigit()))
-                    and local.compute.func == func for n, local in states.items()):
+            if _copies(self.target, func):
                 return ["packed"]
             last = st.loops[-1]
-            return ["dot", "tile"] if st.is_reduction_loop(last) else ["tile", "dot"]
+            # (the "all" row block reading its operands in place copies nothing)
+            return ["dot", "tile", "packed"] if st.is_reduction_loop(last) else \
+                ["tile", "dot", "packed"]
         if rest == "blis":
             # BLIS's order: the first reduction loop outside the row blocks' loop
             fn = self.target.pipeline.func(func)
@@ -972,5 +969,21 @@ class _Oracle:
             return ["regs", rel.factor if rel is not None else 1]
         if what == "block":
             blk = splits.get(f"{var}.o")
+            if blk is None and not _copies(self.target, func):
+                return ["all", "model"]  # (the packed order without copies: in place)
             return ["model", *([blk.factor] if blk is not None else ["all"])]
+        if what == "copy":  # panels per copy (a split of the panels' loop), or none copied
+            grp = splits.get(f"{var}.o")
+            return [grp.factor if grp is not None else 1] if _copies(self.target, func) else [0]
         return list(choices)
+
+
+def _copies(s: Schedule, func: str) -> bool:
+    """Whether a stage of ``s`` copies ``func``'s packed operand at one of ``func``'s loops:
+    ``A_local``, or ``A_local2``... where another stage copies the same operand (symm's two
+    sums)."""
+    found = packed_operand(s.pipeline.func(func))
+    base = f"{found[0]}_local" if found else None
+    return base is not None and any(
+        (n == base or (n.startswith(base) and n[len(base):].isdigit()))
+        and local.compute.func == func for n, local in s.states.items())

@@ -46,7 +46,7 @@ EXPECTED = {
 
 
 def test_doctests():
-    for mod in (cm, heuristic, narrow_tile, row_blocks):
+    for mod in (cm, few_rows, heuristic, narrow_tile, row_blocks):
         assert doctest.testmod(mod).failed == 0
 
 

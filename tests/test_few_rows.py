@@ -17,6 +17,13 @@ from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.workloads import batch_matmul
 from tensorlang.schedule.lower import lower
 
+@pytest.fixture(autouse=True)
+def _copied(monkeypatch):
+    """These tests are of the nest that copies B's panels: few rows reading B in place
+    (``few_rows.IN_PLACE_TILES``, tests/test_in_place.py) would take most of their shapes."""
+    monkeypatch.setattr(few_rows, "IN_PLACE_TILES", 0)
+
+
 # B copied a few column panels at a time (few_rows.COPY_ROW_BYTES): j.o.o the copies, in
 # parallel, j.o.i the panels inside one
 NEST = "reorder('k.o', 'j.o.o', 'j.o.i', 'i.o', 'k.i', 'i.i', 'j.i')"
