@@ -248,8 +248,10 @@ PANELS_PER_BATCH = 1
 #: rows' remainder of an unsplit reduction, shifted"). Legal there only (each tile initialises
 #: and reduces its cells whole), and only where the row blocks run serially. 0: the piece
 SHIFT_ROWS = 1
-#: 1: an unsplit reduction's column panels past the last whole one take a guarded tail (the
-#: live vectors only: ``schedule/live_vectors.py``); 0: the last panel shifted inwards, whole
+#: 1: an unsplit reduction's column panels past the last whole one take a guarded tail where a
+#: vector of the tile is left wholly dead there (the live vectors run alone:
+#: ``schedule/live_vectors.py``); 0: the last panel shifted inwards, whole, as before (and
+#: where every vector is live: the guarded tail is a piece of its own that copies A again)
 GUARD_PANELS = 1
 #: the most a compute_at placement may multiply a Func's executed stores over computing it at root
 MAX_RECOMPUTE = 2.0
@@ -863,7 +865,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         panels = packed_operands(f, width)
         copy(s, st, [*panels, *blocks], [outer[-1]] * len(panels) + [ioo.name] * len(blocks))
     else:
-        xo, xi = st.split(x, width, tail="GuardWithIf" if GUARD_PANELS else "ShiftInwards")
+        dead = ext[x] % width and -(-(ext[x] % width) // lanes) < -(-width // lanes)
+        xo, xi = st.split(x, width, tail="GuardWithIf" if GUARD_PANELS and dead else "ShiftInwards")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)
         copy(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ioo.name] * len(blocks))
     few_rows.vector_tile(st, ii.name, xi.name, width, lanes)
