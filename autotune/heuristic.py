@@ -755,7 +755,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     small L2's ``mc``), BLIS's own order instead: per ``kc`` block, B's ``kc x N`` block copied
     once in panels, then the row blocks (Goto and van de Geijn, TOMS 2008, Fig. 8); where the
     rows make one row block, or one thread's would where the threads split them in BLIS's order
-    (``few_rows.FEW_ROWS_BLIS``), its column panels in parallel (``few_rows``).
+    (``few_rows.FEW_ROWS_BLIS``), its column panels in parallel (``few_rows``), B read in place
+    where the rows make few tiles (``few_rows.in_place``, on one thread too).
 
     Raises:
         ScheduleError: not GEMM-like, its operand fits in L1 (nothing to gain), no ``kc``

@@ -9,7 +9,7 @@ one: 33 columns cost as much as 64. This pass versions the loop around such a ti
 of live vectors (loop unswitching on a loop-invariant condition; Allen and Kennedy, "Optimizing
 Compilers for Modern Architectures", section 7.2.2): one copy of the loop per count ``v`` in
 ``1 .. n - 1``, its unrolled loop cut to its first ``v`` iterations, and the loop as it is where
-all ``n`` are live (or none). Halide leaves this to the schedule (``specialize``); BLIS's
+all ``n`` are live. Halide leaves this to the schedule (``specialize``); BLIS's
 micro-kernels likewise come in edge versions of fewer columns.
 
 The pass takes the outermost loop ``L`` (not unrolled, not vectorized) such that
@@ -34,8 +34,8 @@ from tensorlang.affine import Affine, NonAffine, affine_form, const_value, scons
 from tensorlang.dtypes import int64
 from tensorlang.expr import Cmp, Const, Expr, Var, map_children, substitute, walk
 
-from .ir import Allocate, For, ForKind, IfThenElse, LetStmt, LoweredFunc, Stmt, Store, e2s, \
-    lane_cap, map_stmt, walk_stmts
+from .ir import Allocate, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc, Stmt, Store, \
+    e2s, lane_cap, map_stmt, walk_stmts
 from .simplify import simplify_expr
 
 #: 1: the pass runs; 0: a tile's dead vectors run (widened) or stay masked (an A/B switch)
@@ -80,6 +80,8 @@ def _remainder(loop: For, registers: set[str]) -> Expr | None:
     if sum(c is not None for c in consts) != 1:
         return None
     r = sides[consts.index(None)]
+    if any(isinstance(x, Load) for x in walk(r)):  # (an extent read from memory: not fixed)
+        return None
     form = _form(r, loop.var)
     return r if form is not None and form.coeff(loop.var) < 0 else None
 
