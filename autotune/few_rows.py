@@ -72,6 +72,11 @@ IN_PLACE_TILES = 8
 #: place (the row tiles after the first read it from L2), and of L3 all of B (the copy
 #: prefetches B's rows, the tiles do not: B from memory is worth its copy)
 IN_PLACE_L2_SHARE = IN_PLACE_L3_SHARE = 0.25
+#: 1: where B is read in place, the rows past the last whole tile are the last tile shifted
+#: inwards (its first rows computed twice: legal, each tile reduces its cells whole), not a
+#: piece of their own after the column panels (docs/performance.md, "Few rows read B in
+#: place"); 0: that piece
+IN_PLACE_SHIFT = 1
 
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str,
@@ -133,14 +138,18 @@ def in_place(rows: int, tile_rows: int, column_bytes: int, operand_bytes: int,
 
 
 def in_place_nest(s: Schedule, st: Stage, row: str, x: str, k: str, tile: tuple[int, int, int],
-                  prefetch: int, parallel: bool, outer: tuple[str, ...] = ()) -> None:
+                  prefetch: int, parallel: bool, outer: tuple[str, ...] = (),
+                  row_extent: int = 0) -> None:
     """Schedule ``st`` as ``few_rows_nest`` does, but with nothing copied and the reduction
     whole inside each tile (``in_place``): register tiles of ``tile`` = (rows, width, lanes),
     the column panels in ``parallel``, all the row tiles of a panel over the same columns of B
     one after the other (B's panel, read in place, stays in L2 for the next tile), each tile
-    prefetching the next one's rows of the output ``prefetch`` tiles ahead (0: not)."""
+    prefetching the next one's rows of the output ``prefetch`` tiles ahead (0: not); rows past
+    the last whole tile of ``row_extent`` rows as the last tile shifted inwards
+    (``IN_PLACE_SHIFT``)."""
     rows, width, lanes = tile
-    io, ii = st.split(row, rows, tail="GuardWithIf")
+    shift = IN_PLACE_SHIFT and row_extent > rows and row_extent % rows
+    io, ii = st.split(row, rows, tail="ShiftInwards" if shift else "GuardWithIf")
     xo, xi = st.split(x, width, tail="GuardWithIf")
     st.reorder(*outer, xo, io, k, ii, xi)
     vector_tile(st, ii.name, xi.name, width, lanes)

@@ -828,7 +828,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     if (few or num_threads() == 1) and FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width \
             and few_rows.in_place(ext[i], rows, ext[k] * width * size, ext[k] * ext[x] * size, cpu):
         return few_rows.in_place_nest(s, st, i, x, k, (rows, width, lanes), prefetch and
-                                      PREFETCH_OFFSET, num_threads() > 1, tuple(outer))
+                                      PREFETCH_OFFSET, num_threads() > 1, tuple(outer), ext[i])
     if few:
         return few_rows.few_rows_nest(s, st, i, x, k, (rows, width, lanes, group), kc if
                                       kc < ext[k] else None, operands, blocks, prefetch and

@@ -46,7 +46,8 @@ def test_the_in_place_nest_is_a_point_of_the_space(monkeypatch):
     sizes = {"M": 29, "N": 1031, "K": 301}
     target = described_target("znver4")
     s = heuristic_schedule(C, sizes, target)
-    assert IN_PLACE in s.to_python(), s.to_python()
+    # (29 rows: the last tile shifted inwards, few_rows.IN_PLACE_SHIFT)
+    assert IN_PLACE in s.to_python() and "tail='ShiftInwards'" in s.to_python(), s.to_python()
     assert_a_point_of_the_space(C, sizes, target, s)
 
 
