@@ -17,6 +17,7 @@ from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.workloads import batch_matmul
 from tensorlang.schedule.lower import lower
 
+
 @pytest.fixture(autouse=True)
 def _copied(monkeypatch):
     """These tests are of the nest that copies B's panels: few rows reading B in place
