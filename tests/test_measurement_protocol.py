@@ -140,14 +140,19 @@ def test_a_slower_candidate_is_never_cached_as_best_under_a_cpu_hog(tmp_path):
     n = 256
     sizes = {"M": n, "N": n, "K": n}
     space = NaiveSpace(out, sizes, {"A": (n, n), "B": (n, n)})
-    cache = KernelCache(tmp_path / "kernels.sqlite")
-    log = tmp_path / "log.jsonl"
-    res = tl.autotune(out, sizes, trials=5, space=space, sampler="random", seed=0,
-                      cost_model="none", repeats=5, min_seconds=0.02,
-                      measure_hook=hog_during_rule_based, cache=cache, log=str(log))
+    # (a second run where the hog inflated the screening less than the naive nest is slower:
+    # under the suite's other worker it did, once in five suites on a 2-core VM)
+    for attempt in range(2):
+        cache = KernelCache(tmp_path / f"kernels{attempt}.sqlite")
+        log = tmp_path / f"log{attempt}.jsonl"
+        res = tl.autotune(out, sizes, trials=5, space=space, sampler="random", seed=0,
+                          cost_model="none", repeats=5, min_seconds=0.02,
+                          measure_hook=hog_during_rule_based, cache=cache, log=str(log))
+        screened_faster = [r for r in res.history if r.number >= 0 and r.state == "measured"
+                           and r.seconds < res.heuristic_seconds]
+        if screened_faster:
+            break
     rule = heuristic_schedule(out, sizes).to_json()
-    screened_faster = [r for r in res.history if r.number >= 0 and r.state == "measured"
-                       and r.seconds < res.heuristic_seconds]
     assert screened_faster, ("the injected hog did not inflate the rule-based schedule's "
                              f"screening ({res.heuristic_seconds * 1e3:.3f} ms)")
     for r in screened_faster:
