@@ -25,7 +25,13 @@ variable) and each load in it reads
   loop's variable, or a tile loop that the loop's extent depends on (the second vector of a
   16-wide tile: ``min(8, N - 8 * x.o - t)``), names no other variable than those and the tile's
   loops of constant range, and interval arithmetic bounds it inside that dimension's constant
-  allocation (a packed panel's ``x.i + 8 * x.o`` in ``[0, 16)``).
+  allocation (a packed panel's ``x.i + 8 * x.o`` in ``[0, 16)``), or, where the allocation's
+  minimum varies (a panel of the columns' remainder, run as a piece of its own: minimum
+  ``max(N // 64 * 64 + 64 * j.o, 0)``, read at ``N // 64 * 64 + j.i + 16 * j.o.i + 64 * j.o``),
+  the index less one term of that minimum (a ``max``'s operands) is affine in the tile's loops
+  and within the constant extent, and the index's least value is at or above each other term
+  (proved with the constant minima of the loops around it and sizes at least 0: a size is an
+  array's extent, and ``Pipeline.bind`` refuses a negative one).
 
 ``WIDEN_TILE_TAILS = 0`` turns the pass off (part of ``lower``'s cache key).
 """
@@ -34,44 +40,52 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensorlang.affine import const_value, sconst
+from tensorlang.affine import NonAffine, affine_form, const_value, sconst, ssub
 from tensorlang.errors import ScheduleError
-from tensorlang.expr import BinOp, Expr, Var, walk
+from tensorlang.expr import BinOp, Cast, Const, Expr, Size, Var, substitute, walk
 
 from .bounds import interval
-from .ir import Allocate, Buffer, For, ForKind, Load, LoweredFunc, Stmt, Store, lane_cap, \
-    map_stmt
+from .ir import Allocate, Buffer, For, ForKind, LetStmt, Load, LoweredFunc, Stmt, Store, \
+    lane_cap, map_stmt
 
 #: 1: the pass runs; 0: masked tails stay masked (for an A/B measurement)
 WIDEN_TILE_TAILS = 1
+#: 1: a load from a buffer whose allocation's minimum varies qualifies where its index is
+#: proved inside (``_inside_varying``); 0: only constant minima, as before (for ``--against``)
+VARYING_MINS = 1
 
 _TRAPPING = ("div", "floordiv", "mod")
 
 
-def widening() -> int:
-    """``WIDEN_TILE_TAILS`` now (part of ``lower``'s cache key: a benchmark flips it)."""
-    return WIDEN_TILE_TAILS
+def widening() -> tuple[int, int]:
+    """``WIDEN_TILE_TAILS`` and ``VARYING_MINS`` now (part of ``lower``'s cache key: a benchmark
+    flips them)."""
+    return WIDEN_TILE_TAILS, VARYING_MINS
 
 
 def widen_tile_tails(f: LoweredFunc) -> LoweredFunc:
     """Give every qualifying masked vector loop (module docstring) its lane cap as extent."""
     if not WIDEN_TILE_TAILS:
         return f
-    def go(s: Stmt, tile: dict[str, tuple[int, int]], buffers: dict[str, Buffer]) -> Stmt:
+    def go(s: Stmt, tile: dict[str, tuple[int, int]], buffers: dict[str, Buffer],
+           scope: _Scope) -> Stmt:
         if isinstance(s, Allocate):  # the allocation in scope (a name may be allocated twice)
             buffers = {**buffers, s.buffer.name: s.buffer}
+        if isinstance(s, LetStmt):
+            scope = scope.bind(s.var, s.value)
         if isinstance(s, For):
             lo, n = const_value(s.min), const_value(s.extent)
             if s.kind is ForKind.VECTORIZED and n is None:
                 cap = lane_cap(s.extent)
-                if cap is not None and _qualifies(s, cap, tile, buffers):
+                if cap is not None and _qualifies(s, cap, tile, buffers, scope):
                     return dataclasses.replace(s, extent=sconst(cap))
             if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and lo is not None \
                     and n is not None:
                 tile = {**tile, s.var: (int(lo), int(lo) + int(n) - 1)}
-        return map_stmt(s, lambda c: go(c, tile, buffers), lambda e: e)
+            scope = scope.loop(s.var, lo)
+        return map_stmt(s, lambda c: go(c, tile, buffers, scope), lambda e: e)
 
-    body = go(f.body, {}, dict(f.buffers))
+    body = go(f.body, {}, dict(f.buffers), _Scope({}, {}))
     return f if body is f.body else dataclasses.replace(f, body=body)
 
 
@@ -79,10 +93,30 @@ def _names(e: Expr) -> set[str]:
     return {n.name for n in walk(e) if isinstance(n, Var)}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Scope:
+    """The let bindings and the constant loop minima (None: not constant) around a statement."""
+
+    lets: dict[str, Expr]
+    lows: dict[str, int | None]
+
+    def bind(self, var: str, value: Expr) -> _Scope:
+        return _Scope({**self.lets, var: self.expand(value)}, self.lows)
+
+    def loop(self, var: str, low: int | None) -> _Scope:
+        lets = {k: v for k, v in self.lets.items() if k != var}
+        return _Scope(lets, {**self.lows, var: low})
+
+    def expand(self, e: Expr) -> Expr:
+        """``e`` with the lets in scope replaced by their values (themselves expanded)."""
+        used = _names(e) & self.lets.keys()
+        return substitute(e, {k: self.lets[k] for k in used}) if used else e
+
+
 def _qualifies(loop: For, cap: int, tile: dict[str, tuple[int, int]],
-               buffers: dict[str, Buffer]) -> bool:
+               buffers: dict[str, Buffer], scope: _Scope) -> bool:
     """Whether ``loop`` (vectorized, lane cap ``cap``) may run all its lanes; ``tile``: the
-    constant-range loops around it (inclusive bounds)."""
+    constant-range loops around it (inclusive bounds); ``scope``: the lets and loops around."""
     st = loop.body
     if not isinstance(st, Store) or st.initial is not None:
         return False
@@ -115,7 +149,8 @@ def _qualifies(loop: For, cap: int, tile: dict[str, tuple[int, int]],
                 return False
             if not names & deciding:
                 continue
-            if not names <= ranges.keys() or not _inside(ix, ranges, buf, d):
+            if not (names <= ranges.keys() and _inside(ix, ranges, buf, d)) \
+                    and not (VARYING_MINS and _inside_varying(ix, ranges, buf, d, scope)):
                 return False
     return True
 
@@ -131,3 +166,78 @@ def _inside(ix: Expr, ranges: dict[str, tuple[int, int]], buf: Buffer, d: int) -
         return False
     lo_v, hi_v = const_value(lo), const_value(hi)
     return lo_v is not None and hi_v is not None and lo_b <= lo_v and hi_v < lo_b + n_b
+
+
+def _inside_varying(ix: Expr, ranges: dict[str, tuple[int, int]], buf: Buffer, d: int,
+                    scope: _Scope) -> bool:
+    """Whether ``ix`` over ``ranges`` stays in ``buf``'s allocation along ``d`` whose minimum
+    varies (module docstring): for some operand ``a`` of the minimum's ``max``, ``ix - a`` is
+    affine in ``ranges``' loops with values in ``[0, extent)`` (the minimum is at least ``a``),
+    and ``ix``'s least value is at or above every other operand (so the minimum is ``a``)."""
+    n_b = const_value(buf.extents[d])
+    if n_b is None:
+        return False
+    at = scope.expand(ix)
+    terms = _max_operands(scope.expand(buf.mins[d]))
+    for a in terms:
+        diff = ssub(at, a)
+        try:
+            form = affine_form(diff)
+        except NonAffine:
+            continue
+        if form.params or not set(form.vars) <= ranges.keys():
+            continue
+        lo = hi = form.const
+        for v, c in form.coeffs:
+            first, last = ranges[v]
+            lo += c * (first if c > 0 else last)
+            hi += c * (last if c > 0 else first)
+        if lo < 0 or hi >= n_b:
+            continue
+        least = BinOp("add", a, sconst(lo), a.dtype) if lo else a
+        if all(t is a or _at_least_zero(ssub(least, t), scope) for t in terms):
+            return True
+    return False
+
+
+def _max_operands(e: Expr) -> list[Expr]:
+    """The operands of nested ``max``es (``e`` itself where it is none)."""
+    if isinstance(e, BinOp) and e.op == "max":
+        return _max_operands(e.a) + _max_operands(e.b)
+    return [e]
+
+
+def _at_least_zero(e: Expr, scope: _Scope) -> bool:
+    """Whether integer ``e`` is at least 0 wherever it is evaluated: built by sums, products by
+    non-negative constants, floor divisions by positive ones, ``min`` and ``max`` from
+    constants, sizes and loop variables whose loop starts at a constant at least 0."""
+    if isinstance(e, Const):
+        return e.dtype.is_int and int(e.value) >= 0
+    if isinstance(e, Size):
+        return True
+    if isinstance(e, Var):
+        low = scope.lows.get(e.name)
+        return low is not None and low >= 0
+    if isinstance(e, Cast) and e.dtype.is_int and e.value.dtype.is_int:
+        return _at_least_zero(e.value, scope)
+    if not isinstance(e, BinOp) or not e.dtype.is_int:
+        return False
+    a, b = _at_least_zero(e.a, scope), _at_least_zero(e.b, scope)
+    if e.op in ("add", "min"):
+        return a and b
+    if e.op == "max":
+        return a or b
+    if e.op == "mul":
+        return a and b
+    if e.op == "floordiv":
+        c = const_value(e.b)
+        return a and c is not None and c > 0
+    if e.op == "sub":  # a sum whose terms cancel to an affine form of such terms
+        try:
+            form = affine_form(e)
+        except NonAffine:
+            return False
+        return form.const >= 0 and all(
+            c > 0 and _at_least_zero(Var(v), scope) for v, c in form.coeffs) \
+            and all(c > 0 for _, c in form.params)
+    return False

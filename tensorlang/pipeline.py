@@ -212,11 +212,14 @@ class Pipeline:
 
         Raises:
             ShapeError: a rank or a fixed dimension differs, two inputs disagree on a size, a size
-                is unbound, a Func's range is negative for these sizes, or a read leaves its array.
+                is unbound or given below 0, a Func's range is negative for these sizes, or a read
+                leaves its array.
         """
         sizes: dict[str, int] = {}
         where: dict[str, str] = {}
         for k, v in (given or {}).items():
+            if int(v) < 0:  # (an extent: code generation assumes sizes at least 0)
+                raise ShapeError(f"size {k} is {v}; a size is an array's extent, at least 0")
             sizes[k] = int(v)
             where[k] = f"{k}={v}"
         for inp in self.inputs:

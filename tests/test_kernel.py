@@ -92,6 +92,8 @@ def test_size_no_input_fixes_is_passed_by_keyword_or_out():
         kern(x)
     with pytest.raises(tl.ShapeError, match="Input X dimension 0 must be 3"):
         kern(np.zeros(4, np.int64), N=2)
+    with pytest.raises(tl.ShapeError, match="size N is -1; a size is an array.s extent"):
+        kern(x, N=-1)
 
 
 def test_out_argument(mm, rng):

@@ -9,8 +9,10 @@ import pytest
 from algorithms import gemm
 
 import tensorlang as tl
+from tensorlang.affine import sconst
+from tensorlang.expr import BinOp, Size, Var
 from tensorlang.schedule import tile_tails
-from tensorlang.schedule.ir import For, ForKind, Store, walk_stmts
+from tensorlang.schedule.ir import Buffer, For, ForKind, Store, walk_stmts
 from tensorlang.schedule.lower import lower
 
 SHAPES = [(1, 1, 1), (7, 13, 5), (5, 19, 9), (3, 16, 4), (11, 29, 7), (2, 40, 3)]
@@ -77,3 +79,56 @@ def test_a_tail_reading_an_input_stays_masked(rng):
     for m, n, kk in SHAPES:
         a, b = rng.standard_normal((m, kk)), rng.standard_normal((kk, n))
         np.testing.assert_allclose(kern(A=a, B=b), a @ b, rtol=1e-12, atol=1e-12)
+
+
+def _panels_per_piece(C, lanes: int) -> tl.Schedule:
+    """The rule-based schedule's nest, small: A's block copied per ``k`` block, B's panel per
+    column panel (``cache_read`` at ``j.o``, no panel layout), so the columns' remainder, a
+    piece of its own, reads a panel whose allocation starts at ``max(N // w * w + w * j.o, 0)``."""
+    s = tl.Schedule(C)
+    s[C].split("i", 3)
+    s[C].split("j", 2 * lanes)
+    s[C].split("k", 4)
+    s[C].reorder("k.o", "j.o", "i.o", "k.i", "i.i", "j.i")
+    s.cache_read("A", s[C], "k.o", index=0)
+    s.cache_read("B", s[C], "j.o", index=0)
+    s[C].unroll("i.i")
+    s[C].vectorize("j.i", lanes)
+    s[C].unroll("j.i.o")
+    return s
+
+
+@pytest.mark.parametrize("dtype,lanes", [(tl.float32, 8), (tl.float64, 4)])
+def test_a_panel_whose_minimum_varies_widens_its_tail_and_stays_right(dtype, lanes, rng):
+    C = gemm(dtype)
+    s = _panels_per_piece(C, lanes)
+    extents = _update_extents(C, s)
+    assert extents and all(tl.affine.const_value(e) == lanes for e in extents)
+    kern = tl.compile(C, s)
+    tol = 1e-5 if dtype is tl.float32 else 1e-12
+    for m, n, kk in SHAPES:
+        a = rng.standard_normal((m, kk)).astype(dtype.numpy)
+        b = rng.standard_normal((kk, n)).astype(dtype.numpy)
+        c = np.full((m, n), np.nan, dtype.numpy)
+        kern(A=a, B=b, out=c)
+        np.testing.assert_allclose(c, a @ b, rtol=tol, atol=tol)
+
+
+def test_the_varying_minimum_switch_leaves_that_tail_masked(monkeypatch):
+    C = gemm(tl.float32)
+    s = _panels_per_piece(C, 8)
+    monkeypatch.setattr(tile_tails, "VARYING_MINS", 0)
+    assert any(tl.affine.const_value(e) is None for e in _update_extents(C, s))
+
+
+def test_a_minimum_the_index_may_fall_below_is_not_trusted():
+    # the minimum max(a, X) of a size X the index's least value a need not reach: not proved
+    int64 = tl.int64
+    j, jo = Var("j"), Var("j.o")
+    at = BinOp("add", BinOp("mul", sconst(8), jo, int64), j, int64)
+    scope = tile_tails._Scope({}, {"j.o": 0})
+    for low, proved in ((sconst(0), True), (Size("X"), False)):
+        buf = Buffer("P", tl.float32, (sconst(0), BinOp("max", BinOp(
+            "mul", sconst(8), jo, int64), low, int64)), (sconst(4), sconst(8)), "internal")
+        assert tile_tails._inside_varying(at, {"j": (0, 7)}, buf, 1, scope) is proved
+        assert not tile_tails._inside_varying(at, {"j": (0, 8)}, buf, 1, scope)
