@@ -7,7 +7,10 @@ compiled or timed.
 
 Run: python benchmarks/rule_changes.py NAME=VALUE[+NAME=VALUE] [--threads 1,2,16]
      [--cpus native,haswell,znver3,skylake-avx512,sapphirerapids]
-     [--suites polybench,gemm,halide,builtin]
+     [--suites polybench,gemm,halide,builtin] [--lowered]
+``--lowered`` compares the lowered loop nests instead (``tensorlang.schedule.lower``), for a
+switch of a lowering pass (``tensorlang.schedule.promote.PAD_VECTORS=0``), which changes no
+schedule: one line per changed kernel with the counts of its nest's lines removed and added.
 Prints one line per changed schedule (threads, CPU, kernel: the lines of ``Schedule.to_python``
 removed (-) and added (+) by the switch) and the count of changed schedules. Slow: minutes.
 """
@@ -22,6 +25,7 @@ import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.autotuner.workloads import BUILTIN, matmul
 from tensorlang.errors import ScheduleError
+from tensorlang.schedule.lower import lower
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import rule_settings  # noqa: E402
@@ -38,9 +42,10 @@ def gemm(shape: str, dtype: tl.DType) -> tuple[tl.Func, dict[str, int]]:
     return matmul(dtype), {"M": m, "N": n, "K": k}
 
 
-def schedule_text(f, sizes, target) -> str:
+def schedule_text(f, sizes, target, lowered: bool = False) -> str:
     try:
-        return heuristic_schedule(f, sizes, target).to_python()
+        s = heuristic_schedule(f, sizes, target)
+        return str(lower(f, s)) if lowered else s.to_python()
     except ScheduleError as exc:
         return f"ScheduleError: {exc}"
 
@@ -51,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", default="1,2,4,8,16,32,64")
     ap.add_argument("--cpus", default="native,haswell,znver3,skylake-avx512,sapphirerapids")
     ap.add_argument("--suites", default="polybench,gemm")
+    ap.add_argument("--lowered", action="store_true", help="compare the lowered loop nests")
     args = ap.parse_args(argv)
     suites = args.suites.split(",")
     cases = []
@@ -70,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         for cpu in args.cpus.split(","):
             target = None if cpu == "native" else target_for(cpu)
             for name, f, sizes in cases:
-                now = schedule_text(f, sizes, target)
+                now = schedule_text(f, sizes, target, args.lowered)
                 with rule_settings(args.switch):
-                    then = schedule_text(f, sizes, target)
+                    then = schedule_text(f, sizes, target, args.lowered)
                 total += 1
                 if now == then:
                     continue
@@ -80,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                 diff = [line for line in difflib.unified_diff(
                     now.splitlines(), then.splitlines(), lineterm="", n=0)
                     if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+                if args.lowered:
+                    diff = [f"{sum(d[0] == '-' for d in diff)} nest lines removed, "
+                            f"{sum(d[0] == '+' for d in diff)} added"]
                 print(f"{threads:>2} {cpu} {name}: " + " | ".join(diff), flush=True)
     print(f"{changed} of {total} schedules change with {args.switch}")
     return 0

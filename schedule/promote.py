@@ -47,9 +47,17 @@ MAX_TILE_ELEMENTS = 1024
 STAY_GUARDS = 1
 
 
-def promoting() -> int:
-    """``STAY_GUARDS`` now (part of ``lower``'s cache key: a benchmark flips it)."""
-    return STAY_GUARDS
+#: whether a register tile's vector dimension is allocated to a power of two (its extent 7: 8),
+#: so that code generation can run a remainder of lanes that is not one as a single masked
+#: vector (``backends/llvm/loops.py``, ``LoopCodegen.vector_loop``); 0: the loop's extent, as
+#: before (for ``--against``)
+PAD_VECTORS = 1
+
+
+def promoting() -> tuple[int, int]:
+    """``STAY_GUARDS`` and ``PAD_VECTORS`` now (part of ``lower``'s cache key: a benchmark
+    flips them)."""
+    return STAY_GUARDS, PAD_VECTORS
 
 
 def _stores(s: Stmt, path: tuple[For, ...] = ()) -> list[tuple[Store, tuple[For, ...]]]:
@@ -168,8 +176,12 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
         return None
     counter[0] += 1
     cbuf = buffers[store.buffer]
+    # a vector loop's dimension padded to a power of two: code generation may run the loop's last
+    # lanes as one wider vector under a lane mask (7 lanes as 8, not 4 + 2 + 1)
+    padded = [_pow2(e) if PAD_VECTORS and f.kind is ForKind.VECTORIZED else e  # type: ignore
+              for f, e in zip(chain, exts)]
     acc = Buffer(f"{store.buffer}.acc{counter[0]}", cbuf.dtype, tuple(f.min for f in chain),
-                 tuple(_c(e) for e in exts), "internal", register=True)  # type: ignore[arg-type]
+                 tuple(_c(e) for e in padded), "internal", register=True)
     buffers[acc.name] = acc
     acc_idx = tuple(Var(f.var) for f in chain)
     # the copy nests: the chain loops and the guards, in their order on the path
@@ -194,6 +206,11 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     new_store = Store(acc.name, acc_idx, store.value, store.reduce_op)
     new_loop = dataclasses.replace(loop, body=_replace(loop.body, store, new_store))
     return Allocate(acc, Block((load_in, new_loop, write_out)))
+
+
+def _pow2(n: int) -> int:
+    """The least power of two at least ``n``."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 def _tile_extent(f: For) -> int | None:

@@ -8,7 +8,7 @@ import llvmlite.ir as ir
 
 from tensorlang.affine import const_value
 from tensorlang.errors import CompileError
-from tensorlang.expr import Expr, Var, walk
+from tensorlang.expr import BinOp, Expr, Var, walk
 from tensorlang.schedule.ir import (
     GPU_KINDS,
     MAX_UNROLL,
@@ -28,6 +28,12 @@ from tensorlang.schedule.ir import (
 
 from .row_bases import row_reads
 from .types import I1, I32, I64
+
+#: whether a vector loop over a register tile runs a remainder of lanes that is not a power of
+#: two (7 of a row of 7) as one wider vector under a constant lane mask, where the tile is
+#: allocated that wide (``schedule/promote.py``'s ``PAD_VECTORS``); 0: in descending powers of
+#: two (4 + 2 + 1), as before. Read at code generation: a benchmark flips it between compiles
+ROUND_UP_TAILS = 1
 
 
 class LoopGen:
@@ -118,6 +124,13 @@ class LoopGen:
             width = min(native, 1 << ((lanes - start).bit_length() - 1))
             self._vbase = base if start == 0 else b.add(base, ir.Constant(I64, start))
             self.vars[s.var] = self._vbase
+            left = lanes - start
+            if live is None and width < left < native and ROUND_UP_TAILS \
+                    and self._pads_lanes(s, start + _pow2(left)):
+                # a register tile's last lanes as one vector under a constant lane mask (7
+                # lanes as 8, not 4 + 2 + 1: one multiply-add per row of the tile, not three)
+                self._chunk(s, _pow2(left), ir.Constant(I64, left))
+                break
             if live is None:
                 self._chunk(s, width)
             else:
@@ -149,6 +162,34 @@ class LoopGen:
                 self.splat(rest, width))
             self.stmt(s.body)
         self.mask = outer_mask
+
+    def _pads_lanes(self, s: For, end: int) -> bool:
+        """Whether vector loop ``s`` may run its lanes up to ``end`` (past its extent) with
+        memory accesses under the lane mask: it reads or writes a register tile, each such
+        access indexes the tile by the loop's variable alone and the tile is allocated up to
+        ``end`` along it (``promote.PAD_VECTORS``), and no integer division or remainder by a
+        variable could trap in a dead lane."""
+        lo = const_value(s.min)
+        if lo is None:
+            return False
+        found = False
+        for name, indices, exprs in _accesses(s.body):
+            for e in exprs:
+                if any(isinstance(n, BinOp) and n.op in ("div", "floordiv", "mod")
+                       and not n.dtype.is_float and const_value(n.b) is None for n in walk(e)):
+                    return False
+            if name is None or not self.buffer(name).register:
+                continue
+            found = True
+            buf = self.buffer(name)
+            for d, ix in enumerate(indices):
+                if not _mentions(ix, s.var):
+                    continue
+                low, ext = const_value(buf.mins[d]), const_value(buf.extents[d])
+                if not (isinstance(ix, Var) and ix.name == s.var) or low is None or ext is None \
+                        or lo + end > low + ext:
+                    return False
+        return found
 
     def _vectorizable(self, s: For, lanes: int) -> bool:
         def mentions(e: Expr) -> bool:
@@ -300,6 +341,46 @@ def _holds_a_loop(s: Stmt) -> bool:
 
 def _mentions(e: Expr, var: str) -> bool:
     return any(isinstance(n, Var) and n.name == var for n in walk(e))
+
+
+def _pow2(n: int) -> int:
+    """The least power of two at least ``n``."""
+    return 1 << max(0, n - 1).bit_length()
+
+
+def _accesses(s: Stmt) -> list[tuple[str | None, tuple[Expr, ...], tuple[Expr, ...]]]:
+    """Each store and load in ``s`` as (buffer, indices, the expressions it evaluates), and each
+    other expression of a statement (a loop's bounds, a condition) as (None, (), (expr,))."""
+    out: list[tuple[str | None, tuple[Expr, ...], tuple[Expr, ...]]] = []
+
+    def exprs(e: Expr) -> None:
+        out.append((None, (), (e,)))
+        for n in walk(e):
+            if isinstance(n, Load):
+                out.append((n.buffer, n.indices, ()))
+
+    def go(st: Stmt) -> None:
+        if isinstance(st, Store):
+            out.append((st.buffer, st.indices, st.indices))
+            exprs(st.value)
+        elif isinstance(st, Block):
+            for c in st.stmts:
+                go(c)
+        elif isinstance(st, (For, ProducerConsumer, LetStmt, Allocate)):
+            if isinstance(st, For):
+                exprs(st.min)
+                exprs(st.extent)
+            elif isinstance(st, LetStmt):
+                exprs(st.value)
+            go(st.body)
+        elif isinstance(st, IfThenElse):
+            exprs(st.cond)
+            go(st.then)
+            if st.otherwise is not None:
+                go(st.otherwise)
+
+    go(s)
+    return out
 
 
 def _buffers_in(s: Stmt) -> set[str]:
