@@ -30,7 +30,7 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   BLIS's packed nest (``_packed_tile``: row blocks in parallel; per reduction block, the row
   block of A and each ``kc x nr`` panel of B copied into contiguous buffers; ``kc`` and the row
   block from the analytical model of ``cpu_model``); the register tile above where the sizes do
-  not allow it;
+  not allow it or B is one panel in L2 (``packed_reads.one_panel_in_l2``: read in place);
 - a row reduction along a contiguous index (``tmp[i] = A[i, k] * x[k]``, or into rows of 2-3
   columns) accumulates vectors of partial sums per row, rows together (``rfactor_lanes``);
 - a reduction with one pure Var (or others of extent 1) that indexes the last dimension of what
@@ -98,8 +98,8 @@ from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator
                         closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
 from .packed_reads import (Packed, packed_operand, packer, packed_operands,  # noqa: F401
-                           condition_mentions, panel_dim, row_block_reads, row_var,
-                           rows_straddle_lines, short_reduction)
+                           condition_mentions, one_panel_in_l2, panel_dim, row_block_reads,
+                           row_var, rows_straddle_lines, short_reduction)
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .serial_share import few_vectors, minor_stages, stage_points
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
@@ -759,7 +759,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     where the rows make few tiles (``few_rows.in_place``, on one thread too).
 
     Raises:
-        ScheduleError: not GEMM-like, its operand fits in L1 (nothing to gain), no ``kc``
+        ScheduleError: not GEMM-like, its operand fits in L1 or is one panel in L2, no ``kc``
             (``EVEN_KC`` off), or one row block on several threads that ``few_rows`` does not take.
     """
     d = f.definition
@@ -796,8 +796,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         more_kc = _packed_kc(ext[k], more[1])
         if more_kc is not None and more_kc < ext[k]:
             (rows, blocking, mb), kc = more, more_kc
-    if kc is None or ext[x] < width:
-        raise ScheduleError(f"{f.name}: no near divisor for the packed tile")
+    if kc is None or ext[x] < width or one_panel_in_l2(ext[x], width, ext[k] * size, cpu):
+        raise ScheduleError(f"{f.name}: no near divisor for the tile, or B one panel in L2")
     # BLIS's order where a small L2's mc gives each thread several row blocks (each copying B)
     n_blocks = -(-(ext[i] // rows) // mb)  # (the last one shorter where mb does not divide)
     blis = blis_order(kc, ext[k], n_blocks, per_thread, threads, ext[i] % rows != 0)

@@ -17,6 +17,7 @@ from tensorlang.schedule.prefetch import LINE_BYTES
 from tensorlang.schedule.schedule import Schedule, Stage
 
 if TYPE_CHECKING:
+    from .cpu_model import CpuModel
     from .workloads import BoundExtents
 
 #: the most reduction steps per register tile (``kc``, or ``K`` unsplit) for which a packed tile
@@ -39,6 +40,13 @@ PANEL_PREFETCH = 32
 #: hand; docs/performance.md, "One column panel: A read in place"). Transposed reads are still
 #: copied. 0: copied, as before
 ONE_PANEL_IN_PLACE = 1
+#: whether a GEMM-like reduction whose columns make exactly one packed panel (``N`` the tile's
+#: width) with the packed operand in L2 (``K x N``) takes no packed tile: its rows are already
+#: a contiguous panel, so the copy is all cost, and the register tile over rows
+#: (``narrow_tile``) reads it in place, its row tiles in parallel (float32 100 x 16 x 1000 on 2
+#: threads of Zen 4: 0.030 -> 0.016 ms; docs/performance.md, "One panel in L2: B read in
+#: place"). 0: packed, as before
+ONE_PANEL_UNPACKED = 1
 #: bytes of a page, whose edge the hardware prefetchers do not cross
 PAGE_BYTES = 4096
 
@@ -267,3 +275,17 @@ def condition_mentions(f: Func, var: str) -> bool:
     """Whether the condition of ``f``'s reduction (``RDom.where``) mentions the Var ``var``."""
     conds = f.definition.predicate if f.definition is not None else ()
     return any(isinstance(n, Var) and n.name == var for c in conds for n in walk(c))
+
+
+def one_panel_in_l2(columns: int, width: int, column_bytes: int, cpu: CpuModel) -> bool:
+    """Whether a packed tile ``width`` columns wide over ``columns`` columns, each of
+    ``column_bytes`` of its packed operand, would copy one panel that is its operand whole
+    (``ONE_PANEL_UNPACKED``), of at most ``cpu``'s L2 (of one core).
+
+    >>> from tensorlang.autotuner.cpu_model import DESCRIBED
+    >>> [one_panel_in_l2(n, 16, 4000, DESCRIBED["znver4"]) for n in (16, 17, 32)]
+    [True, False, False]
+    >>> one_panel_in_l2(16, 16, 80000, DESCRIBED["znver4"])  # 1.25 MiB
+    False
+    """
+    return bool(ONE_PANEL_UNPACKED) and columns == width and columns * column_bytes <= cpu.l2.size

@@ -13,7 +13,7 @@ from algorithms import AVX512, described_target, gemm
 
 import tensorlang as tl
 from tensorlang.autotuner import cpu_model as cm
-from tensorlang.autotuner import few_rows, heuristic, narrow_tile, row_blocks
+from tensorlang.autotuner import few_rows, heuristic, narrow_tile, packed_reads, row_blocks
 from tensorlang.autotuner.heuristic import heuristic_schedule
 from tensorlang.backends.llvm.target import Target
 from tensorlang.errors import IllegalScheduleError
@@ -46,7 +46,7 @@ EXPECTED = {
 
 
 def test_doctests():
-    for mod in (cm, few_rows, heuristic, narrow_tile, row_blocks):
+    for mod in (cm, few_rows, heuristic, narrow_tile, packed_reads, row_blocks):
         assert doctest.testmod(mod).failed == 0
 
 
