@@ -49,7 +49,7 @@ STAY_GUARDS = 1
 
 #: whether a register tile's vector dimension is allocated to a power of two (its extent 7: 8),
 #: so that code generation can run a remainder of lanes that is not one as a single masked
-#: vector (``backends/llvm/loops.py``, ``LoopCodegen.vector_loop``); 0: the loop's extent, as
+#: vector (``backends/llvm/loops.py``, ``LoopGen.vector_loop``); 0: the loop's extent, as
 #: before (for ``--against``)
 PAD_VECTORS = 1
 
