@@ -54,6 +54,12 @@ GPU_KINDS = frozenset({ForKind.GPU_BLOCK, ForKind.GPU_THREAD})
 MAX_UNROLL = 256
 
 
+def padded_lanes(n: int) -> int:
+    """The least power of two at least ``n``: the lanes a register tile's vector dimension of
+    ``n`` is allocated (``promote.PAD_VECTORS``), which code generation may run as one vector."""
+    return 1 << max(0, n - 1).bit_length()
+
+
 def lane_cap(extent: Expr) -> int | None:
     """The constant bound ``c`` of a vector loop extent ``min(c, e)`` or ``min(e, c)`` with
     ``1 < c <= 64`` (the tail of a ``GuardWithIf`` split: ``min(8, N - 8 * x.o)``), the

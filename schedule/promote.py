@@ -38,7 +38,7 @@ from tensorlang.affine import const_value, sconst
 from tensorlang.expr import BinOp, Expr, Var, walk
 
 from .ir import (CONCURRENT, Allocate, Block, Buffer, For, ForKind, IfThenElse, Load, LoweredFunc,
-                 Stmt, Store, lane_cap, map_stmt, reads_memory)
+                 Stmt, Store, lane_cap, map_stmt, padded_lanes, reads_memory)
 from .nest import conjunction
 
 MAX_TILE_ELEMENTS = 1024
@@ -178,8 +178,8 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     cbuf = buffers[store.buffer]
     # a vector loop's dimension padded to a power of two: code generation may run the loop's last
     # lanes as one wider vector under a lane mask (7 lanes as 8, not 4 + 2 + 1)
-    padded = [_pow2(e) if PAD_VECTORS and f.kind is ForKind.VECTORIZED else e  # type: ignore
-              for f, e in zip(chain, exts)]
+    padded = [padded_lanes(e) if PAD_VECTORS and f.kind is ForKind.VECTORIZED  # type: ignore
+              else e for f, e in zip(chain, exts)]
     acc = Buffer(f"{store.buffer}.acc{counter[0]}", cbuf.dtype, tuple(f.min for f in chain),
                  tuple(_c(e) for e in padded), "internal", register=True)
     buffers[acc.name] = acc
@@ -206,11 +206,6 @@ def _try_promote(loop: For, buffers: dict[str, Buffer], counter: list[int]) -> S
     new_store = Store(acc.name, acc_idx, store.value, store.reduce_op)
     new_loop = dataclasses.replace(loop, body=_replace(loop.body, store, new_store))
     return Allocate(acc, Block((load_in, new_loop, write_out)))
-
-
-def _pow2(n: int) -> int:
-    """The least power of two at least ``n``."""
-    return 1 << max(0, n - 1).bit_length()
 
 
 def _tile_extent(f: For) -> int | None:

@@ -24,6 +24,7 @@ from tensorlang.schedule.ir import (
     Stmt,
     Store,
     lane_cap,
+    padded_lanes,
 )
 
 from .row_bases import row_reads
@@ -126,10 +127,10 @@ class LoopGen:
             self.vars[s.var] = self._vbase
             left = lanes - start
             if live is None and width < left < native and ROUND_UP_TAILS \
-                    and self._pads_lanes(s, start + _pow2(left)):
+                    and self._pads_lanes(s, start + padded_lanes(left)):
                 # a register tile's last lanes as one vector under a constant lane mask (7
                 # lanes as 8, not 4 + 2 + 1: one multiply-add per row of the tile, not three)
-                self._chunk(s, _pow2(left), ir.Constant(I64, left))
+                self._chunk(s, padded_lanes(left), ir.Constant(I64, left))
                 break
             if live is None:
                 self._chunk(s, width)
@@ -341,11 +342,6 @@ def _holds_a_loop(s: Stmt) -> bool:
 
 def _mentions(e: Expr, var: str) -> bool:
     return any(isinstance(n, Var) and n.name == var for n in walk(e))
-
-
-def _pow2(n: int) -> int:
-    """The least power of two at least ``n``."""
-    return 1 << max(0, n - 1).bit_length()
 
 
 def _accesses(s: Stmt) -> list[tuple[str | None, tuple[Expr, ...], tuple[Expr, ...]]]:
