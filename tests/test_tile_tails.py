@@ -46,10 +46,9 @@ def _update_extents(C, s) -> list:
     return out
 
 
-@pytest.mark.parametrize("dtype,lanes", [(tl.float32, 8), (tl.float64, 4)])
-def test_a_packed_tiles_tail_accumulates_whole_vectors_and_stays_right(dtype, lanes, rng):
-    C = gemm(dtype)
-    s = _tiled(C, packed=True, lanes=lanes)
+def _assert_widened_and_right(C, s, dtype, lanes: int, rng) -> None:
+    """Every accumulating vector loop of ``C`` under ``s`` runs ``lanes`` whole lanes, and the
+    kernel matches NumPy on ``SHAPES``."""
     extents = _update_extents(C, s)
     assert extents and all(tl.affine.const_value(e) == lanes for e in extents)
     kern = tl.compile(C, s)
@@ -60,6 +59,12 @@ def test_a_packed_tiles_tail_accumulates_whole_vectors_and_stays_right(dtype, la
         c = np.full((m, n), np.nan, dtype.numpy)  # every cell written, none past the edge
         kern(A=a, B=b, out=c)
         np.testing.assert_allclose(c, a @ b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype,lanes", [(tl.float32, 8), (tl.float64, 4)])
+def test_a_packed_tiles_tail_accumulates_whole_vectors_and_stays_right(dtype, lanes, rng):
+    C = gemm(dtype)
+    _assert_widened_and_right(C, _tiled(C, packed=True, lanes=lanes), dtype, lanes, rng)
 
 
 def test_the_switch_leaves_the_tail_masked(monkeypatch):
@@ -101,17 +106,7 @@ def _panels_per_piece(C, lanes: int) -> tl.Schedule:
 @pytest.mark.parametrize("dtype,lanes", [(tl.float32, 8), (tl.float64, 4)])
 def test_a_panel_whose_minimum_varies_widens_its_tail_and_stays_right(dtype, lanes, rng):
     C = gemm(dtype)
-    s = _panels_per_piece(C, lanes)
-    extents = _update_extents(C, s)
-    assert extents and all(tl.affine.const_value(e) == lanes for e in extents)
-    kern = tl.compile(C, s)
-    tol = 1e-5 if dtype is tl.float32 else 1e-12
-    for m, n, kk in SHAPES:
-        a = rng.standard_normal((m, kk)).astype(dtype.numpy)
-        b = rng.standard_normal((kk, n)).astype(dtype.numpy)
-        c = np.full((m, n), np.nan, dtype.numpy)
-        kern(A=a, B=b, out=c)
-        np.testing.assert_allclose(c, a @ b, rtol=tol, atol=tol)
+    _assert_widened_and_right(C, _panels_per_piece(C, lanes), dtype, lanes, rng)
 
 
 def test_the_varying_minimum_switch_leaves_that_tail_masked(monkeypatch):
