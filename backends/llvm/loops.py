@@ -30,12 +30,6 @@ from tensorlang.schedule.ir import (
 from .row_bases import row_reads
 from .types import I1, I32, I64
 
-#: whether a vector loop over a register tile runs a remainder of lanes that is not a power of
-#: two (7 of a row of 7) as one wider vector under a constant lane mask, where the tile is
-#: allocated that wide (``schedule/promote.py``'s ``PAD_VECTORS``); 0: in descending powers of
-#: two (4 + 2 + 1), as before. Read at code generation: a benchmark flips it between compiles
-ROUND_UP_TAILS = 1
-
 
 class LoopGen:
     """The loops part of ``CodeGen``; a mixin (it uses ``CodeGen``'s state)."""
@@ -126,7 +120,7 @@ class LoopGen:
             self._vbase = base if start == 0 else b.add(base, ir.Constant(I64, start))
             self.vars[s.var] = self._vbase
             left = lanes - start
-            if live is None and width < left < native and ROUND_UP_TAILS \
+            if live is None and width < left < native \
                     and self._pads_lanes(s, start + padded_lanes(left)):
                 # a register tile's last lanes as one vector under a constant lane mask (7
                 # lanes as 8, not 4 + 2 + 1: one multiply-add per row of the tile, not three)
@@ -179,10 +173,10 @@ class LoopGen:
                 if any(isinstance(n, BinOp) and n.op in ("div", "floordiv", "mod")
                        and not n.dtype.is_float and const_value(n.b) is None for n in walk(e)):
                     return False
-            if name is None or not self.buffer(name).register:
+            buf = self.buffer(name) if name is not None else None
+            if buf is None or not buf.register:
                 continue
             found = True
-            buf = self.buffer(name)
             for d, ix in enumerate(indices):
                 if not _mentions(ix, s.var):
                     continue
