@@ -147,11 +147,11 @@ def _run(args: argparse.Namespace) -> None:
     target = None
     if args.cpu:
         target = target_for(args.cpu)
-    with rule_settings(args.set):
+    with rule_settings(args.set):  # (lowering's switches too: compiled inside)
         s = tl.Schedule(out) if args.default else heuristic_schedule(out, sizes, target)
-    if args.then:  # more primitives on the rule's schedule, e.g. s["B_local"].vectorize(...)
-        exec(args.then, {"s": s, "tl": tl})
-    kern = tl.compile(out, s, target=target) if target else tl.compile(out, s)
+        if args.then:  # more primitives on the rule's schedule, e.g. s["B_local"].vectorize(...)
+            exec(args.then, {"s": s, "tl": tl})
+        kern = tl.compile(out, s, target=target) if target else tl.compile(out, s)
     module = kern._compiled  # (the execution engine and the optimised IR)
     names = re.findall(r"^define [^@]*@\"?([\w.$]+)\"?\(", module.optimized_ir, re.M)
     starts = sorted(a for a in (module.engine.get_function_address(n) for n in names) if a)

@@ -56,6 +56,7 @@ from .ir import (
 )
 from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
+from .parallel_pieces import merge_pieces, piece_switches
 from .nest import (Leaf, build_stage_nest, conjunction, emit_nest, extent_divides, nest_switches,
                    peel_keeps_init)
 from .placement import live_funcs, live_readers, plan_placements
@@ -215,7 +216,8 @@ BOUNDARY_PROOFS = 1
 def lowering_switches() -> tuple[int, ...]:
     """This module's switches and ``nest``'s now (part of ``lower``'s cache key: a benchmark
     flips them)."""
-    return (PEEL_SHARED, BOUNDARY_PROOFS, *nest_switches())
+    return (PEEL_SHARED, BOUNDARY_PROOFS, *nest_switches(),
+            *piece_switches())
 
 
 class _Realizer:
@@ -637,11 +639,13 @@ class _Realizer:
                                               (sadd(lo, main), rest, True,
                                                narrow | {rel.parent})):
                 sub = region[:k] + ((start, extent),) + region[k + 1:]
-                pieces.append(IfThenElse(Cmp("gt", extent, sconst(0)),
-                                         self.produce_partitioned(f, sub, depth - 1, tail,
-                                                                  thin),
-                                         None))
-            return Block(tuple(pieces))
+                pieces.append((Cmp("gt", extent, sconst(0)),
+                               self.produce_partitioned(f, sub, depth - 1, tail, thin)))
+            merged = merge_pieces(*pieces, frozenset(
+                n for n in st.loops if rel.parent in st.origin[n]))
+            if merged is not None:
+                return merged
+            return Block(tuple(IfThenElse(c, s, None) for c, s in pieces))
         return self.produce(f, region, set(), guarded_only=remainder, narrow=narrow)
 
     def _pieces_keep_producers(self, f: Func, var: str) -> bool:
