@@ -2,12 +2,13 @@
 
 Loop partitioning (``realize._Realizer.produce_partitioned``, Halide's partitioning of a
 GuardWithIf split) runs a root stage's whole tiles as one piece and the remainder as another,
-one after the other. Where both pieces run the same serial loops down to a parallel loop, the
-remainder ran as a parallel loop of its own after the first had joined: a GEMV's 104 columns
-past seven whole 128-wide column segments ran on one thread while the other waited, with a
-fork and a join of their own. Here the two parallel loops become one whose iteration runs the
-first piece's body or the second's, so the pool's dynamic chunks (``backends/llvm/parallel.py``)
-balance the remainder with the whole tiles, and the whole tiles keep their unguarded body.
+one after the other. Where both pieces run the same serial loops down to a parallel loop over
+the partitioned Var, the remainder ran as a parallel loop of its own after the first had
+joined: a GEMV's 104 columns past seven whole 128-wide column segments ran on one thread while
+the other waited, with a fork and a join of their own. Here the two parallel loops become one
+whose iteration runs the first piece's body or the second's, so the pool's dynamic chunks
+(``backends/llvm/parallel.py``) balance the remainder with the whole tiles, and the whole
+tiles keep their unguarded body.
 
 Legal because the pieces are independent (each point of a pure definition is computed on its
 own, and producers computed inside a piece's loops are allocated per iteration): any order and
@@ -41,7 +42,9 @@ def merge_pieces(first: tuple[Expr, Stmt], second: tuple[Expr, Stmt],
     """One statement running both pieces, each given as ``(condition, statement)``: the piece
     runs where its condition (its region is not empty) holds. ``None`` unless both are the same
     ``produce`` of one Func whose loops are the same (variable, range, kind) down to a parallel
-    loop over the same variable; that loop then runs the first piece's iterations, then the
+    loop over the same variable, one of ``along`` (the loops derived from the partitioned Var:
+    over another, each piece would run every iteration, and one loop of both would run each
+    twice with half the work); that loop then runs the first piece's iterations, then the
     second's (its variable shifted in the second body), each with the body it had."""
     if not ONE_PARALLEL_LOOP:
         return None

@@ -606,8 +606,10 @@ class _Realizer:
         divides its factor, so it is not partitioned again along that Var. Producers computed
         inside the stage's loops are computed by each piece for its own region; a Var is not
         partitioned when a piece would recompute one whole (``_pieces_keep_producers``), nor is a
-        stage with a ``store_at`` buffer outside its compute loop. ``narrow``: the Vars along
-        which ``region`` is already such a remainder."""
+        stage with a ``store_at`` buffer outside its compute loop. Two pieces whose parallel loop
+        iterates the partitioned Var run as one parallel loop, the remainder as its last
+        iterations (``parallel_pieces.merge_pieces``). ``narrow``: the Vars along which
+        ``region`` is already such a remainder."""
         st = self.states[f.name]
         args = [a.name for a in self.p.definition(f.name).args]
         if remainder or any(key[0] == f.name and self.states[g.name].store is not None
