@@ -31,7 +31,12 @@ variable) and each load in it reads
   the index less one term of that minimum (a ``max``'s operands) is affine in the tile's loops
   and within the constant extent, and the index's least value is at or above each other term
   (proved with the constant minima of the loops around it and sizes at least 0: a size is an
-  array's extent, and ``Pipeline.bind`` refuses a negative one).
+  array's extent, and ``Pipeline.bind`` refuses a negative one), or
+- an input or output at indices that name none of those deciding loops (A's rows read in place
+  by a tile over B's copied panel: the same element in every lane): in bounds wherever some
+  lane of the tile is live, so the whole-vector loop runs under the condition that the first
+  lane at the deciding loops' first iterations is, the masked loop otherwise (a condition
+  invariant in the reduction loop, which LLVM takes out of it).
 
 ``WIDEN_TILE_TAILS = 0`` turns the pass off (part of ``lower``'s cache key).
 """
@@ -42,25 +47,29 @@ import dataclasses
 
 from tensorlang.affine import NonAffine, affine_form, const_value, sconst, ssub
 from tensorlang.errors import ScheduleError
-from tensorlang.expr import BinOp, Cast, Const, Expr, Size, Var, substitute, walk
+from tensorlang.expr import BinOp, Cast, Cmp, Const, Expr, Size, Var, substitute, walk
 
 from .bounds import interval
-from .ir import Allocate, Buffer, For, ForKind, LetStmt, Load, LoweredFunc, Stmt, Store, \
-    lane_cap, map_stmt
+from .ir import Allocate, Buffer, For, ForKind, IfThenElse, LetStmt, Load, LoweredFunc, Stmt, \
+    Store, lane_cap, map_stmt
 
 #: 1: the pass runs; 0: masked tails stay masked (for an A/B measurement)
 WIDEN_TILE_TAILS = 1
 #: 1: a load from a buffer whose allocation's minimum varies qualifies where its index is
 #: proved inside (``_inside_varying``); 0: only constant minima, as before (for ``--against``)
 VARYING_MINS = 1
+#: 1: a load of an input or output whose index no deciding loop changes qualifies, the widened
+#: loop then run where the deciding loops' first lane is live (``_qualifies``); 0: such a loop
+#: stays masked, as before (for ``--against``)
+EXTERNAL_READS = 1
 
 _TRAPPING = ("div", "floordiv", "mod")
 
 
-def widening() -> tuple[int, int]:
-    """``WIDEN_TILE_TAILS`` and ``VARYING_MINS`` now (part of ``lower``'s cache key: a benchmark
-    flips them)."""
-    return WIDEN_TILE_TAILS, VARYING_MINS
+def widening() -> tuple[int, int, int]:
+    """``WIDEN_TILE_TAILS``, ``VARYING_MINS`` and ``EXTERNAL_READS`` now (part of ``lower``'s
+    cache key: a benchmark flips them)."""
+    return WIDEN_TILE_TAILS, VARYING_MINS, EXTERNAL_READS
 
 
 def widen_tile_tails(f: LoweredFunc) -> LoweredFunc:
@@ -77,8 +86,10 @@ def widen_tile_tails(f: LoweredFunc) -> LoweredFunc:
             lo, n = const_value(s.min), const_value(s.extent)
             if s.kind is ForKind.VECTORIZED and n is None:
                 cap = lane_cap(s.extent)
-                if cap is not None and _qualifies(s, cap, tile, buffers, scope):
-                    return dataclasses.replace(s, extent=sconst(cap))
+                how = _qualifies(s, cap, tile, buffers, scope) if cap is not None else None
+                if how is not None:
+                    wide = dataclasses.replace(s, extent=sconst(cap))
+                    return wide if how is True else IfThenElse(how, wide, s)
             if s.kind in (ForKind.UNROLLED, ForKind.VECTORIZED) and lo is not None \
                     and n is not None:
                 tile = {**tile, s.var: (int(lo), int(lo) + int(n) - 1)}
@@ -114,45 +125,63 @@ class _Scope:
 
 
 def _qualifies(loop: For, cap: int, tile: dict[str, tuple[int, int]],
-               buffers: dict[str, Buffer], scope: _Scope) -> bool:
-    """Whether ``loop`` (vectorized, lane cap ``cap``) may run all its lanes; ``tile``: the
-    constant-range loops around it (inclusive bounds); ``scope``: the lets and loops around."""
+               buffers: dict[str, Buffer], scope: _Scope) -> Expr | bool | None:
+    """Whether ``loop`` (vectorized, lane cap ``cap``) may run all its lanes: ``True``, or a
+    condition under which it may (a load of an input or output whose index the deciding loops
+    do not change is in bounds where some lane of the tile is live: the condition says the
+    first lane at their first iterations is; elsewhere the loop runs masked, as it was);
+    ``None``: it may not. ``tile``: the constant-range loops around it (inclusive
+    bounds); ``scope``: the lets and loops around."""
     st = loop.body
     if not isinstance(st, Store) or st.initial is not None:
-        return False
+        return None
     target = buffers.get(st.buffer)
     if target is None or not target.register:
-        return False
+        return None
     if not any(loop.var in _names(ix) for ix in st.indices):
-        return False
+        return None
     exprs = [st.value, *st.indices]
     if any(isinstance(n, BinOp) and n.op in _TRAPPING and not n.dtype.is_float
            and not const_value(n.b) for e in exprs for n in walk(e)):
-        return False
+        return None
     first = const_value(loop.min)
     if first is None:
-        return False
+        return None
     # the loops whose values decide which lanes are live
     deciding = {loop.var} | (_names(loop.extent) & tile.keys())
     ranges = {**tile, loop.var: (int(first), int(first) + cap - 1)}
+    guard = False
     for ld in (n for e in exprs for n in walk(e) if isinstance(n, Load)):
         buf = buffers.get(ld.buffer)
         if buf is None:
-            return False
+            return None
         if buf.register:
             continue
         if buf.kind != "internal":
-            return False
+            # an operand read in place (A's rows in a tile over B's panel): the same element
+            # in every lane and every deciding iteration
+            if not EXTERNAL_READS or any(_names(ix) & deciding for ix in ld.indices):
+                return None
+            guard = True
+            continue
         for d, ix in enumerate(ld.indices):
             names = _names(ix)
             if any(isinstance(n, Load) for n in walk(ix)):
-                return False
+                return None
             if not names & deciding:
                 continue
             if not (names <= ranges.keys() and _inside(ix, ranges, buf, d)) \
                     and not (VARYING_MINS and _inside_varying(ix, ranges, buf, d, scope)):
-                return False
-    return True
+                return None
+    if not guard:
+        return True
+    # the live lanes at the deciding loops' first iterations (where a tail's extent falls as a
+    # later vector of the tile starts further in, the most there are: the condition then holds
+    # wherever the tile runs)
+    at_first = substitute(loop.extent, {v: sconst(tile[v][0]) for v in deciding - {loop.var}})
+    if any(v in deciding for v in _names(at_first)):
+        return None
+    return Cmp("gt", at_first, sconst(0))
 
 
 def _inside(ix: Expr, ranges: dict[str, tuple[int, int]], buf: Buffer, d: int) -> bool:

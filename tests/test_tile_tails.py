@@ -127,3 +127,44 @@ def test_a_minimum_the_index_may_fall_below_is_not_trusted():
             "mul", sconst(8), jo, int64), low, int64)), (sconst(4), sconst(8)), "internal")
         assert tile_tails._inside_varying(at, {"j": (0, 7)}, buf, 1, scope) is proved
         assert not tile_tails._inside_varying(at, {"j": (0, 8)}, buf, 1, scope)
+
+
+def _rows_in_place(C, lanes: int) -> tl.Schedule:
+    """The rule-based schedule's nest of a short reduction, small: B's panel copied per column
+    panel, A's rows read in place (an input, the same element in every lane of the tile)."""
+    s = tl.Schedule(C)
+    s[C].split("i", 3)
+    s[C].split("j", 2 * lanes)
+    s[C].reorder("i.o", "j.o", "k", "i.i", "j.i")
+    s.cache_read("B", s[C], "j.o", index=0)
+    s[C].unroll("i.i")
+    s[C].vectorize("j.i", lanes)
+    s[C].unroll("j.i.o")
+    return s
+
+
+@pytest.mark.parametrize("dtype,lanes", [(tl.float32, 8), (tl.float64, 4)])
+def test_a_tail_reading_an_input_in_place_widens_where_its_tile_is_live(dtype, lanes, rng,
+                                                                          monkeypatch):
+    # A[i, k] is read by every lane of the tile: in bounds wherever some lane is, so the tail
+    # runs whole vectors under the condition that its first lane is live (masked elsewhere)
+    C = gemm(dtype)
+    s = _rows_in_place(C, lanes)
+
+    def whole() -> int:
+        return sum(tl.affine.const_value(e) == lanes for e in _update_extents(C, s))
+
+    widened = whole()
+    monkeypatch.setattr(tile_tails, "EXTERNAL_READS", 0)
+    assert widened > whole()
+    monkeypatch.setattr(tile_tails, "EXTERNAL_READS", 1)
+    text = str(lower(C, s))
+    assert " > 0:" in text, text
+    kern = tl.compile(C, s)
+    tol = 1e-5 if dtype is tl.float32 else 1e-12
+    for m, n, kk in [*SHAPES, (4, 2 * lanes + 1, 3), (3, 2 * lanes - 1, 1)]:
+        a = rng.standard_normal((m, kk)).astype(dtype.numpy)
+        b = rng.standard_normal((kk, n)).astype(dtype.numpy)
+        c = np.full((m, n), np.nan, dtype.numpy)
+        kern(A=a, B=b, out=c)
+        np.testing.assert_allclose(c, a @ b, rtol=tol, atol=tol)
