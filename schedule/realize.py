@@ -56,9 +56,9 @@ from .ir import (
 )
 from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
-from .parallel_pieces import merge_pieces, piece_switches
 from .nest import (Leaf, build_stage_nest, conjunction, emit_nest, extent_divides, nest_switches,
                    peel_keeps_init)
+from .parallel_pieces import merge_pieces, piece_switches
 from .placement import live_funcs, live_readers, plan_placements
 from .fold_init import fold_conditions
 from .prefetch import prefetch_at
@@ -214,10 +214,9 @@ BOUNDARY_PROOFS = 1
 
 
 def lowering_switches() -> tuple[int, ...]:
-    """This module's switches and ``nest``'s now (part of ``lower``'s cache key: a benchmark
-    flips them)."""
-    return (PEEL_SHARED, BOUNDARY_PROOFS, *nest_switches(),
-            *piece_switches())
+    """This module's switches, ``nest``'s and ``parallel_pieces``' now (part of ``lower``'s cache
+    key: a benchmark flips them)."""
+    return (PEEL_SHARED, BOUNDARY_PROOFS, *nest_switches(), *piece_switches())
 
 
 class _Realizer:
