@@ -86,16 +86,21 @@ def test_a_tail_reading_an_input_stays_masked(rng):
         np.testing.assert_allclose(kern(A=a, B=b), a @ b, rtol=1e-12, atol=1e-12)
 
 
-def _panels_per_piece(C, lanes: int) -> tl.Schedule:
+def _panels_per_piece(C, lanes: int, rows_in_place: bool = False) -> tl.Schedule:
     """The rule-based schedule's nest, small: A's block copied per ``k`` block, B's panel per
     column panel (``cache_read`` at ``j.o``, no panel layout), so the columns' remainder, a
-    piece of its own, reads a panel whose allocation starts at ``max(N // w * w + w * j.o, 0)``."""
+    piece of its own, reads a panel whose allocation starts at ``max(N // w * w + w * j.o, 0)``;
+    ``rows_in_place``: as for a short reduction, no ``k`` blocks and A read in place (an input,
+    the same element in every lane of the tile)."""
     s = tl.Schedule(C)
     s[C].split("i", 3)
     s[C].split("j", 2 * lanes)
-    s[C].split("k", 4)
-    s[C].reorder("k.o", "j.o", "i.o", "k.i", "i.i", "j.i")
-    s.cache_read("A", s[C], "k.o", index=0)
+    if rows_in_place:
+        s[C].reorder("i.o", "j.o", "k", "i.i", "j.i")
+    else:
+        s[C].split("k", 4)
+        s[C].reorder("k.o", "j.o", "i.o", "k.i", "i.i", "j.i")
+        s.cache_read("A", s[C], "k.o", index=0)
     s.cache_read("B", s[C], "j.o", index=0)
     s[C].unroll("i.i")
     s[C].vectorize("j.i", lanes)
@@ -129,27 +134,13 @@ def test_a_minimum_the_index_may_fall_below_is_not_trusted():
         assert not tile_tails._inside_varying(at, {"j": (0, 8)}, buf, 1, scope)
 
 
-def _rows_in_place(C, lanes: int) -> tl.Schedule:
-    """The rule-based schedule's nest of a short reduction, small: B's panel copied per column
-    panel, A's rows read in place (an input, the same element in every lane of the tile)."""
-    s = tl.Schedule(C)
-    s[C].split("i", 3)
-    s[C].split("j", 2 * lanes)
-    s[C].reorder("i.o", "j.o", "k", "i.i", "j.i")
-    s.cache_read("B", s[C], "j.o", index=0)
-    s[C].unroll("i.i")
-    s[C].vectorize("j.i", lanes)
-    s[C].unroll("j.i.o")
-    return s
-
-
 @pytest.mark.parametrize("dtype,lanes", [(tl.float32, 8), (tl.float64, 4)])
 def test_a_tail_reading_an_input_in_place_widens_where_its_tile_is_live(dtype, lanes, rng,
                                                                           monkeypatch):
     # A[i, k] is read by every lane of the tile: in bounds wherever some lane is, so the tail
     # runs whole vectors under the condition that its first lane is live (masked elsewhere)
     C = gemm(dtype)
-    s = _rows_in_place(C, lanes)
+    s = _panels_per_piece(C, lanes, rows_in_place=True)
 
     def whole() -> int:
         return sum(tl.affine.const_value(e) == lanes for e in _update_extents(C, s))
