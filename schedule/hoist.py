@@ -30,7 +30,7 @@ from .ir import (
     ProducerConsumer,
     Stmt,
     Store,
-    map_stmt,
+    map_stmt_and_bounds,
     walk_stmts,
 )
 
@@ -102,18 +102,10 @@ def _rewrite(s: Stmt, table: dict[tuple, Var]) -> Stmt:
         return map_children(e, fe)
 
     def fs(st: Stmt) -> Stmt:
-        return _map(st, fs, fe)
+        return map_stmt_and_bounds(st, fs, fe)
 
     return fs(s)
 
-
-def _map(s: Stmt, fs, fe) -> Stmt:
-    if isinstance(s, Allocate):
-        buf = s.buffer
-        nb = dataclasses.replace(buf, mins=tuple(fe(m) for m in buf.mins),
-                                 extents=tuple(fe(x) for x in buf.extents))
-        return dataclasses.replace(s, buffer=nb, body=fs(s.body))
-    return map_stmt(s, fs, fe)
 
 
 def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
@@ -149,7 +141,7 @@ def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
                 return dataclasses.replace(s, body=visit(s.body, False))
             return hoist(s)
         if isinstance(s, (Block, IfThenElse, LetStmt, ProducerConsumer, Allocate)):
-            return _map(s, lambda c: visit(c, in_vector), lambda e: e)
+            return map_stmt_and_bounds(s, lambda c: visit(c, in_vector), lambda e: e)
         return s
 
     return dataclasses.replace(f, body=visit(f.body, False))

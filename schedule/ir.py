@@ -279,6 +279,18 @@ def map_stmt(s: Stmt, fs: Callable[[Stmt], Stmt], fe: Callable[[Expr], Expr]) ->
     return dataclasses.replace(s, **new)  # type: ignore[type-var]
 
 
+
+def map_stmt_and_bounds(s: Stmt, fs: Callable[[Stmt], Stmt], fe: Callable[[Expr], Expr]
+                        ) -> Stmt:
+    """``map_stmt``, with ``fe`` applied to an allocation's buffer bounds too (``map_stmt``
+    leaves them as they are): for a rewrite of variables those bounds may name."""
+    if isinstance(s, Allocate):
+        buf = s.buffer
+        nb = dataclasses.replace(buf, mins=tuple(fe(m) for m in buf.mins),
+                                 extents=tuple(fe(x) for x in buf.extents))
+        return dataclasses.replace(s, buffer=nb, body=fs(s.body))
+    return map_stmt(s, fs, fe)
+
 # -- printing ------------------------------------------------------------------------------------
 def _load_str(n: Expr, go: Callable) -> str:
     if isinstance(n, Load):

@@ -23,7 +23,7 @@ from tensorlang.affine import sadd, sconst, smax, ssub
 from tensorlang.dtypes import int64
 from tensorlang.expr import Cmp, Expr, Select, Var, substitute
 
-from .ir import Allocate, For, ForKind, IfThenElse, ProducerConsumer, Stmt, map_stmt
+from .ir import For, ForKind, IfThenElse, ProducerConsumer, Stmt, map_stmt_and_bounds
 
 #: 1: two pieces of a partitioned stage that share their loops outside a parallel loop run in
 #: one parallel loop (``merge_pieces``); 0: one after the other, each parallel loop joined
@@ -76,12 +76,8 @@ def _merge_loops(a: Stmt, b: Stmt, c1: Expr, c2: Expr, along: frozenset[str]) ->
     def fe(e: Expr) -> Expr:
         return substitute(e, shift)
 
-    def go(s: Stmt) -> Stmt:
-        if isinstance(s, Allocate):  # (``map_stmt`` leaves a buffer's bounds as they are)
-            buf = dataclasses.replace(s.buffer, mins=tuple(map(fe, s.buffer.mins)),
-                                      extents=tuple(map(fe, s.buffer.extents)))
-            return Allocate(buf, go(s.body))
-        return map_stmt(s, go, fe)
+    def go(s: Stmt) -> Stmt:  # (producers' allocation bounds name the variable too)
+        return map_stmt_and_bounds(s, go, fe)
 
     body = IfThenElse(Cmp("lt", v, split), a.body, go(b.body))
     return dataclasses.replace(a, extent=sadd(n1, n2), body=body)
