@@ -20,9 +20,10 @@ from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.errors import ScheduleError
 from tensorlang.expr import Access, Expr, Var, walk
 from tensorlang.func import Func
-from tensorlang.schedule.schedule import Schedule
+from tensorlang.schedule.schedule import Schedule, Stage
 
 from .cpu_model import CpuModel
+from .packed_reads import tile_reads
 from .serial_share import few_vectors
 from .workloads import BoundExtents
 
@@ -59,6 +60,19 @@ FUSE_INVARIANT_READS = 0
 #: (``rfactor_lanes_possible``): -1 as the CPU model says (``CpuModel.sibling_lanes``), 0 never,
 #: 1 always. An int, for ``--against``
 SIBLING_LANES = -1
+#: whether a narrow row in vector lanes (``narrow_columns``) reads ``B[k, j]`` from a copy stored
+#: transposed, ``k`` contiguous, made once before the rows (``cache_read`` computed at root), where
+#: its rows make more blocks than threads: down a column, ``B``'s elements lie ``N`` apart, so each
+#: block gathered its vectors of ``B`` element by element, the gathers its bound (fewer blocks
+#: gather ``B`` once each, in parallel, where the copy is serial; docs/performance.md, "A narrow
+#: row's columns copied once"). 0: gathered in place, as before
+NARROW_COPY = 1
+#: whether a narrow row's merge (``f`` adding up each cell's lanes of ``<f>_rf``,
+#: ``rfactor_lanes``) runs a block of rows at a time, the cells' adds interleaved
+#: (``_merge_in_rows``); 0: the default nest, one cell's chain of ``lanes`` dependent adds after
+#: another. A matrix-vector product's merge keeps the default nest, which ran faster there
+#: (docs/performance.md, "A narrow row's columns copied once")
+MERGE_ROWS = 1
 
 
 def rfactor_possible(f: Func, extents: BoundExtents) -> bool:
@@ -262,7 +276,10 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     the rows of a block halved down from ``LANE_ROWS`` until its accumulators, a vector of
     ``B`` per column and ``LANE_OPERANDS`` more fit the target's ``registers`` vector registers
     (fewer rows: one block of all of them), serially where the product is small
-    (``serial_share.few_vectors``). The sum is reassociated (as ``rfactor`` always does). Needs
+    (``serial_share.few_vectors``); where its rows make more blocks than threads, it reads ``B``
+    (``N`` elements apart down a column) from a copy with ``k`` contiguous, made once at root
+    (``NARROW_COPY``), and ``f`` adds a block's lanes up with its cells' adds interleaved
+    (``MERGE_ROWS``). The sum is reassociated (as ``rfactor`` always does). Needs
     ``rfactor_lanes_possible``.
 
     Raises:
@@ -297,9 +314,46 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         rf.vectorize(lane, lanes).unroll(f"{lane}.o")
     for name in inner:
         rf.unroll(name)
+    if inner and NARROW_COPY and -(-rows // block) > max(1, num_threads()):
+        _columns_copied(s, f, rf, row, lanes)
     # (a narrow row's small product serially: ``serial_share.few_vectors``, as the register tile)
     if rows >= 2 and num_threads() > 1 and not (inner and few_vectors(f, extents, lanes)):
         rf.parallel(row)
+    if inner and MERGE_ROWS and block > 1:
+        _merge_in_rows(s[f], block, columns)
+
+
+def _merge_in_rows(merge: Stage, block: int, columns: int) -> None:
+    """Schedule ``merge`` (``f`` adding up its ``<f>_rf``'s lanes: loops ``i``, [``j``], ``r``)
+    in ``rfactor_lanes``'s blocks: ``block`` rows (and ``columns`` columns) unrolled inside the
+    lane loop ``r``, so a block's sums are independent chains of adds rather than one cell's
+    chain of dependent adds after another. Serially: a parallel region of its own ran no faster
+    (docs/performance.md, "A narrow row's columns copied once")."""
+    names = [lp.name for lp in merge.loops]
+    ro, ri = merge.split(names[0], block)
+    outer, inner = [], []
+    if columns > 1:
+        jo, ji = merge.split(names[1], columns)
+        outer, inner = [jo.name], [ji.name]
+    merge.reorder(ro, *outer, names[-1], ri, *inner)
+    for name in (ri.name, *inner):
+        merge.unroll(name)
+
+
+def _columns_copied(s: Schedule, f: Func, rf: Stage, loop: str, lanes: int) -> None:
+    """Make ``rf`` (a narrow row's ``<f>_rf``, ``rfactor_lanes``) read each operand that varies
+    along ``f``'s columns ``j`` and its reduction ``k`` with ``k`` not contiguous (``B[k, j]``)
+    from a copy with ``k`` last, computed at root (once, serially: ``N`` is at most
+    ``NARROW_LANE_COLUMNS``, the copy ``N * K`` elements), its rows of ``k`` in vectors of
+    ``lanes``. ``loop`` is ``rf``'s outermost loop, the level ``cache_read`` names."""
+    d = f.definition
+    assert d is not None
+    for op in tile_reads(f, d.args[1].name, last="k"):
+        if op.layout is None:  # (k contiguous already: read in place)
+            continue
+        copy = s.cache_read(op.name, rf, loop, index=op.index, layout=op.layout)
+        copy.compute_root()
+        copy.vectorize(copy.loops[-1].name, lanes)
 
 
 def _rfactor_lanes_stage(s: Schedule, f: Func, extents: BoundExtents, lanes: int,

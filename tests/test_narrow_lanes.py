@@ -56,6 +56,40 @@ def test_a_gemm_of_two_or_three_columns_reduces_in_vector_lanes(dtype, threads, 
         assert "rfactor" not in text, (n, k, text)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_narrow_rows_read_b_from_a_transposed_copy_and_merge_a_block_at_a_time(threads,
+                                                                              monkeypatch):
+    # B's columns (N apart down a column) copied once with k contiguous, before the rows, where
+    # the rows make more blocks than threads; the lanes added up a block of rows at a time
+    _threads(monkeypatch, threads)
+    C = gemm(tl.float32)
+    for n in (2, 3):
+        text = heuristic.heuristic_schedule(C, {"M": 1000, "N": n, "K": 1000}).to_python()
+        assert ("s.cache_read('B', s[\"C_rf\"], 'i.o', index=0, layout=(1, 0))" in text
+                and 's["B_local"].compute_root()' in text), text
+        assert "s[\"C\"].split('i', 8)" in text and f"s[\"C\"].split('j', {n})" in text, text
+        assert "s[\"C\"].reorder('i.o', 'j.o', 'C_rf_r', 'i.i', 'j.i')" in text, text
+        assert "s[\"C\"].parallel(" not in text, text
+        with monkeypatch.context() as m:
+            m.setattr(rfactor_rules, "NARROW_COPY", 0)
+            m.setattr(rfactor_rules, "MERGE_ROWS", 0)
+            text = heuristic.heuristic_schedule(C, {"M": 1000, "N": n, "K": 1000}).to_python()
+            assert "cache_read" not in text and "s[\"C\"].split('i'" not in text, text
+    # one block of all the rows, or no more blocks than threads, each read B once anyway (in
+    # parallel, where the copy would be serial): no copy
+    for m in (5, 8 * threads):
+        text = heuristic.heuristic_schedule(C, {"M": m, "N": 2, "K": 1000}).to_python()
+        assert "rfactor" in text and "cache_read" not in text, (m, text)
+    # B stored with k contiguous already (C = A B^T): read in place
+    M, N, K = tl.sizes("M N K")
+    A, Bt = tl.Input("A", (M, K), tl.float32), tl.Input("Bt", (N, K), tl.float32)
+    i, j, k = tl.vars("i j k")
+    D = tl.Func("D")
+    D[i, j] = A[i, k] * Bt[j, k]
+    text = heuristic.heuristic_schedule(D, {"M": 1000, "N": 2, "K": 1000}).to_python()
+    assert "rfactor" in text and "cache_read" not in text, text
+
+
 @pytest.mark.parametrize("cpu,columns,rows", [("skylake-avx512", 2, 8), ("skylake-avx512", 3, 8),
                                               ("haswell", 2, 4), ("haswell", 3, 4)])
 def test_a_block_of_narrow_rows_fits_the_vector_registers(cpu, columns, rows, monkeypatch):
