@@ -9,8 +9,9 @@ dependent multiply-adds reading ``B`` down a column. A tile of one vector (or a 
 ``vectorize`` taking the row whole) over ``accumulator_rows`` rows keeps that many independent
 accumulators in registers and reads each row of ``B`` once per tile; fewer rows than that make
 one tile of all of them (docs/performance.md, "A register tile over a narrow row"). The tile is
-a point of the search space, whose vector widths start at 4 (``space.VECTOR_WIDTHS``): rows of
-2 or 3 reduce in vector lanes along the reduction instead (``rfactor_rules.narrow_columns``).
+a point of the search space, whose vector widths (``space.VECTOR_WIDTHS``) take a loop narrower
+than the width whole (``space.whole_loop_vector``). Rows of 2 or 3 reduce in vector lanes along
+a long reduction instead (``rfactor_rules.narrow_columns``, ``NARROW_LANE_TERMS``).
 
 Fewer rows than the tile's make a tile of all of them for rows wider than a vector too
 (``FEW_ROWS_WIDE``: a GEMM of 2 rows and 16 columns, which no rule took), and a single row
@@ -28,8 +29,10 @@ from .few_rows import vector_tile
 
 #: the fewest columns (the output's innermost extent) a register tile of the rule-based
 #: schedule takes where a row is at most one native vector; 0: only rows longer than a native
-#: vector, as before
-NARROW_COLUMNS = 4
+#: vector, as before stop 75. 2: rows of 2 or 3 columns too where their reduction is too short
+#: for vector lanes (``rfactor_rules.NARROW_LANE_TERMS``; 4 until stop 80 left them the scalar
+#: nest; docs/performance.md, "Narrow rows: lanes for long reductions, a tile for short ones")
+NARROW_COLUMNS = 2
 #: whether rows longer than a native vector take a tile of all the rows where they are fewer
 #: than the tile's (0: only narrow rows, as in stop 75)
 FEW_ROWS_WIDE = 1
@@ -46,10 +49,10 @@ def takes(columns: int, lanes: int, row_extent: int, rows: int) -> bool:
     ``FEW_ROWS_WIDE``) a tile of all of them, which is the search space's ``regs`` rows too
     (``min(extent, accumulator_rows(...))``).
 
-    >>> [takes(n, 8, 37, 16) for n in (2, 3, 4, 8, 9, 1000)]
-    [False, False, True, True, True, True]
-    >>> [takes(n, 8, m, 16) for n, m in [(8, 3), (8, 1), (9, 3), (1000, 3), (3, 1)]]
-    [True, True, True, True, False]
+    >>> [takes(n, 8, 37, 16) for n in (1, 2, 3, 4, 8, 9, 1000)]
+    [False, True, True, True, True, True, True]
+    >>> [takes(n, 8, m, 16) for n, m in [(8, 3), (8, 1), (9, 3), (1000, 3), (3, 1), (1, 3)]]
+    [True, True, True, True, True, False]
     """
     if row_extent >= rows:
         return columns > lanes or bool(NARROW_COLUMNS) and columns >= NARROW_COLUMNS

@@ -40,6 +40,13 @@ LANE_OPERANDS = 0
 #: the reduction of a narrow row (``narrow_columns``) takes vector lanes where at least twice
 #: this many vectors long
 NARROW_LANE_VECTORS = 2
+#: the fewest reduction terms a narrow row (``narrow_columns``) takes vector lanes for, whatever
+#: the vector's width: shorter ones take the register tile of one narrow vector per row
+#: (``narrow_tile.NARROW_COLUMNS``), whose cost per term does not depend on it, while each row
+#: block in lanes pays its guarded last vector, its stores of partial sums and their adding-up
+#: (docs/performance.md, "Narrow rows: lanes for long reductions, a tile for short ones"). 0:
+#: only ``NARROW_LANE_VECTORS``, as before
+NARROW_LANE_TERMS = 256
 #: rows of a row reduction in vector lanes that read their segments together
 #: (``rfactor_lanes``: one vector of partial sums per row, the rows' loads in flight at once, each
 #: load of the shared vector used by all; OpenBLAS's dgemv_t kernels take 4 to 8 rows)
@@ -195,18 +202,18 @@ def shared_read(a: Expr, b: Expr, along: set[str] | frozenset[str]) -> bool:
 
 def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
                            funcs: Sequence[Func] = (), sibling_lanes: bool = True) -> bool:
-    """Whether ``rfactor_lanes`` applies to ``f``: a pure definition's reduction over one RVar
-    ``k`` into one pure Var ``i`` (no ``RDom.where``, no update), ``k`` the contiguous index of
-    a matrix read and ``i`` of none (``tmp[i] = A[i, k] * x[k]``: a matrix-vector product, a
-    row sum), or into ``i`` and a narrow ``j`` (``narrow_columns``: ``C[i, j] = A[i, k] *
-    B[k, j]`` with ``B`` of 2 or 3 columns), ``k`` at least ``2 * ROW_VECTORS`` vectors long
-    (a narrow row: ``2 * NARROW_LANE_VECTORS``) and ``i`` at least as long as there are threads
-    (fewer rows: ``rfactor_chunks``), and no other row reduction among ``funcs`` (its
+    """Whether ``rfactor_lanes`` applies to ``f``: a pure definition's reduction over one RVar ``k``
+    into one pure Var ``i`` (no ``RDom.where``, no update), ``k`` the contiguous index of a matrix
+    read and ``i`` of none (``tmp[i] = A[i, k] * x[k]``: a matrix-vector product, a row sum), or
+    into ``i`` and a narrow ``j`` (``narrow_columns``: ``C[i, j] = A[i, k] * B[k, j]`` with ``B`` of
+    2 or 3 columns), ``k`` at least ``2 * ROW_VECTORS`` vectors long (a narrow row: twice
+    ``NARROW_LANE_VECTORS``, and ``NARROW_LANE_TERMS`` terms) and ``i`` at least as long as there
+    are threads (fewer rows: ``rfactor_chunks``), and no other row reduction among ``funcs`` (its
     pipeline's) that shares a read with it: a row sum and a row max of one matrix read it once
     together (``fuse_siblings``), which beat two passes in vector lanes. Two that share only a
-    vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) take lanes where
-    ``sibling_lanes`` says so (``CpuModel.sibling_lanes``, ``SIBLING_LANES``): on Zen 4 they ran
-    slower in lanes than as plain row loops, on Ice Lake-SP faster (docs/performance.md)."""
+    vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) take lanes where ``sibling_lanes``
+    says so (``CpuModel.sibling_lanes``, ``SIBLING_LANES``): on Zen 4 they ran slower in lanes than
+    as plain row loops, on Ice Lake-SP faster (docs/performance.md)."""
     d = f.definition
     assert d is not None
     if len(d.rvars) != 1 or d.predicate or f.updates:
@@ -221,8 +228,9 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
            for g in funcs):
         return False
     vectors = ROW_VECTORS if len(d.args) == 1 else NARROW_LANE_VECTORS
+    terms = 0 if len(d.args) == 1 else NARROW_LANE_TERMS
     return (_row_reduction(f)
-            and extents.extent(f.name, d.rvars[0].name) >= 2 * vectors * lanes
+            and extents.extent(f.name, d.rvars[0].name) >= max(2 * vectors * lanes, terms)
             and extents.extent(f.name, d.args[0].name) >= max(2, num_threads()))
 
 

@@ -53,7 +53,9 @@ Func computed at root or at a consumer loop):
   of constant extent up to 4 widths (``x.i`` of 32 at width 16) becomes that many unrolled
   vectors: the register tile of the split, kept in registers. When that extent is not a multiple
   of the width (56 at width 16), the whole loop is one vector loop, which the code generator
-  emits as native vectors and a narrower tail (16 + 16 + 16 + 8): no lane is wasted.
+  emits as native vectors and a narrower tail (16 + 16 + 16 + 8): no lane is wasted. At width
+  4, a loop of 2 or 3 iterations is one vector of that many lanes (``NARROW_WHOLE``: a register
+  tile's row of 3 columns, ``narrow_tile``).
 - ``<F>.unroll``: the next pure inner loop unrolled (when it has a constant extent <= 16), or not
   (a colour channel split by its whole extent: the rule-based schedule's ``select_loops``).
 - ``<F>.parallel``: the outermost pure loop with more than one iteration in parallel, or not;
@@ -187,6 +189,10 @@ if TYPE_CHECKING:
 MAX_FACTOR = 256
 MAX_TILE_ROWS = 16
 VECTOR_WIDTHS = (0, 4, 8, 16)
+#: whether the narrowest vector width takes a loop of fewer iterations (2 or more) whole as one
+#: narrower vector (``whole_loop_vector``: the rule-based schedule's tile over rows of 2-3
+#: columns, ``narrow_tile.NARROW_COLUMNS``); 0: leaves it scalar, as before stop 80
+NARROW_WHOLE = 1
 AT_LEVELS = 4
 #: the longest chain of Funcs each computed at the next that ``<P>.where`` can build (f at g
 #: at the output: 2)
@@ -245,9 +251,13 @@ def row_choices(extent: int) -> list[int]:
 
 def whole_loop_vector(extent: int, width: int) -> bool:
     """Whether ``vectorize`` at ``width`` takes an inner loop of constant ``extent`` whole (one
-    vector, or up to ``MAX_VECTOR_UNROLL`` vectors with a narrower tail: 56 at 16 is 16 + 16 +
-    16 + 8 lanes) rather than splitting it by ``width``."""
-    return extent == width or width < extent <= MAX_VECTOR_UNROLL * width and extent % width != 0
+    vector: of ``width`` lanes, or at the narrowest width of 2 or more fewer lanes, where
+    ``NARROW_WHOLE``: a tile's row of 3 columns, ``narrow_tile``; or up to ``MAX_VECTOR_UNROLL``
+    vectors with a narrower tail: 56 at 16 is 16 + 16 + 16 + 8 lanes) rather than splitting it
+    by ``width``. A loop narrower than a wider width stays scalar."""
+    narrowest = min(w for w in VECTOR_WIDTHS if w)
+    return (extent == width or bool(NARROW_WHOLE) and 2 <= extent < width == narrowest
+            or width < extent <= MAX_VECTOR_UNROLL * width and extent % width != 0)
 
 
 def _at_depth(s: Schedule, func: str) -> int:

@@ -31,7 +31,8 @@ def test_a_gemm_of_two_or_three_columns_reduces_in_vector_lanes(dtype, threads, 
     _threads(monkeypatch, threads)
     C = gemm(dtype)
     lanes = heuristic.lanes(C)
-    shortest = 2 * rfactor_rules.NARROW_LANE_VECTORS * lanes  # (a shorter reduction: scalar)
+    # (a shorter reduction: the register tile of one narrow vector per row, narrow_tile)
+    shortest = max(2 * rfactor_rules.NARROW_LANE_VECTORS * lanes, rfactor_rules.NARROW_LANE_TERMS)
     for n in (2, 3):
         sizes = {"M": 1000, "N": n, "K": 1000}
         s = heuristic.heuristic_schedule(C, sizes)
@@ -49,11 +50,17 @@ def test_a_gemm_of_two_or_three_columns_reduces_in_vector_lanes(dtype, threads, 
         assert "rfactor" in text and "parallel(" not in text, text
         assert "s[\"C_rf\"].split('i', 7)" in text, text
     # not: 4 columns (a register tile along j, narrow_tile), a reduction shorter than
-    # NARROW_LANE_VECTORS vectors twice (the scalar nest ran K = 17 float64 faster), one column
-    # (a matrix-vector product as a matrix: other rules)
-    for n, k in [(4, 1000), (2, shortest - 1), (1, 1000)]:
+    # NARROW_LANE_TERMS (the register tile too, a narrow vector per row), one column (a
+    # matrix-vector product as a matrix: other rules)
+    for n, k in [(4, 1000), (2, shortest - 1), (3, 17), (1, 1000)]:
         text = heuristic.heuristic_schedule(C, {"M": 1000, "N": n, "K": k}).to_python()
         assert "rfactor" not in text, (n, k, text)
+        assert n == 1 or "s[\"C\"].vectorize('j.i')" in text, (n, k, text)
+    with monkeypatch.context() as m:  # before: lanes down to 2 * NARROW_LANE_VECTORS vectors
+        m.setattr(rfactor_rules, "NARROW_LANE_TERMS", 0)
+        text = heuristic.heuristic_schedule(
+            C, {"M": 1000, "N": 2, "K": 4 * lanes}).to_python()
+        assert "rfactor" in text, text
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -113,8 +120,8 @@ def test_narrow_rows_in_vector_lanes_match_numpy_on_odd_sizes(dtype, rng, monkey
     lanes = heuristic.lanes(C)
     npd = np.float64 if dtype == tl.float64 else np.float32
     tol = 1e-10 if dtype == tl.float64 else 2e-4
-    shortest = 2 * rfactor_rules.NARROW_LANE_VECTORS * lanes
-    for m, n, k in [(37, 2, 101), (1009, 3, shortest), (7, 3, 1009), (2, 2, 97), (131, 3, 1000)]:
+    shortest = max(2 * rfactor_rules.NARROW_LANE_VECTORS * lanes, rfactor_rules.NARROW_LANE_TERMS)
+    for m, n, k in [(37, 2, 257), (1009, 3, shortest), (7, 3, 1009), (2, 2, 263), (131, 3, 1000)]:
         s = heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k})
         assert "rfactor" in s.to_python(), (m, n, k)
         kern = tl.compile(C, s)

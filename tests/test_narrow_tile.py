@@ -12,6 +12,7 @@ import pytest
 
 import tensorlang as tl
 from tensorlang.autotuner import heuristic, narrow_tile
+from tensorlang.autotuner import space as space_mod
 from tensorlang.autotuner.space import SearchSpace
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -42,11 +43,21 @@ def test_a_narrow_gemm_takes_a_register_tile(dtype, monkeypatch):
         assert _vectorized(s) and f"split('i', {m}" in s.to_python().replace('"', "'"), \
             (m, s.to_python())
         assert SearchSpace(C, sizes).point(s) is not None, (m, s.to_python())
-    # rows of 2 and 3 columns are narrower than the space's vectors: the scalar nest where the
-    # reduction is shorter than four vectors (longer: in vector lanes, test_narrow_lanes.py)
+    # rows of 2 and 3 columns: one vector of 2-3 lanes per row where the reduction is too short
+    # for vector lanes (rfactor_rules.NARROW_LANE_TERMS; longer: test_narrow_lanes.py), which
+    # the space's vector widths take whole (space.whole_loop_vector)
     for n in (2, 3):
-        s = heuristic.heuristic_schedule(C, {"M": 37, "N": n, "K": 13})
-        assert not _vectorized(s), s.to_python()
+        sizes = {"M": 37, "N": n, "K": 13}
+        s = heuristic.heuristic_schedule(C, sizes)
+        text = s.to_python()
+        assert "s[\"C\"].vectorize('j.i')" in text and "unroll('i.i')" in text, text
+        assert SearchSpace(C, sizes).point(s) is not None, text
+        with monkeypatch.context() as m:
+            m.setattr(narrow_tile, "NARROW_COLUMNS", 4)  # before: the scalar nest
+            assert not _vectorized(heuristic.heuristic_schedule(C, sizes))
+            m.setattr(narrow_tile, "NARROW_COLUMNS", 2)
+            m.setattr(space_mod, "NARROW_WHOLE", 0)  # a 3-lane row outside the space's widths
+            assert SearchSpace(C, sizes).point(s) is None, text
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
@@ -58,7 +69,7 @@ def test_narrow_tiles_match_numpy_on_odd_sizes(dtype, rng, monkeypatch):
     # (and tiles of all the rows: wider than a vector, one row)
     for m, n, k in [(37, 4, 13), (17, 5, 1), (31, 7, 101), (64, 8, 3), (19, 16, 29),
                     (3, 8, 13), (2, 5, 7), (7, 16, 1), (2, 17, 101), (3, 33, 1), (1, 33, 97),
-                    (1, 5, 13)]:
+                    (1, 5, 13), (37, 2, 13), (41, 3, 17), (5, 2, 255), (1, 3, 101), (9, 3, 1)]:
         kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
         a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol)
