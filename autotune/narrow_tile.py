@@ -9,9 +9,10 @@ dependent multiply-adds reading ``B`` down a column. A tile of one vector (or a 
 ``vectorize`` taking the row whole) over ``accumulator_rows`` rows keeps that many independent
 accumulators in registers and reads each row of ``B`` once per tile; fewer rows than that make
 one tile of all of them (docs/performance.md, "A register tile over a narrow row"). The tile is
-a point of the search space, whose vector widths (``space.VECTOR_WIDTHS``) take a loop narrower
-than the width whole (``space.whole_loop_vector``). Rows of 2 or 3 reduce in vector lanes along
-a long reduction instead (``rfactor_rules.narrow_columns``, ``NARROW_LANE_TERMS``).
+a point of the search space, whose narrowest vector width (4 lanes, ``space.VECTOR_WIDTHS``)
+takes a row of 2 or 3 columns whole (``space.whole_loop_vector``, ``NARROW_WHOLE``). Rows of 2
+or 3 reduce in vector lanes along a long reduction instead (``rfactor_rules.narrow_columns``,
+``NARROW_LANE_TERMS``).
 
 Fewer rows than the tile's make a tile of all of them for rows wider than a vector too
 (``FEW_ROWS_WIDE``: a GEMM of 2 rows and 16 columns, which no rule took), and a single row

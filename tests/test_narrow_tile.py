@@ -45,7 +45,7 @@ def test_a_narrow_gemm_takes_a_register_tile(dtype, monkeypatch):
         assert SearchSpace(C, sizes).point(s) is not None, (m, s.to_python())
     # rows of 2 and 3 columns: one vector of 2-3 lanes per row where the reduction is too short
     # for vector lanes (rfactor_rules.NARROW_LANE_TERMS; longer: test_narrow_lanes.py), which
-    # the space's vector widths take whole (space.whole_loop_vector)
+    # the space's narrowest vector width takes whole (space.whole_loop_vector)
     for n in (2, 3):
         sizes = {"M": 37, "N": n, "K": 13}
         s = heuristic.heuristic_schedule(C, sizes)
