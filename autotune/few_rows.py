@@ -22,11 +22,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import prod
 
+from tensorlang.backends.llvm.runtime import num_threads
+from tensorlang.func import Func
 from tensorlang.schedule.schedule import Schedule, Stage
 
 from .cpu_model import CpuModel
 from .packed_reads import Packed, pack
 from .row_blocks import shared
+from .serial_share import few_vectors
+from .workloads import BoundExtents
 
 #: whether a packed GEMM whose rows fit one row block of the model's ``mc`` but which the threads
 #: split into row blocks run in BLIS's loop order (``heuristic.blis_order``: rows that leave a
@@ -77,6 +81,18 @@ IN_PLACE_L2_SHARE = IN_PLACE_L3_SHARE = 0.25
 #: piece of their own after the column panels (docs/performance.md, "Few rows read B in
 #: place"); 0: that piece
 IN_PLACE_SHIFT = 1
+#: 1: a small product's column panels run serially (``in_parallel``: ``serial_share.few_vectors``,
+#: as the register tile's rows do), where waking the pool's threads cost more than the second
+#: thread saved (docs/performance.md, "Few rows of a small product serially"); 0: in parallel
+#: wherever there are threads, as before
+SERIAL_SMALL = 1
+
+
+def in_parallel(f: Func, extents: BoundExtents, lanes: int) -> bool:
+    """Whether a few-rows nest of ``f`` (``few_rows_nest``, ``in_place_nest``) runs its column
+    panels in parallel: where there are threads and, with ``SERIAL_SMALL``, the product is not
+    small (``serial_share.few_vectors`` at ``lanes`` native lanes)."""
+    return num_threads() > 1 and not (SERIAL_SMALL and few_vectors(f, extents, lanes))
 
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str,

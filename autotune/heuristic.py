@@ -810,8 +810,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         one = _packed_rows(f, ext[i], near, width, accs, 1, target, per_thread, ext[k])
         if -(-(ext[i] // one[0]) // one[2]) == 1:
             (rows, blocking, mb), kc, n_blocks = one, _packed_kc(ext[k], one[1]) or kc, 1
-    count = {**ext, "blocks": n_blocks}
-    par = next((a for a in [*outer, "blocks"] if count[a] >= 2), None)
+    par = next((a for a in [*outer, "blocks"] if {**ext, "blocks": n_blocks}[a] >= 2), None)
     few = FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width and (  # few_rows: panels in parallel
         few_rows.short_batch_nest([ext[a] for a in outer], ext[x], width, num_threads(),
                                   MIN_BALANCE) if outer else
@@ -825,14 +824,15 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows, panels=-(-ext[x] // width))
     group = few_rows.copy_panels(ext[x], width, width * size, num_threads(), MIN_BALANCE)
     copy = packer(f, extents, cpu.l2.size, width * group if few else width)  # (B's rows)
+    in_parallel = few_rows.in_parallel(f, extents, lanes)  # (few rows: their column panels)
     if (few or num_threads() == 1) and FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width \
             and few_rows.in_place(ext[i], rows, ext[k] * width * size, ext[k] * ext[x] * size, cpu):
         return few_rows.in_place_nest(s, st, i, x, k, (rows, width, lanes), prefetch and
-                                      PREFETCH_OFFSET, num_threads() > 1, tuple(outer), ext[i])
+                                      PREFETCH_OFFSET, in_parallel, tuple(outer), ext[i])
     if few:
         return few_rows.few_rows_nest(s, st, i, x, k, (rows, width, lanes, group), kc if
                                       kc < ext[k] else None, operands, blocks, prefetch and
-                                      PREFETCH_OFFSET, num_threads() > 1, tuple(outer), copy)
+                                      PREFETCH_OFFSET, in_parallel, tuple(outer), copy)
     # an unsplit reduction (each tile reduces its cells whole): the last tile shifted inwards,
     # unless the row blocks run in parallel (two would initialise and accumulate its cells at once)
     shift = SHIFT_ROWS and kc >= ext[k] and ext[i] % rows != 0 and ext[i] > rows and par != "blocks"
@@ -859,7 +859,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         ko, ki = st.split(k, kc)
         st.reorder(*outer, ioo, ko, xo, ioi, ki, ii, xi)
         copy(s, st, [*operands, *blocks], [xo.name] * len(operands) + [ko.name] * len(blocks))
-    elif PANELS_PER_BATCH and outer and par != "blocks" and count["blocks"] > 1:
+    elif PANELS_PER_BATCH and outer and par != "blocks" and n_blocks > 1:
         # serial row blocks in a batch: B's panels once per batch (BLIS's order, one k block)
         xo, xi = st.split(x, width, tail="GuardWithIf")
         st.reorder(*outer, ioo, xo, ioi, k, ii, xi)

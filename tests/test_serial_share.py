@@ -152,3 +152,29 @@ def test_a_small_reduction_runs_serially(monkeypatch):
         a = rng.random((m, k), dtype=np.float32)
         b = rng.random((k, n), dtype=np.float32)
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [tl.float32, tl.float64])
+def test_a_small_product_of_few_rows_runs_its_column_panels_serially(dtype, monkeypatch):
+    # few rows over many columns and a short reduction (7 x 1000 x 17: 119,000 terms, under
+    # MIN_PARALLEL_VECTORS) take the few-rows nest (few_rows.in_place_nest), which ran its
+    # column panels in parallel whatever the product's size
+    from tensorlang.autotuner import few_rows
+    from tensorlang.autotuner.space import SearchSpace
+
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    C = gemm(dtype)
+    npd = np.float32 if dtype == tl.float32 else np.float64
+    for m in (2, 7):
+        sizes = {"M": m, "N": 1000, "K": 17}
+        s = heuristic_schedule(C, sizes)
+        assert "prefetch(" in s.to_python() and _parallel_stages(s) == set(), s.to_python()
+        assert SearchSpace(C, sizes).point(s) is not None, s.to_python()
+        with monkeypatch.context() as mp:
+            mp.setattr(few_rows, "SERIAL_SMALL", 0)  # before: the panels in parallel
+            assert _parallel_stages(heuristic_schedule(C, sizes)) == {"C"}
+        kern = tl.compile(C, s)
+        rng = np.random.default_rng(7)
+        for m2, n2, k2 in [(m, 1000, 17), (m, 997, 13), (1, 1, 1), (5, 131, 29)]:
+            a, b = rng.random((m2, k2)).astype(npd), rng.random((k2, n2)).astype(npd)
+            np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-4)
