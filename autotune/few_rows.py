@@ -22,7 +22,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from math import prod
 
-from tensorlang.backends.llvm.runtime import num_threads
 from tensorlang.func import Func
 from tensorlang.schedule.schedule import Schedule, Stage
 
@@ -88,11 +87,11 @@ IN_PLACE_SHIFT = 1
 SERIAL_SMALL = 1
 
 
-def in_parallel(f: Func, extents: BoundExtents, lanes: int) -> bool:
+def in_parallel(f: Func, extents: BoundExtents, lanes: int, threads: int) -> bool:
     """Whether a few-rows nest of ``f`` (``few_rows_nest``, ``in_place_nest``) runs its column
-    panels in parallel: where there are threads and, with ``SERIAL_SMALL``, the product is not
-    small (``serial_share.few_vectors`` at ``lanes`` native lanes)."""
-    return num_threads() > 1 and not (SERIAL_SMALL and few_vectors(f, extents, lanes))
+    panels in parallel: where there are ``threads`` (more than one) and, with ``SERIAL_SMALL``,
+    the product is not small (``serial_share.few_vectors`` at ``lanes`` native lanes)."""
+    return threads > 1 and not (SERIAL_SMALL and few_vectors(f, extents, lanes))
 
 
 def few_rows_nest(s: Schedule, st: Stage, row: str, x: str, k: str,

@@ -824,7 +824,7 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     blocks = row_operands(f, i, split=kc < ext[k], rows=rows, panels=-(-ext[x] // width))
     group = few_rows.copy_panels(ext[x], width, width * size, num_threads(), MIN_BALANCE)
     copy = packer(f, extents, cpu.l2.size, width * group if few else width)  # (B's rows)
-    in_parallel = few_rows.in_parallel(f, extents, lanes)  # (few rows: their column panels)
+    in_parallel = few_rows.in_parallel(f, extents, lanes, num_threads())  # (few rows' panels)
     if (few or num_threads() == 1) and FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width \
             and few_rows.in_place(ext[i], rows, ext[k] * width * size, ext[k] * ext[x] * size, cpu):
         return few_rows.in_place_nest(s, st, i, x, k, (rows, width, lanes), prefetch and
