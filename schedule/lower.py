@@ -9,6 +9,9 @@ Reading this file tells the whole story (Halide ``src/Lower.cpp``):
 3. ``check_loops`` — refuse unrolled loops without a constant extent;
 4. ``promote_accumulators`` — a reduction's register tile accumulates in a local buffer that
    LLVM keeps in registers (``schedule/promote.py``);
+4a. ``forward_initialisations`` — a register tile right after its cells' initialisation starts
+   from the initial value instead of reading ``C`` back, and the initialisation's stores go
+   (``schedule/forward_init.py``);
 4b. ``version_live_vectors`` — the loop around a register tile whose last vectors may be wholly
    dead (the last column panel) is versioned on how many are live (``schedule/live_vectors.py``);
 4c. ``widen_tile_tails`` — a masked vector loop of a register tile's update runs whole vectors
@@ -44,6 +47,7 @@ from .invariant_reads import hoist_update_reads
 from .ir import MAX_UNROLL, For, ForKind, LoweredFunc, ProducerConsumer, map_stmt
 from .promote import promote_accumulators, promoting
 from .fold_init import folding
+from .forward_init import forward_initialisations, forwarding
 from .realize import lowering_switches, realize
 from .simplify import range_folding, simplify
 from .live_vectors import version_live_vectors, versioning
@@ -77,6 +81,7 @@ PASSES: list[tuple[str, Callable[[LoweredFunc], LoweredFunc]]] = [
     ("simplify", simplify),
     ("check_loops", check_loops),
     ("promote_accumulators", promote_accumulators),
+    ("forward_initialisations", forward_initialisations),
     ("version_live_vectors", version_live_vectors),
     ("widen_tile_tails", widen_tile_tails),
     ("reduce_update_cells", reduce_update_cells),
@@ -108,7 +113,7 @@ def lower(output: Func | Sequence[Func] | Pipeline,
     # (a benchmark switches the passes' switches between two lowerings)
     key = (p.workload_key(), None if schedule is None else schedule.to_json(),
            folding(), lowering_switches(), range_folding(), widening(), versioning(), promoting(),
-           cell_switches())
+           cell_switches(), forwarding())
     if not dump and key in _RECENT:
         _RECENT.move_to_end(key)
         return _RECENT[key]
