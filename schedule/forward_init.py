@@ -19,8 +19,9 @@ cells and nothing reads ``C`` in between). A short reduction (``K`` = 17) thus w
 of ``C`` once instead of twice and reads it not at all, BLIS's ``beta = 0`` micro-kernel.
 ``fold_init`` does the same where the initialisation is a pass of its own, away from the tile.
 
-It applies to two adjacent statements of a block, an initialisation nest and the tile's
-allocation, where
+It applies to two adjacent statements of a block (nested blocks spliced in: a reduction loop
+partitioned into a main piece and a remainder is a block of its own), an initialisation nest and
+the tile's allocation, where
 
 - the allocation holds three statements: a nest that loads the tile from ``C``, the loop that
   updates the tile (it neither reads nor writes ``C``), and a nest that stores the tile to ``C``;
@@ -47,11 +48,14 @@ from .ir import Allocate, Block, For, IfThenElse, LetStmt, Load, LoweredFunc, Pr
 
 #: 1: the pass runs; 0: the tile is loaded from the initialised ``C`` (an A/B switch)
 FORWARD_INIT = 1
+#: 1: nested blocks spliced in when looking for the pair; 0: only a block's own statements
+SPLICE_BLOCKS = 1
 
 
-def forwarding() -> int:
-    """``FORWARD_INIT`` now (part of ``lower``'s cache key: a benchmark flips it)."""
-    return FORWARD_INIT
+def forwarding() -> tuple[int, int]:
+    """``FORWARD_INIT`` and ``SPLICE_BLOCKS`` now (part of ``lower``'s cache key: a benchmark
+    flips them)."""
+    return FORWARD_INIT, SPLICE_BLOCKS
 
 
 def forward_initialisations(f: LoweredFunc) -> LoweredFunc:
@@ -66,7 +70,7 @@ def forward_initialisations(f: LoweredFunc) -> LoweredFunc:
             return s
         out: list[Stmt] = []
         changed = False
-        for st in s.stmts:
+        for st in _flat(s):
             if out and isinstance(st, Allocate):
                 merged = _forward(out[-1], st)
                 if merged is not None:
@@ -80,6 +84,15 @@ def forward_initialisations(f: LoweredFunc) -> LoweredFunc:
 
     body = go(f.body)
     return f if body is f.body else dataclasses.replace(f, body=body)
+
+
+def _flat(s: Block) -> list[Stmt]:
+    """The statements of ``s`` with nested blocks spliced in (a loop partitioned into pieces is
+    a block of its own inside the block of the nest around it)."""
+    out: list[Stmt] = []
+    for st in s.stmts:
+        out.extend(_flat(st) if SPLICE_BLOCKS and isinstance(st, Block) else [st])
+    return out
 
 
 def _nest(s: Stmt) -> tuple[list[Stmt], Store] | None:

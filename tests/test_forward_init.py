@@ -100,3 +100,19 @@ def test_the_rule_based_schedule_of_a_short_reduction_never_zeroes_c(dtype):
     assert not _initialises_c(str(lower(C, s)))
     assert_gemm_matches_numpy(tl.compile(C, s), dtype,
                               [(33, 1000, 17), (7, 61, 17), (1, 1, 1), (34, 129, 3)], seed=81)
+
+
+@pytest.mark.parametrize("dtype", [tl.float32, tl.float64])
+def test_a_tile_before_the_reductions_remainder_starts_from_zero(dtype, monkeypatch):
+    # rows of 3 columns in vector lanes: the lanes' reduction loop is partitioned into whole
+    # vectors (the tile) and a masked remainder that updates the partial sums in memory; the
+    # two pieces are a block of their own after the zeroing nest
+    C = gemm(dtype)
+    s = heuristic_schedule(C, {"M": 100, "N": 3, "K": 1000})
+    text = str(lower(C, s))
+    assert "C_rf.acc" in text and not re.search(r"^\s*C_rf\[[^\]]*\] = 0", text, re.M)
+    monkeypatch.setattr(forward_init, "SPLICE_BLOCKS", 0)
+    assert re.search(r"^\s*C_rf\[[^\]]*\] = 0", str(lower(C, s)), re.M)
+    monkeypatch.undo()
+    assert_gemm_matches_numpy(tl.compile(C, s), dtype,
+                              [(100, 3, 1000), (9, 3, 1001), (1, 3, 17), (17, 3, 250)], seed=81)
