@@ -41,10 +41,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensorlang.expr import walk
+from tensorlang.expr import Expr, walk
 
-from .ir import Allocate, Block, For, IfThenElse, LetStmt, Load, LoweredFunc, Prefetch, Stmt, \
-    Store, map_stmt, walk_stmts
+from .ir import Allocate, Block, For, IfThenElse, Load, LoweredFunc, Stmt, Store, map_stmt
 
 #: 1: the pass runs; 0: the tile is loaded from the initialised ``C`` (an A/B switch)
 FORWARD_INIT = 1
@@ -133,25 +132,21 @@ def _same_indices(a: tuple, b: tuple) -> bool:
 
 
 def _touches(s: Stmt, buffer: str) -> bool:
-    """Whether ``s`` stores to or loads from ``buffer`` anywhere."""
-    for st in walk_stmts(s):
-        if isinstance(st, Store):
-            if st.buffer == buffer:
-                return True
-            exprs = [st.value, *st.indices]
-        elif isinstance(st, For):
-            exprs = [st.min, st.extent]
-        elif isinstance(st, IfThenElse):
-            exprs = [st.cond]
-        elif isinstance(st, LetStmt):
-            exprs = [st.value]
-        elif isinstance(st, Prefetch):
-            exprs = list(st.indices)
-        else:
-            exprs = []
-        if any(isinstance(n, Load) and n.buffer == buffer for e in exprs for n in walk(e)):
-            return True
-    return False
+    """Whether ``s`` stores to or loads from ``buffer`` anywhere (``map_stmt`` visits every
+    statement's expressions)."""
+    hits: list[object] = []
+
+    def fe(e: Expr) -> Expr:
+        hits.extend(n for n in walk(e) if isinstance(n, Load) and n.buffer == buffer)
+        return e
+
+    def fs(st: Stmt) -> Stmt:
+        if isinstance(st, Store) and st.buffer == buffer:
+            hits.append(st)
+        return map_stmt(st, fs, fe)
+
+    fs(s)
+    return bool(hits)
 
 
 def _forward(init: Stmt, alloc: Allocate) -> Stmt | None:

@@ -35,6 +35,18 @@ def gemm(dtype=tl.float32):
     return C
 
 
+def max_plus(dtype=tl.float32):
+    """``C[i, j] = max_k A[i, k] + B[k, j]`` (the tropical semiring's matmul) of ``dtype``, and
+    its RDom: a reduction whose identity is not zero."""
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), dtype), tl.Input("B", (K, N), dtype)
+    i, j = tl.vars("i j")
+    rk = tl.RDom((0, K))
+    C = tl.Func("C")
+    C[i, j] = tl.max(A[i, rk] + B[rk, j])
+    return C, rk
+
+
 def assert_gemm_matches_numpy(kern, dtype, shapes, seed: int) -> None:
     """Call ``kern`` (compiled from ``gemm(dtype)``) on random operands of each ``(M, N, K)`` of
     ``shapes`` and compare with NumPy's ``a @ b`` (rtol 1e-10 in float64, 2e-4 in float32)."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from algorithms import gemm
+from algorithms import gemm, max_plus
 
 import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
@@ -55,15 +55,10 @@ def test_an_empty_reduction_still_writes_the_identity():
 def test_a_max_reduction_starts_from_its_identity(rng):
     # a max-plus product (the tropical semiring's matmul) of negative numbers: a tile that
     # started from zero would answer zero
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
-    i, j = tl.vars("i j")
-    rk = tl.RDom((0, K))
-    C = tl.Func("C")
-    C[i, j] = tl.max(A[i, rk] + B[rk, j])
+    C, rk = max_plus()
     s = tl.Schedule(C)
-    io, ii = s[C].split(i, 4)
-    jo, ji = s[C].split(j, 8)
+    io, ii = s[C].split("i", 4)
+    jo, ji = s[C].split("j", 8)
     ko, ki = s[C].split(rk.x, 3)
     s[C].reorder(io, ko, jo, ki, ii, ji).unroll(ii).vectorize(ji)
     assert "if K <= 0:" in str(lower(C, s))

@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from algorithms import assert_gemm_matches_numpy, gemm
+from algorithms import assert_gemm_matches_numpy, gemm, max_plus
 
 import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
@@ -44,15 +44,10 @@ def test_a_tile_starts_from_zero_and_computes_what_numpy_computes(m, n, k, rng):
 
 def test_a_max_reduction_starts_from_its_identity(rng):
     # a max-plus product of negative numbers: a tile that started from zero would answer zero
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), tl.float32), tl.Input("B", (K, N), tl.float32)
-    i, j = tl.vars("i j")
-    rk = tl.RDom((0, K))
-    C = tl.Func("C")
-    C[i, j] = tl.max(A[i, rk] + B[rk, j])
+    C, rk = max_plus()
     s = tl.Schedule(C)
-    io, ii = s[C].split(i, 4)
-    jo, ji = s[C].split(j, 8)
+    io, ii = s[C].split("i", 4)
+    jo, ji = s[C].split("j", 8)
     s[C].reorder(io, jo, rk.x, ii, ji).unroll(ii).vectorize(ji)
     assert not _initialises_c(str(lower(C, s)))
     a, b = -rng.random((11, 7), dtype=np.float32), -rng.random((7, 13), dtype=np.float32)
