@@ -19,13 +19,12 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   conv2d's padding would be evaluated 9 x CI times per output);
 - a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
   innermost pure Var split by two native vectors (``ShiftInwards``), vectorized by one native
-  vector and the two unrolled (the form the search space gives it), or, when its
-  extent is at most four vectors and not a multiple of two vectors, by its whole extent (conv2d's
-  56-wide rows: 16 + 16 + 16 + 8 lanes, where a 32-wide shifted tile computes 64 columns for
-  56); a row Var split by the accumulators left per vector (8 for two vectors, 4 for four; a
-  divisor of its extent where one is close: a guarded remainder runs the slow version) and
-  unrolled: the innermost pure Var that the vector operands are not indexed by (GEMM's ``i``,
-  conv2d's output channel); the reduction loops between the tile loops and the tile (GEMM-style);
+  vector and the two unrolled (the form the search space gives it), or, when its extent is at
+  most four vectors and not a multiple of two vectors, by its whole extent (conv2d's 56-wide
+  rows: 16 + 16 + 16 + 8 lanes, not 64 columns for 56); a row Var (GEMM's ``i``, conv2d's
+  output channel: not indexing the vector operands) split by the accumulators left per vector
+  (8 for two vectors; a divisor of its extent where one is close, up to 24 accumulators,
+  ``narrow_tile``: a guarded remainder is slow) and unrolled; the reduction loops inside;
 - a GEMM-like reduction (``packed_operand``) whose operand does not fit in L1 is first tried as
   BLIS's packed nest (``_packed_tile``: row blocks in parallel; per reduction block, the row
   block of A and each ``kc x nr`` panel of B copied into contiguous buffers; ``kc`` and the row
@@ -48,10 +47,10 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   recomputed once per row block). A reduction over two or more pure Vars (one that gets a
   register tile) or with a row segment (above) stays at root: one row at a time would leave its
   tile a single row;
-- the outermost pure loop with two iterations or more runs in parallel where the stage does
-  ``MIN_PARALLEL_POINTS`` iterations (a reduction's: ``serial_share.MIN_PARALLEL_VECTORS``
-  vectors), unless small around a serial largest one (``serial_share``);
-  a loop of 2-4 that a ``where`` tests (colour channels) is unrolled inside them (``select_loops``);
+- the outermost pure loop of 2 iterations or more (a GEMM's column panels where they share out
+  better than its few row tiles: ``narrow_tile``) runs in parallel where the stage does
+  ``MIN_PARALLEL_POINTS`` iterations (a reduction's: ``serial_share.MIN_PARALLEL_VECTORS``),
+  unless small around a serial largest one; a loop of 2-4 a ``where`` tests is unrolled inside;
 - a big reduction with fewer pure points than threads (a total, a few long rows) is split into
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);
@@ -350,7 +349,7 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
                     t, f, extents, lanes(f, target), cpu_model(target)))
             else:
                 t = _try(s, lambda t, f=f, v=variant, n=one, w=width: _stage(
-                    t, f, v, extents, w, n, accumulators(target)))
+                    t, f, v, extents, w, n, cpu_model(target)))
             if t is None:
                 continue
             if not lower_each or _lowers(output, t):
@@ -894,7 +893,7 @@ def _packed_kc(extent: int, blocking: GemmBlocking) -> int | None:
 
 
 def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int,
-           nested: bool = False, accumulators: int = ACCUMULATORS) -> None:
+           nested: bool, cpu: CpuModel) -> None:
     d = f.definition
     assert d is not None
     st: Stage = s[f]
@@ -903,7 +902,7 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
         return
     if not args:
         return
-    ext = {a: extents.extent(f.name, a) for a in args}
+    ext = {a: extents.extent(f.name, a) for a in [*args, *(r.name for r in d.rvars)]}
     # a stage with less work than one parallel region is worth runs serially: thread wake-ups
     # would cost more than they save (PolyBench durbin at its SMALL size: 0.78x its default)
     nested = nested or stage_points(f, None, extents) < MIN_PARALLEL_POINTS or few_vectors(
@@ -911,7 +910,7 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
     tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
     i = row_var(f, args) if len(args) >= 2 else args[0]
-    width, rows = register_tile(ext[args[-1]], ext[i], lanes, accumulators)
+    width, rows = register_tile(ext[args[-1]], ext[i], lanes, accumulator_budget(cpu))
     if variant in ("full", "guard") and d.rvars and only_vars_of_one(args[:-1], ext) \
             and ext[args[-1]] >= rfactor_rules.MIN_ROW_SEGMENTS * ROW_VECTORS * lanes \
             and contiguous_in(f, args[-1]):
@@ -927,7 +926,8 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
         return
     if variant in ("full", "guard") and d.rvars and len(args) >= 2 \
             and narrow_tile.takes(ext[args[-1]], lanes, ext[i], rows):
-        return narrow_tile.register_tile(st, d, i, ext, (width, rows, lanes), tail, nested)
+        return narrow_tile.register_tile(st, d, i, ext, (width, rows, lanes), tail,
+                                         0 if nested else num_threads(), cpu)
     if variant != "parallel" and not d.rvars and ext[args[-1]] >= lanes:
         st.vectorize(args[-1], lanes, tail=tail)
         if par is None and ext[args[-1]] >= 2 * lanes:

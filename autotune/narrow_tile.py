@@ -23,9 +23,13 @@ the tile for ``heuristic._stage``.
 
 from __future__ import annotations
 
+from math import prod
+
+from tensorlang.backends.llvm.parallel import CHUNKS_PER_THREAD
 from tensorlang.func import Definition
 from tensorlang.schedule.schedule import Stage
 
+from .cpu_model import BROADCAST_REGISTERS, CpuModel, accumulator_budget
 from .few_rows import vector_tile
 
 #: the fewest columns (the output's innermost extent) a register tile of the rule-based
@@ -40,6 +44,22 @@ FEW_ROWS_WIDE = 1
 #: the fewest rows that take a tile of all of them (1: a row vector times a matrix of fewer
 #: columns than a row segment, ``x^T B``, whose longer rows take the segment form)
 FEW_ROWS_LEAST = 1
+#: the most accumulators a tile takes, past the budget's rows (``heuristic.accumulator_rows``),
+#: for a row count that divides the rows where the budget's does not (33 rows, 2 vectors a row:
+#: 3 tiles of 11 rows, 22 accumulators, not 4 of 8 and a guarded one of 1 on its own), within
+#: the registers the row's vectors of B and the broadcasts of A leave (``divisor_rows``; docs/
+#: performance.md, "Few rows: a tile that divides them, column panels in parallel"). 0: the
+#: budget's rows, as before
+DIVISOR_ACCUMULATORS = 24
+#: 1: the column panels' loop outermost and in parallel, the rows' tiles inside it, where the
+#: panels share out over the threads better than the row tiles (``panels_parallel``, a 2-D
+#: output); 0: the outermost tile loop of two iterations or more, as before
+PANELS_PARALLEL = 1
+#: the fewest reduction terms per output cell for ``PANELS_PARALLEL``: with fewer the tile is
+#: bound by its stores of the output, which the panels' order makes to every row of it at once
+#: (one store stream per row, where the row tiles' order writes a tile's rows), not by its
+#: multiply-adds (an outer product, 33 x 1000 x 1, ran slower that way)
+PANELS_LEAST_TERMS = 16
 
 
 def takes(columns: int, lanes: int, row_extent: int, rows: int) -> bool:
@@ -61,20 +81,95 @@ def takes(columns: int, lanes: int, row_extent: int, rows: int) -> bool:
             and (columns <= lanes or bool(FEW_ROWS_WIDE)) and row_extent >= FEW_ROWS_LEAST)
 
 
+def divisor_rows(rows: int, budget: int, vectors: int, extent: int, registers: int) -> int:
+    """Rows of a register tile of ``vectors`` vector registers a row over ``extent`` rows, given
+    the ``rows`` the accumulator ``budget`` gives (``heuristic.accumulator_rows``, a divisor
+    of ``extent`` where one is at least half the budget's rows): with ``DIVISOR_ACCUMULATORS``,
+    where ``rows`` leave a remainder, the largest count above the budget's that divides
+    ``extent``, at most ``DIVISOR_ACCUMULATORS`` accumulators and what ``registers`` vector
+    registers leave past the row's vectors and ``BROADCAST_REGISTERS``; else ``rows``. Fewer
+    tiles, none of them a guarded remainder run on its own after the rest (loop
+    partitioning), each vector of B serving more rows.
+
+    >>> [divisor_rows(*a) for a in [(8, 16, 2, 33, 32), (5, 16, 2, 100, 32), (6, 12, 2, 33, 16)]]
+    [11, 5, 6]
+    >>> [divisor_rows(*a) for a in [(8, 16, 2, 17, 32), (8, 16, 2, 1000, 32), (3, 16, 4, 33, 32)]]
+    [8, 8, 3]
+    """
+    least = max(1, budget // max(vectors, 1))
+    if not DIVISOR_ACCUMULATORS or extent % rows == 0 or extent <= least:
+        return rows
+    most = min(DIVISOR_ACCUMULATORS, registers - vectors - BROADCAST_REGISTERS) // max(vectors, 1)
+    return next((r for r in range(most, least, -1) if extent % r == 0), rows)
+
+
+def _span(costs: list[float], threads: int) -> float:
+    """The time ``threads`` threads take over iterations of ``costs`` as a parallel loop hands
+    them out: chunks of sizes differing by one iteration at most, ``CHUNKS_PER_THREAD`` per
+    thread (``backends/llvm/parallel.py``), claimed in order by the thread that frees first."""
+    pieces = max(1, min(len(costs), threads * CHUNKS_PER_THREAD))
+    size, extra = divmod(len(costs), pieces)
+    ends, at = [0.0] * max(1, threads), 0
+    for c in range(pieces):
+        n = size + (c < extra)
+        ends[ends.index(min(ends))] += sum(costs[at:at + n])
+        at += n
+    return max(ends)
+
+
+def panels_parallel(rows: int, width: int, lanes: int, extent: int, columns: int,
+                    terms: int, threads: int) -> bool:
+    """Whether a register tile of ``rows`` rows x ``width`` lanes (native vectors of ``lanes``)
+    over ``extent`` rows and ``columns`` columns, ``terms`` reduction terms per output cell, runs
+    its column panels in parallel, each over every row tile, rather than its row tiles, each
+    over every panel (``PANELS_PARALLEL``): where there are ``PANELS_LEAST_TERMS`` terms and
+    that spans less of ``threads`` threads' time (``_span``), counted in rows x native vectors,
+    the guarded remainder rows (a loop piece of their own, run after the whole tiles) and
+    columns at what they compute.
+
+    >>> panels_parallel(11, 32, 16, 33, 100, 256, 2), panels_parallel(8, 32, 16, 1000, 100, 256, 2)
+    (True, False)
+    >>> panels_parallel(11, 32, 16, 33, 100, 256, 1), panels_parallel(11, 32, 16, 33, 1000, 1, 2)
+    (False, False)
+    """
+    if not PANELS_PARALLEL or threads < 2 or columns <= width or terms < PANELS_LEAST_TERMS:
+        return False
+    whole, rest = divmod(extent, rows)
+    vectors = -(-width // lanes)
+    panels = [vectors] * (columns // width) + ([-(-(columns % width) // lanes)] if columns % width
+                                                else [])
+    by_rows = _span([rows * sum(panels)] * whole, threads) + rest * sum(panels)
+    by_panels = _span([whole * rows * p for p in panels], threads) + (
+        _span([rest * p for p in panels], threads) if rest else 0)
+    return by_panels < by_rows
+
+
 def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
-                  tile: tuple[int, int, int], tail: str, nested: bool) -> None:
+                  tile: tuple[int, int, int], tail: str, threads: int,
+                  cpu: CpuModel) -> None:
     """The rule-based schedule's register tile of a GEMM-like reduction's stage ``st`` (pure
-    definition ``d``, row Var ``i``, pure Vars' extents ``ext``): ``tile`` = (vector lanes
-    ``width``, ``rows``, native ``lanes``); ``i`` split by ``rows`` (at most its extent; one
-    row not split), the last pure Var by ``width`` with ``tail``, the reduction loops inside,
-    the tile's rows unrolled and its row in native vectors (``few_rows.vector_tile``); the
-    outermost tile loop of two iterations or more in parallel unless ``nested``.
+    definition ``d``, row Var ``i``, its Vars' and reduction Vars' extents ``ext``): ``tile`` =
+    (vector lanes ``width``, ``rows``, native ``lanes``); ``i`` split by ``rows`` (at most its
+    extent; one row not split; a larger count dividing it, ``divisor_rows``, within ``cpu``'s
+    vector registers, where ``rows`` came from its accumulator budget and leave a remainder),
+    the last pure Var by ``width`` with ``tail``, the reduction loops inside, the tile's rows
+    unrolled and its row in native vectors (``few_rows.vector_tile``); the outermost tile loop
+    of two iterations or more in parallel on ``threads`` threads (0: none, the stage inside
+    the output's parallel loop), or for a 2-D output whose column panels share out better
+    (``panels_parallel``) those, outermost, the last panel guarded.
 
     Raises:
         ScheduleError: a primitive refuses the tile."""
     width, rows, lanes = tile
     args = [a.name for a in d.args]
     x = args[-1]
+    vectors = -(-width // lanes)
+    if ext[i] > 1:
+        rows = divisor_rows(rows, accumulator_budget(cpu), vectors, ext[i], cpu.vector_registers)
+    terms = prod(ext.get(r.name, 1) for r in d.rvars)
+    panels = threads and args == [i, x] and ext[i] > 1 and panels_parallel(
+        min(rows, ext[i]), width, lanes, ext[i], ext[x], terms, threads)
+    tail = "GuardWithIf" if panels else tail  # (shifted panels would run at once)
     count = dict(ext)  # each loop's iterations
     outer_row, row = i, None
     if ext[i] > 1:
@@ -83,9 +178,11 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     xo, xi = st.split(x, width, tail=tail)
     count[xo.name] = -(-ext[x] // width)
     outer = [outer_row if a == i else a for a in args[:-1]] + [xo.name]
+    if panels:
+        outer = [xo.name, outer_row]
     st.reorder(*outer, *[r.name for r in d.rvars], *([row] if row else []), xi.name)
     # whole native vectors, unrolled (the form the search space gives this tile)
     vector_tile(st, row, xi.name, width, lanes)
-    if not nested:  # inside the output's parallel loop: no nested thread pool
+    if threads:  # (0: inside the output's parallel loop, no nested thread pool)
         # the outermost tile loop with two iterations or more (as the search space picks)
         st.parallel(next((a for a in outer if count[a] >= 2), outer[0]))

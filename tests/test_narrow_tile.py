@@ -16,7 +16,7 @@ from tensorlang.autotuner import space as space_mod
 from tensorlang.autotuner.space import SearchSpace
 
 sys.path.insert(0, os.path.dirname(__file__))
-from algorithms import gemm  # noqa: E402
+from algorithms import described_target, gemm  # noqa: E402
 
 
 def _vectorized(s) -> bool:
@@ -98,3 +98,55 @@ def test_a_gemm_of_fewer_rows_than_the_tile_takes_a_tile_of_all_of_them(dtype, m
     text = heuristic.heuristic_schedule(C, {"M": 1, "N": 9 * lanes, "K": 1000}).to_python()
     assert f"split('j', {8 * lanes}" in text.replace('"', "'"), text
 
+
+
+def _rows_and_parallel(text: str) -> tuple[int, str]:
+    """The row tile's rows and the parallel loop of a register tile's schedule text."""
+    text = text.replace('"', "'")
+    rows = int(text.split("split('i', ")[1].split(")")[0].split(",")[0])
+    return rows, text.split(".parallel('")[1].split("'")[0] if ".parallel(" in text else ""
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_few_rows_take_a_dividing_tile_and_parallel_column_panels(dtype, monkeypatch):
+    # 33 rows of 2 native vectors: 3 tiles of 11 rows (22 accumulators), not 4 of 8 and a
+    # guarded 1-row remainder run on its own; 3 row tiles on 2 threads share out worse than
+    # the column panels, which run in parallel outermost, the last one guarded
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    C = gemm(dtype)
+    target = described_target("znver4")
+    sizes = {"M": 33, "N": 33 if dtype == tl.float64 else 100, "K": 256}
+    s = heuristic.heuristic_schedule(C, sizes, target)
+    text = s.to_python()
+    assert _rows_and_parallel(text) == (11, "j.o"), text
+    assert "ShiftInwards" not in text and SearchSpace(C, sizes, target).point(s) is not None, text
+    with monkeypatch.context() as m:
+        m.setattr(narrow_tile, "PANELS_PARALLEL", 0)  # the row tiles in parallel
+        assert _rows_and_parallel(heuristic.heuristic_schedule(C, sizes, target).to_python()) \
+            == (11, "i.o")
+        m.setattr(narrow_tile, "DIVISOR_ACCUMULATORS", 0)  # before: 8 rows and a remainder
+        assert _rows_and_parallel(heuristic.heuristic_schedule(C, sizes, target).to_python()) \
+            == (8, "i.o")
+    # an outer product (K = 1) is bound by its stores: its row tiles stay in parallel
+    assert _rows_and_parallel(heuristic.heuristic_schedule(
+        C, {**sizes, "N": 1000, "K": 1}, target).to_python()) == (11, "i.o")
+    # AVX2's 16 registers hold no 11-row tile of 2 vectors: 6 rows (the budget's 12
+    # accumulators), as before
+    assert _rows_and_parallel(heuristic.heuristic_schedule(
+        C, sizes, described_target("haswell")).to_python())[0] == 6
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_dividing_tiles_and_parallel_panels_match_numpy(dtype, threads, rng, monkeypatch):
+    # schedules built for 2 threads (panels in parallel, guarded last panel) and run on 1-3
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", str(threads))
+    C = gemm(dtype)
+    npd = np.float64 if dtype == tl.float64 else np.float32
+    tol = 1e-10 if dtype == tl.float64 else 2e-4
+    for m, n, k in [(33, 100, 256), (33, 33, 17), (22, 101, 19), (39, 67, 16), (13, 70, 31),
+                    (33, 1000, 1), (3, 100, 97), (11, 45, 17)]:
+        kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
+        a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol, err_msg=f"{m}x{n}x{k}")
