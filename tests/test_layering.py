@@ -160,8 +160,10 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
 
 
 #: the autotuner modules that model the CPU the LLVM backend targets (its rule-based schedule,
-#: search space, cost-model features); every other tuner module is backend-neutral
+#: search space, cost-model features; ``narrow_tile`` the chunks its parallel loops hand out);
+#: every other tuner module is backend-neutral
 CPU_MODELS = {"tensorlang.autotuner.cpu_model", "tensorlang.autotuner.heuristic",
+              "tensorlang.autotuner.narrow_tile",
               "tensorlang.autotuner.rfactor_rules", "tensorlang.autotuner.stream_rules",
               "tensorlang.autotuner.space", "tensorlang.autotuner.vector_width",
               "tensorlang.autotuner.features"}
