@@ -60,6 +60,13 @@ PANELS_PARALLEL = 1
 #: (one store stream per row, where the row tiles' order writes a tile's rows), not by its
 #: multiply-adds (an outer product, 33 x 1000 x 1, ran slower that way)
 PANELS_LEAST_TERMS = 16
+#: native vectors of a tile of one row (``x^T B``, narrower than the row segment form's
+#: ``rfactor_rules.ROW_VECTORS`` vectors) where its row is wider than the tile: the accumulators
+#: that rows would take go to the row, each step of the reduction more independent multiply-adds
+#: (two vectors a step left the tile bound by the multiply-adds' latency); the last piece guarded
+#: (a shifted one computes its columns twice). A power of two: a split the search space offers.
+#: 0: the two vectors of every tile, as before
+ONE_ROW_VECTORS = 4
 
 
 def takes(columns: int, lanes: int, row_extent: int, rows: int) -> bool:
@@ -163,6 +170,8 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     width, rows, lanes = tile
     args = [a.name for a in d.args]
     x = args[-1]
+    if ONE_ROW_VECTORS and ext[i] == 1 and ext[x] > max(width, ONE_ROW_VECTORS * lanes):
+        width, tail = ONE_ROW_VECTORS * lanes, "GuardWithIf"
     vectors = -(-width // lanes)
     if ext[i] > 1:
         rows = divisor_rows(rows, accumulator_budget(cpu), vectors, ext[i], cpu.vector_registers)

@@ -150,3 +150,29 @@ def test_dividing_tiles_and_parallel_panels_match_numpy(dtype, threads, rng, mon
         kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
         a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol, err_msg=f"{m}x{n}x{k}")
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_a_tile_of_one_row_takes_four_vectors(dtype, rng, monkeypatch):
+    # x^T B narrower than a row segment, wider than four vectors: a tile of four vectors (more
+    # independent multiply-adds per reduction step than two), the last piece guarded
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    C = gemm(dtype)
+    target = described_target("znver4")
+    lanes = heuristic.lanes(C, target)
+    npd = np.float64 if dtype == tl.float64 else np.float32
+    tol = 1e-10 if dtype == tl.float64 else 2e-4
+    for n in (4 * lanes + 1, 6 * lanes + 3, 7 * lanes):
+        sizes = {"M": 1, "N": n, "K": 1000}
+        s = heuristic.heuristic_schedule(C, sizes, target)
+        text = s.to_python().replace('"', "'")
+        assert f"split('j', {4 * lanes})" in text and "ShiftInwards" not in text, (n, text)
+        assert SearchSpace(C, sizes, target).point(s) is not None, (n, text)
+        with monkeypatch.context() as m:
+            m.setattr(narrow_tile, "ONE_ROW_VECTORS", 0)  # before: two vectors, shifted
+            before = heuristic.heuristic_schedule(C, sizes, target).to_python().replace('"', "'")
+            assert f"split('j', {2 * lanes}, tail='ShiftInwards')" in before, (n, before)
+    for n, k in [(4 * lanes + 1, 97), (6 * lanes + 3, 1), (5 * lanes + 7, 1000), (100, 13)]:
+        kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": 1, "N": n, "K": k}))
+        a, b = rng.random((1, k)).astype(npd), rng.random((k, n)).astype(npd)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol, err_msg=f"1x{n}x{k}")
