@@ -18,7 +18,10 @@ Fewer rows than the tile's make a tile of all of them for rows wider than a vect
 (``FEW_ROWS_WIDE``: a GEMM of 2 rows and 16 columns, which no rule took), and a single row
 narrower than a row segment (``x^T B``) a tile of one row (``FEW_ROWS_LEAST``; docs/
 performance.md, "A tile of all the rows, whatever the row's width"). ``register_tile`` builds
-the tile for ``heuristic._stage``.
+the tile for ``heuristic._stage``: since stop 82 with a row count that divides few rows
+(``divisor_rows``), the column panels in parallel where they share out better than the row tiles
+(``panels_parallel``), and four vectors for a tile of one row (``ONE_ROW_VECTORS``; docs/
+performance.md, "Few rows: a tile that divides them, the column panels in parallel").
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ FEW_ROWS_LEAST = 1
 #: for a row count that divides the rows where the budget's does not (33 rows, 2 vectors a row:
 #: 3 tiles of 11 rows, 22 accumulators, not 4 of 8 and a guarded one of 1 on its own), within
 #: the registers the row's vectors of B and the broadcasts of A leave (``divisor_rows``; docs/
-#: performance.md, "Few rows: a tile that divides them, column panels in parallel"). 0: the
-#: budget's rows, as before
+#: performance.md, "Few rows: a tile that divides them, the column panels in parallel"). 0:
+#: the budget's rows, as before
 DIVISOR_ACCUMULATORS = 24
 #: 1: the column panels' loop outermost and in parallel, the rows' tiles inside it, where the
 #: panels share out over the threads better than the row tiles (``panels_parallel``, a 2-D
@@ -163,7 +166,8 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     unrolled and its row in native vectors (``few_rows.vector_tile``); the outermost tile loop
     of two iterations or more in parallel on ``threads`` threads (0: none, the stage inside
     the output's parallel loop), or for a 2-D output whose column panels share out better
-    (``panels_parallel``) those, outermost, the last panel guarded.
+    (``panels_parallel``) those, outermost, the last panel guarded. A tile of one row over a
+    row wider than ``ONE_ROW_VECTORS`` vectors takes that many, the last piece guarded.
 
     Raises:
         ScheduleError: a primitive refuses the tile."""
@@ -176,7 +180,7 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     if ext[i] > 1:
         rows = divisor_rows(rows, accumulator_budget(cpu), vectors, ext[i], cpu.vector_registers)
     terms = prod(ext.get(r.name, 1) for r in d.rvars)
-    panels = threads and args == [i, x] and ext[i] > 1 and panels_parallel(
+    panels = threads > 0 and args == [i, x] and ext[i] > 1 and panels_parallel(
         min(rows, ext[i]), width, lanes, ext[i], ext[x], terms, threads)
     tail = "GuardWithIf" if panels else tail  # (shifted panels would run at once)
     count = dict(ext)  # each loop's iterations

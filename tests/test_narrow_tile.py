@@ -99,7 +99,6 @@ def test_a_gemm_of_fewer_rows_than_the_tile_takes_a_tile_of_all_of_them(dtype, m
     assert f"split('j', {8 * lanes}" in text.replace('"', "'"), text
 
 
-
 def _rows_and_parallel(text: str) -> tuple[int, str]:
     """The row tile's rows and the parallel loop of a register tile's schedule text."""
     text = text.replace('"', "'")
