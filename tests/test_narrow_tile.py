@@ -16,7 +16,7 @@ from tensorlang.autotuner import space as space_mod
 from tensorlang.autotuner.space import SearchSpace
 
 sys.path.insert(0, os.path.dirname(__file__))
-from algorithms import described_target, gemm  # noqa: E402
+from algorithms import assert_gemm_matches_numpy, described_target, gemm  # noqa: E402
 
 
 def _vectorized(s) -> bool:
@@ -136,33 +136,27 @@ def test_few_rows_take_a_dividing_tile_and_parallel_column_panels(dtype, monkeyp
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
-def test_dividing_tiles_and_parallel_panels_match_numpy(dtype, rng, monkeypatch):
+def test_dividing_tiles_and_parallel_panels_match_numpy(dtype, monkeypatch):
     # schedules built for 2 threads (panels in parallel, guarded last panel), each kernel run
     # on 1-3 (the count is read at every call)
     monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
     C = gemm(dtype)
-    npd = np.float64 if dtype == tl.float64 else np.float32
-    tol = 1e-10 if dtype == tl.float64 else 2e-4
     for m, n, k in [(33, 100, 256), (33, 33, 17), (22, 101, 19), (39, 67, 16), (13, 70, 31),
                     (33, 1000, 1), (3, 100, 97), (11, 45, 17)]:
         kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
-        a, b = rng.random((m, k)).astype(npd), rng.random((k, n)).astype(npd)
         for threads in ("1", "2", "3"):
             monkeypatch.setenv("TENSORLANG_NUM_THREADS", threads)
-            np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol,
-                                       err_msg=f"{m}x{n}x{k} on {threads} threads")
+            assert_gemm_matches_numpy(kern, dtype, [(m, n, k)], seed=m * n + k)
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
-def test_a_tile_of_one_row_takes_four_vectors(dtype, rng, monkeypatch):
+def test_a_tile_of_one_row_takes_four_vectors(dtype, monkeypatch):
     # x^T B narrower than a row segment, wider than four vectors: a tile of four vectors (more
     # independent multiply-adds per reduction step than two), the last piece guarded
     monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
     C = gemm(dtype)
     target = described_target("znver4")
     lanes = heuristic.lanes(C, target)
-    npd = np.float64 if dtype == tl.float64 else np.float32
-    tol = 1e-10 if dtype == tl.float64 else 2e-4
     for n in (4 * lanes + 1, 6 * lanes + 3, 7 * lanes):
         sizes = {"M": 1, "N": n, "K": 1000}
         s = heuristic.heuristic_schedule(C, sizes, target)
@@ -175,5 +169,4 @@ def test_a_tile_of_one_row_takes_four_vectors(dtype, rng, monkeypatch):
             assert f"split('j', {2 * lanes}, tail='ShiftInwards')" in before, (n, before)
     for n, k in [(4 * lanes + 1, 97), (6 * lanes + 3, 1), (5 * lanes + 7, 1000), (100, 13)]:
         kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": 1, "N": n, "K": k}))
-        a, b = rng.random((1, k)).astype(npd), rng.random((k, n)).astype(npd)
-        np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol, err_msg=f"1x{n}x{k}")
+        assert_gemm_matches_numpy(kern, dtype, [(1, n, k)], seed=n + k)
