@@ -230,6 +230,7 @@ class LoopContext:
     def __init__(self, context: tuple[Stmt, ...]) -> None:
         self.names: dict[str, str] = {}
         self.known: list[str] = []
+        self._sets: dict[tuple[str, int], isl.Set | None] = {}
         for c in context:
             try:
                 if isinstance(c, For):
@@ -256,12 +257,23 @@ class LoopContext:
 
     def empty(self, dims: list[str], constraints: list[str]) -> bool:
         """Whether no point of ``dims`` (isl names) meets the context and ``constraints``
-        (isl text); False where isl cannot tell."""
+        (isl text); False where isl cannot tell.
+
+        The context's set is parsed once per space and context (its loop bounds' floors and
+        clamps are most of the parsing) and intersected with each query's constraints."""
+        params = ", ".join(v for v in self.names.values() if v not in dims)
+        head = f"[{params}] -> {{ [{', '.join(dims)}] : "
+        key = (head, len(self.known))
         try:
-            params = ", ".join(v for v in self.names.values() if v not in dims)
-            text = f"[{params}] -> {{ [{', '.join(dims)}] : " \
-                   f"{' and '.join([*self.known, *constraints]) or 'true'} }}"
-            return isl.Set(text).is_empty()
+            if key not in self._sets:
+                self._sets[key] = None  # isl could not read it: nothing is proven with it
+                self._sets[key] = isl.Set(f"{head}{' and '.join(self.known) or 'true'} }}")
+            known = self._sets[key]
+            if known is None:
+                return False
+            if not constraints:
+                return known.is_empty()
+            return known.intersect(isl.Set(f"{head}{' and '.join(constraints)} }}")).is_empty()
         except isl.Error:
             return False
 

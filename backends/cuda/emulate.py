@@ -33,6 +33,9 @@ from .private import double_buffered, private_buffers, pure_stages, shared_copie
 #: thread's own buffer to registers, as on the GPU) and compiles unrolled register tiles in
 #: about half the time of -O3
 EMULATE_OPT = 1
+#: The code generator's level for them: 0 (FastISel, fast register allocation) emits
+#: slower code in a fraction of the time, and an emulated kernel runs on a test's small sizes
+EMULATE_CODEGEN_OPT = 0
 
 
 def emulated_launches(program: DeviceProgram) -> tuple[CompiledModule, dict[str, int]]:
@@ -46,6 +49,7 @@ def emulated_launches(program: DeviceProgram) -> tuple[CompiledModule, dict[str,
     target = host_target()
     text = module_text(host_module(program, target, emulate=True, launchers=True))
     compiled = compile_ir(text, program.lowered.name, target, opt=EMULATE_OPT,
+                          codegen_opt=EMULATE_CODEGEN_OPT,
                           what=f"emulated launches of {program.lowered.name}")
     addresses = {lc.name: compiled.engine.get_function_address(f"{lc.name}.run")
                  for lc in program.launches}
@@ -74,6 +78,6 @@ def emulate(output: Func | Sequence[Func], schedule: Schedule | None = None, *,
     target = host_target()
     text = module_text(host_module(program, target, emulate=True))
     compiled = compile_ir(text, lowered.name, target, opt=EMULATE_OPT,
-                          what=f"emulated kernel {lowered.name}")
+                          codegen_opt=EMULATE_CODEGEN_OPT, what=f"emulated kernel {lowered.name}")
     return Kernel(pipeline, compiled, Signature.of(lowered, False, 1), lowered=lowered,
                   schedule=schedule, schedule_source="default" if schedule is None else "user")

@@ -61,8 +61,12 @@ STATS = {"llvm_compiles": 0, "object_loads": 0}
 
 def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
                what: str = "kernel", emit_object: bool = False,
-               counted: bool = True) -> CompiledModule:
+               counted: bool = True, codegen_opt: int = 3) -> CompiledModule:
     """Compile LLVM IR text and return the address of function ``entry``.
+
+    ``opt`` is the level of LLVM's IR pass pipeline (0-3; vectorizers from 2), ``codegen_opt``
+    the code generator's (0 selects instructions with FastISel and allocates registers fast:
+    for code that only has to be right, not fast, such as emulated GPU kernels).
 
     With ``emit_object=True`` the optimised module is emitted as a relocatable object file, kept
     as ``object_code``, and the entry point is loaded from it (one code generation, not two), so
@@ -78,7 +82,7 @@ def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
         try:
             mod = llvm.parse_assembly(ir_text)
             mod.verify()
-            tm = target.create_target_machine(opt=3)
+            tm = target.create_target_machine(opt=codegen_opt)
             mod.triple = target.triple
             _optimize(mod, tm, opt)
             mod.verify()
