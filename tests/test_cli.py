@@ -61,7 +61,8 @@ def test_tune_then_a_new_process_gets_the_tuned_kernel_without_compiling(tmp_pat
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     got = json.loads(p.stdout.strip().splitlines()[-1])
-    assert got == {"source": "cache", "ok": True, "llvm_compiles": 0, "object_loads": 1}
+    assert got == {"source": "cache", "ok": True, "llvm_compiles": 0, "object_loads": 1,
+                   "memo_hits": 0}
     assert "TuningWarning" not in p.stderr
 
 

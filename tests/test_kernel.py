@@ -233,3 +233,31 @@ def test_thread_count_is_read_at_call_time(monkeypatch, rng):
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "zero")
     with pytest.raises(tl.CompileError, match="TENSORLANG_NUM_THREADS='zero' must be a positive"):
         kern(a)
+
+
+def test_a_kernel_compiled_again_reuses_the_machine_code_of_the_process_memo(rng, monkeypatch):
+    from tensorlang.backends.llvm import jit
+
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), tl.float64), tl.Input("B", (K, N), tl.float64)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j] + 3.0  # a kernel no other test of this process compiles
+    a, b = rng.random((7, 5)), rng.random((5, 3))
+    before = dict(jit.STATS)
+    first = tl.compile(C)
+    again = tl.compile(C)  # the same IR text, target and levels: the memo's module
+    assert jit.STATS["llvm_compiles"] == before["llvm_compiles"] + 1
+    assert jit.STATS["memo_hits"] == before["memo_hits"] + 1
+    del first  # the memo keeps the module alive for the second kernel
+    np.testing.assert_allclose(again(a, b), a @ b + 3.0 * 5)  # the sum over k of A*B + 3
+    s = tl.Schedule(C)
+    s[C].split("j", 2)  # another loop nest, another module
+    tl.compile(C, s)
+    assert jit.STATS["llvm_compiles"] == before["llvm_compiles"] + 2
+    monkeypatch.setattr(jit, "MEMO_SIZE", 1)  # one module kept: the last one compiled
+    s[C].unroll("j.i")
+    tl.compile(C, s)
+    assert len(jit._MEMO) == 1
+    np.testing.assert_allclose(tl.compile(C)(a, b), a @ b + 3.0 * 5)  # compiled again
+    assert jit.STATS["llvm_compiles"] == before["llvm_compiles"] + 4

@@ -10,6 +10,7 @@ compiled kernels concurrently is fine.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
@@ -56,7 +57,13 @@ def _optimize(mod: llvm.ModuleRef, tm: llvm.TargetMachine, opt: int) -> None:
 
 #: How many modules this process compiled with LLVM and how many it loaded from object code
 #: (the tuned-kernel cache's tests assert that a cache hit compiles nothing).
-STATS = {"llvm_compiles": 0, "object_loads": 0}
+STATS = {"llvm_compiles": 0, "object_loads": 0, "memo_hits": 0}
+
+#: How many compiled modules this process keeps for reuse, least recently used first out: the
+#: same IR text compiled again for the same target, entry and levels (a kernel built twice, as
+#: a tuner re-measuring its best or a notebook re-running a cell does) is optimised once
+MEMO_SIZE = 32
+_MEMO: OrderedDict[tuple, CompiledModule] = OrderedDict()
 
 
 def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
@@ -71,14 +78,21 @@ def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
     With ``emit_object=True`` the optimised module is emitted as a relocatable object file, kept
     as ``object_code``, and the entry point is loaded from it (one code generation, not two), so
     the bytes can be cached and reloaded in another process with ``load_object``.
-    ``counted=False`` leaves ``STATS`` alone (runtime support code, not a kernel).
+    ``counted=False`` leaves ``STATS`` alone (runtime support code, not a kernel). The module
+    of an identical earlier call still in the process's memo (``MEMO_SIZE``) is returned
+    without compiling (``STATS["memo_hits"]``): machine code is immutable, so kernels share it.
 
     Raises:
         CompileError: LLVM rejected the IR (a tensorlang bug, reported with the failing IR line)
             or the entry point is missing; the llvmlite exception is kept as ``__cause__``.
     """
     init_llvm()
+    key = (ir_text, entry, target, opt, codegen_opt, emit_object)
     with _LOCK:
+        if key in _MEMO:
+            _MEMO.move_to_end(key)
+            STATS["memo_hits"] += counted
+            return _MEMO[key]
         try:
             mod = llvm.parse_assembly(ir_text)
             mod.verify()
@@ -102,7 +116,12 @@ def compile_ir(ir_text: str, entry: str, target: Target, opt: int = 3,
                 f"(this is a tensorlang bug; please report it with the loop nest)") from exc
     if not address:
         raise CompileError(f"compiled {what} has no entry point {entry!r}")
-    return CompiledModule(engine, address, ir_text, optimized, target, obj)
+    compiled = CompiledModule(engine, address, ir_text, optimized, target, obj)
+    with _LOCK:
+        _MEMO[key] = compiled
+        while len(_MEMO) > MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return compiled
 
 
 def _load(obj: bytes, entry: str, target: Target) -> tuple[llvm.ExecutionEngine, int]:
