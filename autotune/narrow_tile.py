@@ -70,6 +70,13 @@ PANELS_LEAST_TERMS = 16
 #: (a shifted one computes its columns twice). A power of two: a split the search space offers.
 #: 0: the two vectors of every tile, as before
 ONE_ROW_VECTORS = 4
+#: native vectors a row of a tile of two rows or more takes where its two vectors a row give
+#: no more independent multiply-adds than the CPU's latency bound asks (``fma_latency *
+#: fma_units``, Low et al.: Zen 4's 4, two rows; Skylake's 8, up to four) and its row is wider:
+#: the accumulator budget's (``cpu_model.accumulator_budget``) go to the row, at most this many
+#: (a power of two, within ``space.MAX_VECTOR_UNROLL``), as ``ONE_ROW_VECTORS`` for one row.
+#: The tile's tail as before. 0: two vectors, as before
+FEW_ROWS_VECTORS = 4
 
 
 def takes(columns: int, lanes: int, row_extent: int, rows: int) -> bool:
@@ -127,6 +134,29 @@ def _span(costs: list[float], threads: int) -> float:
     return max(ends)
 
 
+def few_rows_vectors(extent: int, vectors: int, cpu: CpuModel) -> int:
+    """Native vectors a row of a tile over ``extent`` rows takes on ``cpu`` where a row of
+    ``vectors`` vectors leaves the tile at or under the latency bound (``extent * vectors <=
+    fma_latency * fma_units``, ``FEW_ROWS_VECTORS``): the largest power of two up to
+    ``FEW_ROWS_VECTORS`` whose rows fit the accumulator budget of rows that wide; else (or
+    off) 0.
+
+    >>> from tensorlang.autotuner.cpu_model import DESCRIBED
+    >>> [few_rows_vectors(m, 2, DESCRIBED["znver4"]) for m in (1, 2, 3)]
+    [0, 4, 0]
+    >>> [few_rows_vectors(m, 2, DESCRIBED["skylake-avx512"]) for m in (2, 3, 4, 5)]
+    [4, 4, 4, 0]
+    >>> [few_rows_vectors(m, 2, DESCRIBED["haswell"]) for m in (2, 3, 4, 5, 6)]
+    [4, 2, 2, 2, 0]
+    """
+    if not FEW_ROWS_VECTORS or extent < 2 or extent * vectors > cpu.fma_latency * cpu.fma_units:
+        return 0
+    out = 1
+    while out * 2 <= FEW_ROWS_VECTORS and extent * out * 2 <= accumulator_budget(cpu, out * 2):
+        out *= 2
+    return out
+
+
 def panels_parallel(rows: int, width: int, lanes: int, extent: int, columns: int,
                     terms: int, threads: int) -> bool:
     """Whether a register tile of ``rows`` rows x ``width`` lanes (native vectors of ``lanes``)
@@ -176,6 +206,9 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     x = args[-1]
     if ONE_ROW_VECTORS and ext[i] == 1 and ext[x] > max(width, ONE_ROW_VECTORS * lanes):
         width, tail = ONE_ROW_VECTORS * lanes, "GuardWithIf"
+    wide = few_rows_vectors(ext[i], -(-width // lanes), cpu) * lanes
+    if 1 < ext[i] and width < wide < ext[x]:
+        width = wide
     vectors = -(-width // lanes)
     if ext[i] > 1:
         rows = divisor_rows(rows, accumulator_budget(cpu), vectors, ext[i], cpu.vector_registers)

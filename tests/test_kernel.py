@@ -88,7 +88,8 @@ def test_size_no_input_fixes_is_passed_by_keyword_or_out():
     out = np.empty(4, np.int64)
     assert kern(x, out=out) is out
     np.testing.assert_array_equal(out, [5, 7, 9, 10])
-    with pytest.raises(tl.ShapeError, match="size N is not fixed by any input array; pass it as N="):
+    with pytest.raises(tl.ShapeError,
+                       match="size N is not fixed by any input array; pass it as N="):
         kern(x)
     with pytest.raises(tl.ShapeError, match="Input X dimension 0 must be 3"):
         kern(np.zeros(4, np.int64), N=2)
@@ -183,11 +184,11 @@ def test_dump_after_each_pass(tmp_path):
 
 
 def test_cli_version_and_target():
-    r = subprocess.run([sys.executable, "-m", "tensorlang.autotuner.cli", "--version"], capture_output=True,
-                       text=True, check=True)
+    r = subprocess.run([sys.executable, "-m", "tensorlang.autotuner.cli", "--version"],
+                       capture_output=True, text=True, check=True)
     assert r.stdout.startswith("tensorlang ")
-    r = subprocess.run([sys.executable, "-m", "tensorlang.autotuner.cli", "target"], capture_output=True,
-                       text=True, check=True)
+    r = subprocess.run([sys.executable, "-m", "tensorlang.autotuner.cli", "target"],
+                       capture_output=True, text=True, check=True)
     assert "cpu:" in r.stdout and "llvm:" in r.stdout
 
 

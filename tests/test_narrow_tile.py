@@ -170,3 +170,37 @@ def test_a_tile_of_one_row_takes_four_vectors(dtype, monkeypatch):
     for n, k in [(4 * lanes + 1, 97), (6 * lanes + 3, 1), (5 * lanes + 7, 1000), (100, 13)]:
         kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": 1, "N": n, "K": k}))
         assert_gemm_matches_numpy(kern, dtype, [(1, n, k)], seed=n + k)
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_few_rows_under_the_latency_bound_take_four_vectors_a_row(dtype, monkeypatch):
+    # a tile of 2 rows x 2 vectors is no more than Zen 4's latency bound (4 independent
+    # multiply-adds; Skylake's 8: up to 4 rows; Haswell's 10 but 10 accumulators at 4 vectors):
+    # its row takes 4 vectors where it is wider
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    C = gemm(dtype)
+    cases = {"znver4": {2: 4, 3: 2}, "skylake-avx512": {2: 4, 4: 4, 5: 2}, "haswell": {2: 4, 3: 2}}
+    for cpu, vectors in cases.items():
+        target = described_target(cpu)
+        lanes = heuristic.lanes(C, target)
+        for m, v in vectors.items():
+            sizes = {"M": m, "N": 5 * lanes + 3, "K": 17}  # (Skylake packs B from K = 256)
+            s = heuristic.heuristic_schedule(C, sizes, target)
+            text = s.to_python().replace('"', "'")
+            assert f"split('i', {m})" in text and f"split('j', {v * lanes}" in text, (cpu, m, text)
+            assert SearchSpace(C, sizes, target).point(s) is not None, (cpu, m, text)
+            with monkeypatch.context() as mp:
+                mp.setattr(narrow_tile, "FEW_ROWS_VECTORS", 0)  # before: two vectors
+                before = heuristic.heuristic_schedule(C, sizes, target).to_python()
+                assert f"split('j', {2 * lanes}" in before.replace('"', "'"), (cpu, m, before)
+    # a row no wider than four vectors keeps its tile (a whole row of 3 vectors and 3 lanes)
+    lanes = heuristic.lanes(C, described_target("znver4"))
+    text = heuristic.heuristic_schedule(C, {"M": 2, "N": 3 * lanes + 3, "K": 1000},
+                                        described_target("znver4")).to_python()
+    assert f"split('j', {4 * lanes}" not in text.replace('"', "'"), text
+    # kernels of the Skylake rule (4 rows x 4 vectors) and of this host's, on odd sizes
+    for cpu, (m, n, k) in [("skylake-avx512", (4, 101, 17)), ("skylake-avx512", (3, 67, 19)),
+                           (None, (2, 100, 1000)), (None, (2, 33, 19)), (None, (2, 71, 1))]:
+        target = described_target(cpu) if cpu else None
+        kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}, target))
+        assert_gemm_matches_numpy(kern, dtype, [(m, n, k), (m, n + 5, 3)], seed=m * n + k)
