@@ -21,7 +21,9 @@ performance.md, "A tile of all the rows, whatever the row's width"). ``register_
 the tile for ``heuristic._stage``: since stop 82 with a row count that divides few rows
 (``divisor_rows``), the column panels in parallel where they share out better than the row tiles
 (``panels_parallel``), and four vectors for a tile of one row (``ONE_ROW_VECTORS``; docs/
-performance.md, "Few rows: a tile that divides them, the column panels in parallel").
+performance.md, "Few rows: a tile that divides them, the column panels in parallel"); since stop
+83 four vectors a row for tiles of few rows under the CPU's FMA latency bound
+(``few_rows_vectors``; "Two rows under the latency bound take four vectors a row").
 """
 
 from __future__ import annotations
@@ -197,7 +199,8 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     of two iterations or more in parallel on ``threads`` threads (0: none, the stage inside
     the output's parallel loop), or for a 2-D output whose column panels share out better
     (``panels_parallel``) those, outermost, the last panel guarded. A tile of one row over a
-    row wider than ``ONE_ROW_VECTORS`` vectors takes that many, the last piece guarded.
+    row wider than ``ONE_ROW_VECTORS`` vectors takes that many, the last piece guarded; a tile
+    of few rows under ``cpu``'s latency bound ``few_rows_vectors`` vectors a row.
 
     Raises:
         ScheduleError: a primitive refuses the tile."""
