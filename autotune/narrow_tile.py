@@ -210,7 +210,7 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     if ONE_ROW_VECTORS and ext[i] == 1 and ext[x] > max(width, ONE_ROW_VECTORS * lanes):
         width, tail = ONE_ROW_VECTORS * lanes, "GuardWithIf"
     wide = few_rows_vectors(ext[i], -(-width // lanes), cpu) * lanes
-    if 1 < ext[i] and width < wide < ext[x]:
+    if width < wide < ext[x]:  # (0 for one row: few_rows_vectors)
         width = wide
     vectors = -(-width // lanes)
     if ext[i] > 1:
