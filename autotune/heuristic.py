@@ -104,7 +104,7 @@ from .serial_share import few_vectors, minor_stages, stage_points
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,
                             _rfactor_stage, _rfactor_update_stage, contiguous_in, shared_read)
 from .select_loops import row_loops, unroll_selects, unroll_update_selects
-from .stream_rules import _column_rows_stage, only_vars_of_one
+from .stream_rules import _column_rows_stage, only_vars_of_one, segment_width, streams_matrix
 from .inline_rules import (CHEAP_INLINE_NODES, MAX_CHEAP_RECOMPUTE, MAX_INLINE_NODES,  # noqa: F401
                            MAX_INLINE_RECOMPUTE, algorithm_readers, inline_pays, inline_recompute,
                            inlined_nodes, recompute_factor)
@@ -906,7 +906,7 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
     # a stage with less work than one parallel region is worth runs serially: thread wake-ups
     # would cost more than they save (PolyBench durbin at its SMALL size: 0.78x its default)
     nested = nested or stage_points(f, None, extents) < MIN_PARALLEL_POINTS or few_vectors(
-        f, extents, lanes)
+        f, extents, lanes) and not streams_matrix(f, extents)
     tail = "ShiftInwards" if variant == "full" else "GuardWithIf"
     par = next((a for a in args[:-1] if ext[a] >= 2), None)
     i = row_var(f, args) if len(args) >= 2 else args[0]
@@ -914,11 +914,11 @@ def _stage(s: Schedule, f: Func, variant: str, extents: BoundExtents, lanes: int
     if variant in ("full", "guard") and d.rvars and only_vars_of_one(args[:-1], ext) \
             and ext[args[-1]] >= rfactor_rules.MIN_ROW_SEGMENTS * ROW_VECTORS * lanes \
             and contiguous_in(f, args[-1]):
-        # a reduction over rows of a matrix read along its one pure Var (A^T x: y[j] += A[i, j]
-        # * x[i]; x^T B, a GEMM of one row): the reduction loops outside, a row segment of
-        # ROW_VECTORS vectors inside: each reduction step reads contiguous memory into vectors
+        # rows of a matrix reduced along its one pure Var (A^T x: y[j] += A[i, j] * x[i]; x^T B):
+        # the reduction loops outside a row segment of vectors (segment_width), read contiguously
         x = args[-1]
-        xo, xi = st.split(x, ROW_VECTORS * lanes, tail=tail)
+        xo, xi = st.split(x, segment_width(ext[x], lanes, 0 if nested else num_threads()),
+                          tail=tail)
         st.reorder(*args[:-1], xo, *[r.name for r in d.rvars], xi)
         st.vectorize(xi, lanes).unroll(f"{xi.name}.o")
         if not nested:

@@ -8,6 +8,10 @@ Func computed at root or at a consumer loop):
   divisors of the extent, from 2 up to ``min(extent, 256)`` (divisors make tails disappear). A
   factor equal to the extent still splits: the inner loop then has a constant extent, which
   unrolling and vectorization need (conv2d's whole 56-wide row as one register tile).
+- ``<F>.<v>.even``, after the last pure Var's ``.split``, for a column reduction that reads a
+  matrix once (``stream_rules.matrix_read``: ``A^T x``, a GEMM of one row) on several threads:
+  instead of that factor, the row segment that shares the columns evenly among the threads
+  (``split_choices.segment_choice``, the rule-based schedule's), where the factors lack it.
 - ``<F>.<v>.shift``: when a pure split leaves a tail, whether the last tile shifts inwards
   (``ShiftInwards``: every tile full, so constant-extent SIMD and unrolling; refused by the
   legality check where it would recompute a reduction) or is guarded (``GuardWithIf``).
@@ -126,7 +130,6 @@ sketch rules (Zheng et al., OSDI 2020), Halide's Adams2019 decision order (consu
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -141,7 +144,7 @@ from tensorlang.schedule.primitives.staging import associative_update
 from tensorlang.schedule.schedule import Schedule
 from tensorlang.schedule.trace import TailStrategy
 
-from .cpu_model import closest_divisor, cpu_model, even_block, tile_accumulators
+from .cpu_model import cpu_model, tile_accumulators
 from .few_rows import short_batch
 from .heuristic import (
     Packed,
@@ -177,7 +180,9 @@ from .rfactor_rules import (
     rfactor_possible,
     rfactor_update_chunks,
 )
-from .stream_rules import column_rows, column_rows_possible
+from .split_choices import (MAX_FACTOR, even_kc_choices,  # noqa: F401
+                            factor_choices, segment_choice)
+from .stream_rules import column_rows, column_rows_possible, matrix_read
 from .update_order import (contiguous_innermost, jam, jam_block, jam_rows, jam_tile,
                            update_row_block)
 from .vector_width import narrow_kernel, stage_lanes
@@ -186,7 +191,6 @@ from .workloads import BoundExtents
 if TYPE_CHECKING:
     from tensorlang.backends.llvm.target import Target
 
-MAX_FACTOR = 256
 MAX_TILE_ROWS = 16
 VECTOR_WIDTHS = (0, 4, 8, 16)
 #: whether the narrowest vector width takes a loop of fewer iterations (2 or more) whole as one
@@ -214,33 +218,6 @@ class Trial(Protocol):
     """What the space needs from a sampler (an ``optuna.Trial`` fits)."""
 
     def suggest_categorical(self, name: str, choices: Any) -> Any: ...
-
-
-def factor_choices(extent: int, most: int = MAX_FACTOR, even: bool = False) -> list[int]:
-    """1 (no split), then powers of two and divisors of ``extent`` in ``[2, min(extent, most)]``
-    (``most``: ``MAX_FACTOR``, or ``heuristic.MAX_KC`` for a GEMM-like reduction's ``kc``).
-    With ``even`` (that ``kc``), also the equal blocks the rule-based schedule takes where no
-    divisor is near its ``kc`` (``even_kc_choices``: 340 and 510 for a prime 1019)."""
-    top = min(extent, most)
-    out = {1}
-    p = 2
-    while p <= top:
-        out.add(p)
-        p *= 2
-    out.update(d for d in range(2, top + 1) if extent % d == 0)
-    if even:
-        out.update(even_kc_choices(extent, most))
-    return sorted(out)
-
-
-@functools.lru_cache(maxsize=256)
-def even_kc_choices(extent: int, most: int) -> tuple[int, ...]:
-    """The ``kc`` values ``heuristic._packed_kc`` can take for a reduction of ``extent`` where
-    no divisor is near its target (``cpu_model.even_block``), for every target from ``most // 8``
-    to ``most``: none where every target has a near divisor (1024, 1200)."""
-    found = {even_block(extent, t) for t in range(max(1, most // 8), most + 1)
-             if closest_divisor(extent, t, most=most) is None}
-    return tuple(sorted(found))
 
 
 def row_choices(extent: int) -> list[int]:
@@ -495,12 +472,14 @@ class SearchSpace:
 
         for v in args + rvars:
             if v != row:
-                decide(v, trial.suggest_categorical(
-                    f"{f.name}.{v}.split", factor_choices(
-                        max(self.extent(f.name, v), 1),
-                        MAX_KC if packed and v in rvars else MAX_FACTOR,
-                        even=bool(packed) and v in rvars)),
-                    v in args, f"{f.name}.{v}")
+                fac = trial.suggest_categorical(f"{f.name}.{v}.split", factor_choices(
+                    max(self.extent(f.name, v), 1), MAX_KC if packed and v in rvars
+                    else MAX_FACTOR, even=bool(packed) and v in rvars))
+                even = [v] == args[-1:] and matrix_read(f, self.extents) is not None and \
+                    segment_choice(self.extent(f.name, v), lanes(f, self.target), num_threads())
+                if even and trial.suggest_categorical(f"{f.name}.{v}.even", [False, True]):
+                    fac = even
+                decide(v, fac, v in args, f"{f.name}.{v}")
         order = "tile"
         if d.rvars:
             order = trial.suggest_categorical(f"{f.name}.order", ["tile", "dot", "packed"]
@@ -618,8 +597,8 @@ class SearchSpace:
                 stage.vectorize(last, width)
                 # (one row of accumulators, no row tile: as many vectors as the rule's A^T x
                 # segment, rfactor_rules.ROW_VECTORS)
-                most = MAX_VECTOR_UNROLL if row is not None else max(MAX_VECTOR_UNROLL,
-                                                                     ROW_VECTORS)
+                most = MAX_VECTOR_UNROLL if row is not None and self.extent(f.name, row) > 1 \
+                    else max(MAX_VECTOR_UNROLL, ROW_VECTORS)
                 if ext is not None and ext % width == 0 and ext // width <= most:
                     # a tile of several whole vectors (x.i of 32 as two of 16): unrolled, so the
                     # register tile stays in registers (promote_accumulators needs it)
@@ -971,8 +950,12 @@ class _Oracle:
             return [par, not par]
         var, _, what = rest.partition(".")
         rel = splits.get(var)
-        if what == "split":
-            return [rel.factor if rel is not None else 1]
+        if what == "split":  # (a factor not among them: an even segment, ``.even`` answers)
+            fac = rel.factor if rel is not None else 1
+            return [fac if fac in choices else choices[0]]
+        if what == "even":
+            done = rel is not None and self.params.get(f"{func}.{var}.split") != rel.factor
+            return [done, not done]
         if what == "shift":
             return [rel is not None and rel.tail is TailStrategy.ShiftInwards]
         if what == "rows":

@@ -22,7 +22,7 @@ from tensorlang.func import Func
 from tensorlang.schedule.schedule import Schedule
 
 from .cpu_model import CpuModel, closest_divisor
-from .rfactor_rules import LANE_ROWS, contiguous_in
+from .rfactor_rules import LANE_ROWS, ROW_VECTORS, contiguous_in
 from .workloads import BoundExtents
 
 #: native vectors of a band's columns per step of its ``LANE_ROWS`` rows (unrolled): one ran
@@ -33,6 +33,16 @@ MAX_LANE_ROWS = 12
 #: whether pure Vars of extent 1 before the last count as absent (``only_vars_of_one``): a GEMM
 #: of one row, ``x^T B``, takes the column reduction's forms (0: as before, the default nest)
 UNIT_VARS = 1
+#: the fewest bytes of a matrix that a column reduction reads once (``streams_matrix``) for its
+#: segments to run in parallel however few its multiply-adds: between the sizes of ``B`` at
+#: which a GEMM of one row ran faster on two threads of Zen 4 and those at which it ran faster
+#: on one (docs/performance.md, "One row over a large matrix in parallel"). 0: as before (for
+#: ``--against``)
+MIN_PARALLEL_STREAM_BYTES = 1 << 19
+#: 1: a column reduction's parallel row segments narrowed to share its columns evenly among
+#: the threads (``segment_width``); 0: ``ROW_VECTORS`` vectors each, as before (for
+#: ``--against``)
+EVEN_SEGMENTS = 1
 
 
 def only_vars_of_one(names: list[str], extent: dict[str, int]) -> bool:
@@ -49,24 +59,57 @@ def streams_from_memory(nbytes: int, cpu: CpuModel) -> bool:
 
 
 def column_rows_possible(f: Func, extents: BoundExtents, lanes: int, cpu: CpuModel) -> bool:
-    """Whether ``column_rows`` applies to ``f``: a pure definition's reduction over one RVar
-    ``i`` (no ``RDom.where``) into one pure Var ``j`` (the others of extent 1: ``x^T B`` as a
-    GEMM of one row), ``j`` the contiguous index of a matrix read and ``i`` of none (but a row
-    that only Vars of extent 1 pick: the ``A[0, k]`` of that GEMM), the matrix larger than
-    ``streams_from_memory`` allows, at least ``LANE_ROWS`` rows, and a band of at least
-    ``COLUMN_VECTORS`` vectors per thread."""
+    """Whether ``column_rows`` applies to ``f``: a column reduction (``matrix_read``) whose
+    matrix is larger than ``streams_from_memory`` allows, of at least ``LANE_ROWS`` rows, and a
+    band of at least ``COLUMN_VECTORS`` vectors per thread."""
+    shape = matrix_read(f, extents)
+    if shape is None:
+        return False
+    cols, rows = shape
+    return (rows_per_step(rows) is not None and band(cols, lanes) > 0
+            and streams_from_memory(cols * rows * f.dtype.numpy.itemsize, cpu))
+
+
+def matrix_read(f: Func, extents: BoundExtents) -> tuple[int, int] | None:
+    """(columns, rows) of the matrix that ``f``'s pure definition reads once, where it is a
+    reduction over one RVar ``i`` (no ``RDom.where``) into one pure Var ``j`` (the others of
+    extent 1: ``x^T B`` as a GEMM of one row), ``j`` the contiguous index of a matrix read and
+    ``i`` of none (but a row that only Vars of extent 1 pick: the ``A[0, k]`` of that GEMM);
+    else None."""
     d = f.definition
-    assert d is not None
+    if d is None:
+        return None
     unit = {a.name for a in d.args[:-1]}
     if not d.args or len(d.rvars) != 1 or d.predicate or not only_vars_of_one(
             list(unit), {a: extents.extent(f.name, a) for a in unit}):
-        return False
+        return None
     j, i = d.args[-1].name, d.rvars[0].name
     if not contiguous_in(f, j, rank=2) or contiguous_in(f, i, rank=2, unit=unit):
-        return False
-    cols, rows = extents.extent(f.name, j), extents.extent(f.name, i)
-    return (rows_per_step(rows) is not None and band(cols, lanes) > 0
-            and streams_from_memory(cols * rows * f.dtype.numpy.itemsize, cpu))
+        return None
+    return extents.extent(f.name, j), extents.extent(f.name, i)
+
+
+def streams_matrix(f: Func, extents: BoundExtents) -> bool:
+    """Whether ``f`` is a column reduction (``matrix_read``) whose matrix takes at least
+    ``MIN_PARALLEL_STREAM_BYTES``: its time goes to reading the matrix once, which the threads
+    share, whatever its count of multiply-adds (``serial_share.few_vectors``)."""
+    shape = matrix_read(f, extents)
+    return bool(MIN_PARALLEL_STREAM_BYTES) and shape is not None \
+        and shape[0] * shape[1] * f.dtype.numpy.itemsize >= MIN_PARALLEL_STREAM_BYTES
+
+
+def segment_width(cols: int, lanes: int, threads: int) -> int:
+    """Columns of each segment of a column reduction's row of ``cols`` columns that keeps a
+    segment of vectors of ``y`` in registers (``heuristic._stage``): ``ROW_VECTORS`` vectors of
+    ``lanes``, or with ``threads`` above 1 (the segments in parallel) and ``EVEN_SEGMENTS``
+    the fewest whole vectors that give each thread as many segments (100 columns of float64
+    on two threads: segments of 56 and 44 columns, not 64 and 36)."""
+    width = ROW_VECTORS * lanes
+    if threads <= 1 or not EVEN_SEGMENTS:
+        return width
+    segments = -(-cols // width)
+    per_thread = -(-segments // threads)
+    return min(width, -(-cols // (per_thread * threads * lanes)) * lanes)
 
 
 def rows_per_step(rows: int) -> int | None:

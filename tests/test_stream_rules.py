@@ -10,8 +10,10 @@ import optuna
 import pytest
 
 import tensorlang as tl
-from tensorlang.autotuner import heuristic, rfactor_rules, space as space_mod, stream_rules
+from tensorlang.autotuner import (heuristic, rfactor_rules, serial_share, space as space_mod,
+                                  stream_rules)
 from tensorlang.autotuner.cpu_model import KiB, Cache, cpu_model
+from tensorlang.autotuner.workloads import BoundExtents
 from tensorlang.schedule.lower import lower
 
 
@@ -112,3 +114,55 @@ def test_a_row_of_one_to_two_segments_takes_the_row_segment_form(rng, monkeypatc
     for m_, n_ in [(37, n), (1, n), (5, seg), (3, 2 * seg + 1), (2, 1)]:
         a, x = rng.random((m_, n_)), rng.random(m_)
         np.testing.assert_allclose(kern(a, x), x @ a, rtol=1e-12)
+
+
+def _one_row_gemm() -> tl.Func:
+    M, N, K = tl.sizes("M N K")
+    A, B = tl.Input("A", (M, K), tl.float64), tl.Input("B", (K, N), tl.float64)
+    i, j, k = tl.vars("i j k")
+    C = tl.Func("C")
+    C[i, j] = A[i, k] * B[k, j]
+    return C
+
+
+def test_even_segments_share_the_columns_among_the_threads():
+    assert stream_rules.segment_width(100, 8, 2) == 56  # 56 + 44, not 64 + 36
+    assert stream_rules.segment_width(150, 8, 2) == 40  # two of 40 a thread, not 64, 64 + 22
+    assert stream_rules.segment_width(1000, 8, 2) == 64  # 16 segments: even already
+    assert stream_rules.segment_width(100, 8, 1) == 64 == stream_rules.segment_width(100, 8, 0)
+    assert stream_rules.segment_width(1000, 16, 16) == 64  # one of 64 a thread, not 128
+    from tensorlang.autotuner.split_choices import segment_choice
+    assert segment_choice(100, 8, 2) == 56 and segment_choice(100, 8, 1) == 0
+    assert segment_choice(1000, 8, 2) == 0  # (64: a power of two, among the factors already)
+
+
+def test_one_row_over_a_large_matrix_runs_even_segments_in_parallel(rng, monkeypatch):
+    # x^T B whose B takes MIN_PARALLEL_STREAM_BYTES or more: its row segments in parallel,
+    # however few its multiply-adds (serial_share.few_vectors), evenly shared; the space holds
+    # that schedule (``C.j.even``); a B under the threshold stays serial where few_vectors says
+    for mod in (heuristic, space_mod):
+        monkeypatch.setattr(mod, "num_threads", lambda: 2)
+    C = _one_row_gemm()
+    lanes = heuristic.lanes(C)
+    sizes = {"M": 1, "N": 100, "K": 1000}  # B: 800,000 bytes
+    assert 100 * 1000 * 8 >= stream_rules.MIN_PARALLEL_STREAM_BYTES
+    s = heuristic.heuristic_schedule(C, sizes)
+    text = s.to_python().replace('"', "'")
+    width = stream_rules.segment_width(100, lanes, 2)
+    assert f"split('j', {width})" in text and "parallel('j.o')" in text, text
+    kern = tl.compile(C, s)
+    for m, n, k in [(1, 100, 1000), (1, 1, 1), (1, 57, 3), (3, 113, 7), (1, width + 1, 19)]:
+        a, b = rng.random((m, k)), rng.random((k, n))
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-12)
+    sp = space_mod.SearchSpace(C, sizes)
+    point = sp.point(s)
+    assert point is not None and point[0]["C.j.even"] is True
+    again = sp.sample(optuna.trial.FixedTrial(point[0]))
+    assert sp.signature(again) == sp.signature(s)
+    a, b = rng.random((1, 61)), rng.random((61, 131))
+    np.testing.assert_allclose(tl.compile(C, again)(a, b), a @ b, rtol=1e-12)
+    few = serial_share.few_vectors(C, BoundExtents(C, sizes), lanes)
+    with monkeypatch.context() as mp:
+        mp.setattr(stream_rules, "MIN_PARALLEL_STREAM_BYTES", 10 ** 9)
+        off = heuristic.heuristic_schedule(C, sizes).to_python()
+    assert ("parallel" in off) == (not few), off
