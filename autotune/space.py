@@ -226,15 +226,16 @@ def row_choices(extent: int) -> list[int]:
     return sorted(set(factor_choices(extent)) | set(range(2, min(extent, MAX_TILE_ROWS) + 1)))
 
 
-def whole_loop_vector(extent: int, width: int) -> bool:
+def whole_loop_vector(extent: int, width: int, most: int = MAX_VECTOR_UNROLL) -> bool:
     """Whether ``vectorize`` at ``width`` takes an inner loop of constant ``extent`` whole (one
     vector: of ``width`` lanes, or at the narrowest width of 2 or more fewer lanes, where
-    ``NARROW_WHOLE``: a tile's row of 3 columns, ``narrow_tile``; or up to ``MAX_VECTOR_UNROLL``
-    vectors with a narrower tail: 56 at 16 is 16 + 16 + 16 + 8 lanes) rather than splitting it
-    by ``width``. A loop narrower than a wider width stays scalar."""
+    ``NARROW_WHOLE``: a tile's row of 3 columns, ``narrow_tile``; or up to ``most`` vectors with
+    a narrower tail: 56 at 16 is 16 + 16 + 16 + 8 lanes; ``most`` is ``ROW_VECTORS`` for a tile
+    of one row, ``narrow_tile.WHOLE_ROW``) rather than splitting it by ``width``. A loop
+    narrower than a wider width stays scalar."""
     narrowest = min(w for w in VECTOR_WIDTHS if w)
     return (extent == width or bool(NARROW_WHOLE) and 2 <= extent < width == narrowest
-            or width < extent <= MAX_VECTOR_UNROLL * width and extent % width != 0)
+            or width < extent <= most * width and extent % width != 0)
 
 
 def _at_depth(s: Schedule, func: str) -> int:
@@ -591,14 +592,14 @@ class SearchSpace:
         if pure_order and width:
             last = pure_order[-1]
             ext = self._loop_extent(s, f, last)
-            if ext is not None and whole_loop_vector(ext, width):
+            # (one row of accumulators, no row tile: as many vectors as the rule's A^T x
+            # segment, rfactor_rules.ROW_VECTORS)
+            most = MAX_VECTOR_UNROLL if row is not None and self.extent(f.name, row) > 1 \
+                else max(MAX_VECTOR_UNROLL, ROW_VECTORS)
+            if ext is not None and whole_loop_vector(ext, width, most):
                 stage.vectorize(last)
             elif ext is None or ext > width:
                 stage.vectorize(last, width)
-                # (one row of accumulators, no row tile: as many vectors as the rule's A^T x
-                # segment, rfactor_rules.ROW_VECTORS)
-                most = MAX_VECTOR_UNROLL if row is not None and self.extent(f.name, row) > 1 \
-                    else max(MAX_VECTOR_UNROLL, ROW_VECTORS)
                 if ext is not None and ext % width == 0 and ext // width <= most:
                     # a tile of several whole vectors (x.i of 32 as two of 16): unrolled, so the
                     # register tile stays in registers (promote_accumulators needs it)

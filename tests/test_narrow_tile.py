@@ -152,9 +152,12 @@ def test_dividing_tiles_and_parallel_panels_match_numpy(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
-def test_a_tile_of_one_row_takes_four_vectors(dtype, monkeypatch):
-    # x^T B narrower than a row segment, wider than four vectors: a tile of four vectors (more
-    # independent multiply-adds per reduction step than two), the last piece guarded
+def test_a_tile_of_one_row_takes_the_whole_row_serially_and_four_vectors_in_parallel(
+        dtype, monkeypatch):
+    # x^T B narrower than a row segment, wider than four vectors: run serially, one tile of the
+    # whole row (vectorized whole where it is not whole vectors), no piece guarded or computed
+    # twice (WHOLE_ROW); in parallel (B of MIN_PARALLEL_STREAM_BYTES or more) pieces of four
+    # vectors to share out (ONE_ROW_VECTORS), the last one guarded
     monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
     C = gemm(dtype)
     target = described_target("znver4")
@@ -163,15 +166,23 @@ def test_a_tile_of_one_row_takes_four_vectors(dtype, monkeypatch):
         sizes = {"M": 1, "N": n, "K": 1000}
         s = heuristic.heuristic_schedule(C, sizes, target)
         text = s.to_python().replace('"', "'")
-        assert f"split('j', {4 * lanes})" in text and "ShiftInwards" not in text, (n, text)
+        assert f"split('j', {n}," in text and "parallel" not in text, (n, text)
         assert SearchSpace(C, sizes, target).point(s) is not None, (n, text)
         with monkeypatch.context() as m:
-            m.setattr(narrow_tile, "ONE_ROW_VECTORS", 0)  # before: two vectors, shifted
+            m.setattr(narrow_tile, "WHOLE_ROW", 0)  # before: four vectors, guarded
             before = heuristic.heuristic_schedule(C, sizes, target).to_python().replace('"', "'")
-            assert f"split('j', {2 * lanes}, tail='ShiftInwards')" in before, (n, before)
-    for n, k in [(4 * lanes + 1, 97), (6 * lanes + 3, 1), (5 * lanes + 7, 1000), (100, 13)]:
+            assert f"split('j', {4 * lanes})" in before, (n, before)
+        big = {"M": 1, "N": n, "K": 8000}
+        s = heuristic.heuristic_schedule(C, big, target)
+        text = s.to_python().replace('"', "'")
+        assert f"split('j', {4 * lanes})" in text and "ShiftInwards" not in text, (n, text)
+        assert "parallel('j.o')" in text, (n, text)
+        assert SearchSpace(C, big, target).point(s) is not None, (n, text)
+    for n, k in [(4 * lanes + 1, 97), (6 * lanes + 3, 1), (5 * lanes + 7, 1000), (100, 13),
+                 (4 * lanes + 1, 8000)]:
         kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": 1, "N": n, "K": k}))
-        assert_gemm_matches_numpy(kern, dtype, [(1, n, k)], seed=n + k)
+        assert_gemm_matches_numpy(kern, dtype, [(1, n, k), (1, 7, 5), (3, n + 5, 13), (1, 1, 1)],
+                                  seed=n + k)
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
