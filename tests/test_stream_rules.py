@@ -3,6 +3,8 @@ schedule takes that form, that it is correct on odd sizes, and that the search s
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import replace
 
 import numpy as np
@@ -15,6 +17,9 @@ from tensorlang.autotuner import (heuristic, rfactor_rules, serial_share, space 
 from tensorlang.autotuner.cpu_model import KiB, Cache, cpu_model
 from tensorlang.autotuner.workloads import BoundExtents
 from tensorlang.schedule.lower import lower
+
+sys.path.insert(0, os.path.dirname(__file__))
+from algorithms import assert_a_point_of_the_space, gemm  # noqa: E402
 
 
 def _column_sum() -> tl.Func:
@@ -116,15 +121,6 @@ def test_a_row_of_one_to_two_segments_takes_the_row_segment_form(rng, monkeypatc
         np.testing.assert_allclose(kern(a, x), x @ a, rtol=1e-12)
 
 
-def _one_row_gemm() -> tl.Func:
-    M, N, K = tl.sizes("M N K")
-    A, B = tl.Input("A", (M, K), tl.float64), tl.Input("B", (K, N), tl.float64)
-    i, j, k = tl.vars("i j k")
-    C = tl.Func("C")
-    C[i, j] = A[i, k] * B[k, j]
-    return C
-
-
 def test_even_segments_share_the_columns_among_the_threads():
     assert stream_rules.segment_width(100, 8, 2) == 56  # 56 + 44, not 64 + 36
     assert stream_rules.segment_width(150, 8, 2) == 40  # two of 40 a thread, not 64, 64 + 22
@@ -142,7 +138,7 @@ def test_one_row_over_a_large_matrix_runs_even_segments_in_parallel(rng, monkeyp
     # that schedule (``C.j.even``); a B under the threshold stays serial where few_vectors says
     for mod in (heuristic, space_mod):
         monkeypatch.setattr(mod, "num_threads", lambda: 2)
-    C = _one_row_gemm()
+    C = gemm(tl.float64)
     lanes = heuristic.lanes(C)
     sizes = {"M": 1, "N": 100, "K": 1000}  # B: 800,000 bytes
     assert 100 * 1000 * 8 >= stream_rules.MIN_PARALLEL_STREAM_BYTES
@@ -154,11 +150,9 @@ def test_one_row_over_a_large_matrix_runs_even_segments_in_parallel(rng, monkeyp
     for m, n, k in [(1, 100, 1000), (1, 1, 1), (1, 57, 3), (3, 113, 7), (1, width + 1, 19)]:
         a, b = rng.random((m, k)), rng.random((k, n))
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=1e-12)
-    sp = space_mod.SearchSpace(C, sizes)
-    point = sp.point(s)
-    assert point is not None and point[0]["C.j.even"] is True
-    again = sp.sample(optuna.trial.FixedTrial(point[0]))
-    assert sp.signature(again) == sp.signature(s)
+    params = assert_a_point_of_the_space(C, sizes, None, s)
+    assert params["C.j.even"] is True
+    again = space_mod.SearchSpace(C, sizes).sample(optuna.trial.FixedTrial(params))
     a, b = rng.random((1, 61)), rng.random((61, 131))
     np.testing.assert_allclose(tl.compile(C, again)(a, b), a @ b, rtol=1e-12)
     few = serial_share.few_vectors(C, BoundExtents(C, sizes), lanes)
