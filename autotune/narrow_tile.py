@@ -73,12 +73,12 @@ PANELS_LEAST_TERMS = 16
 #: (a shifted one computes its columns twice). A power of two: a split the search space offers.
 #: 0: the two vectors of every tile, as before
 ONE_ROW_VECTORS = 4
-#: 1: a tile of one row run serially takes the whole row (``x^T B`` narrower than the row
-#: segment form's ``rfactor_rules.ROW_VECTORS`` vectors: no piece guarded or computed twice),
-#: vectorized whole where the row is not whole vectors (``few_rows.vector_tile``; a point of
-#: the search space, ``space.whole_loop_vector``); in parallel the ``ONE_ROW_VECTORS`` pieces
-#: stay, to share out (docs/performance.md, "One row narrower than a segment: the whole row").
-#: 0: ``ONE_ROW_VECTORS``, as before
+#: 1: a tile of one row or a few, run serially, takes whole rows where they are at most the row
+#: segment form's ``rfactor_rules.ROW_VECTORS`` vectors and all of them fit the accumulator
+#: budget (``x^T B``, or 2 x 33 float64: no piece guarded or computed twice), vectorized whole
+#: where a row is not whole vectors (``few_rows.vector_tile``; a point of the search space,
+#: ``space.whole_loop_vector``); in parallel the pieces stay, to share out (docs/performance.md,
+#: "One row narrower than a segment: the whole row"). 0: ``ONE_ROW_VECTORS``, as before
 WHOLE_ROW = 1
 #: native vectors a row of a tile of two rows or more takes where its two vectors a row give
 #: no more independent multiply-adds than the CPU's latency bound asks (``fma_latency *
@@ -207,7 +207,8 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     of two iterations or more in parallel on ``threads`` threads (0: none, the stage inside
     the output's parallel loop), or for a 2-D output whose column panels share out better
     (``panels_parallel``) those, outermost, the last panel guarded. A tile of one row over a
-    row run serially takes the whole row (``WHOLE_ROW``); in parallel, over a row wider than
+    row (or a few whose whole rows fit the accumulators) run serially takes whole rows
+    (``WHOLE_ROW``); in parallel, one row wider than
     ``ONE_ROW_VECTORS`` vectors, that many, the last piece guarded; a tile
     of few rows under ``cpu``'s latency bound ``few_rows_vectors`` vectors a row.
 
@@ -216,8 +217,9 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     width, rows, lanes = tile
     args = [a.name for a in d.args]
     x = args[-1]
-    if WHOLE_ROW and not threads and ext[i] == 1 and width < ext[x] <= ROW_VECTORS * lanes:
-        width = ext[x]
+    if WHOLE_ROW and not threads and width < ext[x] <= ROW_VECTORS * lanes \
+            and ext[i] * -(-ext[x] // lanes) <= accumulator_budget(cpu):
+        width = ext[x]  # (all the rows, each whole)
     elif ONE_ROW_VECTORS and ext[i] == 1 and ext[x] > max(width, ONE_ROW_VECTORS * lanes):
         width, tail = ONE_ROW_VECTORS * lanes, "GuardWithIf"
     wide = few_rows_vectors(ext[i], -(-width // lanes), cpu) * lanes

@@ -231,7 +231,7 @@ def whole_loop_vector(extent: int, width: int, most: int = MAX_VECTOR_UNROLL) ->
     vector: of ``width`` lanes, or at the narrowest width of 2 or more fewer lanes, where
     ``NARROW_WHOLE``: a tile's row of 3 columns, ``narrow_tile``; or up to ``most`` vectors with
     a narrower tail: 56 at 16 is 16 + 16 + 16 + 8 lanes; ``most`` is ``ROW_VECTORS`` for a tile
-    of one row, ``narrow_tile.WHOLE_ROW``) rather than splitting it by ``width``. A loop
+    of whole rows, ``narrow_tile.WHOLE_ROW``) rather than splitting it by ``width``. A loop
     narrower than a wider width stays scalar."""
     narrowest = min(w for w in VECTOR_WIDTHS if w)
     return (extent == width or bool(NARROW_WHOLE) and 2 <= extent < width == narrowest
@@ -592,10 +592,11 @@ class SearchSpace:
         if pure_order and width:
             last = pure_order[-1]
             ext = self._loop_extent(s, f, last)
-            # (one row of accumulators, no row tile: as many vectors as the rule's A^T x
-            # segment, rfactor_rules.ROW_VECTORS)
-            most = MAX_VECTOR_UNROLL if row is not None and self.extent(f.name, row) > 1 \
-                else max(MAX_VECTOR_UNROLL, ROW_VECTORS)
+            # (no row tile, or all its rows' whole vectors within the accumulators: as many
+            # vectors as the rule's A^T x segment, rfactor_rules.ROW_VECTORS; WHOLE_ROW)
+            most = max(MAX_VECTOR_UNROLL, ROW_VECTORS) if row is None or ext is not None and \
+                self.extent(f.name, row) * -(-ext // width) <= accumulators(self.target) \
+                else MAX_VECTOR_UNROLL
             if ext is not None and whole_loop_vector(ext, width, most):
                 stage.vectorize(last)
             elif ext is None or ext > width:

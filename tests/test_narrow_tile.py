@@ -152,7 +152,7 @@ def test_dividing_tiles_and_parallel_panels_match_numpy(dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
-def test_a_tile_of_one_row_takes_the_whole_row_serially_and_four_vectors_in_parallel(
+def test_a_tile_of_one_row_or_a_few_takes_whole_rows_serially_and_four_vectors_in_parallel(
         dtype, monkeypatch):
     # x^T B narrower than a row segment, wider than four vectors: run serially, one tile of the
     # whole row (vectorized whole where it is not whole vectors), no piece guarded or computed
@@ -178,11 +178,22 @@ def test_a_tile_of_one_row_takes_the_whole_row_serially_and_four_vectors_in_para
         assert f"split('j', {4 * lanes})" in text and "ShiftInwards" not in text, (n, text)
         assert "parallel('j.o')" in text, (n, text)
         assert SearchSpace(C, big, target).point(s) is not None, (n, text)
-    for n, k in [(4 * lanes + 1, 97), (6 * lanes + 3, 1), (5 * lanes + 7, 1000), (100, 13),
-                 (4 * lanes + 1, 8000)]:
-        kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": 1, "N": n, "K": k}))
-        assert_gemm_matches_numpy(kern, dtype, [(1, n, k), (1, 7, 5), (3, n + 5, 13), (1, 1, 1)],
-                                  seed=n + k)
+    # a few rows whose whole rows fit the accumulator budget: all of them, each whole
+    n = 4 * lanes + 1  # 5 vectors a row
+    for m in (2, 3):
+        sizes = {"M": m, "N": n, "K": 1000}
+        s = heuristic.heuristic_schedule(C, sizes, target)
+        text = s.to_python().replace('"', "'")
+        assert f"split('i', {m})" in text and f"split('j', {n}," in text, (m, text)
+        assert SearchSpace(C, sizes, target).point(s) is not None, (m, text)
+    text = heuristic.heuristic_schedule(C, {"M": 4, "N": n, "K": 1000}, target).to_python()
+    assert f"'j', {n}" not in text, text  # (20 accumulators: over Zen 4's budget of 16)
+    for m, n, k in [(1, 4 * lanes + 1, 97), (1, 6 * lanes + 3, 1), (1, 5 * lanes + 7, 1000),
+                    (1, 100, 13), (1, 4 * lanes + 1, 8000), (2, 4 * lanes + 1, 1000),
+                    (3, 4 * lanes + 1, 17)]:
+        kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n, "K": k}))
+        assert_gemm_matches_numpy(kern, dtype, [(m, n, k), (1, 7, 5), (m + 2, n + 5, 13),
+                                                (1, 1, 1)], seed=n + k)
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
