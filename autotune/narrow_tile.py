@@ -206,11 +206,11 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     unrolled and its row in native vectors (``few_rows.vector_tile``); the outermost tile loop
     of two iterations or more in parallel on ``threads`` threads (0: none, the stage inside
     the output's parallel loop), or for a 2-D output whose column panels share out better
-    (``panels_parallel``) those, outermost, the last panel guarded. A tile of one row over a
-    row (or a few whose whole rows fit the accumulators) run serially takes whole rows
-    (``WHOLE_ROW``); in parallel, one row wider than
-    ``ONE_ROW_VECTORS`` vectors, that many, the last piece guarded; a tile
-    of few rows under ``cpu``'s latency bound ``few_rows_vectors`` vectors a row.
+    (``panels_parallel``) those, outermost, the last panel guarded. A tile of one row (or a
+    few whose whole rows fit the accumulators) run serially takes whole rows (``WHOLE_ROW``);
+    in parallel, one row wider than ``ONE_ROW_VECTORS`` vectors takes that many, the last
+    piece guarded; a tile of few rows under ``cpu``'s latency bound ``few_rows_vectors``
+    vectors a row.
 
     Raises:
         ScheduleError: a primitive refuses the tile."""
