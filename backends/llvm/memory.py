@@ -23,7 +23,7 @@ HUGE_PAGE_BYTES = 2 << 20
 MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux
 #: the alignment of every other heap buffer, bytes (a cache line, as the stack slots'): glibc's
 #: ``malloc`` gives 16, so a packed panel's vectors straddled lines (a 64-byte vector at 16 bytes
-#: into a line loads from two). 0: ``malloc``, as before (for a benchmark's ``--against``)
+#: into a line loads from two). 0: ``malloc``'s 16, as before (for a benchmark's ``--against``)
 HEAP_ALIGN = 64
 
 
@@ -301,8 +301,7 @@ class MemoryGen:
         b.store(raw, slot)
         self.ptrs[buf.name] = b.bitcast(raw, memory_type(buf.dtype).as_pointer())
         self.stmt(s.body)
-        free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
-        self.builder.call(free, [raw])
+        self.builder.call(self.heap_free(), [raw])
         self.builder.store(null, slot)
         del self.ptrs[buf.name]
 
@@ -315,15 +314,23 @@ class MemoryGen:
         return self.call_intrinsic("smax", n, ir.Constant(I64, 1))
 
     def _heap_alloc(self) -> ir.Function:
-        """``i8* @tl.alloc(i64 n)``, the kernel's heap allocator (freed with ``free``):
-        ``aligned_alloc`` on a ``HEAP_ALIGN``-byte cache line (BLIS and OpenBLAS align their
-        packed buffers likewise: a packed panel's vectors then never straddle two lines),
-        except that on Linux a buffer of at least ``HUGE_ALLOC_MIN`` bytes is 2 MB-aligned and
-        advised onto transparent huge pages (``madvise(MADV_HUGEPAGE)``, as NumPy does for its
-        arrays of >= 4 MB). glibc serves sizes above 32 MB with a fresh ``mmap`` on every
-        call, so a compute_root buffer pays its first-touch page faults on every call; in 2 MB
-        pages a 64 MB buffer takes 32 faults instead of 16384
-        (``docs/performance.md``, "Measurements behind code choices")."""
+        """``i8* @tl.alloc(i64 n)``, the kernel's heap allocator (freed with ``tl.free``).
+
+        It asks ``malloc`` for ``n`` bytes plus one alignment and returns the first aligned
+        address past the block's start, with the block's own address in the 8 bytes before it
+        (Halide's runtime allocator does the same: ``halide_default_malloc``). The alignment
+        is a ``HEAP_ALIGN``-byte cache line (BLIS and OpenBLAS align their packed buffers
+        likewise: a packed panel's vectors then never straddle two lines), except that on
+        Linux a buffer of at least ``HUGE_ALLOC_MIN`` bytes is 2 MB-aligned, its size rounded
+        up to whole 2 MB pages, and advised onto transparent huge pages
+        (``madvise(MADV_HUGEPAGE)``, as NumPy does for its arrays of >= 4 MB): in 2 MB pages a
+        64 MB buffer takes 32 first-touch faults instead of 16384. Over-allocating through
+        ``malloc`` rather than calling ``aligned_alloc(2 MB, ..)`` keeps glibc's dynamic mmap
+        threshold working: glibc's aligned allocation frees a block smaller than the one it
+        maps, so the threshold never rose past the request and every call of a kernel with a
+        4-32 MB buffer mapped and faulted it in afresh; now the second call reuses the heap
+        block, as for any ``malloc`` of that size (above 32 MB glibc maps each call anyway).
+        ``docs/performance.md``, "Measurements behind code choices", has both measurements."""
         fn = self.module.globals.get("tl.alloc")
         if fn is not None:
             return fn
@@ -333,27 +340,49 @@ class MemoryGen:
         fn.linkage = "internal"
         (n,) = fn.args
         b = ir.IRBuilder(fn.append_basic_block("entry"))
-        if "linux" in self.target.triple:
-            big = b.and_(b.icmp_unsigned(">=", n, ir.Constant(I64, HUGE_ALLOC_MIN)),
-                         b.icmp_unsigned("<=", n, ir.Constant(I64, 1 << 62)))
-            with b.if_then(big):
-                size = b.and_(b.add(n, ir.Constant(I64, HUGE_PAGE_BYTES - 1)),
-                              ir.Constant(I64, -HUGE_PAGE_BYTES))
-                aligned = self.intrinsic("aligned_alloc", ptr, [I64, I64])
-                p = b.call(aligned, [ir.Constant(I64, HUGE_PAGE_BYTES), size])
-                with b.if_then(b.icmp_unsigned("!=", p, ir.Constant(ptr, None))):
-                    madvise = self.intrinsic("madvise", I32, [ptr, I64, I32])
-                    b.call(madvise, [p, size, ir.Constant(I32, MADV_HUGEPAGE)])
-                b.ret(p)
-        if HEAP_ALIGN and any(s in self.target.triple for s in ("linux", "darwin", "apple")):
-            # (C11's aligned_alloc wants a multiple of the alignment; a size past 2^62, an
-            # overflowed product of extents, goes to malloc whole, which fails on it)
-            with b.if_then(b.icmp_unsigned("<=", n, ir.Constant(I64, 1 << 62))):
-                size = b.and_(b.add(n, ir.Constant(I64, HEAP_ALIGN - 1)),
-                              ir.Constant(I64, -HEAP_ALIGN))
-                aligned = self.intrinsic("aligned_alloc", ptr, [I64, I64])
-                b.ret(b.call(aligned, [ir.Constant(I64, HEAP_ALIGN), size]))
-        b.ret(b.call(malloc, [n]))
+        null = ir.Constant(ptr, None)
+        # a size past 2^62 is an overflowed product of extents: malloc fails on it whole
+        with b.if_then(b.icmp_unsigned(">", n, ir.Constant(I64, 1 << 62))):
+            b.ret(null)
+        linux = "linux" in self.target.triple
+        heap_align = HEAP_ALIGN if HEAP_ALIGN and any(
+            s in self.target.triple for s in ("linux", "darwin", "apple")) else 16
+        huge = b.and_(ir.Constant(ir.IntType(1), int(linux)),
+                      b.icmp_unsigned(">=", n, ir.Constant(I64, HUGE_ALLOC_MIN)))
+        align = b.select(huge, ir.Constant(I64, HUGE_PAGE_BYTES), ir.Constant(I64, heap_align))
+        size = b.and_(b.add(n, b.sub(align, ir.Constant(I64, 1))), b.neg(align))
+        raw = b.call(malloc, [b.add(size, align)])
+        with b.if_then(b.icmp_unsigned("==", raw, null), likely=False):
+            b.ret(null)
+        start = b.ptrtoint(raw, I64)
+        addr = b.and_(b.add(start, align), b.neg(align))  # at least 16 bytes past raw
+        p = b.inttoptr(addr, ptr)
+        header = b.inttoptr(b.sub(addr, ir.Constant(I64, 8)), ptr.as_pointer())
+        b.store(raw, header)
+        if linux:
+            with b.if_then(huge):
+                madvise = self.intrinsic("madvise", I32, [ptr, I64, I32])
+                b.call(madvise, [p, size, ir.Constant(I32, MADV_HUGEPAGE)])
+        b.ret(p)
+        return fn
+
+    def heap_free(self) -> ir.Function:
+        """``void @tl.free(i8* p)``: frees a ``tl.alloc`` buffer (the ``malloc`` block whose
+        address sits in the 8 bytes before ``p``); null does nothing."""
+        fn = self.module.globals.get("tl.free")
+        if fn is not None:
+            return fn
+        ptr = I8.as_pointer()
+        free = self.intrinsic("free", ir.VoidType(), [ptr])
+        fn = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [ptr]), name="tl.free")
+        fn.linkage = "internal"
+        (p,) = fn.args
+        b = ir.IRBuilder(fn.append_basic_block("entry"))
+        with b.if_then(b.icmp_unsigned("!=", p, ir.Constant(ptr, None))):
+            header = b.inttoptr(b.sub(b.ptrtoint(p, I64), ir.Constant(I64, 8)),
+                                ptr.as_pointer())
+            b.call(free, [b.load(header)])
+        b.ret_void()
         return fn
 
     def fail(self, status: ir.Value) -> None:
@@ -379,7 +408,7 @@ class MemoryGen:
         block, phi = self.cleanup
         b = ir.IRBuilder(block)
         b.position_at_end(block)
-        free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
+        free = self.heap_free()
         for slot in reversed(self.heap_slots):
             b.call(free, [b.load(slot)])
         b.ret(phi)
@@ -387,7 +416,7 @@ class MemoryGen:
     def free_all(self) -> None:
         """Free the current function's live heap buffers here, for a failure that returns
         right after (the CUDA host code's; this backend's own failures use ``fail``)."""
-        free = self.intrinsic("free", ir.VoidType(), [I8.as_pointer()])
+        free = self.heap_free()
         for slot in reversed(self.heap_slots):
             self.builder.call(free, [self.builder.load(slot)])
 
