@@ -104,9 +104,9 @@ class CpuModel:
         sibling_lanes: whether a row reduction that shares only a vector read with another
             (PolyBench gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) takes vector lanes
             (``rfactor_rules.rfactor_lanes``: ``LANE_ROWS`` rows read together) as a lone one
-            does: True, or False on AMD Zen, where the two as plain row loops measured faster
-            on Zen 4 and the lanes faster on Ice Lake-SP (docs/performance.md, "Two row sums
-            that share only a vector").
+            does: True, or False on AMD Zen up to Zen 4, where the two as plain row loops
+            measured faster on Zen 4; the lanes measured faster on Ice Lake-SP and on Zen 5
+            (docs/performance.md, "Two row sums that share only a vector").
     """
 
     name: str
@@ -143,7 +143,10 @@ KiB, MiB = 1024, 1024 * 1024
 #: Skylake-SP: Xeon Platinum 8180; Ice Lake-SP: Xeon Platinum 8380, 12-way as Linux reports it
 #: on an Ice Lake-SP guest; Sapphire Rapids: Xeon Platinum 8480+; Zen 3 and Zen 4: one 8-core
 #: CCD). Zen 3 (AVX2, two 256-bit FMA pipes) has Haswell's tile and L1, a 512 KiB L2
-#: (BLIS's Zen 3 configuration: the same 6 x 16 / 6 x 8 tiles, ``kc`` 256).
+#: (BLIS's Zen 3 configuration: the same 6 x 16 / 6 x 8 tiles, ``kc`` 256). Zen 5 (EPYC 9005):
+#: two 512-bit FMA pipes of latency 4, where Zen 4 split a 512-bit FMA over its two 256-bit
+#: ones (a chain of dependent zmm FMAs against 16 independent chains timed on a Zen 5 guest:
+#: latency x units = 8), caches as Linux reports them on that guest.
 DESCRIBED: dict[str, CpuModel] = {
     "haswell": CpuModel("haswell", 256, 16, 2, 5, Cache(32 * KiB, 8), Cache(256 * KiB, 8),
                         Cache(8 * MiB, 16)),
@@ -158,6 +161,8 @@ DESCRIBED: dict[str, CpuModel] = {
                        Cache(32 * MiB, 16), victim_l3=True, sibling_lanes=False),
     "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16),
                       victim_l3=True, packed_vectors=4, packed_kc=512, sibling_lanes=False),
+    "znver5": _avx512("znver5", 2, Cache(48 * KiB, 12), Cache(1 * MiB, 16), Cache(32 * MiB, 16),
+                      victim_l3=True),
 }
 #: LLVM CPU names of the same core as a described one (Emerald Rapids: Sapphire Rapids' core)
 SAME_CORE = {"emeraldrapids": "sapphirerapids", "skx": "skylake-avx512",

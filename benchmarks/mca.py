@@ -57,13 +57,14 @@ FEATURES = {
     "icelake-server": _AVX512 + ",+avx512vnni",
     "sapphirerapids": _AVX512 + ",+avx512bf16,+avx512vnni",
     "znver4": _AVX512 + ",+avx512bf16,+avx512vnni",
+    "znver5": _AVX512 + ",+avx512bf16,+avx512vnni",
     "znver3": "+avx,+avx2,+fma,+f16c,+bmi,+bmi2,+popcnt,+sse4.2",
 }
 #: fp32 FLOPs per cycle per core at the FMA peak: FMA pipes x fp32 lanes x 2. Haswell: 2 x 256-bit;
 #: Skylake-SP / Ice Lake-SP / Sapphire Rapids (two 512-bit FMA units): 2 x 512-bit; Zen 3 and
-#: Zen 4: 2 x 256-bit pipes (on Zen 4 a 512-bit FMA occupies both halves).
+#: Zen 4: 2 x 256-bit pipes (on Zen 4 a 512-bit FMA occupies both halves); Zen 5: 2 x 512-bit.
 PEAK_FLOPS_PER_CYCLE = {"haswell": 32, "skylake-avx512": 64, "icelake-server": 64,
-                        "sapphirerapids": 64, "znver4": 32, "znver3": 32}
+                        "sapphirerapids": 64, "znver4": 32, "znver3": 32, "znver5": 64}
 _LANES = {"xmm": 4, "ymm": 8, "zmm": 16}
 
 

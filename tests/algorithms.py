@@ -13,7 +13,7 @@ AVX512 = "+avx,+avx2,+fma,+avx512f,+avx512bw,+avx512dq,+avx512vl"
 #: LLVM feature strings of the CPUs ``autotune.cpu_model.DESCRIBED`` describes
 FEATURES = {"haswell": "+avx,+avx2,+fma", "skylake-avx512": AVX512,
             "icelake-server": AVX512, "sapphirerapids": AVX512, "znver4": AVX512,
-            "znver3": "+avx,+avx2,+fma"}
+            "znver3": "+avx,+avx2,+fma", "znver5": AVX512}
 
 
 def described_target(cpu: str):

@@ -38,6 +38,12 @@ EXPECTED = {
     # Zen 4: L2 1 MiB 8-way (2048 sets): C_Ac = 6, mc = 6*2048*64/(128*4) = 1536
     ("znver4", 4): (8, 32, 128, 1536),
     ("znver4", 8): (8, 16, 128, 768),
+    # Zen 5: two 512-bit FMA pipes, as Skylake-SP; L1 48 KiB 12-way (64 sets): fp32 C_Ar = 2,
+    # kc = 256 as Sapphire Rapids; fp64 C_Ar = floor(11 / (1 + 16/8)) = 3, kc = 3*4096/64 = 192;
+    # L2 1 MiB 16-way (1024 sets): C_Br = 1, C_Ac = 14, fp32 mc = 14*65536/(256*4) = 896,
+    # fp64 mc = 14*65536/(192*8) = 597 -> 592 (whole 8-row tiles)
+    ("znver5", 4): (8, 32, 256, 896),
+    ("znver5", 8): (8, 16, 192, 592),
     # Zen 3 (AVX2): Haswell's tile and L1; L2 512 KiB 8-way (1024 sets): fp64 C_Ac = 8 - 1 - 1
     # = 6, mc = 6*1024*64/(256*8) = 192; fp32 kc = 170, mc = 6*65536/(170*4) = 578 -> 576
     ("znver3", 8): (6, 8, 256, 192),
@@ -81,8 +87,8 @@ def test_a_target_that_is_not_the_host_is_taken_from_the_description():
     unknown = cm.cpu_model(Target("x", "mystery", "+avx,+avx2,+fma", "", ""))
     assert (unknown.vector_bits, unknown.vector_registers) == (256, 16)
     assert unknown.sibling_lanes and not unknown.victim_l3
-    zen5 = cm.cpu_model(Target("x", "znver5", AVX512, "", ""))  # an AMD Zen not described
-    assert zen5.victim_l3 and not zen5.sibling_lanes
+    zen2 = cm.cpu_model(Target("x", "znver2", "+avx,+avx2,+fma", "", ""))  # not described
+    assert zen2.victim_l3 and not zen2.sibling_lanes
 
 
 def test_host_caches_read_from_sysfs(tmp_path):
@@ -108,7 +114,7 @@ def test_host_caches_read_from_sysfs(tmp_path):
 
 
 @pytest.mark.parametrize("cpu", ["haswell", "skylake-avx512", "icelake-server",
-                                 "sapphirerapids", "znver4", "znver3"])
+                                 "sapphirerapids", "znver4", "znver3", "znver5"])
 def test_the_rule_based_schedule_takes_its_blocking_from_the_targets_model(cpu, monkeypatch):
     # GEMM 480 x 512 x 1024 (480 rows: whole 6- and 8-row tiles) made for each described CPU:
     # the register tile and kc the model gives. Two threads: the row blocks are shared out over
