@@ -39,14 +39,12 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   of columns, about ``LANE_ROWS`` rows per step (``stream_rules.column_rows``);
 - a pointwise stage vectorizes its innermost pure Var by one native vector;
 - a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
-  a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
-  stays in cache; no recomputation, since each iteration needs a different slice); it then gets
-  no parallel loop of its own. The placement is kept only if the Func's stores executed in the
-  lowered nest stay within ``MAX_RECOMPUTE`` times those of computing it at root (a Func the
-  output reads whole, e.g. PolyBench gemver's ``x`` read as ``x[j]`` by every row, would be
-  recomputed once per row block). A reduction over two or more pure Vars (one that gets a
-  register tile) or with a row segment (above) stays at root: one row at a time would leave its
-  tile a single row;
+  a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a
+  time stays in cache), with no parallel loop of its own, if its stores executed in the lowered
+  nest stay within ``MAX_RECOMPUTE`` times those at root (PolyBench gemver's ``x``, read whole
+  by every row, would be recomputed once per row block). A reduction over two or more pure Vars
+  (a register tile) or with a row segment (above) stays at root: one row at a time would leave
+  its tile a single row;
 - the outermost pure loop of 2 iterations or more (a GEMM's column panels where they share out
   better than its few row tiles: ``narrow_tile``) runs in parallel where the stage does
   ``MIN_PARALLEL_POINTS`` iterations (a reduction's: ``serial_share.MIN_PARALLEL_VECTORS``),
@@ -826,6 +824,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     in_parallel = few_rows.in_parallel(f, extents, lanes, num_threads())  # (few rows' panels)
     if (few or num_threads() == 1) and FEW_ROWS and n_blocks == 1 and ext[x] >= 2 * width \
             and few_rows.in_place(ext[i], rows, ext[k] * width * size, ext[k] * ext[x] * size, cpu):
+        if not in_parallel and narrow_tile.serial_whole_rows(ext[i], ext[x], lanes, cpu):
+            raise ScheduleError(f"{f.name}: whole rows, serially (narrow_tile.register_tile)")
         return few_rows.in_place_nest(s, st, i, x, k, (rows, width, lanes), prefetch and
                                       PREFETCH_OFFSET, in_parallel, tuple(outer), ext[i])
     if few:

@@ -80,6 +80,13 @@ ONE_ROW_VECTORS = 4
 #: ``space.whole_loop_vector``); in parallel the pieces stay, to share out (docs/performance.md,
 #: "One row narrower than a segment: the whole row"). 0: ``ONE_ROW_VECTORS``, as before
 WHOLE_ROW = 1
+#: 1: a GEMM of a few rows whose product is too small to share out over threads, and whose
+#: tile would take its rows whole (``whole_rows``), takes this tile, not the packed path's
+#: in-place nest of the CPU's packed tile width (``few_rows.in_place_nest``, serially): where
+#: that width is two vectors (Zen 5) a 2 x 100 float32 GEMM ran in four panels of two rows x two
+#: vectors, four accumulators, under the latency bound (docs/performance.md, "A few rows in
+#: place on Zen 5"). 0: the in-place nest, as before
+SERIAL_WHOLE_ROWS = 1
 #: native vectors a row of a tile of two rows or more takes where its two vectors a row give
 #: no more independent multiply-adds than the CPU's latency bound asks (``fma_latency *
 #: fma_units``, Low et al.: Zen 4's 4, two rows; Skylake's 8, up to four) and its row is wider:
@@ -194,6 +201,25 @@ def panels_parallel(rows: int, width: int, lanes: int, extent: int, columns: int
     return by_panels < by_rows
 
 
+def whole_rows(rows: int, columns: int, lanes: int, cpu: CpuModel) -> bool:
+    """Whether a tile of all ``rows`` rows of ``columns`` elements, run serially, takes them
+    whole (``WHOLE_ROW``): at most ``rfactor_rules.ROW_VECTORS`` native vectors of ``lanes``
+    a row, and all the rows' vectors within ``cpu``'s accumulator budget.
+
+    >>> from tensorlang.autotuner.cpu_model import DESCRIBED
+    >>> [whole_rows(m, 100, 16, DESCRIBED["znver5"]) for m in (1, 2, 3)]  # 7 vectors a row
+    [True, True, False]
+    """
+    return bool(WHOLE_ROW) and columns <= ROW_VECTORS * lanes \
+        and rows * -(-columns // lanes) <= accumulator_budget(cpu)
+
+
+def serial_whole_rows(rows: int, columns: int, lanes: int, cpu: CpuModel) -> bool:
+    """Whether the packed path leaves a GEMM that runs serially to this tile
+    (``SERIAL_WHOLE_ROWS``): its rows are taken whole (``whole_rows``)."""
+    return bool(SERIAL_WHOLE_ROWS) and whole_rows(rows, columns, lanes, cpu)
+
+
 def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
                   tile: tuple[int, int, int], tail: str, threads: int,
                   cpu: CpuModel) -> None:
@@ -217,8 +243,7 @@ def register_tile(st: Stage, d: Definition, i: str, ext: dict[str, int],
     width, rows, lanes = tile
     args = [a.name for a in d.args]
     x = args[-1]
-    if WHOLE_ROW and not threads and width < ext[x] <= ROW_VECTORS * lanes \
-            and ext[i] * -(-ext[x] // lanes) <= accumulator_budget(cpu):
+    if not threads and width < ext[x] and whole_rows(ext[i], ext[x], lanes, cpu):
         width = ext[x]  # (all the rows, each whole)
     elif ONE_ROW_VECTORS and ext[i] == 1 and ext[x] > max(width, ONE_ROW_VECTORS * lanes):
         width, tail = ONE_ROW_VECTORS * lanes, "GuardWithIf"

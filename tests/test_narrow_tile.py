@@ -197,6 +197,36 @@ def test_a_tile_of_one_row_or_a_few_takes_whole_rows_serially_and_four_vectors_i
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_few_rows_run_serially_take_whole_rows_not_the_packed_in_place_nest(dtype, monkeypatch):
+    # On Zen 5 (a packed tile of two vectors) a GEMM of 2-3 rows over a B too small to share
+    # out took the packed path's in-place nest, serially: panels of two vectors, four
+    # accumulators. Now it takes the whole-rows tile, as on Zen 4 (SERIAL_WHOLE_ROWS), a point
+    # of the search space; rows too wide for the accumulators keep the in-place nest
+    monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
+    C = gemm(dtype)
+    target = described_target("znver5")
+    lanes = heuristic.lanes(C, target)
+    n = 6 * lanes + 4  # 7 vectors a row: 100 float32, 52 float64
+    for m in (2,):
+        sizes = {"M": m, "N": n, "K": 1000}
+        s = heuristic.heuristic_schedule(C, sizes, target)
+        text = s.to_python().replace('"', "'")
+        assert f"split('i', {m})" in text and f"split('j', {n}," in text, (m, text)
+        assert "parallel" not in text, text
+        assert SearchSpace(C, sizes, target).point(s) is not None, (m, text)
+        with monkeypatch.context() as mp:
+            mp.setattr(narrow_tile, "SERIAL_WHOLE_ROWS", 0)  # before: 2-vector panels
+            before = heuristic.heuristic_schedule(C, sizes, target).to_python().replace('"', "'")
+            assert f"split('j', {2 * lanes})" in before, before
+    wide = heuristic.heuristic_schedule(C, {"M": 3, "N": n, "K": 1000}, target).to_python()
+    assert f"'j', {n}" not in wide, wide  # (21 accumulators: over the budget of 16)
+    for m, n2, k in [(2, n, 1000), (2, n - 3, 997), (3, 5 * lanes + 1, 257)]:
+        kern = tl.compile(C, heuristic.heuristic_schedule(C, {"M": m, "N": n2, "K": k}, target))
+        assert_gemm_matches_numpy(kern, dtype, [(m, n2, k), (1, 7, 5), (m + 2, n2 + 5, 13),
+                                                (1, 1, 1)], seed=n2 + k)
+
+
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
 def test_few_rows_under_the_latency_bound_take_four_vectors_a_row(dtype, monkeypatch):
     # a tile of 2 rows x 2 vectors is no more than Zen 4's latency bound (4 independent
     # multiply-adds; Skylake's 8: up to 4 rows; Haswell's 10 but 10 accumulators at 4 vectors):
