@@ -650,7 +650,9 @@ class SearchSpace:
         the search refines it (TVM's MetaSchedule likewise seeds its evolutionary search with
         the schedules of earlier records). The first sample answers every decision with its
         guess from ``target``; the ambiguous ones (rows as ``regs`` or a factor, the loop order
-        family, the vector width) are then varied, fewest changes first. Where that fails
+        family, the vector width) are then varied, fewest changes first (one decision, then
+        one answer to the same decision of every stage that has it: symm's two packed sums,
+        whose rule-based rows differ alike from ``regs``, then two decisions). Where that fails
         (three or more changes: several stages each off by one or two), a hill climb keeps
         every single change that brings the sample's stages closer to ``target``'s (more equal
         parts of their signatures), until they match or no change helps."""
@@ -670,9 +672,10 @@ class SearchSpace:
             oracle, got = self._try_point(target, fixed)
             if got == want:
                 return oracle.params, oracle.choices
-            if not fixed:  # single changes first, then pairs
+            if not fixed:  # single changes first, then mirrored ones, then pairs
                 singles = [{n: a} for n, alts in oracle.alternatives for a in alts]
                 queue += singles
+                queue += _mirrored(oracle.alternatives)
                 queue += [{**a, **b} for a, b in itertools.combinations(singles, 2)
                           if a.keys() != b.keys()]
         return self._climb(target, want, attempts)
@@ -768,6 +771,18 @@ class SearchSpace:
 
 
 # -- a given schedule as a point of the space -----------------------------------------------------
+def _mirrored(alternatives: list[tuple[str, list]]) -> list[dict[str, Any]]:
+    """Changes of one answer to the same decision of several stages (``<F>.i.rows``: 10 for
+    every stage whose alternatives have it), for ``SearchSpace.point``: stages the rule-based
+    schedule treats alike differ alike from the guesses."""
+    by: dict[tuple[str, Any], dict[str, Any]] = {}
+    for name, alts in alternatives:
+        decision = name.partition(".")[2]
+        for alt in alts:
+            by.setdefault((decision, alt), {})[name] = alt
+    return [change for change in by.values() if len(change) > 1]
+
+
 class _NoAnswer(Exception):
     """The schedule being matched has no answer among a decision's choices."""
 

@@ -1,7 +1,9 @@
 """Internal buffers too large for the stack (``MAX_STACK_BYTES``) are allocated on a cache line
-(``HEAP_ALIGN`` bytes, ``aligned_alloc``), as the stack slots are and as BLIS and OpenBLAS align
-their packed buffers: glibc's ``malloc`` gives 16 bytes, on which a packed panel's 64-byte
-vectors straddled two lines. The kernel stays correct on sizes that are not a multiple of it."""
+(``HEAP_ALIGN`` bytes), as the stack slots are and as BLIS and OpenBLAS align their packed
+buffers: glibc's ``malloc`` gives 16 bytes, on which a packed panel's 64-byte vectors straddled
+two lines. ``tl.alloc`` over-allocates through ``malloc`` and keeps the block's address before
+the aligned pointer (``tl.free`` frees it), rather than calling ``aligned_alloc``. The kernel
+stays correct on sizes that are not a multiple of the alignment."""
 
 from __future__ import annotations
 
@@ -31,13 +33,21 @@ def _alloc_function(ir_text: str) -> str:
 def test_heap_buffers_are_allocated_on_a_cache_line(rng, monkeypatch):
     C, arrays, s = _packed_gemm()
     kern = tl.compile(C, s)
-    alloc = _alloc_function(kern.llvm_ir())
-    assert re.search(rf'@"?aligned_alloc"?\(i64 {memory.HEAP_ALIGN},', alloc)
+    ir_text = kern.llvm_ir()
+    alloc = _alloc_function(ir_text)
+    # the alignment: 2 MB from HUGE_ALLOC_MIN bytes (Linux), else a cache line; the malloc
+    # block is one alignment larger than the rounded-up size, its address kept before the result
+    assert re.search(rf"select\s+i1 %\S+, i64 {memory.HUGE_PAGE_BYTES}, i64 {memory.HEAP_ALIGN}\b",
+                     alloc)
+    assert re.search(r'@"?malloc"?\(', alloc) and "aligned_alloc" not in ir_text
+    assert re.search(r"store i8\* %\S+, i8\*\* %\S+", alloc)
+    assert re.search(r'call void @"?tl\.free"?\(', ir_text)
     for m, n, k in [(3, 13, 2500), (1, 8, 2049), (5, 1, 4099)]:  # 8 x K float32 >= 64 KiB
         arrs = arrays(rng, m, n, k)
         np.testing.assert_allclose(kern(**arrs), arrs["A"] @ arrs["B"], rtol=1e-4)
-    # switched off: plain malloc, as before
+    # switched off: malloc's own 16 bytes, as before
     monkeypatch.setattr(memory, "HEAP_ALIGN", 0)
-    plain = _alloc_function(tl.compile(C, s).llvm_ir())
-    assert not re.search(r'@"?aligned_alloc"?\(i64 64,', plain)
-    assert re.search(r'@"?malloc"?\(', plain)
+    plain = tl.compile(C, s)
+    assert re.search(rf"i64 {memory.HUGE_PAGE_BYTES}, i64 16\b", _alloc_function(plain.llvm_ir()))
+    arrs = arrays(rng, 3, 13, 2500)
+    np.testing.assert_allclose(plain(**arrs), arrs["A"] @ arrs["B"], rtol=1e-4)

@@ -276,6 +276,16 @@ def test_the_rule_based_schedules_of_the_level2_and_packed_kernels_are_points(th
         assert space.signature(again) == space.signature(hs), name
 
 
+def test_point_changes_one_decision_of_every_stage_alike():
+    # symm's two packed sums on Sapphire / Emerald Rapids, 2 threads: the rule takes 10 rows
+    # (1000 rows in 4 blocks), "regs" 8, in both; the pair of changes lay past point's 64 tries
+    from tensorlang.autotuner.space import _mirrored
+
+    alts = [("a.i.rows", [10, 4]), ("b.i.rows", [10]), ("a.prefetch", [True]),
+            ("c.i.rows", [4]), ("b.vectorize", [16])]
+    assert _mirrored(alts) == [{"a.i.rows": 10, "b.i.rows": 10}, {"a.i.rows": 4, "c.i.rows": 4}]
+
+
 @pytest.mark.parametrize("invariant, lanes", [(0, 0), (0, 1), (1, 0), (1, 1)])
 def test_gesummvs_two_sums_sharing_only_a_vector_run_apart(invariant, lanes, monkeypatch):
     # gesummv's A[i, j] * x[j] and B[i, j] * x[j] share only x, which every row reads whole:
