@@ -75,9 +75,10 @@ Func computed at root or at a consumer loop):
   (``rfactor_rules.rfactor_lanes``, the rule-based schedule's form), instead of the decisions
   above; or not.
 - ``<F>.column_rows``, next, for a root column reduction of a matrix streamed from memory
-  (``stream_rules.column_rows_possible``: ``A^T x`` of a matrix larger than half the L3): a band
-  of columns per thread, a few rows at a time along it (``stream_rules.column_rows``, the
-  rule-based schedule's form), instead of the decisions above; or not.
+  (``stream_rules.column_rows_possible``: ``A^T x`` of a matrix larger than half the L3, or
+  where the L3 is no victim cache than the threads' L2s): a band of columns per thread, a few
+  rows at a time along it (``stream_rules.column_rows``, the rule-based schedule's form),
+  instead of the decisions above; or not.
 - ``<P>.where`` for each non-output Func: ``root``, ``inline`` (pointwise Funcs only) or ``at<k>``
   (computed at the k-th loop, outermost first, of its single consumer — or of the output when
   every reader is the output or computed inside it, as softmax's ``exp``, or when every reader is

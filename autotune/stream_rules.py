@@ -43,6 +43,11 @@ MIN_PARALLEL_STREAM_BYTES = 1 << 19
 #: the threads (``segment_width``); 0: ``ROW_VECTORS`` vectors each, as before (for
 #: ``--against``)
 EVEN_SEGMENTS = 1
+#: 1: on a CPU whose L3 is not a victim cache a matrix larger than the threads' L2s counts as
+#: streamed (``streams_from_memory``); Emerald Rapids' register segments walked a 1900 x 2100
+#: matrix held in its L3 more slowly than the bands did (docs/performance.md). 0: half the L3
+#: on every CPU, as before (for ``--against``)
+MESH_L3_STREAMS = 1
 
 
 def only_vars_of_one(names: list[str], extent: dict[str, int]) -> bool:
@@ -52,9 +57,14 @@ def only_vars_of_one(names: list[str], extent: dict[str, int]) -> bool:
 
 
 def streams_from_memory(nbytes: int, cpu: CpuModel) -> bool:
-    """Whether data of ``nbytes`` bytes, read once, comes from memory rather than cache: more
-    than half the last-level cache (the rest holds the other operands, and on a shared machine
-    other programs' data)."""
+    """Whether data of ``nbytes`` bytes, read once, comes from memory rather than cache, or at
+    about memory's pace: more than half the last-level cache (the rest holds the other
+    operands, and on a shared machine other programs' data); where the L3 is not a victim cache
+    (``CpuModel.victim_l3``: Intel's mesh, each core's share of whose bandwidth is close to
+    memory's) and ``MESH_L3_STREAMS``, more than the L2s of the threads together."""
+    if MESH_L3_STREAMS and not cpu.victim_l3 \
+            and nbytes > cpu.l2.size * max(1, num_threads()):
+        return True
     return nbytes > cpu.l3.size // 2
 
 

@@ -14,12 +14,12 @@ import pytest
 import tensorlang as tl
 from tensorlang.autotuner import (heuristic, rfactor_rules, serial_share, space as space_mod,
                                   stream_rules)
-from tensorlang.autotuner.cpu_model import KiB, Cache, cpu_model
+from tensorlang.autotuner.cpu_model import DESCRIBED, KiB, Cache, cpu_model
 from tensorlang.autotuner.workloads import BoundExtents
 from tensorlang.schedule.lower import lower
 
 sys.path.insert(0, os.path.dirname(__file__))
-from algorithms import assert_a_point_of_the_space, gemm  # noqa: E402
+from algorithms import assert_a_point_of_the_space, described_target, gemm  # noqa: E402
 
 
 def _column_sum() -> tl.Func:
@@ -75,6 +75,42 @@ def test_the_column_form_needs_memory_and_whole_steps(small_l3):
     # a matrix that stays in cache keeps the register segment of the rule-based schedule
     assert not stream_rules.column_rows_possible(y, ext, lanes, cpu_model())
     assert "unroll('i.i')" not in heuristic.heuristic_schedule(y, {"M": 11, "N": n}).to_python()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_matrix_past_the_l2s_streams_where_the_l3_is_no_victim_cache(monkeypatch, threads):
+    # Intel's L3 (no victim cache) serves each core at about memory's pace: a matrix larger
+    # than the threads' L2s counts as streamed; on Zen (victim L3) only past half the L3
+    monkeypatch.setattr(stream_rules, "num_threads", lambda: threads)
+    intel, zen = DESCRIBED["sapphirerapids"], DESCRIBED["znver4"]
+    past = intel.l2.size * threads + 1
+    assert stream_rules.streams_from_memory(past, intel)
+    assert not stream_rules.streams_from_memory(past - 1, intel)
+    assert not stream_rules.streams_from_memory(past, zen)
+    assert stream_rules.streams_from_memory(zen.l3.size // 2 + 1, zen)
+    monkeypatch.setattr(stream_rules, "MESH_L3_STREAMS", 0)
+    assert not stream_rules.streams_from_memory(past, intel)
+    assert stream_rules.streams_from_memory(intel.l3.size // 2 + 1, intel)
+
+
+def test_a_column_reduction_past_the_l2s_takes_bands_on_intel_and_segments_on_zen(rng,
+                                                                                  monkeypatch):
+    # A^T x of 1000 x 1100 float64 (8.4 MiB): past Sapphire Rapids' two L2s, inside half of
+    # Zen 4's L3; the banded schedule is correct on odd sizes
+    for mod in (heuristic, rfactor_rules, stream_rules, space_mod):
+        monkeypatch.setattr(mod, "num_threads", lambda: 2)
+    y = _column_sum()
+    sizes = {"M": 1000, "N": 1100}
+    forms = {}
+    for cpu in ("sapphirerapids", "znver4"):
+        text = heuristic.heuristic_schedule(y, sizes, described_target(cpu)).to_python()
+        forms[cpu] = "unroll('i.i')" in text.replace('"', "'")
+    assert forms == {"sapphirerapids": True, "znver4": False}, forms
+    s = heuristic.heuristic_schedule(y, sizes, described_target("sapphirerapids"))
+    kern = tl.compile(y, s)
+    for m, n in [(1000, 1100), (13, 549), (1, 1), (11, 3)]:
+        a, v = rng.random((m, n)), rng.random(m)
+        np.testing.assert_allclose(kern(a, v), a.T @ v, rtol=1e-12)
 
 
 def test_rows_per_step_divides_the_rows_where_it_can():
