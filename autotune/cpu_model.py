@@ -80,6 +80,8 @@ class CpuModel:
             AMD's Software Optimization Guide for Family 19h Processors): the packed GEMM's
             row block of A is then sized for the L1 bound's ``kc`` even where ``kc`` is raised
             past it, and may pass L2 (``heuristic.packed_blocking``, docs/performance.md).
+            Where False (Intel's mesh), a matrix read once past the threads' L2s counts as
+            streamed from memory (``stream_rules.streams_from_memory``).
         packed_vectors: native vectors per row of the packed GEMM's register tile
             (``heuristic._packed_tile``): ``TILE_VECTORS``, or 4 on Zen 4 and Ice Lake-SP (with
             ``packed_accumulators``); on Zen 4 a tile of 4 rows x 4 vectors measured faster
