@@ -29,12 +29,16 @@ from .ir import For, ForKind, IfThenElse, ProducerConsumer, Stmt, map_stmt_and_b
 #: one parallel loop (``merge_pieces``); 0: one after the other, each parallel loop joined
 #: before the next starts, as before (for a benchmark's A/B)
 ONE_PARALLEL_LOOP = 1
+#: 1: a piece in two versions (an ``if`` on the sizes around two ``produce`` statements) is
+#: merged version by version (``merge_pieces``); 0: such pieces stay two parallel loops, as
+#: before (for a benchmark's A/B)
+VERSIONED_PIECES = 1
 
 
 def piece_switches() -> tuple[int, ...]:
     """This module's switches now (part of ``lower``'s cache key, through
     ``realize.lowering_switches``)."""
-    return (ONE_PARALLEL_LOOP,)
+    return (ONE_PARALLEL_LOOP, VERSIONED_PIECES)
 
 
 def merge_pieces(first: tuple[Expr, Stmt], second: tuple[Expr, Stmt],
@@ -49,6 +53,16 @@ def merge_pieces(first: tuple[Expr, Stmt], second: tuple[Expr, Stmt],
     if not ONE_PARALLEL_LOOP:
         return None
     (c1, s1), (c2, s2) = first, second
+    for n, s in enumerate((s1, s2)):
+        if isinstance(s, IfThenElse) and s.otherwise is not None and VERSIONED_PIECES:
+            # a piece in two versions (a reduction split whose tail may be empty: ``if K % 4
+            # == 0``), decided outside its loops: each version merged with the other piece
+            pairs = [((c1, b), second) if n == 0 else (first, (c2, b))
+                     for b in (s.then, s.otherwise)]
+            both = [merge_pieces(a, b, along) for a, b in pairs]
+            if None in both:
+                return None
+            return IfThenElse(s.cond, both[0], both[1])
     if not (isinstance(s1, ProducerConsumer) and isinstance(s2, ProducerConsumer)
             and s1.func == s2.func):
         return None

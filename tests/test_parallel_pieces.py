@@ -76,3 +76,40 @@ def test_merged_pieces_compute_their_own_producers():
         b = a * 2 + a[:, np.minimum(np.arange(w) + 1, w - 1)]
         ref = b + b[np.minimum(np.arange(h) + 1, h - 1), :]
         np.testing.assert_allclose(kern(a), ref, rtol=1e-6)
+
+
+def test_a_piece_in_two_versions_merges_each_with_the_remainder(rng, monkeypatch):
+    # A^T x streamed by rows: bands of 24 columns in parallel, the rows split by 4 (unrolled).
+    # The whole bands' piece comes in two versions (M % 4 == 0 or not), decided outside its
+    # parallel loop; the band past the last whole one was a parallel loop of its own after
+    # either version had joined (2100 columns in bands of 1056: one band a loop, one thread)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    M, N = tl.sizes("M N")
+    A, x = tl.Input("A", (M, N), tl.float64), tl.Input("x", (M,), tl.float64)
+    j = tl.Var("j")
+    r = tl.RDom((0, M), name="r")
+    y = tl.Func("y")
+    y[j] = tl.sum(A[r, j] * x[r])
+    s = tl.Schedule(y)
+    s[y].split("j", 24)
+    s[y].split("j.i", 8)
+    s[y].split("r_x", 4)
+    s[y].reorder("j.o", "r_x.o", "j.i.o", "r_x.i", "j.i.i")
+    s[y].vectorize("j.i.i")
+    s[y].unroll("r_x.i")
+    s[y].parallel("j.o")
+    shapes = [(40, 100), (41, 100), (43, 96), (4, 24), (3, 23), (1, 1), (0, 5), (5, 0), (97, 251)]
+
+    def check(kern):
+        for m, n in shapes:
+            a, v = rng.random((m, n)), rng.random(m)
+            np.testing.assert_allclose(kern(a, v), a.T @ v, rtol=1e-12, atol=1e-12)
+
+    kern = tl.compile(y, s)
+    nest = kern.loop_nest()
+    assert nest.count("parallel for") == 2 and "if j.o < " in nest, nest  # one per version
+    check(kern)
+    monkeypatch.setattr(parallel_pieces, "VERSIONED_PIECES", 0)  # before: the remainder's own
+    before = tl.compile(y, s)
+    assert before.loop_nest().count("parallel for") == 3, before.loop_nest()
+    check(before)
