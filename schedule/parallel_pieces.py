@@ -8,7 +8,9 @@ joined: a GEMV's 104 columns past seven whole 128-wide column segments ran on on
 the other waited, with a fork and a join of their own. Here the two parallel loops become one
 whose iteration runs the first piece's body or the second's, so the pool's dynamic chunks
 (``backends/llvm/parallel.py``) balance the remainder with the whole tiles, and the whole
-tiles keep their unguarded body.
+tiles keep their unguarded body. A piece that comes in two versions (an ``if`` on the sizes
+around two ``produce`` statements: a reduction split whose tail may be empty) is merged version
+by version, the other piece's code then emitted in both.
 
 Legal because the pieces are independent (each point of a pure definition is computed on its
 own, and producers computed inside a piece's loops are allocated per iteration): any order and
