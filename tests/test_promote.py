@@ -97,9 +97,13 @@ def test_guarded_tail_is_partitioned_so_full_tiles_keep_the_register_tile():
     jo, ji = s[C].split("j", 32, tail="ShiftInwards")
     s[C].reorder(io, jo, "k", ii, ji).unroll(ii).vectorize(ji).parallel(io)
     kern = tl.compile(C, s)
-    main, rest = kern.loop_nest().split("\nif M - M // 8 * 8 > 0:")
-    assert main.startswith("if M // 8 * 8 > 0:") and "C.acc" in main
-    assert "if i.i + " in rest  # the remainder is guarded row by row
+    # the version of whole column tiles (N >= 32); the remainder's rows are the parallel
+    # loop's last iterations (parallel_pieces), the whole row tiles its first
+    fast = kern.loop_nest().split("\nelse:\n")[0]
+    assert fast.startswith("if N >= 32:") and fast.count("parallel for") == 1, fast
+    main, rest = fast.split("\n      else:\n")
+    assert "if i.o < " in main and "C.acc" in main and "i.i <" not in main
+    assert re.search(r"if \S+ \+ i\.i < ", rest), rest  # the remainder is guarded row by row
     assert "C.acc" in rest and _updates_of_c(rest) == []  # its rows too accumulate in registers
     rng = np.random.default_rng(5)
     for size in [(37, 41, 13), (8, 32, 3), (7, 33, 2), (1, 40, 1)]:
