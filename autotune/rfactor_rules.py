@@ -47,6 +47,12 @@ NARROW_LANE_VECTORS = 2
 #: (docs/performance.md, "Narrow rows: lanes for long reductions, a tile for short ones"). 0:
 #: only ``NARROW_LANE_VECTORS``, as before
 NARROW_LANE_TERMS = 256
+#: 1: a GEMM into narrow rows (``narrow_columns``) with fewer rows than threads takes vector
+#: lanes too, one block of all its rows run serially: always for one row (``x^T B`` with ``B``
+#: of 2 or 3 columns: no row loop to share out), for a few where the product is too small for a
+#: parallel region (``small_product``); it took the one-row nest, a chain of dependent
+#: multiply-adds into each column (``rfactor_lanes_possible``). 0: as before (for ``--against``)
+ONE_ROW_LANES = 1
 #: rows of a row reduction in vector lanes that read their segments together
 #: (``rfactor_lanes``: one vector of partial sums per row, the rows' loads in flight at once, each
 #: load of the shared vector used by all; OpenBLAS's dgemv_t kernels take 4 to 8 rows)
@@ -208,7 +214,8 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
     into ``i`` and a narrow ``j`` (``narrow_columns``: ``C[i, j] = A[i, k] * B[k, j]`` with ``B`` of
     2 or 3 columns), ``k`` at least ``2 * ROW_VECTORS`` vectors long (a narrow row: twice
     ``NARROW_LANE_VECTORS``, and ``NARROW_LANE_TERMS`` terms) and ``i`` at least as long as there
-    are threads (fewer rows: ``rfactor_chunks``), and no other row reduction among ``funcs`` (its
+    are threads (fewer rows: ``rfactor_chunks``; a narrow row also one row, or a few in a small
+    product, ``ONE_ROW_LANES``), and no other row reduction among ``funcs`` (its
     pipeline's) that shares a read with it: a row sum and a row max of one matrix read it once
     together (``fuse_siblings``), which beat two passes in vector lanes. Two that share only a
     vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) take lanes where ``sibling_lanes``
@@ -229,9 +236,24 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
         return False
     vectors = ROW_VECTORS if len(d.args) == 1 else NARROW_LANE_VECTORS
     terms = 0 if len(d.args) == 1 else NARROW_LANE_TERMS
+    rows = extents.extent(f.name, d.args[0].name)
+    few_rows_serial = ONE_ROW_LANES and len(d.args) == 2 and (
+        rows == 1 or small_product(f, extents))
     return (_row_reduction(f)
             and extents.extent(f.name, d.rvars[0].name) >= max(2 * vectors * lanes, terms)
-            and extents.extent(f.name, d.args[0].name) >= max(2, num_threads()))
+            and (rows >= max(2, num_threads()) or few_rows_serial))
+
+
+def small_product(f: Func, extents: BoundExtents) -> bool:
+    """Whether ``f``'s pure definition has fewer iterations (pure points times reduction terms)
+    than ``MIN_PARALLEL_POINTS`` per thread: too little work for a parallel region, so neither
+    ``rfactor_chunks`` nor a parallel loop over its rows takes it."""
+    d = f.definition
+    assert d is not None
+    work = 1
+    for v in [*d.args, *d.rvars]:
+        work *= max(1, extents.extent(f.name, v.name))
+    return work < MIN_PARALLEL_POINTS * max(1, num_threads())
 
 
 def narrow_columns(f: Func, extents: BoundExtents) -> bool:
@@ -302,8 +324,10 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     block = per_block if rows >= per_block * max(2, num_threads()) else 1
     if columns > 1:  # (a narrow row: each vector of B for every row of a block, however few)
         block = min(per_block, rows)
-    _, ki = s[f].split(d.rvars[0].name, (ROW_VECTORS if block == 1 else 1) * lanes,
-                       tail="GuardWithIf")
+    # one row alone: ``ROW_VECTORS`` vectors of partial sums; a block of rows, or a narrow
+    # row's columns (one row: ``ONE_ROW_LANES``): one vector per row and column, chains enough
+    vectors = ROW_VECTORS if block == 1 and columns == 1 else 1
+    _, ki = s[f].split(d.rvars[0].name, vectors * lanes, tail="GuardWithIf")
     rf = s.rfactor(f, ki)
     names = [lp.name for lp in rf.loops]
     row, lane, walk_loop = names[0], names[-2], names[-1]
@@ -316,6 +340,9 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         ro, ri = rf.split(row, block)
         rf.reorder(ro, *outer, walk_loop, ri, *inner, lane).unroll(ri)
         row = ro.name
+        rf.vectorize(lane)
+    elif vectors == 1:
+        rf.reorder(row, *outer, walk_loop, *inner, lane)
         rf.vectorize(lane)
     else:
         rf.reorder(row, *outer, walk_loop, *inner, lane)

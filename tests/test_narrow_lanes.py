@@ -131,3 +131,40 @@ def test_narrow_rows_in_vector_lanes_match_numpy_on_odd_sizes(dtype, rng, monkey
         for m2, n2, k2 in [(1, 1, 1), (5, 3, 7), (40, 2, 333), (9, 5, 17)]:
             a, b = rng.random((m2, k2)).astype(npd), rng.random((k2, n2)).astype(npd)
             np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol * k2)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 16])
+@pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
+def test_one_narrow_row_reduces_in_vector_lanes_serially(dtype, threads, rng, monkeypatch):
+    # one row (x^T B, B of 2 or 3 columns), fewer rows than threads: before ONE_ROW_LANES the
+    # one-row nest, a chain of dependent multiply-adds per column whatever the length of k; now
+    # one vector of partial sums per column, the row alone in its block, serially (however long
+    # k: one row leaves no loop to share out)
+    _threads(monkeypatch, threads)
+    C = gemm(dtype)
+    lanes = heuristic.lanes(C)
+    npd = np.float64 if dtype == tl.float64 else np.float32
+    tol = 1e-10 if dtype == tl.float64 else 2e-4
+    for n, k in [(2, 1009), (3, 257), (2, 100003)]:
+        sizes = {"M": 1, "N": n, "K": k}
+        s = heuristic.heuristic_schedule(C, sizes)
+        text = s.to_python()
+        assert f"s[\"C\"].split('k', {lanes})" in text and "s.rfactor('C', 'k.i')" in text, text
+        assert f"s[\"C_rf\"].split('j', {n})" in text and "parallel(" not in text, text
+        point = SearchSpace(C, sizes).point(s)
+        assert point is not None and point[0]["C.rfactor_lanes"] is True, text
+        kern = tl.compile(C, s)
+        a, b = rng.random((1, k)).astype(npd), rng.random((k, n)).astype(npd)
+        np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol * k)
+        with monkeypatch.context() as m:
+            m.setattr(rfactor_rules, "ONE_ROW_LANES", 0)
+            assert "rfactor" not in heuristic.heuristic_schedule(C, sizes).to_python()
+    # a short reduction keeps the register tile; a few rows with more work than one parallel
+    # region per thread keep their rules (rfactor_chunks, a parallel loop over the rows)
+    assert "rfactor" not in heuristic.heuristic_schedule(
+        C, {"M": 1, "N": 2, "K": 17}).to_python()
+    if threads == 16:
+        text = heuristic.heuristic_schedule(C, {"M": 3, "N": 2, "K": 100003}).to_python()
+        assert "s.rfactor('C', 'k.i')" not in text, text
+        text = heuristic.heuristic_schedule(C, {"M": 3, "N": 2, "K": 1009}).to_python()
+        assert "s.rfactor('C', 'k.i')" in text and "parallel(" not in text, text
