@@ -156,6 +156,9 @@ def test_one_narrow_row_reduces_in_vector_lanes_serially(dtype, threads, rng, mo
         kern = tl.compile(C, s)
         a, b = rng.random((1, k)).astype(npd), rng.random((k, n)).astype(npd)
         np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol * k)
+        for m2, n2, k2 in [(1, 1, 1), (5, 3, 7), (40, 2, 333), (9, 5, 17)]:  # any size runs it
+            a, b = rng.random((m2, k2)).astype(npd), rng.random((k2, n2)).astype(npd)
+            np.testing.assert_allclose(kern(a, b), a @ b, rtol=tol, atol=tol * k2)
         with monkeypatch.context() as m:
             m.setattr(rfactor_rules, "ONE_ROW_LANES", 0)
             assert "rfactor" not in heuristic.heuristic_schedule(C, sizes).to_python()
