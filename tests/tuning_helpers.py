@@ -46,15 +46,21 @@ def hog_during_rule_based(trace: str) -> None:
     for p in _HOGS:
         p.kill()
         p.wait()
+        p.stdout.close()
     if _HOGS:
         _HOGS.clear()
         _all_threads(os.SCHED_OTHER)
     if trace == "heuristic":
-        spin = f"import time\nend = time.monotonic() + {HOG_SECONDS}\n" \
+        spin = f"import time\nend = time.monotonic() + {HOG_SECONDS}\nprint(flush=True)\n" \
                "while time.monotonic() < end: pass"
-        _HOGS.extend(subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL)
+        _HOGS.extend(subprocess.Popen([sys.executable, "-c", spin], stdin=subprocess.DEVNULL,
+                                      stdout=subprocess.PIPE)
                      for _ in range(len(os.sched_getaffinity(0))))
-        time.sleep(0.2)
+        # each hog says when it spins: a fixed wait was too short for an interpreter to start
+        # under the suite's other worker (the measurement then ran before the hogs did)
+        for p in _HOGS:
+            p.stdout.readline()
+        time.sleep(0.05)
         _all_threads(os.SCHED_IDLE)
 
 
