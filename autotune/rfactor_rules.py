@@ -341,12 +341,12 @@ def rfactor_lanes(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
         rf.reorder(ro, *outer, walk_loop, ri, *inner, lane).unroll(ri)
         row = ro.name
         rf.vectorize(lane)
-    elif vectors == 1:
-        rf.reorder(row, *outer, walk_loop, *inner, lane)
-        rf.vectorize(lane)
     else:
         rf.reorder(row, *outer, walk_loop, *inner, lane)
-        rf.vectorize(lane, lanes).unroll(f"{lane}.o")
+        if vectors == 1:
+            rf.vectorize(lane)
+        else:
+            rf.vectorize(lane, lanes).unroll(f"{lane}.o")
     for name in inner:
         rf.unroll(name)
     if inner and NARROW_COPY and -(-rows // block) > max(1, num_threads()):
