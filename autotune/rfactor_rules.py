@@ -24,7 +24,7 @@ from tensorlang.schedule.schedule import Schedule, Stage
 
 from .cpu_model import CpuModel
 from .packed_reads import tile_reads
-from .serial_share import few_vectors
+from .serial_share import few_vectors, stage_points
 from .workloads import BoundExtents
 
 #: vectors in a row segment of a reduction read along its one pure Var (A^T x), and of the
@@ -248,12 +248,7 @@ def small_product(f: Func, extents: BoundExtents) -> bool:
     """Whether ``f``'s pure definition has fewer iterations (pure points times reduction terms)
     than ``MIN_PARALLEL_POINTS`` per thread: too little work for a parallel region, so neither
     ``rfactor_chunks`` nor a parallel loop over its rows takes it."""
-    d = f.definition
-    assert d is not None
-    work = 1
-    for v in [*d.args, *d.rvars]:
-        work *= max(1, extents.extent(f.name, v.name))
-    return work < MIN_PARALLEL_POINTS * max(1, num_threads())
+    return stage_points(f, None, extents) < MIN_PARALLEL_POINTS * max(1, num_threads())
 
 
 def narrow_columns(f: Func, extents: BoundExtents) -> bool:
