@@ -2,15 +2,17 @@
 ``compute_with`` (the two stages sharing their outer loops) against separate loop nests, with
 NumPy measured in the same run.
 
-Run: python benchmarks/multiple_outputs.py [--size 4096] [--rounds 7]
+Run: python benchmarks/multiple_outputs.py [--size 4096] [--rounds 7] [--pieces-off]
 
 Three programs: row statistics (the sum and the max of each row of one float32 matrix), a Sobel
 pair (``gx``, ``gy`` of one float32 image, clamped edges) and PolyBench's bicg (``s = A^T r``,
 ``q = A p``, float64, LARGE: N=2100, M=1900). Contenders: NumPy; the rule-based schedule of each
 output compiled as its own kernel (two calls); the rule-based schedule of the two-output
 pipeline (one call; for the row statistics it computes the max with the sum per row,
-``compute_with``, and "one kernel, unfused" is the same schedule without that step); and for
-the Sobel pair, a schedule with ``gx`` computed with ``gy`` per row of a strip. Every result is
+``compute_with``, and "one kernel, unfused" is the same schedule without that step); for
+the Sobel pair, a schedule with ``gx`` computed with ``gy`` per row of a strip; for bicg, "one
+pass": a hand schedule reading ``A`` once (``one_pass_bicg``; ``--pieces-off`` adds it without
+``realize.GUEST_PIECES``). Every result is
 checked against NumPy first; times are interleaved (``autotune.timing.interleaved``), medians
 with the interquartile range.
 """
@@ -27,7 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
-from common import cpu_name  # noqa: E402
+from common import cpu_name, rule_settings  # noqa: E402
 from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
 from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
@@ -89,6 +91,39 @@ def fused_rows(gx, gy, sizes: dict[str, int], strip: int = 8) -> tl.Schedule:
     return s
 
 
+def one_pass_bicg(s_f, q_f, block: int = 30, rows: int = 6) -> tl.Schedule:
+    """PolyBench bicg with ``A`` read once (docs/language.md, "Several outputs and
+    compute_with"): ``q``'s rows in blocks of ``block`` rows, ``rows`` rows a register tile of
+    row sums in vector lanes (the rule-based ``q_rf``); ``s`` factored over the same blocks
+    (``rfactor``: one partial row per block, stored row by row, ``reorder_storage``), each
+    block's partial row computed right after its share of ``q`` (``compute_with`` at the block
+    loop, matched by position), ``rows`` rows of ``A`` per pass over its columns; the partial
+    rows then summed in vectors along ``j``."""
+    lanes = 8
+    sch = tl.Schedule([s_f, q_f])
+    sch[q_f].split("j", lanes)
+    qrf = sch.rfactor(q_f, "j.i")
+    pure, lane, red = sch.states[qrf.func].loops
+    qrf.split(pure, block)
+    qrf.split("i.i", rows)
+    qrf.reorder("i.o", "i.i.o", red, "i.i.i", lane)
+    qrf.unroll("i.i.i").vectorize(lane).parallel("i.o")
+    sch[s_f].split("i", block)
+    srf = sch.rfactor(s_f, "i.o")
+    j, b, inner = sch.states[srf.func].loops
+    srf.split(inner, rows)
+    srf.split(j, lanes)
+    srf.reorder(b, inner + ".o", j + ".o", inner + ".i", j + ".i")
+    srf.unroll(inner + ".i").vectorize(j + ".i").parallel(b)
+    srf.compute_with(qrf, "i.o")
+    srf.reorder_storage(b, j)
+    j, r = sch.states[s_f.name].loops
+    sch[s_f].split(j, lanes)
+    sch[s_f].reorder(r, j + ".o", j + ".i")
+    sch[s_f].vectorize(j + ".i")
+    return sch
+
+
 def _contenders(outs, sizes, arrays, numpy_fn, extra=None):
     singles = [tl.compile(o, heuristic_schedule(o, sizes)) for o in outs]
     pair = tl.compile(list(outs), heuristic_schedule(list(outs), sizes))
@@ -123,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", type=int, default=4096, help="Sobel image side")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--pieces-off", action="store_true",
+                    help="bicg's one pass also without GUEST_PIECES (its columns' tail guarded)")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     print(f"several outputs on {cpu_name()} ({os.cpu_count()} CPUs); {args.rounds} interleaved "
@@ -148,7 +185,12 @@ def main(argv: list[str] | None = None) -> int:
     sizes = kern.large
     arrays = kern.inputs(sizes, np.random.default_rng(0))
     outs = kern.build()
-    calls = _contenders(outs, sizes, arrays, lambda a: kern.numpy(a, sizes))
+    one_pass = tl.compile(list(outs), one_pass_bicg(*outs))
+    extra = {"one pass": one_pass}
+    if args.pieces_off:
+        with rule_settings("tensorlang.schedule.realize.GUEST_PIECES=0"):
+            extra["one pass, one piece"] = tl.compile(list(outs), one_pass_bicg(*outs))
+    calls = _contenders(outs, sizes, arrays, lambda a: kern.numpy(a, sizes), extra)
     _report("bicg", interleaved(calls, rounds=args.rounds, runs=3, settle=("numpy",)))
     return 0
 

@@ -82,6 +82,8 @@ class StageState:
     #: storage_align: storage dimension -> (factor, offset), its stride in elements made
     #: ``factor * n + offset`` by padding the dimension inside it (TVM's ``storage_align``)
     align: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: reorder_storage: the pure Vars in storage order, outermost first (None: the arguments')
+    storage_order: tuple[str, ...] | None = None
     #: double_buffer(): a GPU copy in shared memory gets two slots, the next step's tile copied
     #: while the current one is used (TVM's ``double_buffer``; ``backends/cuda/double_buffer.py``)
     double_buffer: bool = False

@@ -145,7 +145,8 @@ def _ceildiv(e: Expr, f: int) -> Expr:
 def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope: set[str],
                      shift_ok: bool, predicate: tuple[Expr, ...] = (),
                      tail_vars: frozenset[str] = frozenset(),
-                     narrow: frozenset[str] = frozenset()) -> StageNest:
+                     narrow: frozenset[str] = frozenset(),
+                     bind: dict[str, str] | None = None) -> StageNest:
     """Loops of stage ``st`` over ``region`` (original Var -> ``(min, extent)``).
 
     ``predicate``: the stage's ``RDom.where`` conditions (boolean expressions of its original
@@ -161,6 +162,8 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
     ``narrow``: original Vars whose region is a partition's remainder (narrower than one tile
     of the split it was partitioned on): their splits' tails are not peeled
     (``StageNest.tail_peels``), which would add a loop of whole tiles that never runs.
+    ``bind``: loops of this stage that are the IR variables of enclosing loops (loop name ->
+    variable: a compute_with stage's shared loops, which are its host's, matched by position).
 
     Raises:
         IllegalScheduleError: ShiftInwards where recomputation is not harmless.
@@ -207,7 +210,7 @@ def build_stage_nest(st: StageState, region: dict[str, tuple[Expr, Expr]], scope
             ranges[rel.fused] = (sconst(0), BinOp("mul", ranges[rel.outer][1], ie, int64))
             defs[_PRIVATE + rel.outer] = sadd(om, BinOp("floordiv", fv, ie, int64))
             defs[_PRIVATE + rel.inner] = sadd(im, BinOp("mod", fv, ie, int64))
-    rename = {n: (f"{st.func}.{n}" if n in scope else n) for n in st.loops}
+    rename = {n: (bind or {}).get(n, f"{st.func}.{n}" if n in scope else n) for n in st.loops}
     leaf_map: dict[str, Expr] = {_PRIVATE + n: Var(rename[n]) for n in st.loops}
 
     def resolve(e: Expr) -> Expr:

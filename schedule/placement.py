@@ -108,7 +108,7 @@ def fusion_error(view: Any, name: str, states: dict[str, StageState]) -> Schedul
     if problem is not None:
         return ScheduleError.in_schedule(name, f"compute_with({st.fused.func}, "
                                          f"{st.fused.loop}): {problem}")
-    shared = set(host.loops[:host.loops.index(st.fused.loop) + 1])
+    shared = set(st.loops[:host.loops.index(st.fused.loop) + 1])
     for other, o in states.items():
         if o.compute.kind == "at" and o.compute.func == name and o.compute.loop in shared:
             return ScheduleError.in_schedule(
@@ -166,25 +166,28 @@ def placement_error(name: str, states: dict[str, StageState],
 
 def fused_loops_mismatch(st: StageState, host: StageState, loop: str) -> str | None:
     """Why stage ``st`` cannot share ``host``'s loops down to ``loop`` (None: it can, up to the
-    bounds, which lowering compares): the loops must have the same names, kinds and splits, and
-    be pure (a reduction loop shared would interleave two reductions' iterations)."""
+    bounds, which lowering compares). The loops are matched by position, outermost first, as
+    Halide's ``compute_with`` matches them: ``st``'s first loops stand for the host's, of
+    whatever names. Each pair must be of one kind and pure in both (a reduction loop shared
+    would interleave two reductions' iterations); a pair of one name must come from the same
+    splits and fuses (the same loop of the same Var)."""
     if loop not in host.loops:
         return f"{host.func} has no loop {loop} (its loops: {', '.join(host.loops)})"
     k = host.loops.index(loop) + 1
-    mine, theirs = st.loops[:k], host.loops[:k]
-    if mine != theirs:
-        return (f"compute_with shares loops by name: {host.func}'s loops down to {loop} are "
-                f"{', '.join(theirs)} but {st.func}'s outermost are {', '.join(mine)}; give "
-                f"both the same loops (the same Vars, split and reordered alike)")
-    for n in theirs:
-        if host.is_reduction_loop(n) or st.is_reduction_loop(n):
-            return f"loop {n} iterates a reduction; compute_with shares pure loops only"
-        if host.kinds[n] is not st.kinds[n]:
-            return (f"loop {n} is {host.kinds[n].value} in {host.func} but {st.kinds[n].value} in "
-                    f"{st.func}; a shared loop has one kind: schedule it alike in both")
-        if _relations_of(st, n) != _relations_of(host, n):
-            return (f"loop {n} is made by different splits/fuses in {host.func} and {st.func}; "
-                    f"a shared loop must come from the same ones")
+    if len(st.loops) < k:
+        return (f"compute_with shares {host.func}'s loops down to {loop}, {k} loops, but "
+                f"{st.func} has only {len(st.loops)}: fuse at an outer loop of {host.func}")
+    for mine, theirs in zip(st.loops[:k], host.loops[:k]):
+        pair = theirs if mine == theirs else f"{theirs} (shared with {st.func}'s {mine})"
+        if host.is_reduction_loop(theirs) or st.is_reduction_loop(mine):
+            return f"loop {pair} iterates a reduction; compute_with shares pure loops only"
+        if host.kinds[theirs] is not st.kinds[mine]:
+            return (f"loop {pair} is {host.kinds[theirs].value} in {host.func} but "
+                    f"{st.kinds[mine].value} in {st.func}; a shared loop has one kind: "
+                    f"schedule it alike in both")
+        if mine == theirs and _relations_of(st, mine) != _relations_of(host, theirs):
+            return (f"loop {pair} is made by different splits/fuses in {host.func} and "
+                    f"{st.func}; a shared loop must come from the same ones")
     return None
 
 

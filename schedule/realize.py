@@ -56,6 +56,7 @@ from .ir import (
 )
 from .legality.coverage import verify_coverage
 from .loops import Split, StageState, default_states
+from .storage_order import reorder_storage, storage_permutation
 from .nest import (Leaf, build_stage_nest, conjunction, emit_nest, extent_divides, nest_switches,
                    peel_keeps_init)
 from .parallel_pieces import merge_pieces, piece_switches
@@ -205,6 +206,13 @@ MAX_UNPROVEN = 4
 #: for ``benchmarks/gemm_packed.py``'s ``auto:tensorlang.schedule.realize.PEEL_SHARED=0``
 PEEL_SHARED = 1
 
+#: whether a compute_with stage whose own pure Var (one its host's loops do not iterate) is
+#: split by a factor that may not divide its extent runs as two pieces inside the shared loops,
+#: the full tiles in the fast version and the remainder guarded, as ``produce_partitioned``
+#: does for a root stage; 0: one piece, whose tail sends the whole fused nest to its guarded
+#: version (``_Realizer._guest_regions``)
+GUEST_PIECES = 1
+
 
 #: whether a boundary read's dimension whose index the loops around it keep inside the domain
 #: loads without the clamp and the condition (``bound_proofs.index_within``): a packed panel's
@@ -216,7 +224,7 @@ BOUNDARY_PROOFS = 1
 def lowering_switches() -> tuple[int, ...]:
     """This module's switches, ``nest``'s and ``parallel_pieces``' now (part of ``lower``'s cache
     key: a benchmark flips them)."""
-    return (PEEL_SHARED, BOUNDARY_PROOFS, *nest_switches(), *piece_switches())
+    return (PEEL_SHARED, GUEST_PIECES, BOUNDARY_PROOFS, *nest_switches(), *piece_switches())
 
 
 class _Realizer:
@@ -276,7 +284,7 @@ class _Realizer:
         nest = build_stage_nest(st, fast_reg, scope, True, d.predicate, self._tail_vars(f))
         versions = conds + nest.versions
         for g in self.guests.get(f.name, ()):  # the fused nest is fast where each stage's is
-            versions += self._guest_nest(g, reg, True)[1].versions
+            versions += self._guest_nest(g, self._guest_regions(g, reg)[0], True).versions
         if not versions:
             return self._emit(f, nest, reg, scope, scope_ranges, fast=True)
         # loop versioning, per stage instance: the fast nest (no tails, ShiftInwards bases, full
@@ -550,10 +558,15 @@ class _Realizer:
 
         return at
 
-    def _guest_nest(self, g: Func, host_reg: dict[str, tuple[Expr, Expr]], fast: bool):
-        """Region and nest of stage ``g``, computed with a host over ``host_reg``: its domain,
-        narrowed to the host's region along each Var of the same name and the same bounds (the
-        piece of a partitioned host); ``fast``: the fast version (``build_stage_nest``)."""
+    def _guest_regions(self, g: Func, host_reg: dict[str, tuple[Expr, Expr]]
+                       ) -> list[dict[str, tuple[Expr, Expr]]]:
+        """The regions stage ``g``, computed with a host over ``host_reg``, runs over in each
+        iteration of the shared loops: its domain, narrowed to the host's region along each Var
+        of the same name and the same bounds (the piece of a partitioned host) where the shared
+        loops have the same names in both; with ``GUEST_PIECES``, partitioned along its first
+        own pure Var split by a GuardWithIf factor that may not divide the extent: the full
+        tiles first (their nest has no tail there), then the remainder (guarded), where the
+        shared loops are its unsplit pure Vars."""
         d = self.p.definition(g.name)
         host = self.p.func(self.states[g.name].fused.func)  # type: ignore[union-attr]
         same = self._same_bound_vars(host, g)
@@ -561,34 +574,81 @@ class _Realizer:
                for a, b in zip(d.args, g.bounds)}
         for r in d.rvars:
             reg[r.name] = d.range_of(r.name)
-        return reg, build_stage_nest(self.states[g.name], reg, set(), fast, d.predicate)
+        st = self.states[g.name]
+        shared = set(self._shared_loops(g))
+        # (only where the shared loops are whole pure Vars of ``g``: its remainder's guarded
+        # nest then has the same shared loops as its fast one, which the host's match)
+        whole = GUEST_PIECES and shared <= set(st.pure)
+        for rel in st.relations if whole else ():
+            if not (isinstance(rel, Split) and rel.tail is TailStrategy.GuardWithIf
+                    and rel.parent in st.pure and rel.parent not in shared):
+                continue
+            lo, ext = reg[rel.parent]
+            c = const_value(ext)
+            if extent_divides(ext, rel.factor) or (c is not None and c < rel.factor):
+                continue
+            fc = Const(rel.factor, int64)
+            main = BinOp("mul", BinOp("floordiv", ext, fc, int64), fc, int64)
+            return [{**reg, rel.parent: (lo, main)},
+                    {**reg, rel.parent: (sadd(lo, main), ssub(ext, main))}]
+        return [reg]
+
+    def _guest_nest(self, g: Func, reg: dict[str, tuple[Expr, Expr]], fast: bool):
+        """Nest of stage ``g`` over ``reg`` (one of ``_guest_regions``), its shared loops the
+        host's loop variables, matched by position (``_shared_loops``); ``fast``: the fast
+        version (``build_stage_nest``)."""
+        bind = self._shared_loops(g)
+        return build_stage_nest(self.states[g.name], reg, set(bind.values()), fast,
+                                self.p.definition(g.name).predicate, bind=bind)
+
+    def _shared_loops(self, g: Func) -> dict[str, str]:
+        """Guest ``g``'s loops shared with its host (compute_with), each mapped to the host's
+        loop at the same position (a root stage's loop variable is its loop name)."""
+        fused = self.states[g.name].fused
+        assert fused is not None
+        host_loops = self.states[fused.func].loops
+        k = host_loops.index(fused.loop) + 1
+        return dict(zip(self.states[g.name].loops[:k], host_loops[:k]))
 
     def _same_bound_vars(self, f: Func, g: Func) -> set[str]:
-        """The pure Vars ``f`` and ``g`` both have, with the same domain bounds."""
+        """The pure Vars ``f`` and ``g`` both have, with the same domain bounds; none where
+        ``g`` is computed with ``f`` over loops of other names (matched by position: a Var of
+        the same name need not be iterated by the same loop)."""
+        fused = self.states[g.name].fused
+        if fused is not None and fused.func == f.name and any(
+                a != b for a, b in self._shared_loops(g).items()):
+            return set()
         gb = {a.name: b for a, b in zip(self.p.definition(g.name).args, g.bounds)}
         return {a.name for a, (lo, ext) in zip(self.p.definition(f.name).args, f.bounds)
                 if a.name in gb and gb[a.name][0].key == lo.key and gb[a.name][1].key == ext.key}
 
     def _guest(self, g: Func, host_nest, lf: Leaf, host_reg, fast: bool) -> Stmt:
         """Stage ``g`` (computed with the host of ``host_nest``) inside the host's loop ``lf``:
-        its nest in the host's version (fast or guarded), the loops down to ``lf`` being the
-        host's, which must match them (bounds, guards) for these sizes' expressions.
+        its nest in the host's version (fast or guarded; a remainder piece of
+        ``_guest_regions`` guarded), the loops down to ``lf`` being the host's, which must match
+        them (bounds, guards) for these sizes' expressions.
 
         Raises:
             ScheduleError: a shared loop's bounds differ between the two stages."""
-        reg, nest = self._guest_nest(g, host_reg, fast)
         k = host_nest.position(lf.name) + 1
-        for mine, theirs in zip(nest.leaves[:k], host_nest.leaves[:k]):
-            same = (mine.min.key == theirs.min.key and mine.extent.key == theirs.extent.key
-                    and [c.key for c in mine.guards] == [c.key for c in theirs.guards])
-            if not same:
-                raise ScheduleError.in_schedule(
-                    g.name, f"compute_with({host_nest.func}, {lf.name}): the shared loop "
-                    f"{mine.name} runs over [{mine.min}, {mine.min} + {mine.extent}) in {g.name} "
-                    f"but [{theirs.min}, {theirs.min} + {theirs.extent}) in {host_nest.func} "
-                    f"(with its tail guards); fused loops need the same bounds (the two Funcs' "
-                    f"domains must agree along them)")
-        return self._emit(g, nest, reg, set(), None, shared=k, fast=fast)
+        out = []
+        for n, reg in enumerate(self._guest_regions(g, host_reg)):
+            version = fast and n == 0
+            nest = self._guest_nest(g, reg, version)
+            for mine, theirs in zip(nest.leaves[:k], host_nest.leaves[:k]):
+                same = (mine.var == theirs.var and mine.min.key == theirs.min.key
+                        and mine.extent.key == theirs.extent.key
+                        and [c.key for c in mine.guards] == [c.key for c in theirs.guards])
+                if not same:
+                    raise ScheduleError.in_schedule(
+                        g.name, f"compute_with({host_nest.func}, {lf.name}): the shared loop "
+                        f"{mine.name} runs over [{mine.min}, {mine.min} + {mine.extent}) in "
+                        f"{g.name} but {theirs.name} over [{theirs.min}, {theirs.min} + "
+                        f"{theirs.extent}) in {host_nest.func} (with its tail guards); fused "
+                        f"loops need the same bounds (the two Funcs' domains must agree along "
+                        f"them)")
+            out.append(self._emit(g, nest, reg, set(), None, shared=k, fast=version))
+        return out[0] if len(out) == 1 else Block(tuple(out))
 
     def produce_partitioned(self, f: Func, region: tuple[tuple[Expr, Expr], ...],
                             depth: int = 2, remainder: bool = False,
@@ -856,6 +916,11 @@ def realize(p: Pipeline | AlgorithmView,
         states = default_states(p.funcs)
     r = _Realizer(p, states)
     body = r.run()
-    return LoweredFunc(p.pipeline.outputs[-1].name, tuple(r.buffers[i.name] for i in p.inputs),
-                       tuple(r.buffers[o.name] for o in p.pipeline.outputs), p.sizes, r.buffers,
-                       body)
+    lowered = LoweredFunc(p.pipeline.outputs[-1].name,
+                          tuple(r.buffers[i.name] for i in p.inputs),
+                          tuple(r.buffers[o.name] for o in p.pipeline.outputs), p.sizes,
+                          r.buffers, body)
+    return reorder_storage(lowered, {
+        f.name: storage_permutation(tuple(a.name for a in p.definition(f.name).args),
+                                    states[f.name].storage_order)  # type: ignore[arg-type]
+        for f in r.live if states[f.name].storage_order is not None})

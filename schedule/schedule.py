@@ -634,6 +634,23 @@ class Stage:
         self._do("storage_align", dim=dim, factor=factor, offset=offset)
         return self
 
+    def reorder_storage(self, *dims: Var | str) -> Stage:
+        """Store this Func's buffer with its dimensions in this order, outermost first (each of
+        its pure Vars once; the last one has unit stride). An ``rfactor`` stage of one partial
+        result per block of rows, ``s_rf[j, b]``, stored ``reorder_storage(b, j)`` keeps each
+        block's partial row contiguous, so vectors along ``j`` write it (and the final sum reads
+        it) in whole cache lines. Changes no value and no order: always legal.
+        See also: Halide ``Func::reorder_storage``.
+
+        Raises:
+            ScheduleError: this is an update stage or an output (its storage is the caller's
+                array), ``dims`` is not a permutation of the pure Vars, or the Func has a
+                ``storage_align`` (not supported together).
+        """
+        names = tuple(d if isinstance(d, str) else d.name for d in dims)
+        self._do("reorder_storage", vars=names)
+        return self
+
     def prefetch(self, tensor: Input | Func | str, loop: LoopLike, offset: int = 1) -> Stage:
         """At the top of each iteration of ``loop``, bring into the cache the box of ``tensor``
         that iteration ``loop + offset`` of this stage reads (or, for this stage's own Func,

@@ -207,8 +207,12 @@ def test_compute_with_refuses_loops_that_differ():
     gx, gy, x, y = gradients()
     s = tl.Schedule([gx, gy])
     s[gy].split(x, 8)
-    with pytest.raises(tl.ScheduleError, match="shares loops by name"):
-        s[gx].compute_with(s[gy], "x.o")
+    s[gx].compute_with(s[gy], "x.o")  # gx's x stands for gy's x.o (by position): W against
+    with pytest.raises(tl.ScheduleError, match=r"the shared loop x runs over .* but x\.o "
+                                               r"over .* need the same bounds"):
+        tl.compile([gx, gy], s)  # ceil(W / 8) iterations
+    s = tl.Schedule([gx, gy])
+    s[gy].split(x, 8)
     s[gx].split(x, 4)
     with pytest.raises(tl.ScheduleError, match="different splits"):
         s[gx].compute_with(s[gy], "x.o")
@@ -216,6 +220,15 @@ def test_compute_with_refuses_loops_that_differ():
     t[gy].parallel(y)
     with pytest.raises(tl.ScheduleError, match="loop y is parallel in gy but serial in gx"):
         t[gx].compute_with(t[gy], y)
+    t[gx].split(y, 2)  # gx's y.o (by position) iterates fewer times than gy's y
+    with pytest.raises(tl.ScheduleError, match=r"loop y \(shared with gx's y\.o\) is parallel "
+                                               r"in gy but serial in gx"):
+        t[gx].compute_with(t[gy], y)
+    with pytest.raises(tl.ScheduleError, match="gy's loops down to x, 2 loops, but gx has "
+                                               "only 1"):
+        w = tl.Schedule([gx, gy])
+        w[gx].fuse(y, x)
+        w[gx].compute_with(w[gy], x)
     # a change after compute_with is caught by the one verdict (check and compile agree)
     u = tl.Schedule([gx, gy])
     u[gx].compute_with(u[gy], y)

@@ -1,6 +1,6 @@
 """Placement primitives: compute_root, compute_inline, compute_at, store_at, compute_with — where
-a Func is computed and stored, not how its loops run; and storage_align, how its buffer is laid
-out.
+a Func is computed and stored, not how its loops run; and storage_align and reorder_storage, how
+its buffer is laid out.
 
 Their argument checks run here (the consumer reads the Func, the loop is the consumer's); whether
 the placements of a whole schedule can be realized (every reader inside the compute loop,
@@ -14,10 +14,11 @@ domain, and recomputing it in pieces would cut the recurrences they carry.
 ``storage_align`` pads a dimension of a Func's buffer so that the stride of the dimension outside
 it is ``factor * n + offset`` elements: the rows of a tile that a warp's threads write down its
 columns (a transposed copy in GPU shared memory) then fall in different banks. It changes no
-value and no order: no legality obligation.
+value and no order: no legality obligation. Nor does ``reorder_storage``, which stores a
+Func's dimensions in another order (a partial result per block of rows stored row by row).
 
-See also: Halide ``Func::compute_root/compute_inline/compute_at/store_at/compute_with`` and
-``align_storage``; TVM ``compute_at/compute_inline``
+See also: Halide ``Func::compute_root/compute_inline/compute_at/store_at/compute_with``,
+``align_storage`` and ``reorder_storage``; TVM ``compute_at/compute_inline``
 (``src/s_tir/schedule/primitive/compute_at.cc``) and ``storage_align``
 (``src/s_tir/schedule/primitive/block_annotate.cc``).
 """
@@ -251,6 +252,43 @@ class ComputeWith(Primitive):
 
 
 @register
+class ReorderStorage(Primitive):
+    """``reorder_storage(*vars)``: the buffer stores its dimensions in this order, outermost
+    first (all the Func's pure Vars, each once); applied after ``realize``
+    (``schedule/storage_order.py``). Halide's ``Func::reorder_storage``."""
+
+    name, family = "reorder_storage", "placement"
+    params = (Param("vars", "loops"),)
+
+    def check(self, sched, st: StageState, step: Step) -> None:
+        base, _ = parse_stage_id(st.func)
+        if st.update is not None:
+            raise ScheduleError.in_schedule(
+                st.func, f"reorder_storage lays out {base}'s buffer; call it on s[{base!r}]",
+                step)
+        if sched.pipeline.is_output(base):
+            raise ScheduleError.in_schedule(
+                base, f"{base} is an output; its storage is the caller's array (row-major in "
+                f"its arguments' order)", step)
+        order = tuple(step.get("vars"))
+        if sorted(order) != sorted(st.pure) or len(set(order)) != len(order):
+            raise ScheduleError.in_schedule(
+                base, f"reorder_storage{order}: name each of {base}'s pure Vars "
+                f"({', '.join(st.pure)}) once, the outermost stored first", step)
+        if st.align:
+            raise ScheduleError.in_schedule(
+                base, f"{base} has a storage_align; reorder_storage with it is not supported "
+                f"(its dimensions count in the arguments' order): use one of the two", step)
+
+    def rewrite(self, sched, st: StageState, step: Step) -> Any:
+        st.storage_order = tuple(step.get("vars"))
+        return None
+
+    def python_args(self, step: Step, schedule_name: str) -> list[str]:
+        return [repr(v) for v in step.get("vars")]
+
+
+@register
 class StorageAlign(Primitive):
     """``storage_align(dim, factor, offset)``: the stride of the buffer's storage dimension
     ``dim`` (0: outermost; the Func's arguments in order) is ``factor * n + offset`` elements,
@@ -278,6 +316,10 @@ class StorageAlign(Primitive):
             raise ScheduleError.in_schedule(
                 base, f"storage_align offset {offset} must be less than its factor {factor}",
                 step)
+        if st.storage_order is not None:
+            raise ScheduleError.in_schedule(
+                base, f"{base} has a reorder_storage; storage_align with it is not supported "
+                f"(its dimensions count in the arguments' order): use one of the two", step)
 
     def rewrite(self, sched, st: StageState, step: Step) -> Any:
         st.align[step.get("dim")] = (step.get("factor"), step.get("offset"))
