@@ -94,6 +94,7 @@ from . import few_rows, narrow_tile, rfactor_rules
 from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator_budget,
                         closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
+from .one_pass import one_pass
 from .packed_reads import (Packed, packed_operand, packer, packed_operands,  # noqa: F401
                            condition_mentions, one_panel_in_l2, panel_dim, row_block_reads,
                            row_var, rows_straddle_lines, short_reduction)
@@ -360,7 +361,8 @@ def _build(output: Func | Sequence[Func], sizes: dict[str, int], target: Target 
             # an innermost loop accumulating into one cell runs as a SIMD reduction in a
             # register (cholesky's dot products; schedule/cell_reduction.py)
             s[f].update(u.number).atomic()
-    return fuse_siblings(s, p, lambda f, h, t: _lowers(output, t))
+    return one_pass(fuse_siblings(s, p, lambda f, h, t: _lowers(output, t)), p, extents,
+                    cpu_model(target), lambda f: lanes(f, target), lambda t: _lowers(output, t))
 
 
 def fuse_siblings(s: Schedule, p: Pipeline,

@@ -113,6 +113,9 @@ Func computed at root or at a consumer loop):
   (``heuristic.fuse_siblings``: one array read at the same indices, varying along the loop, or
   ``RDom.where`` conditions that both mention the Var of the same outermost parallel loop):
   whether F is computed with H at that loop (``compute_with``), or not.
+- ``<G>.one_pass_<Q>``, after them, for a column reduction G and a row reduction Q of one
+  matrix that the rule-based schedule would take in one pass (``one_pass.one_pass_pairs``):
+  both in blocks of rows sharing one loop (``one_pass.one_pass_stages``), or not.
 
 Not decisions: ``cache_write`` — the lowering's ``promote_accumulators`` already keeps every
 register tile (unrolled and vectorized loops inside a reduction) in a local buffer where that is
@@ -171,6 +174,7 @@ from .heuristic import (
     update_stage,
     UPDATE_MIN_VECTORS,
 )
+from .one_pass import one_pass
 from .packed_reads import packer
 from .rfactor_rules import (
     RFACTOR_CHUNKS_PER_THREAD,
@@ -318,8 +322,11 @@ class SearchSpace:
                     st.parallel(u.pure[0])
                 if trial.suggest_categorical(f"{f.name}.update{u.number}.atomic", [True, False]):
                     st.atomic()
-        return fuse_siblings(s, self.pipeline, lambda f, h, t: trial.suggest_categorical(
+        s = fuse_siblings(s, self.pipeline, lambda f, h, t: trial.suggest_categorical(
             f"{f.name}.with_{h.name}", [False, True]))
+        return one_pass(s, self.pipeline, self.extents, cpu_model(self.target), lambda f: lanes(
+            f, self.target), lambda t: True, lambda g, q: trial.suggest_categorical(
+            f"{g.name}.one_pass_{q.name}", [False, True]))
 
     def _lanes(self, f: Func, number: int) -> int:
         """SIMD lanes of update ``number`` of ``f``, as the rule-based schedule takes them
@@ -859,9 +866,11 @@ class _Oracle:
     def _guess(self, name: str, choices: list) -> list:
         func, _, rest = name.partition(".")
         states = self.target.states
-        if rest.startswith("with_"):
-            fused = states[func].fused if func in states else None
-            done = fused is not None and fused.func == rest[5:]
+        if rest.startswith("with_") or rest.startswith("one_pass_"):
+            one = rest.startswith("one_pass_")  # (the rfactor stages of the pair are fused)
+            st = states.get(f"{func}_rf" if one else func)
+            host = f"{rest[9:]}_rf" if one else rest[5:]
+            done = st is not None and st.fused is not None and st.fused.func == host
             return [done, not done]
         if rest.startswith("update") and rest.endswith(".rfactor"):
             done = any(n.startswith(f"{func}_rf") and n.endswith(".update(0)") for n in states)

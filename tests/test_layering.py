@@ -160,10 +160,11 @@ def test_the_wheel_installs_one_top_level_name(tmp_path):
 
 
 #: the autotuner modules that model the CPU the LLVM backend targets (its rule-based schedule,
-#: search space, cost-model features; ``narrow_tile`` the chunks its parallel loops hand out);
+#: search space, cost-model features; ``narrow_tile`` and ``one_pass`` the chunks and blocks its
+#: parallel loops hand out);
 #: every other tuner module is backend-neutral
 CPU_MODELS = {"tensorlang.autotuner.cpu_model", "tensorlang.autotuner.heuristic",
-              "tensorlang.autotuner.narrow_tile",
+              "tensorlang.autotuner.narrow_tile", "tensorlang.autotuner.one_pass",
               "tensorlang.autotuner.rfactor_rules", "tensorlang.autotuner.stream_rules",
               "tensorlang.autotuner.space", "tensorlang.autotuner.vector_width",
               "tensorlang.autotuner.features"}
