@@ -58,7 +58,8 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   read whole by every row does not count: ``rfactor_rules.FUSE_INVARIANT_READS``); so do two
   whose ``RDom.where`` conditions both mention that loop's Var (``FUSE_UNEVEN``): each block of
   rows then runs both triangles (PolyBench symm's ``k <= i`` and ``k > i``: every row the same
-  work in all);
+  work in all); a row and a column reduction of one large matrix run in one pass over blocks of
+  its rows (``one_pass``: PolyBench bicg, mvt);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized (when it spans at least
   ``UPDATE_MIN_VECTORS`` vectors; LLVM's vectorizer gets a shorter one) and its outermost

@@ -150,41 +150,16 @@ from tensorlang.schedule.trace import TailStrategy
 
 from .cpu_model import cpu_model, tile_accumulators
 from .few_rows import short_batch
-from .heuristic import (
-    Packed,
-    MAX_KC,
-    MIN_BALANCE,
-    fuse_siblings,
-    accumulator_rows,
-    accumulators,
-    block_threads,
-    blocks_per_thread,
-    lanes,
-    least_block_rows,
-    packed_blocking,
-    shifted_row_block,
-    packed_operand,
-    packed_operands,
-    panel_dim,
-    row_block,
-    row_operands,
-    row_var,
-    scan_stage,
-    update_parallel_loops,
-    update_stage,
-    UPDATE_MIN_VECTORS,
-)
+from .heuristic import (MAX_KC, MIN_BALANCE, UPDATE_MIN_VECTORS, Packed, accumulator_rows,
+                        accumulators, block_threads, blocks_per_thread, fuse_siblings, lanes,
+                        least_block_rows, packed_blocking, packed_operand, packed_operands,
+                        panel_dim, row_block, row_operands, row_var, scan_stage,
+                        shifted_row_block, update_parallel_loops, update_stage)
 from .one_pass import one_pass
 from .packed_reads import packer
-from .rfactor_rules import (
-    RFACTOR_CHUNKS_PER_THREAD,
-    ROW_VECTORS,
-    rfactor_chunks,
-    rfactor_lanes,
-    rfactor_lanes_possible,
-    rfactor_possible,
-    rfactor_update_chunks,
-)
+from .rfactor_rules import (RFACTOR_CHUNKS_PER_THREAD, ROW_VECTORS, rfactor_chunks,
+                            rfactor_lanes, rfactor_lanes_possible, rfactor_possible,
+                            rfactor_update_chunks)
 from .split_choices import (MAX_FACTOR, even_kc_choices,  # noqa: F401
                             factor_choices, segment_choice)
 from .stream_rules import column_rows, column_rows_possible, matrix_read
