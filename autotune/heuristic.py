@@ -5,18 +5,17 @@ Rules, per Func from the output backwards (Halide's "inline cheap pointwise prod
 reductions at root" starting point, Ragan-Kelley et al. PLDI 2013; the register tile of
 TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
 
-- a pointwise Func with a single pointwise reader is inlined, unless the inlined expression of
-  the Func it ends up in would exceed ``MAX_INLINE_NODES`` nodes (a chain of 5x5 stencils
-  inlined into each other grows 25-fold per stage), or inlining would compute each of its
-  points more than ``MAX_INLINE_RECOMPUTE`` times (``inline_rules.inline_recompute``: a
-  stencil's taps, a reader's extra dimensions such as an image's channels; up to
-  ``MAX_CHEAP_RECOMPUTE`` times for an expression of at most ``CHEAP_INLINE_NODES`` nodes); a
-  pointwise Func read only by reductions, and not placed at a row loop (below), is inlined
-  under the same limits, every reader's evaluations counted (gemver's ``A_hat``, read once
-  per point by each of two matrix-vector sums: computed twice per point, its N x N buffer
-  never stored and read back); every other Func is computed at root (inlined into a reduction
-  that reads each point many times it would be recomputed on every reduction iteration:
-  conv2d's padding would be evaluated 9 x CI times per output);
+- a pointwise Func with a single pointwise reader is inlined, unless the inlined expression of the
+  Func it ends up in would exceed ``MAX_INLINE_NODES`` nodes (a chain of 5x5 stencils inlined into
+  each other grows 25-fold per stage), or inlining would compute each of its points more than
+  ``MAX_INLINE_RECOMPUTE`` times (``inline_rules.inline_recompute``: a stencil's taps, a reader's
+  extra dimensions such as an image's channels; up to ``MAX_CHEAP_RECOMPUTE`` times for an
+  expression of at most ``CHEAP_INLINE_NODES`` nodes); a pointwise Func read only by reductions, and
+  not placed at a row loop (below), is inlined under the same limits, every reader's evaluations
+  counted (gemver's ``A_hat``, read once per point by each of two matrix-vector sums: computed twice
+  per point, its N x N buffer never stored and read back); every other Func is computed at root
+  (inlined into a reduction that reads each point many times it would be recomputed on every
+  reduction iteration: conv2d's padding would be evaluated 9 x CI times per output);
 - a reduction with at least two pure Vars gets a register tile of 16 vector accumulators: the
   innermost pure Var split by two native vectors (``ShiftInwards``), vectorized by one native
   vector and the two unrolled (the form the search space gives it), or, when its extent is at
@@ -38,13 +37,12 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   matrix streams from memory (larger than half the L3), each thread instead walks a wide band
   of columns, about ``LANE_ROWS`` rows per step (``stream_rules.column_rows``);
 - a pointwise stage vectorizes its innermost pure Var by one native vector;
-- a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and
-  a Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a
-  time stays in cache), with no parallel loop of its own, if its stores executed in the lowered
-  nest stay within ``MAX_RECOMPUTE`` times those at root (PolyBench gemver's ``x``, read whole
-  by every row, would be recomputed once per row block). A reduction over two or more pure Vars
-  (a register tile) or with a row segment (above) stays at root: one row at a time would leave
-  its tile a single row;
+- a Func the output reads at its outermost loop's Var (softmax's ``e[i, j]`` in row ``i``), and a
+  Func read only by such Funcs, is computed at that loop (Halide's compute_at: one row at a time
+  stays in cache), with no parallel loop of its own, if its stores executed in the lowered nest stay
+  within ``MAX_RECOMPUTE`` times those at root (PolyBench gemver's ``x``, read whole by every row,
+  would be recomputed once per row block). A reduction over two or more pure Vars (a register tile)
+  or with a row segment (above) stays at root: one row at a time would leave its tile a single row;
 - the outermost pure loop of 2 iterations or more (a GEMM's column panels where they share out
   better than its few row tiles: ``narrow_tile``) runs in parallel where the stage does
   ``MIN_PARALLEL_POINTS`` iterations (a reduction's: ``serial_share.MIN_PARALLEL_VECTORS``),
@@ -53,13 +51,12 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   chunks of its outermost reduction loop, which ``rfactor`` makes a pure dimension of a new
   stage run in parallel (``_rfactor_stage``);
 - root reductions that read one array at the same indices, varying along their rows, and run the
-  same outermost parallel loop share it (``compute_with``, ``fuse_siblings``): a row of the
-  shared array is read by each while in cache (a row sum and a row max of one matrix; a vector
-  read whole by every row does not count: ``rfactor_rules.FUSE_INVARIANT_READS``); so do two
-  whose ``RDom.where`` conditions both mention that loop's Var (``FUSE_UNEVEN``): each block of
-  rows then runs both triangles (PolyBench symm's ``k <= i`` and ``k > i``: every row the same
-  work in all); a row and a column reduction of one large matrix run in one pass over blocks of
-  its rows (``one_pass``: PolyBench bicg, mvt);
+  same outermost parallel loop share it (``compute_with``, ``fuse_siblings``): a row of the shared
+  array is read by each while in cache (a row sum and a row max of one matrix; a vector read whole
+  by every row does not count: ``rfactor_rules.FUSE_INVARIANT_READS``); so do two whose
+  ``RDom.where`` conditions both mention that loop's Var (``FUSE_UNEVEN``): each block of rows then
+  runs both triangles (PolyBench symm's ``k <= i`` and ``k > i``: every row the same work in all); a
+  row and a column sum of one large matrix take one pass (``one_pass``: bicg, mvt);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized (when it spans at least
   ``UPDATE_MIN_VECTORS`` vectors; LLVM's vectorizer gets a shorter one) and its outermost
@@ -96,9 +93,9 @@ from .cpu_model import (BROADCAST_REGISTERS, TILE_VECTORS, CpuModel, accumulator
                         closest_divisor, cpu_model, even_block, gemm_blocking, near_divisor,
                         tile_accumulators, register_tile as model_tile)
 from .one_pass import one_pass
-from .packed_reads import (Packed, packed_operand, packer, packed_operands,  # noqa: F401
-                           condition_mentions, one_panel_in_l2, panel_dim, row_block_reads,
-                           row_var, rows_straddle_lines, short_reduction)
+from .packed_reads import (Packed, condition_mentions, one_panel_in_l2, packed_operand,  # noqa
+                           packed_operands, packer, panel_dim, row_block_reads, row_var,
+                           rows_straddle_lines, short_reduction)
 from .row_blocks import balanced_down, busy, partial_block, shared, shifted_row_block
 from .serial_share import few_vectors, minor_stages, stage_points
 from .rfactor_rules import (MIN_PARALLEL_POINTS, ROW_VECTORS, _rfactor_lanes_stage,

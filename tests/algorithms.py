@@ -25,6 +25,19 @@ def described_target(cpu: str):
     return Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)
 
 
+def bicg():
+    """PolyBench's bicg alone (no arrays): ``s[j] = r[i] * A[i, j]`` (a column reduction) and
+    ``q[i] = A[i, j] * p[j]`` (a row reduction), float64, both reading ``A[i, j]``."""
+    N, M = tl.sizes("N M")
+    A = tl.Input("A", (N, M), tl.float64)
+    p, r = tl.Input("p", (M,), tl.float64), tl.Input("r", (N,), tl.float64)
+    i, j = tl.vars("i j")
+    s, q = tl.Func("s"), tl.Func("q")
+    s[j] = r[i] * A[i, j]
+    q[i] = A[i, j] * p[j]
+    return s, q
+
+
 def gemm(dtype=tl.float32):
     """``C[i, j] = sum_k A[i, k] * B[k, j]`` alone (no arrays), of ``dtype``."""
     M, N, K = tl.sizes("M N K")

@@ -9,6 +9,8 @@ import pytest
 
 import tensorlang as tl
 
+from algorithms import bicg
+
 
 def _pair():
     """Two Funcs over one (H, W) domain written with different Vars; ``t`` transposed: its first
@@ -69,18 +71,6 @@ def test_a_guest_loop_named_as_a_shared_loop_of_the_host_is_its_own(h, w, rng):
     np.testing.assert_allclose(out_t, a * a, rtol=1e-6)
 
 
-def _bicg():
-    """PolyBench's bicg: ``s = A^T r`` and ``q = A p`` (float64), both reading ``A`` row by row."""
-    N, M = tl.sizes("N M")
-    A = tl.Input("A", (N, M), tl.float64)
-    p, r = tl.Input("p", (M,), tl.float64), tl.Input("r", (N,), tl.float64)
-    i, j = tl.vars("i j")
-    s, q = tl.Func("s"), tl.Func("q")
-    s[j] = r[i] * A[i, j]
-    q[i] = A[i, j] * p[j]
-    return s, q
-
-
 def _one_pass(s_f, q_f, rows: int, parallel: bool, by_rows: bool = False) -> tl.Schedule:
     """``A`` read once: each block of ``rows`` rows computes its share of ``q`` (row sums in
     vector lanes) and then its partial row of ``s`` (``rfactor`` over the blocks), the block
@@ -110,7 +100,7 @@ def _one_pass(s_f, q_f, rows: int, parallel: bool, by_rows: bool = False) -> tl.
 @pytest.mark.parametrize("parallel", [False, True])
 @pytest.mark.parametrize("by_rows", [False, True])
 def test_one_pass_bicg_through_rfactor_matches_numpy(n, m, rows, parallel, by_rows, rng):
-    s_f, q_f = _bicg()
+    s_f, q_f = bicg()
     sch = _one_pass(s_f, q_f, rows, parallel, by_rows)
     assert sch.check().ok
     kern = tl.compile([s_f, q_f], sch)
@@ -126,7 +116,7 @@ def test_one_pass_bicg_through_rfactor_matches_numpy(n, m, rows, parallel, by_ro
 
 
 def test_blocks_of_other_sizes_are_refused_when_lowering():
-    s_f, q_f = _bicg()
+    s_f, q_f = bicg()
     sch = tl.Schedule([s_f, q_f])
     sch[q_f].split("i", 8)
     sch[s_f].split("i", 4)
@@ -146,7 +136,7 @@ def test_a_guest_tail_of_its_own_runs_as_a_piece_of_its_own(pieces, rng, monkeyp
     import tensorlang.schedule.realize as realize
 
     monkeypatch.setattr(realize, "GUEST_PIECES", pieces)
-    s_f, q_f = _bicg()
+    s_f, q_f = bicg()
     kern = tl.compile([s_f, q_f], _one_pass(s_f, q_f, 5, True, True))
     nest = kern.loop_nest()
     fast = nest.split("else:")[0]  # the version taken where every tail of q_rf is whole

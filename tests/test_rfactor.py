@@ -318,17 +318,14 @@ def test_rule_based_schedule_and_search_space_reduce_rows_in_vector_lanes(rng, m
 def test_a_row_reduction_sharing_its_matrix_with_a_column_reduction_reduces_in_lanes(rng):
     # PolyBench bicg: s[j] = r[i] * A[i, j] (a column reduction) and q[i] = A[i, j] * p[j] (a
     # row reduction) read A at the same indices but walk it in different orders, so they are
-    # never computed together: q still gets the vector-lane form (a row sum and a row max of one
-    # matrix, which are fused, do not; tests/test_multiple_outputs.py)
+    # not fused as siblings: q still gets the vector-lane form (a row sum and a row max of one
+    # matrix, which are fused, do not; tests/test_multiple_outputs.py), in the two nests or in
+    # the one pass over blocks of rows (tests/test_one_pass.py)
     from tensorlang.autotuner import heuristic
 
-    N, M = tl.sizes("N M")
-    A = tl.Input("A", (N, M), tl.float64)
-    p, r = tl.Input("p", (M,), tl.float64), tl.Input("r", (N,), tl.float64)
-    i, j = tl.vars("i j")
-    s, q = tl.Func("s"), tl.Func("q")
-    s[j] = r[i] * A[i, j]
-    q[i] = A[i, j] * p[j]
+    from algorithms import bicg
+
+    s, q = bicg()
     hs = heuristic.heuristic_schedule([s, q], {"N": 2100, "M": 1900})
     assert "s.rfactor('q', " in hs.to_python()
     a, pv, rv = rng.random((37, 131)), rng.random(131), rng.random(37)
