@@ -11,8 +11,8 @@ output compiled as its own kernel (two calls); the rule-based schedule of the tw
 pipeline (one call; for the row statistics it computes the max with the sum per row,
 ``compute_with``, and "one kernel, unfused" is the same schedule without that step); for
 the Sobel pair, a schedule with ``gx`` computed with ``gy`` per row of a strip; for bicg, "one
-pass": a hand schedule reading ``A`` once (``one_pass_bicg``; ``--pieces-off`` adds it without
-``realize.GUEST_PIECES``). Every result is
+pass": the rule's one-pass recipe at fixed blocks of 30 rows (``one_pass_bicg``; the rule-based
+schedule takes it too, "one kernel"; ``--pieces-off`` adds it without ``realize.GUEST_PIECES``). Every result is
 checked against NumPy first; times are interleaved (``autotune.timing.interleaved``), medians
 with the interquartile range.
 """
@@ -30,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorlang as tl  # noqa: E402
 from common import cpu_name, rule_settings  # noqa: E402
-from tensorlang.autotuner.heuristic import heuristic_schedule  # noqa: E402
+from tensorlang.autotuner.heuristic import heuristic_schedule, lanes  # noqa: E402
+from tensorlang.autotuner.one_pass import one_pass_stages  # noqa: E402
 from tensorlang.autotuner.timing import Stats, interleaved  # noqa: E402
 from polybench.kernels import KERNELS  # noqa: E402
 
@@ -92,35 +93,11 @@ def fused_rows(gx, gy, sizes: dict[str, int], strip: int = 8) -> tl.Schedule:
 
 
 def one_pass_bicg(s_f, q_f, block: int = 30, rows: int = 6) -> tl.Schedule:
-    """PolyBench bicg with ``A`` read once (docs/language.md, "Several outputs and
-    compute_with"): ``q``'s rows in blocks of ``block`` rows, ``rows`` rows a register tile of
-    row sums in vector lanes (the rule-based ``q_rf``); ``s`` factored over the same blocks
-    (``rfactor``: one partial row per block, stored row by row, ``reorder_storage``), each
-    block's partial row computed right after its share of ``q`` (``compute_with`` at the block
-    loop, matched by position), ``rows`` rows of ``A`` per pass over its columns; the partial
-    rows then summed in vectors along ``j``."""
-    lanes = 8
+    """PolyBench bicg with ``A`` read once, in blocks of ``block`` rows and tiles of ``rows``
+    rows, whatever the rule-based schedule chooses: ``one_pass.one_pass_stages``, the rule's
+    recipe (docs/language.md, "Several outputs and compute_with")."""
     sch = tl.Schedule([s_f, q_f])
-    sch[q_f].split("j", lanes)
-    qrf = sch.rfactor(q_f, "j.i")
-    pure, lane, red = sch.states[qrf.func].loops
-    qrf.split(pure, block)
-    qrf.split("i.i", rows)
-    qrf.reorder("i.o", "i.i.o", red, "i.i.i", lane)
-    qrf.unroll("i.i.i").vectorize(lane).parallel("i.o")
-    sch[s_f].split("i", block)
-    srf = sch.rfactor(s_f, "i.o")
-    j, b, inner = sch.states[srf.func].loops
-    srf.split(inner, rows)
-    srf.split(j, lanes)
-    srf.reorder(b, inner + ".o", j + ".o", inner + ".i", j + ".i")
-    srf.unroll(inner + ".i").vectorize(j + ".i").parallel(b)
-    srf.compute_with(qrf, "i.o")
-    srf.reorder_storage(b, j)
-    j, r = sch.states[s_f.name].loops
-    sch[s_f].split(j, lanes)
-    sch[s_f].reorder(r, j + ".o", j + ".i")
-    sch[s_f].vectorize(j + ".i")
+    one_pass_stages(sch, q_f, s_f, block, rows, lanes(q_f))
     return sch
 
 
