@@ -56,7 +56,7 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   by every row does not count: ``rfactor_rules.FUSE_INVARIANT_READS``); so do two whose
   ``RDom.where`` conditions both mention that loop's Var (``FUSE_UNEVEN``): each block of rows then
   runs both triangles (PolyBench symm's ``k <= i`` and ``k > i``: every row the same work in all); a
-  row and a column sum of one large matrix take one pass (``one_pass``: bicg, mvt);
+  row and a column sum of one large matrix take one pass (``one_pass``: bicg, mvt, atax);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized (when it spans at least
   ``UPDATE_MIN_VECTORS`` vectors; LLVM's vectorizer gets a shorter one) and its outermost

@@ -1,8 +1,9 @@
 """One pass over a matrix for a row reduction and a column reduction that read it at the same
-indices (PolyBench bicg's ``q = A p`` and ``s = A^T r``; mvt's two sums): each block of rows
-computes its share of the row sums, then its partial row of the column sums, while the block is
-in L2, so the matrix is read from memory once instead of twice (docs/language.md, "Several
-outputs and compute_with").
+indices (PolyBench bicg's ``q = A p`` and ``s = A^T r``; mvt's two sums; atax's ``tmp = A x``
+and ``y = A^T tmp``, the column sums weighted by the row sums): each block of rows computes its
+share of the row sums, then its partial row of the column sums, while the block is in L2, so the
+matrix is read from memory once instead of twice (docs/language.md, "Several outputs and
+compute_with").
 
 The schedule, for a row reduction ``q[i] = sum_j A[i, j] p[j]`` and a column reduction
 ``s[j] = sum_i r[i] A[i, j]`` of an ``N x M`` matrix:
@@ -13,13 +14,20 @@ The schedule, for a row reduction ``q[i] = sum_j A[i, j] p[j]`` and a column red
   per block, ``s_rf[j, b]``, stored row by row: ``reorder_storage(b, j)``), as many rows of
   the block per pass along the row, vectors along ``j``, computed with ``q_rf`` at its block
   loop (``compute_with``, the loops matched by position: ``b`` stands for ``i.o``);
+- where ``s`` reads ``q`` (atax: ``r`` is ``q``), ``q_rf`` and ``q`` are computed at ``s_rf``'s
+  block loop instead (``compute_at``: the block's row sums, then its share of the partial
+  row), which needs ``q`` internal and read by ``s`` alone; a partial row then stands for a
+  chunk of blocks, the chunks in parallel (``chunk_rows``: the fewest that share out over the
+  threads), not for one block;
 - ``s`` itself sums the partial rows in vectors along ``j``.
 
 ``R`` keeps a block within half the L2 (``cpu_model``), divides the rows into blocks without a
-tail, each a whole number of tiles, and gives every thread a block (``block_rows``; where no
-such block exists the pair keeps its two nests). The pair is taken where the matrix is larger
-than the threads' L2s together (smaller, both passes read it from cache anyway); the search
-space draws it as ``<s>.one_pass_<q>`` (``space.py``).
+tail, each a whole number of tiles, and gives every thread a block (``block_rows``); a partial
+row stands for at least ``MIN_BLOCK_ROWS`` rows (where no such block or chunk exists the pair
+keeps its two nests).
+The pair is taken where the matrix is larger than the threads' L2s together (smaller, both
+passes read it from cache anyway); the search space draws it as ``<s>.one_pass_<q>``
+(``space.py``).
 """
 
 from __future__ import annotations
@@ -41,6 +49,16 @@ ONE_PASS = 1
 #: rows of a block that one register tile of ``q``'s row sums (and one pass of ``s`` along the
 #: block's rows) may take, the first that gives the largest block preferred (``block_rows``)
 TILE_ROWS = (8, 6, 4)
+#: the fewest rows a partial row of the column sums may stand for: each is zeroed, updated and
+#: summed again, traffic that grows as they shrink until it costs more than the second pass
+#: over the matrix that the one pass saves (docs/performance.md)
+MIN_BLOCK_ROWS = 8
+#: whether a partial row of the column sums stands for a chunk of blocks, the fewest chunks that
+#: share out over the threads (``chunk_rows``), where the row sums are computed at the blocks
+#: (``compute_at``; ``compute_with`` shares no reduction loop); 0: one per block
+CHUNKS = 1
+#: the most work the busiest thread may take over the average in a share of chunks
+CHUNK_BALANCE = 1.1
 
 
 def _matrix_read(f: Func) -> tuple[str, bool] | None:
@@ -76,13 +94,30 @@ def block_rows(n: int, most: int) -> tuple[int, int] | None:
     return best
 
 
+def chunk_rows(n: int, block: int, threads: int) -> int:
+    """Rows of a chunk (one partial row of the column sums, a parallel iteration): a whole
+    number of ``block``-row blocks, the fewest chunks, at least one per thread, whose share over
+    the ``threads`` gives the busiest thread at most ``CHUNK_BALANCE`` times the average; else
+    (or without ``CHUNKS``) one block.
+
+    >>> chunk_rows(2100, 30, 2), chunk_rows(1900, 20, 2), chunk_rows(2100, 30, 16)
+    (1050, 100, 30)
+    """
+    blocks = n // block
+    for c in range(threads, blocks + 1) if CHUNKS else ():
+        if blocks % c == 0 and -(-c // threads) * threads <= CHUNK_BALANCE * c:
+            return n // c
+    return block
+
+
 def one_pass_pairs(s: Schedule, p: Pipeline, extents: BoundExtents, cpu: CpuModel
-                   ) -> list[tuple[Func, Func, int, int]]:
-    """``(row reduction, column reduction, R, tile rows)`` for each pair the one pass applies
-    to: root stages with no Func computed at their loops and no compute_with of their own,
+                   ) -> list[tuple[Func, Func, int, int, int]]:
+    """``(row reduction, column reduction, R, tile rows, chunk rows)`` for each pair the one pass
+    applies to: root stages with no Func computed at their loops and no compute_with of their own,
     reading one array that neither computes, of more bytes than the threads' L2s, whose rows
-    make blocks within half the L2 that share them out to the threads (``block_rows``)."""
-    found: list[tuple[Func, Func, int, int]] = []
+    make blocks within half the L2 that share them out to the threads (``block_rows``); the
+    row reduction reads neither, or the column reduction alone reads it and it is no output."""
+    found: list[tuple[Func, Func, int, int, int]] = []
     taken: set[str] = set()
     placed = {st.compute.func for st in s.states.values() if st.compute.kind == "at"}
     fused = {n for n, st in s.states.items() if st.fused is not None} | {
@@ -93,6 +128,13 @@ def one_pass_pairs(s: Schedule, p: Pipeline, extents: BoundExtents, cpu: CpuMode
         return (st.compute.kind == "root" and f.name not in taken
                 and not {f.name, f"{f.name}_rf"} & (placed | fused))
 
+    def pair(q: Func, g: Func) -> bool:  # (compute_with, or q computed at g's blocks)
+        if any(x is g for x in q.producers):
+            return False
+        return not any(x is q for x in g.producers) or (
+            not p.is_output(q) and not any(x is q for f in p.funcs if f is not g
+                                           for x in f.producers))
+
     reads = {f.name: _matrix_read(f) for f in p.funcs}
     for q in p.funcs:
         rq = reads[q.name]
@@ -102,7 +144,7 @@ def one_pass_pairs(s: Schedule, p: Pipeline, extents: BoundExtents, cpu: CpuMode
             rg = reads[g.name]
             if rg is None or rg[1] or rg[0] != rq[0] or g is q or not free(g):
                 continue
-            if rq[0] in (q.name, g.name) or q.dtype != g.dtype:
+            if rq[0] in (q.name, g.name) or q.dtype != g.dtype or not pair(q, g):
                 continue
             qd, gd = q.definition, g.definition
             n, m = extents.extent(q.name, qd.args[0].name), extents.extent(q.name, qd.rvars[0].name)
@@ -115,38 +157,69 @@ def one_pass_pairs(s: Schedule, p: Pipeline, extents: BoundExtents, cpu: CpuMode
             blocking = block_rows(n, min(cpu.l2.size // 2 // row, n // num_threads()))
             if blocking is None:
                 continue
-            found.append((q, g, *blocking))
+            # (compute_with shares pure loops only: a chunk's blocks are a reduction loop)
+            chunk = chunk_rows(n, blocking[0], num_threads()) if any(
+                x is q for x in g.producers) else blocking[0]
+            if chunk < MIN_BLOCK_ROWS:
+                continue
+            found.append((q, g, *blocking, chunk))
             taken |= {q.name, g.name}
             break
     return found
 
 
-def one_pass_stages(s: Schedule, q: Func, g: Func, block: int, rows: int, lanes: int) -> None:
+def one_pass_stages(s: Schedule, q: Func, g: Func, block: int, rows: int, lanes: int,
+                    chunk: int | None = None) -> None:
     """Schedule ``q`` (row reduction) and ``g`` (column reduction) in one pass over their
-    matrix in blocks of ``block`` rows, ``rows`` rows a tile (the module's recipe), on ``s``
-    where neither has steps.
+    matrix in blocks of ``block`` rows, ``rows`` rows a tile, one partial row of ``g`` per
+    ``chunk`` rows (a multiple of ``block``; default ``block``), the chunks in parallel (the
+    module's recipe), on ``s`` where neither has steps; ``q`` computed at ``g``'s blocks where
+    ``g`` reads it.
 
     Raises:
         ScheduleError: a step does not apply."""
+    chunk = chunk or block
     par = num_threads() > 1
+    feeds = any(x is q for x in g.producers)
     s[q].split(q.definition.rvars[0].name, lanes)  # type: ignore[union-attr]
     qrf = s.rfactor(q, f"{q.definition.rvars[0].name}.i")  # type: ignore[union-attr]
     pure, lane, red = s.states[qrf.func].loops
-    qrf.split(pure, block)
-    qrf.split(f"{pure}.i", rows)
-    qrf.reorder(f"{pure}.o", f"{pure}.i.o", red, f"{pure}.i.i", lane)
-    qrf.unroll(f"{pure}.i.i").vectorize(lane)
-    s[g].split(g.definition.rvars[0].name, block)  # type: ignore[union-attr]
+    if feeds:  # (the block's rows only, inside the block loop)
+        qrf.split(pure, rows)
+        qrf.reorder(f"{pure}.o", red, f"{pure}.i", lane)
+        qrf.unroll(f"{pure}.i").vectorize(lane)
+    else:
+        outer = [f"{pure}.o"]
+        rest = f"{pure}.i"
+        qrf.split(pure, chunk)
+        if chunk != block:
+            qrf.split(rest, block)
+            outer.append(f"{rest}.o")
+            rest = f"{rest}.i"
+        qrf.split(rest, rows)
+        qrf.reorder(*outer, f"{rest}.o", red, f"{rest}.i", lane)
+        qrf.unroll(f"{rest}.i").vectorize(lane)
+    s[g].split(g.definition.rvars[0].name, chunk)  # type: ignore[union-attr]
     grf = s.rfactor(g, f"{g.definition.rvars[0].name}.o")  # type: ignore[union-attr]
     j, b, inner = s.states[grf.func].loops
+    blocks = [b]
+    if chunk != block:
+        grf.split(inner, block)
+        blocks.append(f"{inner}.o")
+        inner = f"{inner}.i"
     grf.split(inner, rows)
     grf.split(j, lanes)
-    grf.reorder(b, f"{inner}.o", f"{j}.o", f"{inner}.i", f"{j}.i")
+    grf.reorder(*blocks, f"{inner}.o", f"{j}.o", f"{inner}.i", f"{j}.i")
     grf.unroll(f"{inner}.i").vectorize(f"{j}.i")
     if par:
-        qrf.parallel(f"{pure}.o")
         grf.parallel(b)
-    grf.compute_with(qrf, f"{pure}.o")
+    if feeds:
+        s[q].compute_at(grf, blocks[-1])
+        qrf.compute_at(grf, blocks[-1])
+    else:
+        if par:
+            qrf.parallel(outer[0])
+        grf.compute_with(qrf, outer[-1])
     grf.reorder_storage(b, j)
     j, r = s.states[g.name].loops
     s[g].split(j, lanes)
@@ -161,7 +234,7 @@ def one_pass(s: Schedule, p: Pipeline, extents: BoundExtents, cpu: CpuModel,
     ``ONE_PASS``) scheduled in one pass: ``s`` replayed without the pair's steps, then
     ``one_pass_stages``; kept where it applies, is proven legal and ``accept`` says so (the
     rule-based schedule: it lowers)."""
-    for q, g, block, rows in one_pass_pairs(s, p, extents, cpu):
+    for q, g, block, rows, chunk in one_pass_pairs(s, p, extents, cpu):
         if not (take(g, q) if take is not None else ONE_PASS):
             continue
         mine = {q.name, g.name, f"{q.name}_rf", f"{g.name}_rf"}
@@ -170,7 +243,7 @@ def one_pass(s: Schedule, p: Pipeline, extents: BoundExtents, cpu: CpuModel,
             for step in s.steps:
                 if parse_stage_id(step.func)[0] not in mine:
                     t.apply(step)
-            one_pass_stages(t, q, g, block, rows, lanes(q))
+            one_pass_stages(t, q, g, block, rows, lanes(q), chunk)
         except ScheduleError:
             continue
         if t.check(realize=False).ok and accept(t):

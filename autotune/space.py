@@ -846,6 +846,9 @@ class _Oracle:
             st = states.get(f"{func}_rf" if one else func)
             host = f"{rest[9:]}_rf" if one else rest[5:]
             done = st is not None and st.fused is not None and st.fused.func == host
+            q = states.get(rest[9:]) if one else None  # (computed at the column sums' blocks)
+            done = done or (q is not None and q.compute.kind == "at"
+                            and q.compute.func == f"{func}_rf")
             return [done, not done]
         if rest.startswith("update") and rest.endswith(".rfactor"):
             done = any(n.startswith(f"{func}_rf") and n.endswith(".update(0)") for n in states)
@@ -914,6 +917,8 @@ class _Oracle:
             loc = st.compute
             if loc.kind != "at":
                 return [loc.kind]
+            if loc.func not in {f.name for f in self.target.pipeline.funcs}:
+                return ["root"]  # (at an rfactor stage's blocks: the one pass places it)
             host = states[loc.func].loops  # type: ignore[index]
             k = host.index(loc.loop) if loc.loop in host else AT_LEVELS
             return [f"at{k}"] if k < AT_LEVELS else []

@@ -213,6 +213,13 @@ PEEL_SHARED = 1
 #: version (``_Realizer._guest_regions``)
 GUEST_PIECES = 1
 
+#: whether a producer computed at a reduction loop of a stage keeps the stage whole along a Var
+#: unless it is a copy or the stage reads it at indices of that Var (its region shrinks with a
+#: piece): atax's row sums at its column sums' row blocks, read at the row only, would be
+#: computed whole again by the columns' remainder piece, the matrix read twice
+#: (``_Realizer._pieces_keep_producers``); 0: every producer at a reduction loop let through
+SHRINKING_PRODUCERS = 1
+
 
 #: whether a boundary read's dimension whose index the loops around it keep inside the domain
 #: loads without the clamp and the condition (``bound_proofs.index_within``): a packed panel's
@@ -224,7 +231,8 @@ BOUNDARY_PROOFS = 1
 def lowering_switches() -> tuple[int, ...]:
     """This module's switches, ``nest``'s and ``parallel_pieces``' now (part of ``lower``'s cache
     key: a benchmark flips them)."""
-    return (PEEL_SHARED, GUEST_PIECES, BOUNDARY_PROOFS, *nest_switches(), *piece_switches())
+    return (PEEL_SHARED, GUEST_PIECES, BOUNDARY_PROOFS, SHRINKING_PRODUCERS, *nest_switches(),
+            *piece_switches())
 
 
 class _Realizer:
@@ -714,17 +722,22 @@ class _Realizer:
         producers computed inside its loops: each one is computed at a loop at or inside the
         outermost loop over ``var`` (its region shrinks with the piece), or at a reduction loop
         (a panel per reduction block, such as a packed operand, which the reduction's work over
-        it outweighs), or it is a copy (``cache_read``'s: one read, no arithmetic) feeding a
-        reduction (a packed row block of A at its row block loop, outside the column panels:
-        each piece copies it again, once per ``k`` of work on it per element). A producer
-        computed further out would be computed whole by each piece (softmax's row sum at its
-        row loop, partitioned along the columns: twice)."""
+        it outweighs) where it is a copy or read at indices of ``var`` (``SHRINKING_PRODUCERS``:
+        atax's row sums at its column sums' row blocks are neither), or it is a copy
+        (``cache_read``'s: one read, no arithmetic) feeding a reduction (a packed row block of A
+        at its row block loop, outside the column panels: each piece copies it again, once per
+        ``k`` of work on it per element). A producer computed further out would be computed
+        whole by each piece (softmax's row sum at its row loop, partitioned along the columns:
+        twice)."""
         st = self.states[f.name]
         over = [n for n, loop in enumerate(st.loops) if var in st.origin[loop]]
         for (stage, loop), gs in self.computed_at.items():
             if stage != f.name or loop not in st.loops:
                 continue
-            if over and st.loops.index(loop) >= over[0] or st.is_reduction_loop(loop):
+            if over and st.loops.index(loop) >= over[0]:
+                continue
+            if st.is_reduction_loop(loop) and (not SHRINKING_PRODUCERS or all(
+                    self._is_copy(g) or self._read_along(f, g.name, var) for g in gs)):
                 continue
             if not (st.rvars and all(self._is_copy(g) for g in gs)):
                 return False
@@ -773,6 +786,12 @@ class _Realizer:
                     and peel_keeps_init(nest, k, d.reduce_op is not None)
                     and (nest.peel is None or nest.peel.loop != outer))
         return False
+
+    def _read_along(self, f: Func, name: str, var: str) -> bool:
+        """Whether every read of ``name`` in ``f``'s value has an index mentioning ``var``."""
+        reads = [a for a in walk(self.values[f.name]) if isinstance(a, Access) and a.name == name]
+        return all(any(isinstance(n, Var) and n.name == var for i in a.indices for n in walk(i))
+                   for a in reads)
 
     def _is_copy(self, g: Func) -> bool:
         """Whether ``g``'s definition is a copy: one read of a tensor, no reduction."""
