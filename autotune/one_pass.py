@@ -24,10 +24,9 @@ The schedule, for a row reduction ``q[i] = sum_j A[i, j] p[j]`` and a column red
 ``R`` keeps a block within half the L2 (``cpu_model``), divides the rows into blocks without a
 tail, each a whole number of tiles, and gives every thread a block (``block_rows``); a partial
 row stands for at least ``MIN_BLOCK_ROWS`` rows (where no such block or chunk exists the pair
-keeps its two nests).
-The pair is taken where the matrix is larger than the threads' L2s together (smaller, both
-passes read it from cache anyway); the search space draws it as ``<s>.one_pass_<q>``
-(``space.py``).
+keeps its two nests). The pair is taken where the matrix is larger than the threads' L2s
+together (smaller, both passes read it from cache anyway); the search space draws it as
+``<s>.one_pass_<q>`` (``space.py``).
 """
 
 from __future__ import annotations
@@ -177,7 +176,8 @@ def one_pass_stages(s: Schedule, q: Func, g: Func, block: int, rows: int, lanes:
     ``g`` reads it.
 
     Raises:
-        ScheduleError: a step does not apply."""
+        ScheduleError: a step does not apply, or chunks of several blocks where ``g`` does not
+            read ``q`` (``compute_with``)."""
     chunk = chunk or block
     par = num_threads() > 1
     feeds = any(x is q for x in g.producers)
@@ -188,17 +188,14 @@ def one_pass_stages(s: Schedule, q: Func, g: Func, block: int, rows: int, lanes:
         qrf.split(pure, rows)
         qrf.reorder(f"{pure}.o", red, f"{pure}.i", lane)
         qrf.unroll(f"{pure}.i").vectorize(lane)
+    elif chunk != block:  # (the blocks of a chunk would be a shared reduction loop)
+        raise ScheduleError(f"compute_with shares pure loops only: {g.name}'s partial rows "
+                            f"stand for one block each, not for chunks of {chunk} rows")
     else:
-        outer = [f"{pure}.o"]
-        rest = f"{pure}.i"
-        qrf.split(pure, chunk)
-        if chunk != block:
-            qrf.split(rest, block)
-            outer.append(f"{rest}.o")
-            rest = f"{rest}.i"
-        qrf.split(rest, rows)
-        qrf.reorder(*outer, f"{rest}.o", red, f"{rest}.i", lane)
-        qrf.unroll(f"{rest}.i").vectorize(lane)
+        qrf.split(pure, block)
+        qrf.split(f"{pure}.i", rows)
+        qrf.reorder(f"{pure}.o", f"{pure}.i.o", red, f"{pure}.i.i", lane)
+        qrf.unroll(f"{pure}.i.i").vectorize(lane)
     s[g].split(g.definition.rvars[0].name, chunk)  # type: ignore[union-attr]
     grf = s.rfactor(g, f"{g.definition.rvars[0].name}.o")  # type: ignore[union-attr]
     j, b, inner = s.states[grf.func].loops
@@ -218,8 +215,8 @@ def one_pass_stages(s: Schedule, q: Func, g: Func, block: int, rows: int, lanes:
         qrf.compute_at(grf, blocks[-1])
     else:
         if par:
-            qrf.parallel(outer[0])
-        grf.compute_with(qrf, outer[-1])
+            qrf.parallel(f"{pure}.o")
+        grf.compute_with(qrf, f"{pure}.o")
     grf.reorder_storage(b, j)
     j, r = s.states[g.name].loops
     s[g].split(j, lanes)
