@@ -143,45 +143,34 @@ def test_the_switch_turns_the_one_pass_off(monkeypatch):
     assert "bicg_s_rf" not in _fused(heuristic_schedule(h, sizes, HASWELL))
 
 
-def test_the_one_pass_is_a_point_of_the_search_space(monkeypatch):
+def _bicg_handle():
+    kern = KERNELS["bicg"]
+    return kern.handle(kern.build())
+
+
+@pytest.mark.parametrize("build,sizes,decision,apart", [
+    (_bicg_handle, dict(N=420, M=191), "bicg_s.one_pass_bicg_q",
+     lambda s: "bicg_s_rf" not in _fused(s)),
+    (lambda: _atax(False), dict(M=420, N=191), "atax.one_pass_tmp",
+     lambda s: s.states["tmp"].compute.kind == "root")])
+def test_the_one_pass_is_a_point_of_the_search_space(build, sizes, decision, apart,
+                                                     monkeypatch):
     import optuna
 
     from tensorlang.autotuner.space import SearchSpace
 
     monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
-    kern = KERNELS["bicg"]
-    h = kern.handle(kern.build())
-    sizes = dict(N=420, M=191)
+    h = build()
     hs = heuristic_schedule(h, sizes, HASWELL)
     space = SearchSpace(h, sizes, HASWELL)
     point = space.point(hs)
     assert point is not None, hs.to_python()
     params, choices = point
-    assert params["bicg_s.one_pass_bicg_q"] is True and choices["bicg_s.one_pass_bicg_q"] == [
-        False, True]
+    assert params[decision] is True and choices[decision] == [False, True]
     again = space.sample(optuna.trial.FixedTrial(params))
     assert space.signature(again) == space.signature(hs)
-    off = space.sample(optuna.trial.FixedTrial({**params, "bicg_s.one_pass_bicg_q": False}))
-    assert "bicg_s_rf" not in _fused(off)
-
-
-def test_atax_one_pass_is_a_point_of_the_search_space(monkeypatch):
-    import optuna
-
-    from tensorlang.autotuner.space import SearchSpace
-
-    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
-    y = _atax(False)
-    sizes = dict(M=420, N=191)
-    hs = heuristic_schedule(y, sizes, HASWELL)
-    space = SearchSpace(y, sizes, HASWELL)
-    point = space.point(hs)
-    assert point is not None, hs.to_python()
-    params, _ = point
-    assert params["atax.one_pass_tmp"] is True
-    assert space.signature(space.sample(optuna.trial.FixedTrial(params))) == space.signature(hs)
-    off = space.sample(optuna.trial.FixedTrial({**params, "atax.one_pass_tmp": False}))
-    assert off.states["tmp"].compute.kind == "root"
+    off = space.sample(optuna.trial.FixedTrial({**params, decision: False}))
+    assert apart(off), off.to_python()
 
 
 @pytest.mark.parametrize("threads", [1, 2])
