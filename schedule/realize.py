@@ -788,7 +788,8 @@ class _Realizer:
         return False
 
     def _read_along(self, f: Func, name: str, var: str) -> bool:
-        """Whether every read of ``name`` in ``f``'s value has an index mentioning ``var``."""
+        """Whether every read of ``name`` in ``f``'s value has an index mentioning ``var`` (true
+        where ``f`` reads none: a producer's producer, decided by the producer it feeds)."""
         reads = [a for a in walk(self.values[f.name]) if isinstance(a, Access) and a.name == name]
         return all(any(isinstance(n, Var) and n.name == var for i in a.indices for n in walk(i))
                    for a in reads)
