@@ -77,6 +77,11 @@ def _matrix_read(f: Func) -> tuple[str, bool] | None:
     return hits[0].name, hits[0].indices[0].name == v  # type: ignore[attr-defined]
 
 
+def _reads(f: Func, g: Func) -> bool:
+    """Whether ``f``'s definitions read ``g``."""
+    return any(x is g for x in f.producers)
+
+
 def block_rows(n: int, most: int) -> tuple[int, int] | None:
     """``(R, tile rows)``: the largest block of at most ``most`` rows that divides the ``n`` rows
     and is a multiple of one of ``TILE_ROWS`` (a block loop without a tail: a tail would send
@@ -128,11 +133,10 @@ def one_pass_pairs(s: Schedule, p: Pipeline, extents: BoundExtents, cpu: CpuMode
                 and not {f.name, f"{f.name}_rf"} & (placed | fused))
 
     def pair(q: Func, g: Func) -> bool:  # (compute_with, or q computed at g's blocks)
-        if any(x is g for x in q.producers):
+        if _reads(q, g):
             return False
-        return not any(x is q for x in g.producers) or (
-            not p.is_output(q) and not any(x is q for f in p.funcs if f is not g
-                                           for x in f.producers))
+        return not _reads(g, q) or (
+            not p.is_output(q) and not any(_reads(f, q) for f in p.funcs if f is not g))
 
     reads = {f.name: _matrix_read(f) for f in p.funcs}
     for q in p.funcs:
@@ -157,8 +161,7 @@ def one_pass_pairs(s: Schedule, p: Pipeline, extents: BoundExtents, cpu: CpuMode
             if blocking is None:
                 continue
             # (compute_with shares pure loops only: a chunk's blocks are a reduction loop)
-            chunk = chunk_rows(n, blocking[0], num_threads()) if any(
-                x is q for x in g.producers) else blocking[0]
+            chunk = chunk_rows(n, blocking[0], num_threads()) if _reads(g, q) else blocking[0]
             if chunk < MIN_BLOCK_ROWS:
                 continue
             found.append((q, g, *blocking, chunk))
@@ -180,7 +183,7 @@ def one_pass_stages(s: Schedule, q: Func, g: Func, block: int, rows: int, lanes:
             read ``q`` (``compute_with``)."""
     chunk = chunk or block
     par = num_threads() > 1
-    feeds = any(x is q for x in g.producers)
+    feeds = _reads(g, q)
     s[q].split(q.definition.rvars[0].name, lanes)  # type: ignore[union-attr]
     qrf = s.rfactor(q, f"{q.definition.rvars[0].name}.i")  # type: ignore[union-attr]
     pure, lane, red = s.states[qrf.func].loops
