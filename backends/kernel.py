@@ -18,7 +18,7 @@ import numpy as np
 
 from tensorlang.schedule.ir import LoweredFunc, print_stmt
 from tensorlang.arguments import collect_arrays
-from tensorlang.errors import ShapeError
+from tensorlang.errors import DeviceError, ShapeError
 from tensorlang.expr import Size
 from tensorlang.pipeline import Pipeline
 
@@ -26,6 +26,7 @@ from .base import Signature
 from .llvm.entry import entry_enabled, make_entry
 from .llvm.jit import CompiledModule
 from .llvm.runtime import apply_num_threads
+from .llvm.target import host_target
 
 
 _BUILD = threading.Lock()
@@ -62,6 +63,9 @@ class Kernel:
         ShapeError: wrong arrays (count, name, dtype, rank, inconsistent sizes, reads that would
             leave an array for these shapes), or a bad ``out``.
         MemoryError: an internal buffer could not be allocated.
+        DeviceError: the kernel was compiled for a ``Target`` with instructions this CPU lacks
+            (``tl.compile(..., target=...)`` of another CPU: its code is for ``object_code``,
+            ``llvm-mca`` and caches, not for running here); an illegal instruction otherwise.
     """
 
     def __init__(self, pipeline: Pipeline, compiled: CompiledModule, signature: Signature, *,
@@ -77,6 +81,9 @@ class Kernel:
         self.schedule_source = schedule_source
         self._lowered = lowered
         self._compiled = compiled  # keeps the engine (and so the code) alive
+        #: the features the kernel's code may use that this CPU lacks (checked before every
+        #: call that is not the native entry's, which only a call that ran builds)
+        self._missing = compiled.target.missing_features(host_target())
         n_out = len(pipeline.outputs)
         argtypes = [ctypes.c_void_p] * (signature.n_inputs + n_out) + [ctypes.c_int64] * len(
             signature.sizes)
@@ -129,6 +136,12 @@ class Kernel:
             done = self.call_published(args, out, kwargs)
             if done is not None:
                 return done
+        if self._missing:
+            raise DeviceError(
+                f"kernel {self.name} was compiled for the CPU {self._compiled.target.cpu!r}, "
+                f"whose instructions this CPU ({host_target().cpu!r}) lacks: "
+                f"{', '.join(self._missing)}; compile it without target= (this machine) to "
+                f"run it here")
         if self._threads is not None:
             self._threads()
         plain = not kwargs and len(args) == len(self._dtypes) and all(

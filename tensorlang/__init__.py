@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from .language import (  # noqa: F401  (the language, re-exported)
-    BoundaryView, CompileError, Definition, DefinitionError, DType, Expr, Func,
+    BoundaryView, CompileError, Definition, DefinitionError, DeviceError, DType, Expr, Func,
     IllegalScheduleError, Input, Pipeline, RDom, RVar, ScheduleError, ShapeError, TuningError, Size,
     TensorlangError, Update, Var, abs, binary, bool_, call, cast, clamp_edge, compare, const,
     constant_exterior, einsum, exp, float32, float64, int32, int64, log, max, maximum, min,
@@ -47,10 +47,12 @@ def compile(output: Func | list[Func], schedule: Any = None, *, target: Any = No
             (memoized per shape bucket; ``kernel.variants()`` lists what it holds)
             (``kernel.schedule_source`` says which; a miss warns with ``TuningWarning``). The
             kernel runs every shape; it is *tuned* for these.
-        target: where the kernel runs: the CPU (a ``Target``; default: this machine), or a
-            CUDA GPU: ``"cuda"`` (the visible GPU's architecture, else ``sm_90``) or
-            ``"cuda:sm_XY"`` (the CUDA backend, ``docs/gpu.md``: PTX is generated on any
-            machine; calling the kernel needs a GPU and ``tensorlang[cuda]``).
+        target: where the kernel runs: the CPU (a ``Target``; default: this machine; another
+            CPU's ``Target`` gives its code, ``kernel.assembly()``, and a call on a CPU that
+            lacks its instructions raises ``DeviceError``), or a CUDA GPU: ``"cuda"`` (the
+            visible GPU's architecture, else ``sm_90``) or ``"cuda:sm_XY"`` (the CUDA backend,
+            ``docs/gpu.md``: PTX is generated on any machine; calling the kernel needs a GPU
+            and ``tensorlang[cuda]``).
             opt_level: LLVM speed level 0-3.
         check: prove the schedule legal with isl first (default). ``check=False`` is **unsafe**:
             an illegal schedule then silently computes wrong results (the autotuner never uses

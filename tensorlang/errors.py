@@ -53,8 +53,10 @@ class ShapeError(TensorlangError):
 
 
 class DeviceError(TensorlangError, RuntimeError):
-    """A kernel for a GPU cannot run here: no usable GPU or driver (``pip install
-    'tensorlang[cuda]'``), or a CUDA driver call failed (its error name in the message)."""
+    """A kernel cannot run here: for a GPU, no usable GPU or driver (``pip install
+    'tensorlang[cuda]'``) or a CUDA driver call failed (its error name in the message); for a
+    CPU, the kernel was compiled for a ``Target`` whose instructions this CPU lacks (the message
+    names the missing features)."""
 
 
 class TuningError(TensorlangError):

@@ -18,6 +18,7 @@ from .einsum import einsum
 from .errors import (
     CompileError,
     DefinitionError,
+    DeviceError,
     IllegalScheduleError,
     ScheduleError,
     ShapeError,
@@ -188,8 +189,8 @@ def const(value: Any, dtype: Any = None) -> Expr:
 __all__ = [
     "DType", "bool_", "float32", "float64", "int32", "int64", "int8", "int16", "uint8",
     "uint16", "float16", "bfloat16", "einsum", "CompileError",
-    "DefinitionError", "IllegalScheduleError", "ScheduleError", "ShapeError", "TuningError",
-    "TensorlangError",
+    "DefinitionError", "DeviceError", "IllegalScheduleError", "ScheduleError", "ShapeError",
+    "TuningError", "TensorlangError",
     "Expr", "Size", "Var", "cast", "BoundaryView", "Definition", "Func", "Input", "clamp_edge",
     "constant_exterior", "Pipeline", "workload_key", "max", "min", "prod", "sum", "reference",
     "sizes", "vars", "exp", "log", "sqrt", "abs", "maximum", "minimum", "where", "const",

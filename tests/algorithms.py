@@ -25,6 +25,16 @@ def described_target(cpu: str):
     return Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)
 
 
+def runnable(target):
+    """``target`` where this CPU runs its code, else this CPU's own ``Target``: a kernel of a
+    schedule made for a described CPU then runs (and is checked against NumPy) on any host. The
+    loop nest is the same (lowering does not read the target); only the instructions differ, and
+    those of an AVX-512 target are checked on hosts that have it."""
+    from tensorlang.backends.llvm.target import host_target
+
+    return host_target() if target.missing_features(host_target()) else target
+
+
 def bicg():
     """PolyBench's bicg alone (no arrays): ``s[j] = r[i] * A[i, j]`` (a column reduction) and
     ``q[i] = A[i, j] * p[j]`` (a row reduction), float64, both reading ``A[i, j]``."""

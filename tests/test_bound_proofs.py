@@ -8,7 +8,7 @@ import random
 
 import numpy as np
 import pytest
-from algorithms import described_target, gemm
+from algorithms import described_target, gemm, runnable
 from test_peel_shared import _eval
 
 import tensorlang as tl
@@ -91,7 +91,7 @@ def test_blis_panels_copy_their_whole_panels_unclamped(cpu, dtype, threads, monk
     # the whole panels' copies read B's columns as they are; the ragged panel's clamps them
     assert any("max(min(" not in ln.split("B[")[1] for ln in copies), copies
     assert any("max(min(" in ln.split("B[")[1] for ln in copies), copies
-    kern = tl.compile(C, s, target=described_target(cpu))
+    kern = tl.compile(C, s, target=runnable(described_target(cpu)))
     rng = np.random.default_rng(4)
     for m, n, k in [(1000, 1100, 1200), (37, 1024, 300), (9, 33, 257), (1, 1, 1), (5, 16, 513)]:
         a, b = rng.random((m, k)).astype(dtype.numpy), rng.random((k, n)).astype(dtype.numpy)

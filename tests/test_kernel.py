@@ -291,3 +291,25 @@ def test_a_kernel_compiled_again_reuses_the_machine_code_of_the_process_memo(rng
     assert len(jit._MEMO) == 1
     np.testing.assert_allclose(tl.compile(C)(a, b), a @ b + 3.0 * 5)  # compiled again
     assert jit.STATS["llvm_compiles"] == before["llvm_compiles"] + 4
+
+
+def test_a_kernel_for_a_cpu_with_instructions_this_one_lacks_is_refused_not_run(mm, rng):
+    # code compiled for another CPU (tl.compile(..., target=...)) is for object code, llvm-mca
+    # and caches; run here it would die of an illegal instruction, so the call is refused
+    from tensorlang.backends.llvm.target import Target, host_target
+
+    C, _ = mm
+    h = host_target()
+    have = {f[1:] for f in h.features.split(",") if f.startswith("+")}
+    lacking = [f for f in ("avx512f", "avx512fp16", "amx-tile", "avx10.1-512") if f not in have]
+    if not lacking:
+        pytest.skip("this CPU has every feature tried")
+    other = Target(h.triple, h.cpu, f"{h.features},+{lacking[0]}", h.llvm_version,
+                   h.llvmlite_version)
+    assert other.missing_features(h) == (lacking[0],) and h.missing_features(h) == ()
+    kern = tl.compile(C, target=other)
+    a, b = rng.random((3, 4), dtype=np.float32), rng.random((4, 5), dtype=np.float32)
+    for _ in range(2):  # (and no native entry built for a second call to bypass the check)
+        with pytest.raises(tl.DeviceError, match=f"lacks: {lacking[0]}; compile it without"):
+            kern(a, b)
+    assert "ret" in kern.assembly()  # (still inspectable)

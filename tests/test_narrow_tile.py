@@ -18,6 +18,11 @@ from tensorlang.autotuner.space import SearchSpace
 sys.path.insert(0, os.path.dirname(__file__))
 from algorithms import assert_gemm_matches_numpy, described_target, gemm  # noqa: E402
 
+#: the tests of which shapes take which form pin the CPU they were written for, so that they hold
+#: on any host (this machine's own rules differ on a CPU without AVX-512: half the lanes, half
+#: the registers); their kernels, compiled for this machine, run everywhere
+ZEN4 = described_target("znver4")
+
 
 def _vectorized(s) -> bool:
     return "vectorize(" in s.to_python()
@@ -27,37 +32,37 @@ def _vectorized(s) -> bool:
 def test_a_narrow_gemm_takes_a_register_tile(dtype, monkeypatch):
     monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
     C = gemm(dtype)
-    lanes = heuristic.lanes(C)
+    lanes = heuristic.lanes(C, ZEN4)
     for n in (4, 5, lanes):
         sizes = {"M": 37, "N": n, "K": 13}
-        s = heuristic.heuristic_schedule(C, sizes)
+        s = heuristic.heuristic_schedule(C, sizes, ZEN4)
         assert _vectorized(s) and "unroll(" in s.to_python(), (n, s.to_python())
-        assert SearchSpace(C, sizes).point(s) is not None, (n, s.to_python())
+        assert SearchSpace(C, sizes, ZEN4).point(s) is not None, (n, s.to_python())
         with monkeypatch.context() as m:
             m.setattr(narrow_tile, "NARROW_COLUMNS", 0)  # before: the scalar nest
-            assert not _vectorized(heuristic.heuristic_schedule(C, sizes))
+            assert not _vectorized(heuristic.heuristic_schedule(C, sizes, ZEN4))
     # fewer rows than the tile's: a tile of all of them (the space's ``regs`` rows too)
     for m in (2, 3, 7):
         sizes = {"M": m, "N": lanes, "K": 13}
-        s = heuristic.heuristic_schedule(C, sizes)
+        s = heuristic.heuristic_schedule(C, sizes, ZEN4)
         assert _vectorized(s) and f"split('i', {m}" in s.to_python().replace('"', "'"), \
             (m, s.to_python())
-        assert SearchSpace(C, sizes).point(s) is not None, (m, s.to_python())
+        assert SearchSpace(C, sizes, ZEN4).point(s) is not None, (m, s.to_python())
     # rows of 2 and 3 columns: one vector of 2-3 lanes per row where the reduction is too short
     # for vector lanes (rfactor_rules.NARROW_LANE_TERMS; longer: test_narrow_lanes.py), which
     # the space's narrowest vector width takes whole (space.whole_loop_vector)
     for n in (2, 3):
         sizes = {"M": 37, "N": n, "K": 13}
-        s = heuristic.heuristic_schedule(C, sizes)
+        s = heuristic.heuristic_schedule(C, sizes, ZEN4)
         text = s.to_python()
         assert "s[\"C\"].vectorize('j.i')" in text and "unroll('i.i')" in text, text
-        assert SearchSpace(C, sizes).point(s) is not None, text
+        assert SearchSpace(C, sizes, ZEN4).point(s) is not None, text
         with monkeypatch.context() as m:
             m.setattr(narrow_tile, "NARROW_COLUMNS", 4)  # before: the scalar nest
-            assert not _vectorized(heuristic.heuristic_schedule(C, sizes))
+            assert not _vectorized(heuristic.heuristic_schedule(C, sizes, ZEN4))
             m.setattr(narrow_tile, "NARROW_COLUMNS", 2)
             m.setattr(space_mod, "NARROW_WHOLE", 0)  # a 3-lane row outside the space's widths
-            assert SearchSpace(C, sizes).point(s) is None, text
+            assert SearchSpace(C, sizes, ZEN4).point(s) is None, text
 
 
 @pytest.mark.parametrize("dtype", [tl.float64, tl.float32])
@@ -81,23 +86,23 @@ def test_a_gemm_of_fewer_rows_than_the_tile_takes_a_tile_of_all_of_them(dtype, m
     # and one row (x^T B) narrower than a row segment: a tile of one row, its Var not split
     monkeypatch.setattr(heuristic, "num_threads", lambda: 2)
     C = gemm(dtype)
-    lanes = heuristic.lanes(C)
+    lanes = heuristic.lanes(C, ZEN4)
     for m, n in [(2, 16), (3, 33), (1, 33), (1, 7), (1, 4), (2, 2 * lanes + 1)]:
         sizes = {"M": m, "N": n, "K": 1000}
-        s = heuristic.heuristic_schedule(C, sizes)
+        s = heuristic.heuristic_schedule(C, sizes, ZEN4)
         text = s.to_python().replace('"', "'")
         assert _vectorized(s) and (f"split('i', {m})" in text) == (m > 1), (m, n, text)
-        assert SearchSpace(C, sizes).point(s) is not None, (m, n, text)
+        assert SearchSpace(C, sizes, ZEN4).point(s) is not None, (m, n, text)
         with monkeypatch.context() as mp:  # before: the default nest here
             mp.setattr(narrow_tile, "FEW_ROWS_WIDE", 0)
             mp.setattr(narrow_tile, "FEW_ROWS_LEAST", 2)
-            before = heuristic.heuristic_schedule(C, sizes).to_python()
+            before = heuristic.heuristic_schedule(C, sizes, ZEN4).to_python()
             if m == 1 or (m, n) == (2, 16) and lanes == 8:
                 assert before == "", (m, n, before)
     # one row of at least a row segment keeps the segment form (ROW_VECTORS vectors; serially,
     # as few multiply-adds run where its B does not make it stream: test_stream_rules.py)
     monkeypatch.setattr(stream_rules, "MIN_PARALLEL_STREAM_BYTES", 0)
-    text = heuristic.heuristic_schedule(C, {"M": 1, "N": 9 * lanes, "K": 1000}).to_python()
+    text = heuristic.heuristic_schedule(C, {"M": 1, "N": 9 * lanes, "K": 1000}, ZEN4).to_python()
     assert f"split('j', {8 * lanes}" in text.replace('"', "'"), text
 
 

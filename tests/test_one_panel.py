@@ -6,7 +6,8 @@ what NumPy computes."""
 from __future__ import annotations
 
 import pytest
-from algorithms import assert_a_point_of_the_space, assert_gemm_matches_numpy, described_target
+from algorithms import (assert_a_point_of_the_space, assert_gemm_matches_numpy, described_target,
+                        runnable)
 from test_cpu_model import gemm
 
 import tensorlang as tl
@@ -26,7 +27,7 @@ def test_one_column_panel_reads_a_in_place(dtype, threads, monkeypatch):
     assert "split('j', 32)" in text and "split('k'," in text, text  # one panel, k blocks
     assert "cache_read('B'" in text and "cache_read('A'" not in text, text
     assert_a_point_of_the_space(C, sizes, target, s)
-    assert_gemm_matches_numpy(tl.compile(C, s, target=target), dtype,
+    assert_gemm_matches_numpy(tl.compile(C, s, target=runnable(target)), dtype,
                               [(1000, 32, 1000), (997, 31, 1013), (1, 32, 1), (7, 40, 600),
                                (13, 1, 5)], seed=32)
     monkeypatch.setattr(packed_reads, "ONE_PANEL_IN_PLACE", 0)  # as before: A copied
@@ -51,7 +52,7 @@ def test_one_panel_in_l2_takes_no_packed_tile(dtype, threads, n, monkeypatch):
     assert "cache_read" not in text and "split('k'" not in text, text
     assert "parallel(" in text or threads == "1", text
     assert_a_point_of_the_space(C, sizes, target, s)
-    assert_gemm_matches_numpy(tl.compile(C, s, target=target), dtype,
+    assert_gemm_matches_numpy(tl.compile(C, s, target=runnable(target)), dtype,
                               [(100, n, 1000), (97, n, 13), (1, n, 1), (7, n - 1, 600)], seed=n)
     with monkeypatch.context() as m:
         m.setattr(packed_reads, "ONE_PANEL_UNPACKED", 0)  # before: B copied in panels

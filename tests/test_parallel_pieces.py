@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from algorithms import assert_gemm_matches_numpy, described_target, gemm
+from algorithms import assert_gemm_matches_numpy, described_target, gemm, runnable
 
 import tensorlang as tl
 from tensorlang.autotuner.heuristic import heuristic_schedule
@@ -27,13 +27,13 @@ def test_a_gemvs_column_remainder_runs_in_the_parallel_loop(dtype, monkeypatch):
     target = described_target("znver4")
     s = heuristic_schedule(C, {"M": 1, "N": 1000, "K": 1000}, target)
     assert "parallel('j.o')" in s.to_python(), s.to_python()
-    kern = tl.compile(C, s, target=target)
+    kern = tl.compile(C, s, target=runnable(target))
     nest = kern.loop_nest()
     assert nest.count("parallel for") == 1, nest
     assert "if j.o < " in nest, nest
     assert_gemm_matches_numpy(kern, dtype, GEMV_SHAPES, seed=5)
     monkeypatch.setattr(parallel_pieces, "ONE_PARALLEL_LOOP", 0)  # before: two parallel loops
-    before = tl.compile(C, s, target=target)
+    before = tl.compile(C, s, target=runnable(target))
     assert before.loop_nest().count("parallel for") == 2, before.loop_nest()
     assert_gemm_matches_numpy(before, dtype, GEMV_SHAPES[:4], seed=5)
 

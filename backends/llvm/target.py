@@ -68,6 +68,16 @@ class Target:
             return f"{self.features},+prefer-no-gather" if self.features else "+prefer-no-gather"
         return self.features
 
+    def missing_features(self, host: "Target") -> tuple[str, ...]:
+        """The features this target's code may use that ``host`` lacks (``("avx512f", ...)``,
+        sorted; empty: code for this target runs on ``host``). A different triple counts as
+        missing too (``"triple x86_64-..."``)."""
+        if self.triple != host.triple:
+            return (f"triple {self.triple}",)
+        have = {f[1:] for f in host.features.split(",") if f.startswith("+")}
+        return tuple(sorted({f[1:] for f in self.features.split(",")
+                             if f.startswith("+") and f[1:] not in have}))
+
     def create_target_machine(self, opt: int = 3) -> llvm.TargetMachine:
         """A new LLVM target machine for this target (one per execution engine)."""
         init_llvm()
