@@ -25,6 +25,12 @@ def described_target(cpu: str):
     return Target(h.triple, cpu, FEATURES[cpu], h.llvm_version, h.llvmlite_version)
 
 
+#: the described Zen 4: tests of which shapes take which form pin the CPU they were written for,
+#: so that they hold on any host (this machine's own rules differ on a CPU without AVX-512: half
+#: the lanes, half the registers); their kernels, compiled for this machine, run everywhere
+ZEN4 = described_target("znver4")
+
+
 def runnable(target):
     """``target`` where this CPU runs its code, else this CPU's own ``Target``: a kernel of a
     schedule made for a described CPU then runs (and is checked against NumPy) on any host. The

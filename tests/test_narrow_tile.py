@@ -16,12 +16,7 @@ from tensorlang.autotuner import space as space_mod
 from tensorlang.autotuner.space import SearchSpace
 
 sys.path.insert(0, os.path.dirname(__file__))
-from algorithms import assert_gemm_matches_numpy, described_target, gemm  # noqa: E402
-
-#: the tests of which shapes take which form pin the CPU they were written for, so that they hold
-#: on any host (this machine's own rules differ on a CPU without AVX-512: half the lanes, half
-#: the registers); their kernels, compiled for this machine, run everywhere
-ZEN4 = described_target("znver4")
+from algorithms import ZEN4, assert_gemm_matches_numpy, described_target, gemm  # noqa: E402
 
 
 def _vectorized(s) -> bool:

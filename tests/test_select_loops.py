@@ -17,6 +17,7 @@ from tensorlang.schedule.ir import ForKind
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from common import rule_settings  # noqa: E402
+from algorithms import ZEN4  # noqa: E402
 
 
 def planar(channels: int | None = 3, last: bool = False) -> tl.Func:
@@ -56,7 +57,7 @@ def loop_kinds(out: tl.Func, s: tl.Schedule) -> dict[str, ForKind]:
 def test_the_channel_loop_is_unrolled_outside_the_vector_loop(h, w):
     out = planar()
     sizes = {"H": h, "W": w}
-    s = heuristic_schedule(out, sizes)
+    s = heuristic_schedule(out, sizes, ZEN4)
     kinds = loop_kinds(out, s)
     assert kinds.get("c.i") == ForKind.UNROLLED, s.to_python()
     loops = s.states[out.name].loops

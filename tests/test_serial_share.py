@@ -20,7 +20,7 @@ from tensorlang.schedule.schedule import Schedule
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 from polybench.kernels import KERNELS  # noqa: E402
-from algorithms import gemm  # noqa: E402
+from algorithms import ZEN4, gemm  # noqa: E402
 
 
 def _heat_3d() -> tl.Func:
@@ -57,17 +57,17 @@ def test_copies_around_a_serial_sweep_run_serially(monkeypatch):
     out = _heat_3d()
     with monkeypatch.context() as m:
         m.setattr(serial_share, "MINOR_SHARE", 0)
-        before = heuristic_schedule(out, SIZES)
+        before = heuristic_schedule(out, SIZES, ZEN4)
     # without the rule both copies run in parallel and the sweep serially (its time loop)
     assert _parallel_stages(before) == {"buf", "heat_3d"}
     funcs = tl.Pipeline(out).funcs
     assert minor_stages(before, funcs, BoundExtents(out, SIZES)) == {"buf", "heat_3d"}
-    after = heuristic_schedule(out, SIZES)
+    after = heuristic_schedule(out, SIZES, ZEN4)
     assert _parallel_stages(after) == set()
     assert "vectorize('k', 8" in after.to_python()  # (still vectorized)
     # more than MINOR_SHARE of the sweep's iterations: the copies stay parallel
     few = {"N": 37, "T": 1}
-    assert _parallel_stages(heuristic_schedule(out, few)) == {"buf", "heat_3d"}
+    assert _parallel_stages(heuristic_schedule(out, few, ZEN4)) == {"buf", "heat_3d"}
 
 
 def test_a_parallel_largest_stage_leaves_small_stages_alone(monkeypatch):
@@ -99,7 +99,7 @@ def test_an_inlined_largest_func_is_not_a_serial_stage(monkeypatch):
     out = tl.Func("out")
     out[i, j] = e[i, j] + s1[j]
     sizes = {"N": 2048, "K": 64}
-    s = heuristic_schedule(out, sizes)
+    s = heuristic_schedule(out, sizes, ZEN4)
     assert s.states["e"].compute.kind == "inline"
     assert _parallel_stages(s) == {"s1", "out"}
     assert minor_stages(s, tl.Pipeline(out).funcs, BoundExtents(out, sizes)) == frozenset()
@@ -167,12 +167,12 @@ def test_a_small_product_of_few_rows_runs_its_column_panels_serially(dtype, monk
     npd = np.float32 if dtype == tl.float32 else np.float64
     for m in (2, 7):
         sizes = {"M": m, "N": 1000, "K": 17}
-        s = heuristic_schedule(C, sizes)
+        s = heuristic_schedule(C, sizes, ZEN4)
         assert "prefetch(" in s.to_python() and _parallel_stages(s) == set(), s.to_python()
-        assert SearchSpace(C, sizes).point(s) is not None, s.to_python()
+        assert SearchSpace(C, sizes, ZEN4).point(s) is not None, s.to_python()
         with monkeypatch.context() as mp:
             mp.setattr(few_rows, "SERIAL_SMALL", 0)  # before: the panels in parallel
-            assert _parallel_stages(heuristic_schedule(C, sizes)) == {"C"}
+            assert _parallel_stages(heuristic_schedule(C, sizes, ZEN4)) == {"C"}
         kern = tl.compile(C, s)
         rng = np.random.default_rng(7)
         for m2, n2, k2 in [(m, 1000, 17), (m, 997, 13), (1, 1, 1), (5, 131, 29)]:
