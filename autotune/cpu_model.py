@@ -106,9 +106,10 @@ class CpuModel:
         sibling_lanes: whether a row reduction that shares only a vector read with another
             (PolyBench gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) takes vector lanes
             (``rfactor_rules.rfactor_lanes``: ``LANE_ROWS`` rows read together) as a lone one
-            does: True, or False on AMD Zen up to Zen 4, where the two as plain row loops
-            measured faster on Zen 4; the lanes measured faster on Ice Lake-SP and on Zen 5
-            (docs/performance.md, "Two row sums that share only a vector").
+            does: True, or False on Zen 4, where the two as plain row loops measured faster (and
+            on the Zen cores not described, Zen 1 and 2, not measured); the lanes measured
+            faster on Ice Lake-SP, Zen 3 and Zen 5 (docs/performance.md, "Two row sums that
+            share only a vector").
     """
 
     name: str
@@ -160,7 +161,7 @@ DESCRIBED: dict[str, CpuModel] = {
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
     "znver3": CpuModel("znver3", 256, 16, 2, 4, Cache(32 * KiB, 8), Cache(512 * KiB, 8),
-                       Cache(32 * MiB, 16), victim_l3=True, sibling_lanes=False),
+                       Cache(32 * MiB, 16), victim_l3=True),
     "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16),
                       victim_l3=True, packed_vectors=4, packed_kc=512, sibling_lanes=False),
     "znver5": _avx512("znver5", 2, Cache(48 * KiB, 12), Cache(1 * MiB, 16), Cache(32 * MiB, 16),

@@ -220,7 +220,7 @@ def rfactor_lanes_possible(f: Func, extents: BoundExtents, lanes: int,
     together (``fuse_siblings``), which beat two passes in vector lanes. Two that share only a
     vector (gesummv's ``A[i, j] * x[j]`` and ``B[i, j] * x[j]``) take lanes where ``sibling_lanes``
     says so (``CpuModel.sibling_lanes``, ``SIBLING_LANES``): on Zen 4 they ran slower in lanes than
-    as plain row loops, on Ice Lake-SP faster (docs/performance.md)."""
+    as plain row loops, on Ice Lake-SP and Zen 3 faster (docs/performance.md)."""
     d = f.definition
     assert d is not None
     if len(d.rvars) != 1 or d.predicate or f.updates:
