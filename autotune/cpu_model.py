@@ -110,6 +110,12 @@ class CpuModel:
             on the Zen cores not described, Zen 1 and 2, not measured); the lanes measured
             faster on Ice Lake-SP, Zen 3 and Zen 5 (docs/performance.md, "Two row sums that
             share only a vector").
+        a_panels: whether the packed GEMM copies its row block of A in micro-panels of the
+            register tile's rows (BLIS's ``mr x kc`` panels, one stream of adjacent
+            addresses per tile instead of ``mr`` rows a row apart; ``heuristic.row_operands``,
+            ``heuristic.A_PANELS``): False, or True on Zen 3, where GEMM and PolyBench's
+            GEMM-class kernels measured faster with them (on Zen 4 several measured slower;
+            on the other CPUs not measured; docs/performance.md, "A's micro-panels on Zen 3").
     """
 
     name: str
@@ -126,6 +132,7 @@ class CpuModel:
     packed_accumulators: int = 0
     stencil_vector_bits: int = 0
     sibling_lanes: bool = True
+    a_panels: bool = False
 
     def lanes(self, itemsize: int) -> int:
         """Elements of ``itemsize`` bytes per native vector."""
@@ -161,7 +168,7 @@ DESCRIBED: dict[str, CpuModel] = {
     "sapphirerapids": _avx512("sapphirerapids", 2, Cache(48 * KiB, 12), Cache(2 * MiB, 16),
                               Cache(105 * MiB, 15)),
     "znver3": CpuModel("znver3", 256, 16, 2, 4, Cache(32 * KiB, 8), Cache(512 * KiB, 8),
-                       Cache(32 * MiB, 16), victim_l3=True),
+                       Cache(32 * MiB, 16), victim_l3=True, a_panels=True),
     "znver4": _avx512("znver4", 1, Cache(32 * KiB, 8), Cache(1 * MiB, 8), Cache(32 * MiB, 16),
                       victim_l3=True, packed_vectors=4, packed_kc=512, sibling_lanes=False),
     "znver5": _avx512("znver5", 2, Cache(48 * KiB, 12), Cache(1 * MiB, 16), Cache(32 * MiB, 16),

@@ -146,10 +146,11 @@ EVEN_KC = 1
 #: whether a packed GEMM whose rows make one row block runs its column panels (``few_rows``)
 FEW_ROWS = 1
 #: whether a packed tile copies its row block of A in panels of the tile's rows
-#: (``row_operands``: BLIS's micro-panels of A). Off: on Zen 4 it made GEMM 1024 float64 on one
-#: thread 5% faster but PolyBench's 3mm 7-10% and syr2k 3-12% slower (docs/performance.md).
+#: (``row_operands``: BLIS's micro-panels of A): -1 where the CPU's model says
+#: (``CpuModel.a_panels``: on Zen 3), 0 never, 1 always. On Zen 4 it made GEMM 1024 float64 on
+#: one thread 5% faster but PolyBench's 3mm 7-10% and syr2k 3-12% slower (docs/performance.md).
 #: An int, for ``benchmarks/gemm_packed.py``'s ``auto:A_PANELS=1``
-A_PANELS = 0
+A_PANELS = -1
 #: whether every packed tile with a split reduction runs BLIS's loop order (else only where
 #: ``BLIS_ORDER_BLOCKS`` says; with this on, the row blocks are re-chosen as ``BLIS_BLOCK_ROWS``
 #: says): for each ``kc`` block, the whole ``kc x N`` block of B is copied once, in ``nr``-wide
@@ -526,16 +527,18 @@ def accumulator_rows(vectors: int, row_extent: int, accumulators: int = ACCUMULA
     return near if 2 * near >= rows else rows
 
 
-def row_operands(f: Func, row: str, split: bool = True, rows: int = 1, panels: int = 2
-                 ) -> list[Packed]:
+def row_operands(f: Func, row: str, split: bool = True, rows: int = 1, panels: int = 2,
+                 cpu: CpuModel | None = None) -> list[Packed]:
     """The operand reads of a GEMM-like reduction ``f`` that a packed register tile copies as
     its row block (BLIS's ``mc x kc`` block of A): indexed by the reduction Var ``k`` and the
     row Var ``row`` (``row_var``), not by the vector Var; stored with ``k`` last, so the block's
     rows are contiguous (``A[i, k]`` as it is; covariance's ``d[k, i]`` transposed); with the
     reduction ``split`` into blocks and a tile of ``rows`` rows (more than one), in panels of
-    them where ``A_PANELS`` (BLIS's micro-panels of A: the tile's rows adjacent for each ``k``).
+    them where ``A_PANELS`` says (BLIS's micro-panels of A: the tile's rows adjacent for each
+    ``k``; by default where ``cpu``'s ``a_panels`` is set, this machine's model if None).
     Not ``split``, or one of ``panels`` column panels: transposed ones only (row_block_reads)."""
-    return row_block_reads(f, row, split, rows if split and A_PANELS else 1, panels)
+    whole = A_PANELS == 1 or A_PANELS == -1 and (cpu or cpu_model()).a_panels
+    return row_block_reads(f, row, split, rows if split and whole else 1, panels)
 
 
 def row_block(tiles: int, rows: int, mc: int, threads: int,
@@ -818,7 +821,8 @@ def _packed_tile(s: Schedule, f: Func, extents: BoundExtents, lanes: int,
     prefetch = PREFETCH_TILE == 1 or PREFETCH_TILE == 2 and lanes * size <= 32 or \
         PREFETCH_TILE == 3 and (rows_straddle_lines(f, i, ext, cpu.l1.line)
                                 or short_reduction(min(kc, ext[k]), lanes * size))
-    blocks = row_operands(f, i, split=kc < ext[k], rows=rows, panels=-(-ext[x] // width))
+    blocks = row_operands(f, i, split=kc < ext[k], rows=rows, panels=-(-ext[x] // width),
+                          cpu=cpu)
     group = few_rows.copy_panels(ext[x], width, width * size, num_threads(), MIN_BALANCE)
     copy = packer(f, extents, cpu.l2.size, width * group if few else width)  # (B's rows)
     in_parallel = few_rows.in_parallel(f, extents, lanes, num_threads())  # (few rows' panels)

@@ -558,16 +558,18 @@ class SearchSpace:
             # block at the row block loop
             split = rvars[0] in factor
             blocks = row_operands(f, row, split=split,
-                                  rows=factor[row] if tile_rows is not None else 1,
-                                  panels=self._panels(f, factor))
+                                  rows=factor.get(row, 1),
+                                  panels=self._panels(f, factor),
+                                  cpu=cpu_model(self.target))
             panels = packed_operands(f, factor[args[-1]])
             copies = copy(s, stage, [*panels, *blocks], [outer_r[0] if split else batch[-1]]
                           * len(panels) + [outer_of[row]] * len(blocks))
         elif order == "packed" and group:
             # the row block at the k block loop (at the row block loop: the whole reduction)
             blocks = row_operands(f, row, split=rvars[0] in factor,
-                                  rows=factor[row] if tile_rows is not None else 1,
-                                  panels=self._panels(f, factor))
+                                  rows=factor.get(row, 1),
+                                  panels=self._panels(f, factor),
+                                  cpu=cpu_model(self.target))
             at = outer_r[0] if rvars[0] in factor else outer_of[row]
             copy(s, stage, [*packed, *blocks], [outer_of[args[-1]]] * len(packed)
                  + [at] * len(blocks))

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from algorithms import AVX512, described_target, gemm
+from algorithms import AVX512, described_target, gemm, runnable
 
 import tensorlang as tl
 from tensorlang.autotuner import cpu_model as cm
@@ -396,6 +396,27 @@ def test_packed_reads_of_one_array_match_numpy(form, size, panels, monkeypatch):
     np.testing.assert_allclose(tl.compile(out, s)(**args), want, rtol=1e-10)
 
 
+@pytest.mark.parametrize("dtype", [tl.float32, tl.float64])
+def test_zen3_copies_a_in_micro_panels_of_its_tile_rows_and_zen4_does_not(dtype, monkeypatch):
+    # CpuModel.a_panels (heuristic.A_PANELS = -1: the CPU's): Zen 3's 6-row tiles read A's row
+    # block from panels of 6 rows; Zen 4's from the block as it is. Its kernel against NumPy on
+    # sizes no tile divides (the copy's last panel padded)
+    monkeypatch.setenv("TENSORLANG_NUM_THREADS", "2")
+    sizes = {"M": 1024, "N": 1024, "K": 1024}
+    zen3 = heuristic_schedule(gemm(dtype), sizes, _target("znver3")).to_python()
+    rows = _row_split(zen3)[0]
+    assert re.search(rf"cache_read\('A', s\[\"C\"\], '[\w.]+', index=0, panel=\(0, {rows}\)\)",
+                     zen3), zen3
+    zen4 = heuristic_schedule(gemm(dtype), sizes, _target("znver4")).to_python()
+    assert "cache_read('A'" in zen4 and "panel=(0," not in zen4, zen4
+    C, rng = gemm(dtype), np.random.default_rng(7)
+    s = heuristic_schedule(C, {"M": 211, "N": 97, "K": 601}, _target("znver3"))
+    assert "panel=(0, " in s.to_python(), s.to_python()
+    a, b = rng.random((211, 601)).astype(dtype.numpy), rng.random((601, 97)).astype(dtype.numpy)
+    got = tl.compile(C, s, target=runnable(_target("znver3")))(a, b)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4 if dtype == tl.float32 else 1e-10)
+
+
 def test_one_thread_packs_a_single_row_block(monkeypatch):
     # on one thread a row block of all the rows (the model's mc at least M) is still BLIS's
     # nest: packing, not parallelism, is what it gains (an AVX-512 Xeon's 2 MiB of L2 gave one
@@ -460,8 +481,9 @@ def test_many_row_blocks_a_thread_take_blis_order_and_stay_a_point(threads, monk
     # haswell's 256 KiB L2 gives 85-row blocks: twelve over 1024 rows, each copying all of
     # B's panels again in the rule's own order; from BLIS_ORDER_BLOCKS times the blocks a
     # thread asked for, the rule runs BLIS's order (B copied once per kc block). An AVX-512
-    # Xeon's 2 MiB L2 gives two blocks on one thread: its order stays. Either is a point of the search space (its
-    # ``blis`` decision), and random points in BLIS's order compute what NumPy computes
+    # Xeon's 2 MiB L2 gives two blocks on one thread: its order stays. Either is a point of the
+    # search space (its ``blis`` decision), and random points in BLIS's order compute what NumPy
+    # computes
     import optuna
 
     from tensorlang.autotuner.space import SearchSpace
