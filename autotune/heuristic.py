@@ -257,6 +257,10 @@ MAX_RECOMPUTE = 2.0
 #: every row pays the vector loop's start and its tail (PolyBench heat-3d's 18- and 38-point
 #: rows; docs/rule-based-schedule.md)
 UPDATE_MIN_VECTORS = 8
+#: ... and the fewest bytes (``update_stage``): 8 vectors of AVX-512, 16 of AVX2, so heat-3d's
+#: 38-point float64 rows are left to LLVM on AVX2 too, where four lanes made 9.5 vectors and the
+#: explicit vector loop ran slower than the default schedule (docs/rule-based-schedule.md)
+UPDATE_MIN_BYTES = 512
 #: the fewest points of a parallel region that a serial loop around it starts again and again
 #: (an update's sweep inside its time loop): every start waits for all threads, and on a
 #: machine whose other cores are sometimes busy one late thread delays each of them
@@ -968,13 +972,16 @@ def update_parallel_loops(s: Schedule, f: Func, number: int, extents: BoundExten
 
 def update_stage(s: Schedule, f: Func, number: int, vector: bool, parallel: str | None,
                   extents: BoundExtents, lanes: int) -> None:
-    """Update ``number`` of ``f`` with its innermost loop vectorized (``vector``) and loop
-    ``parallel`` in parallel; the legality check refuses what the update's dependences forbid."""
+    """Update ``number`` of ``f`` with its innermost loop vectorized (``vector``: where it
+    spans ``UPDATE_MIN_VECTORS`` vectors and ``UPDATE_MIN_BYTES`` bytes, else ``ScheduleError``)
+    and loop ``parallel`` in parallel; the legality check refuses what the update's dependences
+    forbid."""
     st = s[f].update(number)
     name = f"{f.name}.update({number})"
     inner = st.loops[-1].name
     if vector:
-        if extents.extent(name, inner) < UPDATE_MIN_VECTORS * lanes:
+        points = extents.extent(name, inner)
+        if points < UPDATE_MIN_VECTORS * lanes or points * f.dtype.itemsize < UPDATE_MIN_BYTES:
             raise ScheduleError(f"{name}: innermost loop too short to vectorize")
         st.vectorize(inner, lanes, tail="GuardWithIf")
     if parallel is not None:
