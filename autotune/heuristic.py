@@ -59,13 +59,13 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   row and a column sum of one large matrix take one pass (``one_pass``: bicg, mvt, atax);
 - an update definition (scans, in-place sweeps, time-stepped stencils over an RDom with a time
   dimension) keeps its loop order; its innermost loop is vectorized (when it spans at least
-  ``UPDATE_MIN_VECTORS`` vectors; LLVM's vectorizer gets a shorter one) and its outermost
-  loop that runs at least ``MIN_PARALLEL_POINTS`` points per parallel region (a region a time
-  loop starts on every step: ``MIN_REPEATED_PARALLEL_POINTS``) runs in parallel, each only
-  where the dependence analysis proves it (a scan's ``r.x`` is neither; a Jacobi step's rows
-  inside its time loop are both); a scan whose contiguous pure Var is outside its reduction
-  loops (a column scan) is first tried as chunks of that Var in parallel, the reduction loops
-  inside, the chunk's vectors innermost (``scan_stage``).
+  ``UPDATE_MIN_VECTORS`` vectors and ``UPDATE_MIN_BYTES``; LLVM gets a shorter one) and its
+  outermost loop that runs at least ``MIN_PARALLEL_POINTS`` points per parallel region (a
+  region a time loop starts on every step: ``MIN_REPEATED_PARALLEL_POINTS``) runs in parallel,
+  each only where the dependence analysis proves it (a scan's ``r.x`` is neither; a Jacobi
+  step's rows inside its time loop are both); a scan whose contiguous pure Var is outside its
+  reduction loops (a column scan) is first tried as chunks of that Var in parallel, the
+  reduction loops inside, the chunk's vectors innermost (``scan_stage``).
 
 Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
 vectorize + parallel, then only parallel, then nothing) and keeps the first variant the legality
