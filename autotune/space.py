@@ -102,9 +102,9 @@ Func computed at root or at a consumer loop):
   does) or not.
   An update left in its order as written, of a Func at root, takes ``<F>.update<i>.form``
   where the legality check proves one of the rule-based schedule's forms at that order: its
-  innermost loop vectorized and/or one of ``heuristic.update_parallel_loops`` in parallel
+  innermost loop vectorized and/or one of ``update_rules.update_parallel_loops`` in parallel
   (``vector``, ``vector+parallel:<loop>``, ``parallel:<loop>``: PolyBench jacobi's and
-  fdtd-2d's sweeps), or ``scan`` (``heuristic.scan_stage``: deriche's column filters), or
+  fdtd-2d's sweeps), or ``scan`` (``update_rules.scan_stage``: deriche's column filters), or
   ``none``; without a form, ``<F>.update<i>.parallel`` runs its outermost pure
   loop in parallel when it has one; ``<F>.update<i>.atomic`` marks the update ``atomic()``
   (an innermost loop accumulating into one cell runs as a reduction in a register:
@@ -150,11 +150,10 @@ from tensorlang.schedule.trace import TailStrategy
 
 from .cpu_model import cpu_model, tile_accumulators
 from .few_rows import short_batch
-from .heuristic import (MAX_KC, MIN_BALANCE, UPDATE_MIN_VECTORS, Packed, accumulator_rows,
-                        accumulators, block_threads, blocks_per_thread, fuse_siblings, lanes,
-                        least_block_rows, packed_blocking, packed_operand, packed_operands,
-                        panel_dim, row_block, row_operands, row_var, scan_stage,
-                        shifted_row_block, update_parallel_loops, update_stage)
+from .heuristic import (MAX_KC, MIN_BALANCE, Packed, accumulator_rows, accumulators,
+                        block_threads, blocks_per_thread, fuse_siblings, lanes, least_block_rows,
+                        packed_blocking, packed_operand, packed_operands, panel_dim, row_block,
+                        row_operands, row_var, shifted_row_block)
 from .one_pass import one_pass
 from .packed_reads import packer
 from .rfactor_rules import (RFACTOR_CHUNKS_PER_THREAD, ROW_VECTORS, rfactor_chunks,
@@ -165,6 +164,7 @@ from .split_choices import (MAX_FACTOR, even_kc_choices,  # noqa: F401
 from .stream_rules import column_rows, column_rows_possible, matrix_read
 from .update_order import (contiguous_innermost, jam, jam_block, jam_rows, jam_tile,
                            update_row_block)
+from .update_rules import UPDATE_MIN_VECTORS, scan_stage, update_parallel_loops, update_stage
 from .vector_width import narrow_kernel, stage_lanes
 from .workloads import BoundExtents
 
@@ -340,8 +340,8 @@ class SearchSpace:
 
     def _update_forms(self, f: Func, number: int) -> list[str]:
         """The rule-based schedule's forms of update ``number`` of ``f`` in the order as
-        written that the legality check proves (``heuristic.update_stage``: ``vector``,
-        ``vector+parallel:<loop>``, ``parallel:<loop>``; ``heuristic.scan_stage``: ``scan``),
+        written that the legality check proves (``update_rules.update_stage``: ``vector``,
+        ``vector+parallel:<loop>``, ``parallel:<loop>``; ``update_rules.scan_stage``: ``scan``),
         the Func at root (decided once per update)."""
         key = (f.name, number)
         if key not in self._forms:

@@ -18,7 +18,7 @@ row or more; a read in a ``where`` branch taken at one value of ``v`` (lu's pivo
 at ``k == j``) does not count. If the innermost loop has such accesses, the innermost other
 reduction loop that has none, indexes some access's last dimension and runs at least
 ``UPDATE_MIN_VECTORS`` vectors moves innermost, the other loops keeping their order. A pure Var
-is not moved: a scan along a column is ``heuristic.scan_stage``'s (chunks of columns in
+is not moved: a scan along a column is ``update_rules.scan_stage``'s (chunks of columns in
 parallel).
 
 ``jam_rows``: an update whose innermost loop accumulates into one cell along contiguous rows

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 from collections.abc import Iterator
 
 from tensorlang.autotuner.measure import median_seconds
@@ -17,32 +18,56 @@ __all__ = ["cpu_name", "median_seconds", "numpy_blas", "print_vs_numpy", "rule_s
 @contextlib.contextmanager
 def rule_settings(settings: str) -> Iterator[None]:
     """Set module constants while the block runs, then restore them: ``NAME=VALUE`` joined by
-    ``+``; ``NAME`` is ``tensorlang.autotuner.heuristic``'s, ``MODULE.NAME`` another module's of
-    ``tensorlang.autotuner`` (``cpu_model.MAX_ACCUMULATORS=24``) and a ``MODULE`` starting with
-    ``tensorlang.`` that module (``tensorlang.schedule.promote.MAX_TILE_ELEMENTS=512``); VALUE is
-    converted to the constant's type (a tuple's items separated by commas:
-    ``update_order.JAM_TILE=8,1``).
+    ``+``; ``NAME`` is ``tensorlang.autotuner.heuristic``'s (or, where it has none, the one
+    module of ``tensorlang.autotuner`` that has it: ``update_rules``'s ``UPDATE_MIN_BYTES``),
+    ``MODULE.NAME`` another module's of ``tensorlang.autotuner`` (``cpu_model.MAX_ACCUMULATORS=24``)
+    and a ``MODULE`` starting with ``tensorlang.`` that module
+    (``tensorlang.schedule.promote.MAX_TILE_ELEMENTS=512``). A rules module's constant is set
+    in every module of ``tensorlang.autotuner`` that imported it too (``heuristic`` imports
+    ``update_rules``'s ``UPDATE_MIN_VECTORS``, ``rfactor_rules``'s ``MIN_PARALLEL_POINTS``), so
+    each rule reads the new value. VALUE is converted to the constant's type (a tuple's items
+    separated by commas: ``update_order.JAM_TILE=8,1``).
 
     Raises:
-        AttributeError: a constant that does not exist (a misspelt name sets nothing).
+        AttributeError: a constant that does not exist (a misspelt name sets nothing), or a
+            bare NAME that several modules other than ``heuristic`` define differently.
     """
     sets = dict(a.split("=", 1) for a in settings.split("+") if a)
-    where = {}
-    for n in sets:
-        mod, _, attr = n.rpartition(".")
-        if not mod.startswith("tensorlang."):
-            mod = "tensorlang.autotuner." + (mod or "heuristic")
-        where[n] = (importlib.import_module(mod), attr)
-    keep = {n: getattr(*where[n]) for n in sets}
+    where = {n: _places(n) for n in sets}
+    keep = {n: getattr(*where[n][0]) for n in sets}
     try:
         for n, value in sets.items():
             old = keep[n]
-            setattr(*where[n], tuple(type(old[0])(v) for v in value.split(",") if v)
-                    if isinstance(old, tuple) and old else type(old)(value))
+            new = tuple(type(old[0])(v) for v in value.split(",") if v) \
+                if isinstance(old, tuple) and old else type(old)(value)
+            for place in where[n]:
+                setattr(*place, new)
         yield
     finally:
         for n, value in keep.items():
-            setattr(*where[n], value)
+            for place in where[n]:
+                setattr(*place, value)
+
+
+def _places(name: str) -> list[tuple[object, str]]:
+    """(module, attribute) pairs that ``rule_settings`` sets for ``name``: the constant's own
+    module first, then every loaded module of ``tensorlang.autotuner`` holding the same object
+    under that name (its ``from ... import`` copies)."""
+    mod, _, attr = name.rpartition(".")
+    if mod.startswith("tensorlang."):
+        return [(importlib.import_module(mod), attr)]
+    home = importlib.import_module("tensorlang.autotuner." + (mod or "heuristic"))
+    rules = [m for n, m in sorted(sys.modules.items())
+             if n.startswith("tensorlang.autotuner.") and m is not None and hasattr(m, attr)]
+    if not mod and not hasattr(home, attr):
+        owners = {id(getattr(m, attr)): m for m in rules}
+        if len(owners) > 1:
+            raise AttributeError(f"{attr} is defined differently in "
+                                 f"{', '.join(m.__name__ for m in rules)}: name the module")
+        home = next(iter(owners.values()), home)
+    value = getattr(home, attr)  # (AttributeError: no such constant)
+    return [(home, attr)] + [(m, attr) for m in rules if m is not home
+                             and getattr(m, attr) is value]
 
 
 def table(rows: list[tuple], head: tuple[str, ...]) -> str:

@@ -108,11 +108,9 @@ def test_a_time_step_region_needs_more_work_to_run_in_parallel():
     # heat-3d's sweep starts a parallel region on every time step: at PolyBench's MEDIUM size
     # (38^3 points a sweep, between the two thresholds) it runs serially, at 70^3 in parallel
     from polybench.kernels import KERNELS
-    from tensorlang.autotuner.heuristic import (
-        MIN_PARALLEL_POINTS,
-        MIN_REPEATED_PARALLEL_POINTS,
-        update_parallel_loops,
-    )
+    from tensorlang.autotuner.heuristic import MIN_PARALLEL_POINTS
+    from tensorlang.autotuner.update_rules import (MIN_REPEATED_PARALLEL_POINTS,
+                                                   update_parallel_loops)
     from tensorlang.autotuner.workloads import BoundExtents
     from tensorlang.schedule import Schedule
 
@@ -148,6 +146,14 @@ def test_an_update_row_shorter_than_512_bytes_is_left_to_llvm_on_avx2_too():
         for n in (40, 70):
             text = heuristic_schedule(h, {"N": n, "T": 3}, target).to_python()
             assert ("update(0).vectorize('r_x'" in text) == (n == 70), (cpu, n, text)
+    # the A/B switch of docs/rule-based-schedule.md (``--against UPDATE_MIN_BYTES=0``) reaches
+    # the rule, in update_rules, and is undone after its block
+    from common import rule_settings
+
+    haswell = {"N": 40, "T": 3}, described_target("haswell")
+    with rule_settings("UPDATE_MIN_BYTES=0"):
+        assert "update(0).vectorize('r_x', 4)" in heuristic_schedule(h, *haswell).to_python()
+    assert "update(0).vectorize" not in heuristic_schedule(h, *haswell).to_python()
     sizes = {"N": 71, "T": 2}  # (rows of 69: 17 vectors of AVX2 and one lane under a mask)
     arrays = kern.inputs(sizes, np.random.default_rng(1))
     target = described_target("haswell")
