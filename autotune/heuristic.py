@@ -65,7 +65,7 @@ TVM/Ansor's multi-level tiling sketch, Zheng et al. OSDI 2020):
   each only where the dependence analysis proves it (a scan's ``r.x`` is neither; a Jacobi
   step's rows inside its time loop are both); a scan whose contiguous pure Var is outside its
   reduction loops (a column scan) is first tried as chunks of that Var in parallel, the
-  reduction loops inside, the chunk's vectors innermost (``scan_stage``).
+  reduction loops inside, the chunk's vectors innermost (``scan_stage``; all in ``update_rules``).
 
 Each stage tries these in decreasing ambition (full, then without ShiftInwards tails, then only
 vectorize + parallel, then only parallel, then nothing) and keeps the first variant the legality
