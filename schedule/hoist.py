@@ -40,13 +40,41 @@ def _bound_inside(s: Stmt) -> set[str]:
     return {st.var for st in walk_stmts(s) if isinstance(st, (For, LetStmt))}
 
 
-def _candidates(e: Expr, inner: set[str], out: list[Expr], memo: dict) -> None:
-    """Collect the maximal hoistable subexpressions of ``e``."""
+def _candidates(e: Expr, inner: set[str], out: list[Expr], memo: dict, path: set[int]
+                ) -> bool:
+    """Collect the maximal hoistable subexpressions of ``e`` into ``out``; add to ``path`` the
+    identity of every node above one (the nodes ``_rewrite`` has to rebuild). Whether one was
+    found in ``e``."""
     if _hoistable(e, inner, memo):
         out.append(e)
-        return
+        return True
+    found = False
+    for n in _children(e, memo):
+        found = _candidates(n, inner, out, memo, path) or found
+    if found:
+        path.add(id(e))
+    return found
+
+
+def _children(e: Expr, memo: dict) -> tuple[Expr, ...]:
+    """``children(e)``, memoized per node as ``_reads`` is (every loop of a nest walks the
+    expressions of its body again)."""
+    hit = memo.get(("children", id(e)))
+    if hit is None:
+        hit = memo[("children", id(e))] = (e, children(e))
+    return hit[1]
+
+
+def _mark(e: Expr, table: dict[tuple, Var], path: set[int]) -> bool:
+    """Add to ``path`` the nodes of ``e`` above (or at) one equal to a hoisted expression: for
+    the expressions the candidates are not collected from (a folded initialisation's
+    conditions), which are rewritten all the same. Whether ``e`` has one."""
+    found = e.key in table
     for n in children(e):
-        _candidates(n, inner, out, memo)
+        found = _mark(n, table, path) or found
+    if found:
+        path.add(id(e))
+    return found
 
 
 def _reads(e: Expr, memo: dict) -> tuple[frozenset[str], bool]:
@@ -62,7 +90,7 @@ def _reads(e: Expr, memo: dict) -> tuple[frozenset[str], bool]:
     else:
         names: set[str] = set()
         loads = isinstance(e, Load)
-        for c in children(e):
+        for c in _children(e, memo):
             n, ld = _reads(c, memo)
             names |= n
             loads = loads or ld
@@ -94,18 +122,21 @@ def _exprs_of(s: Stmt) -> list[Expr]:
     return []
 
 
-def _rewrite(s: Stmt, table: dict[tuple, Var]) -> Stmt:
+def _rewrite(s: Stmt, table: dict[tuple, Var], path: set[int]) -> Stmt:
+    """``s`` with each expression equal to one in ``table`` replaced by its variable; only the
+    nodes on ``path`` (those above one) are rebuilt, the others are kept as they are."""
     def fe(e: Expr) -> Expr:
         v = table.get(e.key)
         if v is not None:
             return v
+        if id(e) not in path:
+            return e
         return map_children(e, fe)
 
     def fs(st: Stmt) -> Stmt:
         return map_stmt_and_bounds(st, fs, fe)
 
     return fs(s)
-
 
 
 def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
@@ -117,9 +148,10 @@ def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
     def hoist(s: For) -> Stmt:
         inner = _bound_inside(s)
         found: list[Expr] = []
+        path: set[int] = set()
         for st in walk_stmts(s.body):
             for e in _exprs_of(st):
-                _candidates(e, inner, found, memo)
+                _candidates(e, inner, found, memo, path)
         table: dict[tuple, Var] = {}
         lets: list[tuple[str, Expr]] = []
         for e in found:
@@ -127,7 +159,12 @@ def hoist_invariants(f: LoweredFunc) -> LoweredFunc:
                 v = Var(next(names))
                 table[e.key] = v
                 lets.append((v.name, e))
-        body = _rewrite(s.body, table) if table else s.body
+        if table:
+            for st in walk_stmts(s.body):
+                if isinstance(st, Store) and st.initial is not None:
+                    for c in st.initial[0]:
+                        _mark(c, table, path)
+        body = _rewrite(s.body, table, path) if table else s.body
         out: Stmt = dataclasses.replace(s, body=visit(body, False))
         for name, e in reversed(lets):
             out = LetStmt(name, e, out)
