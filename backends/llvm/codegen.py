@@ -85,6 +85,9 @@ class CodeGen(ExpressionGen, VectorMathGen, MemoryGen, LoopGen, ParallelGen):
         #: and the LLVM values its Vars are bound to: 25 taps of a 5x5 stencil share one base
         self._cse: dict[tuple, ir.Value] | None = None
         self._var_names_memo: dict[tuple, tuple[str, ...]] = {}
+        #: integer arithmetic already emitted, by operation, operands and basic block
+        #: (``ExpressionGen.int_op``)
+        self._int_ops: dict[tuple, tuple] = {}
         self.vec: tuple[str, int] | None = None  # (loop variable, lanes) of an explicit vector loop
         #: the live lanes (<lanes x i1>) of a masked vector loop's chunk; None: all
         self.mask: ir.Value | None = None

@@ -15,6 +15,26 @@ from tensorlang.expr import BinOp, Call, Cast, Cmp, Const, Expr, Not, Select, Si
 from .types import F16, FLOAT_FLAGS, I1, I16, I32, I64, value_type
 
 
+def int_constant(v: ir.Value) -> int | None:
+    """The value of ``v`` where it is a scalar integer constant, else None."""
+    if isinstance(v, ir.Constant) and isinstance(v.type, ir.IntType) and \
+            type(v.constant) is int:
+        return v.constant
+    return None
+
+
+def value_key(v: ir.Value | None) -> object:
+    """A key that tells LLVM values apart: a constant by its type and value (two equal
+    constants are two Python objects, and a dropped one's ``id`` may be reused), anything else
+    by identity (an instruction or argument lives as long as its module)."""
+    c = int_constant(v) if v is not None else None
+    return id(v) if c is None else (v.type.width, c)
+
+
+def _wrapped(value: int, bits: int) -> int:
+    """``value`` as a two's-complement integer of ``bits`` bits (LLVM's wrapping arithmetic)."""
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >> (bits - 1) else value
 
 
 class ExpressionGen:
@@ -54,6 +74,39 @@ class ExpressionGen:
                             [a.type for a in args] + [e.type for e in extra])
         return (builder or self.builder).call(fn, [*args, *extra])
 
+    def int_op(self, op: str, x: ir.Value, y: ir.Value, flags: tuple = ()) -> ir.Value:
+        """``x op y`` for ``op`` in add, sub, mul on two scalar integers of one type: computed
+        here where both are constants, the operand itself where the other is the identity (0
+        for add and sub, 1 for mul; 0 for a product with 0), and emitted once per basic block
+        for the same operands (common-subexpression elimination: an unrolled register tile's
+        addresses repeat the same index arithmetic). Vectors and other types: emitted as
+        asked. LLVM would fold and share these too; emitting less of it saves our Python and
+        LLVM's passes the work."""
+        t = x.type
+        if not isinstance(t, ir.IntType) or t.width < 8 or y.type != t:
+            return getattr(self.builder, op)(x, y, flags=list(flags))
+        cx, cy = int_constant(x), int_constant(y)
+        if cx is not None and cy is not None:
+            r = cx + cy if op == "add" else cx - cy if op == "sub" else cx * cy
+            return ir.Constant(t, _wrapped(r, t.width))
+        if op == "add" and cx == 0:
+            return y
+        if op in ("add", "sub") and cy == 0:
+            return x
+        if op == "mul":
+            if cx == 1 or cy == 1:
+                return y if cx == 1 else x
+            if cx == 0 or cy == 0:
+                return ir.Constant(t, 0)
+        block = self.builder.block
+        key = (op, tuple(flags), value_key(x), value_key(y), id(block))
+        hit = self._int_ops.get(key)
+        if hit is not None:
+            return hit[0]
+        v = getattr(self.builder, op)(x, y, flags=list(flags))
+        self._int_ops[key] = (v, x, y, block)  # (the operands and block kept alive: ids stay)
+        return v
+
     def fop(self, op: str, a: ir.Value, b: ir.Value, flags: tuple = FLOAT_FLAGS) -> ir.Value:
         inst = getattr(self.builder, op)(a, b)
         inst.flags.extend(flags)
@@ -78,7 +131,7 @@ class ExpressionGen:
             if names is None:
                 names = tuple(sorted({n.name for n in walk(e) if isinstance(n, Var)}))
                 self._var_names_memo[e.key] = names
-            key = (e.key, self.lane0, self.vec, tuple(id(self.vars.get(n)) for n in names))
+            key = (e.key, self.lane0, self.vec, tuple(value_key(self.vars.get(n)) for n in names))
             v = self._cse.get(key)
             if v is None:
                 v = self._cse[key] = self._expr(e)
@@ -209,12 +262,8 @@ class ExpressionGen:
             if op in ("or", "min"):
                 return b.or_(x, y) if op == "or" else b.and_(x, y)
         else:
-            if op == "add":
-                return b.add(x, y)
-            if op == "sub":
-                return b.sub(x, y)
-            if op == "mul":
-                return b.mul(x, y)
+            if op in ("add", "sub", "mul"):
+                return self.int_op(op, x, y)
             if op in ("max", "min"):
                 u = "u" if d.is_unsigned else "s"
                 return self.call_intrinsic(f"{u}max" if op == "max" else f"{u}min", x, y)

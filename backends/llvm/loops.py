@@ -117,7 +117,7 @@ class LoopGen:
             # whole native vectors, then a tail of descending powers of two (56 float32 lanes on
             # AVX-512: 16 + 16 + 16 + 8), so no chunk is an odd-width vector LLVM must widen
             width = min(native, 1 << ((lanes - start).bit_length() - 1))
-            self._vbase = base if start == 0 else b.add(base, ir.Constant(I64, start))
+            self._vbase = base if start == 0 else self.int_op("add", base, ir.Constant(I64, start))
             self.vars[s.var] = self._vbase
             left = lanes - start
             if live is None and width < left < native \
@@ -295,7 +295,7 @@ class LoopGen:
         lo = self.expr(s.min)
         outer = self.vars.get(s.var)
         for k in range(n):
-            self.vars[s.var] = self.builder.add(lo, ir.Constant(I64, k))
+            self.vars[s.var] = self.int_op("add", lo, ir.Constant(I64, k))
             self.stmt(s.body)
         if outer is None:
             self.vars.pop(s.var, None)  # (none bound when the loop has no iteration)

@@ -57,27 +57,26 @@ class MemoryGen:
         if fused is not None:
             return b.gep(self.ptrs[name], [self.expr(fused)], inbounds=True)
         if read and (name, indices[:-1]) in self.row_keys:
-            row = b.gep(self.ptrs[name], [b.mul(self._flat(indices[:-1], buf),
-                                                self.expr(buf.extents[-1]), flags=["nsw"])],
+            row = b.gep(self.ptrs[name], [self.int_op("mul", self._flat(indices[:-1], buf),
+                                                      self.expr(buf.extents[-1]), ("nsw",))],
                         inbounds=True)
             barrier = ir.InlineAsm(ir.FunctionType(row.type, [row.type]), "", "=r,0",
                                    side_effect=False)
             row = b.call(barrier, [row], attrs=("nounwind", "readnone"))
-            last = b.sub(self.expr(indices[-1]), self.expr(buf.mins[-1]), flags=["nsw"])
+            last = self.int_op("sub", self.expr(indices[-1]), self.expr(buf.mins[-1]), ("nsw",))
             return b.gep(row, [last], inbounds=True)
         return b.gep(self.ptrs[name], [self._flat(indices, buf)], inbounds=True)
 
     def _flat(self, indices: tuple[Expr, ...], buf: Buffer) -> ir.Value:
         """Row-major offset of ``indices`` in ``buf`` (elements, from its mins)."""
-        b = self.builder
         flat: ir.Value | None = None
         for d, (ix, lo) in enumerate(zip(indices, buf.mins)):
-            rel = b.sub(self.expr(ix), self.expr(lo), flags=["nsw"])
+            rel = self.int_op("sub", self.expr(ix), self.expr(lo), ("nsw",))
             if flat is None:
                 flat = rel
             else:
-                flat = b.add(b.mul(flat, self.expr(buf.extents[d]), flags=["nsw"]), rel,
-                             flags=["nsw"])
+                flat = self.int_op("add", self.int_op("mul", flat, self.expr(buf.extents[d]),
+                                                      ("nsw",)), rel, ("nsw",))
         return ir.Constant(I64, 0) if flat is None else flat
 
     def _pattern(self, indices: tuple[Expr, ...]) -> str:
@@ -101,8 +100,8 @@ class MemoryGen:
     def _lane(self, lane: int) -> None:
         var, _ = self.vec  # type: ignore[misc]
         self.lane0 = True
-        self.vars[var] = self._vbase if lane == 0 else self.builder.add(
-            self._vbase, ir.Constant(I64, lane))
+        self.vars[var] = self._vbase if lane == 0 else self.int_op(
+            "add", self._vbase, ir.Constant(I64, lane))
 
     def _end_lane(self) -> None:
         self.lane0 = False
