@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 
-import ml_dtypes
 import numpy as np
 
 from .errors import DefinitionError
@@ -36,13 +35,15 @@ class DType(enum.Enum):
 
     @property
     def numpy(self) -> np.dtype:
-        if self is DType.bfloat16:
+        if self is DType.bfloat16:  # (imported here: ml_dtypes is slow to import)
+            import ml_dtypes
+
             return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(self.value)
 
     @property
     def itemsize(self) -> int:
-        return self.numpy.itemsize
+        return 2 if self is DType.bfloat16 else self.numpy.itemsize
 
     @property
     def is_float(self) -> bool:
@@ -95,6 +96,8 @@ def as_dtype(value: object) -> DType:
     """
     if isinstance(value, DType):
         return value
+    if isinstance(value, str) and value in _BY_NAME:  # ('bfloat16' without ml_dtypes loaded)
+        return _BY_NAME[value]
     try:
         name = np.dtype(value).name  # type: ignore[arg-type]
     except TypeError as exc:
@@ -103,6 +106,9 @@ def as_dtype(value: object) -> DType:
         if d.value == name:
             return d
     raise DefinitionError(f"unsupported dtype {name}; tensorlang supports {_names()}")
+
+
+_BY_NAME = {d.value: d for d in DType}
 
 
 def _names() -> str:
