@@ -47,23 +47,22 @@ class DType(enum.Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.float16, DType.bfloat16, DType.float32, DType.float64)
+        return self._value_ in _FLOATS
 
     @property
     def is_int(self) -> bool:
         """Signed or unsigned integer (not bool)."""
-        return self in (DType.int8, DType.int16, DType.int32, DType.int64, DType.uint8,
-                        DType.uint16)
+        return self._value_ in _INTS
 
     @property
     def is_unsigned(self) -> bool:
-        return self in (DType.uint8, DType.uint16)
+        return self._value_ in _UNSIGNED
 
     @property
     def is_half(self) -> bool:
         """A 16-bit float (float16, bfloat16): computed in float32, rounded after each
         operation."""
-        return self in (DType.float16, DType.bfloat16)
+        return self._value_ in _HALVES
 
     @property
     def is_bool(self) -> bool:
@@ -74,6 +73,13 @@ class DType(enum.Enum):
 
     __str__ = __repr__
 
+
+#: the kinds' members by value (a set of strings: the properties above are asked millions of
+#: times in a lowering, and an Enum member hashes in Python)
+_INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16"})
+_FLOATS = frozenset({"float16", "bfloat16", "float32", "float64"})
+_UNSIGNED = frozenset({"uint8", "uint16"})
+_HALVES = frozenset({"float16", "bfloat16"})
 
 bool_ = DType.bool_
 int8 = DType.int8

@@ -483,15 +483,20 @@ def _rebuilt_fields(cls: type) -> tuple[str, ...]:
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
-    """The direct sub-expressions of ``e``, in field order."""
-    out: list[Expr] = []
-    for name in _compared_fields(type(e)):
-        v = getattr(e, name)
-        if isinstance(v, Expr):
-            out.append(v)
-        elif isinstance(v, tuple):
-            out.extend(c for c in v if isinstance(c, Expr))
-    return tuple(out)
+    """The direct sub-expressions of ``e``, in field order (found once per node and kept on it,
+    as ``key`` is: nodes are immutable, and every pass of the lowering walks them again)."""
+    d = e.__dict__
+    kids = d.get("_children")
+    if kids is None:
+        out: list[Expr] = []
+        for name in _compared_fields(type(e)):
+            v = getattr(e, name)
+            if isinstance(v, Expr):
+                out.append(v)
+            elif isinstance(v, tuple):
+                out.extend(c for c in v if isinstance(c, Expr))
+        kids = d["_children"] = tuple(out)
+    return kids
 
 
 def walk(e: Expr) -> Iterator[Expr]:
@@ -505,6 +510,8 @@ def walk(e: Expr) -> Iterator[Expr]:
 
 def map_children(e: Expr, fn: Callable[[Expr], Expr]) -> Expr:
     """Rebuild ``e`` with ``fn`` applied to each direct child; returns ``e`` itself if unchanged."""
+    if not children(e):  # (a leaf: a variable, size or constant)
+        return e
     changes: dict[str, Any] = {}
     for name in _rebuilt_fields(type(e)):
         v = getattr(e, name)
