@@ -55,6 +55,7 @@ strict order only by the rounding of a reassociated sum, as every reduction of t
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable
 
 import islpy as isl
@@ -222,6 +223,31 @@ def _accumulation(value: Expr, cell: Load) -> tuple[str, Expr] | None:
     return None
 
 
+@functools.lru_cache(maxsize=256)
+def _known_set(text: str) -> isl.Set | None:
+    """The isl set of a loop context's facts (None: isl cannot read it, and nothing is proven
+    with it). Parsed once per text: its loop bounds' floors and clamps are most of the parsing,
+    and the rule-based schedule lowers many variants of one nest, so the same contexts."""
+    try:
+        return isl.Set(text)
+    except isl.Error:
+        return None
+
+
+@functools.lru_cache(maxsize=8192)
+def _empty(known: str, query: str | None) -> bool:
+    """Whether the set ``known`` (isl text) meets no point of ``query`` (isl text over the same
+    space; None: no further constraint); False where isl cannot tell. Cached by text: the
+    variants of a nest ask the same questions."""
+    base = _known_set(known)
+    if base is None:
+        return False
+    try:
+        return (base if query is None else base.intersect(isl.Set(query))).is_empty()
+    except isl.Error:
+        return False
+
+
 class LoopContext:
     """What the enclosing loops and lets of a loop say about its variables, as isl
     constraints (sizes are non-negative): the facts the pass proves its rewrites with. A bound
@@ -230,7 +256,6 @@ class LoopContext:
     def __init__(self, context: tuple[Stmt, ...]) -> None:
         self.names: dict[str, str] = {}
         self.known: list[str] = []
-        self._sets: dict[tuple[str, int], isl.Set | None] = {}
         for c in context:
             try:
                 if isinstance(c, For):
@@ -257,25 +282,11 @@ class LoopContext:
 
     def empty(self, dims: list[str], constraints: list[str]) -> bool:
         """Whether no point of ``dims`` (isl names) meets the context and ``constraints``
-        (isl text); False where isl cannot tell.
-
-        The context's set is parsed once per space and context (its loop bounds' floors and
-        clamps are most of the parsing) and intersected with each query's constraints."""
+        (isl text); False where isl cannot tell (``_empty``)."""
         params = ", ".join(v for v in self.names.values() if v not in dims)
         head = f"[{params}] -> {{ [{', '.join(dims)}] : "
-        key = (head, len(self.known))
-        try:
-            if key not in self._sets:
-                self._sets[key] = None  # isl could not read it: nothing is proven with it
-                self._sets[key] = isl.Set(f"{head}{' and '.join(self.known) or 'true'} }}")
-            known = self._sets[key]
-            if known is None:
-                return False
-            if not constraints:
-                return known.is_empty()
-            return known.intersect(isl.Set(f"{head}{' and '.join(constraints)} }}")).is_empty()
-        except isl.Error:
-            return False
+        return _empty(f"{head}{' and '.join(self.known) or 'true'} }}",
+                      f"{head}{' and '.join(constraints)} }}" if constraints else None)
 
     def holds(self, constraint: str, given: tuple[str, ...] = ()) -> bool:
         """Whether ``constraint`` (isl text over known names) holds wherever the context and
