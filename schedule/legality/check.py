@@ -16,6 +16,8 @@ small example values (isl ``lexmin`` + ``sample_point``) only after a failure.
 
 from __future__ import annotations
 
+import copy
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -146,8 +148,31 @@ def _coords(model: StageModel, pt: isl.Point
 GPU_LOOP_NAMES = {ForKind.GPU_BLOCK: "gpu_blocks", ForKind.GPU_THREAD: "gpu_threads"}
 
 
+#: stage verdicts kept per process, by (model, loop structure): the rule-based schedule and the
+#: tuner check many schedules that leave most stages' loops as they were
+CHECKED_STAGES = 4096
+_CHECKED: OrderedDict[tuple, tuple[StageModel, list[Problem]]] = OrderedDict()
+
+
 def check_stage(model: StageModel, st: StageState) -> list[Problem]:
-    """The problems of stage ``st`` under its current loops (empty: proven legal)."""
+    """The problems of stage ``st`` under its current loops (empty: proven legal). The verdict
+    depends only on the model and the stage's loops (their order, kinds and the splits and
+    fuses that made them): an earlier verdict on the same is returned (copies of its
+    problems, which a report annotates)."""
+    key = (id(model), st.func, tuple(st.relations), tuple(st.loops),
+           tuple(st.kinds[leaf] for leaf in st.loops))
+    hit = _CHECKED.get(key)
+    if hit is not None and hit[0] is model:
+        _CHECKED.move_to_end(key)
+        return [copy.copy(p) for p in hit[1]]
+    problems = _check_stage(model, st)
+    _CHECKED[key] = (model, problems)  # (the model kept alive: its id stays its own)
+    if len(_CHECKED) > CHECKED_STAGES:
+        _CHECKED.popitem(last=False)
+    return [copy.copy(p) for p in problems]
+
+
+def _check_stage(model: StageModel, st: StageState) -> list[Problem]:
     T, where = time_map(model, st)
     problems: list[Problem] = []
     n_dims = T.dim(isl.dim_type.out)

@@ -13,6 +13,7 @@ et al., PLDI 2013).
 
 from __future__ import annotations
 
+import functools
 import re
 
 import islpy as isl
@@ -110,24 +111,15 @@ def _verify(producer: str, domain: tuple[tuple[Expr, Expr], ...],
         if not reads_txt:
             return True
         sp = _params(texts)
-        dom_set = isl.Set(f"{sp} -> {{ P[{', '.join(pvars)}] : {' and '.join(dom_c)} }}")
-        reg_set = isl.Set(f"{sp} -> {{ P[{', '.join(pvars)}] : {' and '.join(reg_c)} }}")
-        ctx_set = isl.Set(f"{sp} -> {{ : {' and '.join(ctx) or 'true'} }}")
-        foot = None
-        for tup, cons, body in reads_txt:
-            tile = isl.Set(f"{sp} -> {{ T[{tup}] : {' and '.join(cons) or 'true'} }}")
-            m = isl.Map(f"{sp} -> {{ T[{tup}] -> P[{body}] }}")
-            img = tile.apply(m)
-            foot = img if foot is None else foot.union(img)
-        assert foot is not None
-        foot = foot.intersect(dom_set).intersect_params(ctx_set)
-        missing = foot.subtract(reg_set)
-        if missing.is_empty():
-            return True
     except (Unrepresentable, isl.Error):
         return False
+    args = (sp, tuple(pvars), tuple(dom_c), tuple(reg_c), tuple(ctx),
+            tuple((tup, tuple(cons), body) for tup, cons, body in reads_txt))
+    covered = _covered(*args, MAX_OPERATIONS)
+    if covered is not None:
+        return covered
     try:
-        pt = missing.sample_point()
+        pt = _missing(*args).sample_point()
         cell = [pt.get_coordinate_val(isl.dim_type.set, d).to_python() for d in range(rank)]
         witness = f"cell {producer}{cell} (isl witness)"
     except isl.Error:  # the budget ran out finding one
@@ -136,3 +128,34 @@ def _verify(producer: str, domain: tuple[tuple[Expr, Expr], ...],
         f"internal error in bounds inference for {where}: the region computed for {producer} "
         f"misses {witness} that the consumer reads; please report this with the schedule "
         f"(s.to_python())")
+
+
+@functools.lru_cache(maxsize=4096)
+def _covered(sp: str, pvars: tuple[str, ...], dom_c: tuple[str, ...], reg_c: tuple[str, ...],
+             ctx: tuple[str, ...], reads: tuple[tuple[str, tuple[str, ...], str], ...],
+             budget: int) -> bool | None:
+    """True: the footprint of ``reads`` is inside the region; False: isl cannot tell (the text
+    is not quasi-affine, or the operation ``budget`` ran out); None: cells are missing. Cached
+    by text and budget: the variants the rule-based schedule lowers repeat the same
+    questions."""
+    try:
+        return True if _missing(sp, pvars, dom_c, reg_c, ctx, reads).is_empty() else None
+    except isl.Error:
+        return False
+
+
+def _missing(sp: str, pvars: tuple[str, ...], dom_c: tuple[str, ...], reg_c: tuple[str, ...],
+             ctx: tuple[str, ...], reads: tuple[tuple[str, tuple[str, ...], str], ...]
+             ) -> isl.Set:
+    """The cells of the domain that ``reads`` touch and the region (``reg_c``) leaves out."""
+    dom_set = isl.Set(f"{sp} -> {{ P[{', '.join(pvars)}] : {' and '.join(dom_c)} }}")
+    reg_set = isl.Set(f"{sp} -> {{ P[{', '.join(pvars)}] : {' and '.join(reg_c)} }}")
+    ctx_set = isl.Set(f"{sp} -> {{ : {' and '.join(ctx) or 'true'} }}")
+    foot = None
+    for tup, cons, body in reads:
+        tile = isl.Set(f"{sp} -> {{ T[{tup}] : {' and '.join(cons) or 'true'} }}")
+        m = isl.Map(f"{sp} -> {{ T[{tup}] -> P[{body}] }}")
+        img = tile.apply(m)
+        foot = img if foot is None else foot.union(img)
+    assert foot is not None
+    return foot.intersect(dom_set).intersect_params(ctx_set).subtract(reg_set)
