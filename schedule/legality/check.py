@@ -17,6 +17,7 @@ small example values (isl ``lexmin`` + ``sample_point``) only after a failure.
 from __future__ import annotations
 
 import copy
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -152,6 +153,7 @@ GPU_LOOP_NAMES = {ForKind.GPU_BLOCK: "gpu_blocks", ForKind.GPU_THREAD: "gpu_thre
 #: tuner check many schedules that leave most stages' loops as they were
 CHECKED_STAGES = 4096
 _CHECKED: OrderedDict[tuple, tuple[StageModel, list[Problem]]] = OrderedDict()
+_CHECKED_LOCK = threading.Lock()  # (schedules checked from several threads share it)
 
 
 def check_stage(model: StageModel, st: StageState) -> list[Problem]:
@@ -161,14 +163,16 @@ def check_stage(model: StageModel, st: StageState) -> list[Problem]:
     problems, which a report annotates)."""
     key = (id(model), st.func, tuple(st.relations), tuple(st.loops),
            tuple(st.kinds[leaf] for leaf in st.loops))
-    hit = _CHECKED.get(key)
-    if hit is not None and hit[0] is model:
-        _CHECKED.move_to_end(key)
-        return [copy.copy(p) for p in hit[1]]
+    with _CHECKED_LOCK:
+        hit = _CHECKED.get(key)
+        if hit is not None and hit[0] is model:
+            _CHECKED.move_to_end(key)
+            return [copy.copy(p) for p in hit[1]]
     problems = _check_stage(model, st)
-    _CHECKED[key] = (model, problems)  # (the model kept alive: its id stays its own)
-    if len(_CHECKED) > CHECKED_STAGES:
-        _CHECKED.popitem(last=False)
+    with _CHECKED_LOCK:
+        _CHECKED[key] = (model, problems)  # (the model kept alive: its id stays its own)
+        if len(_CHECKED) > CHECKED_STAGES:
+            _CHECKED.popitem(last=False)
     return [copy.copy(p) for p in problems]
 
 
