@@ -38,8 +38,9 @@ def test_a_stage_checked_before_is_judged_by_its_loops_as_they_are_now():
     split_k = [lambda s, f: s[f.name].split("k", 4), lambda s, f: s[f.name].parallel("k.o")]
     split_i = [lambda s, f: s[f.name].split("i", 4), lambda s, f: s[f.name].parallel("i.o")]
     runs = [par_k, ser, par_i, par_k, reordered, split_i, split_k, split_i, par_k]
-    assert _verdicts(runs) == [False, True, True, False, False, True, False, True, False]
-    for steps, want in zip(runs, [False, True, True, False, False, True, False, True, False]):
+    legal = [False, True, True, False, False, True, False, True, False]
+    assert _verdicts(runs) == legal
+    for steps, want in zip(runs, legal):
         check._CHECKED.clear()  # the same verdict when checked afresh
         assert _verdicts([steps]) == [want]
 
@@ -47,8 +48,8 @@ def test_a_stage_checked_before_is_judged_by_its_loops_as_they_are_now():
 def test_a_reports_annotations_do_not_reach_the_kept_verdict():
     out, _ = matmul()
     s = tl.Schedule(out)
-    s['C'].split("k", 4)
-    s['C'].parallel("k.o")
+    s["C"].split("k", 4)
+    s["C"].parallel("k.o")
     first = s.check()
     assert not first.ok and first.problems[0].primitive == "parallel(C, loop='k.o')"
     first.problems[0].primitive = "changed by a caller"
