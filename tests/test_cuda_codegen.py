@@ -282,3 +282,24 @@ def test_a_boundary_conditions_read_on_the_gpu_drops_the_clamps_its_condition_st
         a = _arrays(f, small, 3)
         np.testing.assert_allclose(kern(**a), W.BUILTIN["conv2d"].numpy(a)(), rtol=1e-5,
                                    atol=1e-5)
+
+
+def test_an_emulated_register_tile_stays_a_loop_and_matches_numpy():
+    # the GPU's code unrolls the register tile (each thread's accumulators in registers); the
+    # emulator runs the same iterations as a loop, so its module holds a fraction of the
+    # multiply-adds, and computes the same product
+    from tensorlang.backends.cuda.codegen import device_module, host_module
+    from tensorlang.backends.cuda.target import parse_target
+    from tensorlang.backends.llvm.codegen import module_text
+    from tensorlang.backends.llvm.target import host_target
+
+    f = W.BUILTIN["matmul"].build()
+    s = gpu_schedule(f, sizes=dict(M=256, N=256, K=256))
+    program = _planned(f, s)
+    gpu = module_text(device_module(program, parse_target("cuda:sm_90")))
+    emulated = module_text(host_module(program, host_target(), emulate=True))
+    assert emulated.count("fmul") * 8 < gpu.count("fmul"), (emulated.count("fmul"),
+                                                             gpu.count("fmul"))
+    rng = np.random.default_rng(5)
+    a, b = rng.random((37, 19), dtype=np.float32), rng.random((19, 71), dtype=np.float32)
+    np.testing.assert_allclose(emulate(f, s)(a, b), a @ b, rtol=1e-5)

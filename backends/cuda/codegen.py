@@ -30,6 +30,7 @@ IR -> PTX through llvmlite).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import llvmlite.ir as ir
@@ -216,6 +217,11 @@ class DeviceGen(CodeGen):
             raise CompileError(f"loop {s.var} is parallel (the CPU thread pool) inside GPU "
                                f"kernel {self.launch.name}; on target cuda map it with "
                                f"gpu_blocks / gpu_threads, or make it serial")
+        if self.emulate and s.kind is ForKind.UNROLLED:
+            # emulated, a serial loop: the same iterations in the same order, where unrolling
+            # a register tile in Python and then in LLVM took most of an emulated kernel's build
+            self.unroll_count(s)  # (refused as the GPU's code generator refuses it)
+            s = dataclasses.replace(s, kind=ForKind.SERIAL)
         super().loop(s)
 
     def barrier(self) -> None:

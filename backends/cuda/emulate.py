@@ -6,8 +6,8 @@ and the host program loops over every block and thread in order. The mapped loop
 dependence (``tl.check`` proves it), so this order computes what the GPU computes; the result is
 a ``tl.Kernel`` called on NumPy arrays. It is how the test suite checks the code generator and
 the launch dimensions against NumPy on machines without a GPU. It is slow (no parallelism, no
-vector units, LLVM's ``-O1``: what it checks is the program, not its speed): a tool for checking,
-not for speed.
+vector units, LLVM's ``-O1``, an unrolled loop emitted as a loop: what it checks is the program,
+not its speed): a tool for checking, not for speed.
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ from .codegen import host_module
 from .launches import DeviceProgram, plan
 from .private import double_buffered, private_buffers, pure_stages, shared_copies
 
-#: LLVM's optimisation level for emulated kernels: -O1 keeps their meaning (and promotes a
-#: thread's own buffer to registers, as on the GPU) and compiles unrolled register tiles in
-#: about half the time of -O3
+#: LLVM's optimisation level for emulated kernels: -O1 keeps their meaning and compiles in a
+#: fraction of the time of -O3 (their unrolled loops stay loops: ``codegen.py``)
 EMULATE_OPT = 1
 #: The code generator's level for them: 0 (FastISel, fast register allocation) emits
 #: slower code in a fraction of the time, and an emulated kernel runs on a test's small sizes

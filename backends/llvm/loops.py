@@ -286,12 +286,22 @@ class LoopGen:
             return None
         return self.buffer(name).extents[-1]
 
-    def unrolled(self, s: For) -> None:
+    @staticmethod
+    def unroll_count(s: For) -> int:
+        """The iterations of unrolled loop ``s``.
+
+        Raises:
+            CompileError: its extent is not a constant of at most ``MAX_UNROLL``.
+        """
         n = const_value(s.extent)
         if n is None or n > MAX_UNROLL:
             raise CompileError(
                 f"cannot unroll loop {s.var}: its extent {s.extent} is not a constant of at most "
                 f"{MAX_UNROLL}; split it by a constant factor and unroll the inner loop")
+        return n
+
+    def unrolled(self, s: For) -> None:
+        n = self.unroll_count(s)
         lo = self.expr(s.min)
         outer = self.vars.get(s.var)
         for k in range(n):
