@@ -166,9 +166,9 @@ def ssub(a: Expr, b: Expr) -> Expr:
     return BinOp("sub", a, b, int64)
 
 
-def _terms(e: Expr) -> tuple[dict[str, int], Affine]:
-    """``e`` as a sum of non-affine terms (by printed form, with integer coefficients; zero ones
-    dropped) and an affine rest."""
+def _terms(e: Expr) -> tuple[dict[tuple, int], Affine]:
+    """``e`` as a sum of non-affine terms (by structure, ``Expr.key``, with integer
+    coefficients; zero ones dropped) and an affine rest."""
     if isinstance(e, BinOp) and e.dtype.is_int and e.op in ("add", "sub"):
         (ta, ra), (tb, rb) = _terms(e.a), _terms(e.b)
         sign = 1 if e.op == "add" else -1
@@ -178,7 +178,7 @@ def _terms(e: Expr) -> tuple[dict[str, int], Affine]:
     fe = _aff(e)
     if fe is not None:
         return {}, fe
-    return {str(e): 1}, Affine((), (), 0)
+    return {e.key: 1}, Affine((), (), 0)
 
 
 def smul(a: Expr, c: int) -> Expr:
