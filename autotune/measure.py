@@ -141,9 +141,9 @@ def serve(receive: Callable[[], Any], reply: Callable[[Any], None]) -> None:
         _, trace, obj, sig, repeats, min_seconds, verify, budget = msg
         res = MeasureResult()
         try:
-            if hook is not None:
-                hook(trace)
             kern = backend.load(output, None, obj, Signature.from_dict(sig))
+            if hook is not None:  # (once loaded: what a hook disturbs is the runs)
+                hook(trace)
             t0 = clock()
             out = kern(**arrays, **extra, out=out)
             warm = clock() - t0
@@ -329,8 +329,9 @@ class Measurer:
         repeats: at least this many timed runs. min_seconds: at least this much timed work.
         timeout: seconds a candidate's compilation, and then its runs, may each take before the
             worker is killed. jobs: compile processes (default: CPU count, at most 4).
-        hook: optional picklable callable the run worker calls on each trace before running it
-            (instrumentation; tests use it to crash or hang the worker on purpose).
+        hook: optional picklable callable the run worker calls on each trace once it is
+            loaded, before running it (instrumentation; tests use it to crash or hang the
+            worker, or to load the CPU, on purpose).
         arrays: the inputs to time on (by Input name; default: seeded random inputs).
         backend: the name of the backend that compiles, loads and times the candidates
             (``backends.base.get_backend``; default: the LLVM CPU backend).
