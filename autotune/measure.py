@@ -258,9 +258,11 @@ STARTUP_SECONDS = 300
 
 
 class _Worker:
-    """One worker process: setup on start, then request/answer with a deadline."""
+    """One worker process: setup on start, then request/answer with a deadline. With
+    ``wait=False`` the process starts and its imports run while the caller starts others;
+    ``ready()`` then waits for it."""
 
-    def __init__(self, setup: tuple) -> None:
+    def __init__(self, setup: tuple, wait: bool = True) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         # NumPy's BLAS (the reference check) must not keep a thread pool spinning beside the
@@ -272,6 +274,16 @@ class _Worker:
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         send(self.proc.stdin, setup)
         self.deadline = 0.0
+        self.started = False  # (its "ready" received)
+        if wait:
+            self.ready()
+
+    def ready(self) -> None:
+        """Wait until the process has done its imports and setup.
+
+        Raises:
+            OSError: it did not answer within ``STARTUP_SECONDS`` (it is killed).
+        """
         # wait for the imports (seconds on a loaded machine) so they never count against a
         # candidate's time limit
         try:
@@ -282,6 +294,7 @@ class _Worker:
         except BaseException:  # Ctrl-C while it starts: no orphaned worker outlives the tuner
             self.kill()
             raise
+        self.started = ok
         if not ok:
             self.kill()
             raise OSError(f"a measuring process (python -m tensorlang.autotuner.worker) did not "
@@ -374,12 +387,29 @@ class Measurer:
         todo = list(range(len(traces)))[::-1]
         busy: dict[int, int] = {}  # worker slot -> trace index
         while todo or busy:
+            # the processes this round needs start together (their imports overlap)
+            starting = []
+            for slot in [s for s in range(self.jobs) if s not in busy][:len(todo)]:
+                w = self._compilers[slot]
+                if w is None or w.proc.poll() is not None:
+                    starting.append(slot)
+                    self._compilers[slot] = _Worker(self._setup("compile"), wait=False)
+            if self._runner is None:  # (its imports overlap the compiling too)
+                self._runner = _Worker(self._setup("run"), wait=False)
+            for n, slot in enumerate(starting):
+                try:
+                    self._compilers[slot].ready()  # type: ignore[union-attr]
+                except BaseException:
+                    for other in starting[n + 1:]:
+                        self._compilers[other].kill()  # type: ignore[union-attr]
+                        self._compilers[other] = None
+                    self._compilers[slot] = None
+                    raise
             for slot in range(self.jobs):
                 if slot in busy or not todo:
                     continue
                 w = self._compilers[slot]
-                if w is None or w.proc.poll() is not None:
-                    w = self._compilers[slot] = _Worker(self._setup("compile"))
+                assert w is not None
                 idx = todo.pop()
                 try:
                     w.request(traces[idx], limit)
@@ -426,6 +456,12 @@ class Measurer:
         never shares the CPU with compilation."""
         if self._runner is None or self._runner.proc.poll() is not None:
             self._runner = _Worker(self._setup("run"))
+        elif not self._runner.started:  # (started beside the compiling)
+            try:
+                self._runner.ready()
+            except BaseException:
+                self._runner = None
+                raise
         w = self._runner
         try:
             w.request(msg, limit)

@@ -197,6 +197,42 @@ def test_measurer_times_and_verifies():
     assert len(res.times) >= 3 and np.isfinite(res.seconds) and res.compile_seconds > 0
 
 
+def test_worker_processes_start_together_and_none_outlives_a_failed_start(tmp_path,
+                                                                          monkeypatch):
+    # the compile pool's processes and the run process start before the first is waited for
+    # (their imports overlap); when one cannot start, the error names it and every process
+    # started beside it is killed
+    import subprocess
+
+    from tensorlang.autotuner import measure
+
+    started = []
+    real_popen = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    out, _ = matmul()
+    sizes = {"M": 8, "N": 8, "K": 8}
+    trace = tl.Schedule(out).to_json()
+    monkeypatch.setattr(measure.subprocess, "Popen", popen)
+    with Measurer(out, sizes, _shapes(out, sizes), repeats=1, min_seconds=0.0, jobs=2) as m:
+        m.compile_many([trace, trace])
+        assert len(started) == 3 and all(p.poll() is None for p in started)
+        assert m.run(trace, m.compile_many([trace])[0]).error is None
+        assert len(started) == 3  # (the run process was the one started beside the pool)
+    script = tmp_path / "exits.sh"
+    script.write_text("#!/bin/sh\nexit 3\n")
+    script.chmod(0o755)
+    started.clear()
+    monkeypatch.setattr(measure.sys, "executable", str(script))
+    with Measurer(out, sizes, _shapes(out, sizes), jobs=2) as m:
+        with pytest.raises(OSError):
+            m.compile_many([trace, trace])
+    assert started and all(p.poll() is not None for p in started)
+
+
 @pytest.mark.parametrize("dtype", [tl.float32, tl.int32])
 def test_every_candidate_is_verified_on_its_own_output(dtype):
     # the worker keeps one output array for all candidates (no first-touch page faults in the
