@@ -49,20 +49,11 @@ def _candidates(e: Expr, inner: set[str], out: list[Expr], memo: dict, path: set
         out.append(e)
         return True
     found = False
-    for n in _children(e, memo):
+    for n in children(e):
         found = _candidates(n, inner, out, memo, path) or found
     if found:
         path.add(id(e))
     return found
-
-
-def _children(e: Expr, memo: dict) -> tuple[Expr, ...]:
-    """``children(e)``, memoized per node as ``_reads`` is (every loop of a nest walks the
-    expressions of its body again)."""
-    hit = memo.get(("children", id(e)))
-    if hit is None:
-        hit = memo[("children", id(e))] = (e, children(e))
-    return hit[1]
 
 
 def _mark(e: Expr, table: dict[tuple, Var], path: set[int]) -> bool:
@@ -90,7 +81,7 @@ def _reads(e: Expr, memo: dict) -> tuple[frozenset[str], bool]:
     else:
         names: set[str] = set()
         loads = isinstance(e, Load)
-        for c in _children(e, memo):
+        for c in children(e):
             n, ld = _reads(c, memo)
             names |= n
             loads = loads or ld
