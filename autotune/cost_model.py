@@ -3,16 +3,21 @@
 scikit-learn's ``HistGradientBoostingRegressor`` on ``log2(seconds)``, refit on every measurement
 so far after each round (fits in milliseconds for hundreds of samples). Used only to *rank*
 proposals, so its scale does not matter. Untrained (fewer than ``min_samples`` measurements) it
-abstains and the tuner measures random picks. See also: TVM's XGBoost cost model (Chen et al., NeurIPS
-2018 "Learning to Optimize Tensor Programs"), Ansor (OSDI 2020), Adams et al. 2019.
-"""
+abstains and the tuner measures random picks. scikit-learn is imported at the first fit: its
+import takes seconds, and a short tuning run never trains. See also: TVM's XGBoost cost model
+(Chen et al., NeurIPS 2018 "Learning to Optimize Tensor Programs"), Ansor (OSDI 2020), Adams et
+al. 2019."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from sklearn.ensemble import HistGradientBoostingRegressor
 
 from .features import FEATURE_NAMES
+
+if TYPE_CHECKING:
+    from sklearn.ensemble import HistGradientBoostingRegressor
 
 
 class CostModel:
@@ -44,6 +49,8 @@ class CostModel:
         """Refit on every measurement so far (no-op below ``min_samples``)."""
         if len(self._y) < self.min_samples:
             return
+        from sklearn.ensemble import HistGradientBoostingRegressor
+
         x = np.stack(self._x)
         # a feature no sample has (every record predates it: a warm start from older logs) is
         # constant 0 for the fit -- the trees ignore it -- since scikit-learn cannot bin an
