@@ -9,10 +9,13 @@ Zheng et al. OSDI 2020 §5.1), enqueued into the study so TPE sees them as its o
 schedules already measured or pruned (or twice in one pool), ranks the rest by predicted time
 and picks the best ``measure_per_round - 2``, the best-ranked of the sampler's own proposals
 (mutants alone would only refine the incumbent) and one random exploratory candidate; the others
-are told to Optuna as failed, so they do not bias TPE. Without the model every legal proposal is
-measured (plain Optuna, for ablations). After ``DUPLICATE_STREAK`` duplicate proposals in a row
-the sampler is set aside for random draws until one is new (TPE can settle on one measured
-point).
+are told to Optuna as failed, so they do not bias TPE. While the model is untrained (it ranks
+nothing) a round proposes only until it has ``measure_per_round`` legal new candidates: the
+rest of a pool would be dropped at random after each was proven legal and lowered (up to
+seconds each on a deep nest; a short run never trains the model). Without the model every
+legal proposal is measured (plain Optuna, for ablations). After ``DUPLICATE_STREAK`` duplicate
+proposals in a row the sampler is set aside for random draws until one is new (TPE can settle
+on one measured point).
 
 Proposals are asked of an in-memory study that mirrors the tuning's own (``main``, in its
 storage, shared by workers): proposals not measured — ranked out, duplicates, past the budget —
@@ -284,6 +287,9 @@ class SearchStrategy:
         for _ in range(pool - n_mut):
             if proposals and out_of_time():
                 break
+            if not model.trained and sum(c is not None for c in proposals) >= \
+                    self.measure_per_round:
+                break  # an untrained model ranks at random: more would only be dropped
             proposals.append(self.propose())
         mutated: set[int] = set()
         for t in self.mutants(n_mut if not out_of_time() else 0):
