@@ -207,22 +207,40 @@ def test_a_float64_builtin_is_tuned_into_its_own_log_and_refused_for_a_user_file
     assert r.returncode == 1 and "has no float64 version" in r.stderr, r.stderr
 
 
+def _older_feature_log(path, n: int) -> None:
+    """A log of ``n`` measured blur schedules (34 x 34) as written before the last feature:
+    real feature vectors of real loop nests, each one entry short."""
+    import tensorlang as tl
+    from tensorlang.autotuner.features import features
+    from tensorlang.autotuner.records import RecordWriter, TuningRecord, target_info, \
+        workload_info
+    from tensorlang.autotuner.workloads import BUILTIN
+    from tensorlang.schedule.lower import lower
+
+    out = BUILTIN["blur"].build()
+    sizes = {"H": 34, "W": 34}
+    with RecordWriter(path) as w:
+        for trial in range(n):
+            s = tl.Schedule(out)
+            if trial:
+                s[out.name].split("y", trial + 1)
+            seconds = 1e-5 * (trial + 1)
+            w.write(TuningRecord(workload_info(out, sizes, "blur"), target_info(),
+                                 json.loads(s.to_json()), "measured", seconds, [seconds],
+                                 trial=trial,
+                                 extra={"features": features(lower(out, s), sizes)[:-1].tolist()}))
+
+
 def test_tune_warm_started_from_logs_of_an_older_feature_set(tmp_path):
     # the shipped logs predated the last feature, and warming the cost model only from them
     # crashed every `tensorlang tune` in scikit-learn (an all-missing feature column)
     cache = tmp_path / "cache"
-    log = _tune_blur(tmp_path, cache, 34, 34, trials=8)
-    lines = []
-    for line in log.read_text().splitlines():
-        rec = json.loads(line)
-        if rec.get("features"):
-            rec["features"] = rec["features"][:-1]  # as written before the last feature
-        lines.append(json.dumps(rec))
-    log.write_text("\n".join(lines) + "\n")
-    r = _run(["tune", "matmul", "--shape", "M=24,N=40,K=16", "--trials", "6", "--no-summary",
+    (tmp_path / "tuning_logs").mkdir()
+    _older_feature_log(tmp_path / "tuning_logs" / "blur-H34-W34.jsonl", 8)  # >= min_samples
+    r = _run(["tune", "matmul", "--shape", "M=24,N=40,K=16", "--trials", "1", "--no-summary",
               "--no-cache"], tmp_path, cache)
     assert r.returncode == 0, r.stderr
-    assert "cost model warmed with" in r.stdout
+    assert "cost model warmed with 8 records" in r.stdout
 
 
 def _log_of(path, name: str, sizes: dict, seconds: list[float]) -> None:
