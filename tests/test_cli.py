@@ -136,7 +136,7 @@ def _tune_blur(tmp_path, cache, h: int, w: int, trials: int):
 
 def test_show_cache_import_export_and_bench(tmp_path):
     cache = tmp_path / "cache"
-    log = _tune_blur(tmp_path, cache, 40, 37, trials=5)
+    log = _tune_blur(tmp_path, cache, 40, 37, trials=2)
     foreign = json.loads(log.read_text().splitlines()[0])
     foreign["target"]["cpu"] = "some-other-cpu"
     foreign["state"], foreign["seconds"] = "measured", 1e-9
