@@ -11,12 +11,15 @@ I1, I8, I16, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(16), ir.IntType
 F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 
 
+_VALUE_TYPES = {DType.bool_: I1, DType.int8: I8, DType.int16: I16, DType.int32: I32,
+                DType.int64: I64, DType.uint8: I8, DType.uint16: I16, DType.float16: F32,
+                DType.bfloat16: F32, DType.float32: F32, DType.float64: F64}
+
+
 def value_type(d: DType) -> ir.Type:
     """The LLVM type of a value of dtype ``d`` in registers (bool is i1; float16 and bfloat16
     are float32, rounded to their precision after each operation)."""
-    return {DType.bool_: I1, DType.int8: I8, DType.int16: I16, DType.int32: I32,
-            DType.int64: I64, DType.uint8: I8, DType.uint16: I16, DType.float16: F32,
-            DType.bfloat16: F32, DType.float32: F32, DType.float64: F64}[d]
+    return _VALUE_TYPES[d]
 
 
 def memory_type(d: DType) -> ir.Type:
