@@ -5,6 +5,9 @@ Part of ``CodeGen`` (``codegen.py``).
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterable
+
 import llvmlite.ir as ir
 
 from tensorlang.schedule.ir import Load
@@ -31,6 +34,26 @@ def value_key(v: ir.Value | None) -> object:
     return id(v) if c is None else (v.type.width, c)
 
 
+#: vector constants by type and elements, one object each: llvmlite builds a vector constant's
+#: element constants and formats them anew for every new object, where an object formats once
+#: (the splat masks, lane indices and zero vectors of an unrolled tile repeat by the thousand)
+_VECTOR_CONSTANTS: dict[tuple[str, str], ir.Constant] = {}
+VECTOR_CONSTANTS_MAX = 4096
+
+
+def vector_constant(t: ir.VectorType, values: Iterable) -> ir.Constant:
+    """The constant of vector type ``t`` with elements ``values`` (ints, floats or bools; floats
+    told apart by their bits, so -0.0 is not 0.0), shared by every caller."""
+    key = (str(t), repr(tuple(struct.pack("<d", v) if isinstance(v, float) else v
+                              for v in values)))
+    c = _VECTOR_CONSTANTS.get(key)
+    if c is None:
+        if len(_VECTOR_CONSTANTS) >= VECTOR_CONSTANTS_MAX:
+            _VECTOR_CONSTANTS.clear()
+        c = _VECTOR_CONSTANTS[key] = ir.Constant(t, list(values))
+    return c
+
+
 def _wrapped(value: int, bits: int) -> int:
     """``value`` as a two's-complement integer of ``bits`` bits (LLVM's wrapping arithmetic)."""
     value &= (1 << bits) - 1
@@ -44,6 +67,8 @@ class ExpressionGen:
     def const(t: ir.Type, value: object) -> ir.Constant:
         """A constant of type ``t``, splatted when ``t`` is a vector type."""
         if isinstance(t, ir.VectorType):
+            if isinstance(value, (int, float)):  # (bool is an int)
+                return vector_constant(t, (value,) * t.count)
             return ir.Constant(t, [value] * t.count)
         return ir.Constant(t, value)
 
@@ -57,7 +82,8 @@ class ExpressionGen:
         vt = ir.VectorType(v.type, lanes)
         undef = ir.Constant(vt, ir.Undefined)
         one = b.insert_element(undef, v, ir.Constant(I32, 0))
-        return b.shuffle_vector(one, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+        mask = vector_constant(ir.VectorType(I32, lanes), (0,) * lanes)
+        return b.shuffle_vector(one, undef, mask)
 
     def unify(self, *vals: ir.Value) -> list[ir.Value]:
         """Broadcast scalars to the vector width of any vector operand."""
@@ -156,7 +182,7 @@ class ExpressionGen:
             if self.vec is not None and e.name == self.vec[0] and not self.lane0:
                 lanes = self.vec[1]
                 return b.add(self.splat(v, lanes),
-                             ir.Constant(ir.VectorType(I64, lanes), list(range(lanes))))
+                             vector_constant(ir.VectorType(I64, lanes), range(lanes)))
             return v
         if isinstance(e, Size):
             return self.sizes[e.name]

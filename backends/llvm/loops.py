@@ -27,6 +27,7 @@ from tensorlang.schedule.ir import (
     padded_lanes,
 )
 
+from .expressions import vector_constant
 from .row_bases import row_reads
 from .types import I1, I32, I64
 
@@ -153,7 +154,7 @@ class LoopGen:
         else:
             self.vec = (s.var, width)
             self.mask = None if rest is None else self.builder.icmp_signed(
-                "<", ir.Constant(ir.VectorType(I64, width), list(range(width))),
+                "<", vector_constant(ir.VectorType(I64, width), range(width)),
                 self.splat(rest, width))
             self.stmt(s.body)
         self.mask = outer_mask
