@@ -73,6 +73,7 @@ scheduling of imaging and vision pipelines for the GPU" (OOPSLA 2021).
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
@@ -549,12 +550,33 @@ def _staged(s: Schedule, name: str, tiling: GemmTiling, kblock: int) -> Schedule
 
 def shared_bytes(s: Schedule) -> int | None:
     """The most shared memory a block of ``s``'s kernels takes, in bytes; None where they
-    cannot be launched as planned (``launchable``)."""
+    cannot be launched as planned (``launchable``). Remembered for the last ``PLANNED``
+    lowerings (``lower`` returns the same loop nest for the same schedule): rule 3 and the
+    search space ask again for a schedule they built before."""
     try:
-        program = plan(lower(s.output, s), private_buffers(s))
+        lowered = lower(s.output, s)
     except CompileError:
         return None
-    return max((lc.shared_bytes for lc in program.launches), default=0)
+    private = private_buffers(s)
+    key = (id(lowered), private)
+    hit = _PLANNED.get(key)
+    if hit is not None and hit[0] is lowered:
+        _PLANNED.move_to_end(key)
+        return hit[1]
+    try:
+        program = plan(lowered, private)
+        used: int | None = max((lc.shared_bytes for lc in program.launches), default=0)
+    except CompileError:
+        used = None
+    _PLANNED[key] = (lowered, used)  # (the loop nest kept alive: its id stays its own)
+    while len(_PLANNED) > PLANNED:
+        _PLANNED.popitem(last=False)
+    return used
+
+
+#: how many lowerings' shared memory ``shared_bytes`` remembers
+PLANNED = 32
+_PLANNED: OrderedDict[tuple[int, frozenset[str]], tuple[object, int | None]] = OrderedDict()
 
 
 def launchable(s: Schedule) -> bool:
