@@ -6,7 +6,7 @@ Part of ``CodeGen`` (``codegen.py``).
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import llvmlite.ir as ir
 
@@ -41,7 +41,7 @@ _VECTOR_CONSTANTS: dict[tuple[str, str], ir.Constant] = {}
 VECTOR_CONSTANTS_MAX = 4096
 
 
-def vector_constant(t: ir.VectorType, values: Iterable) -> ir.Constant:
+def vector_constant(t: ir.VectorType, values: Sequence) -> ir.Constant:
     """The constant of vector type ``t`` with elements ``values`` (ints, floats or bools; floats
     told apart by their bits, so -0.0 is not 0.0), shared by every caller."""
     key = (str(t), repr(tuple(struct.pack("<d", v) if isinstance(v, float) else v
