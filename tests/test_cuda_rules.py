@@ -339,3 +339,27 @@ def test_a_threads_register_tile_in_runs_of_columns_is_its_own():
         "var:v": 1, "var:g": 8}
     # runs 48 apart: the second reaches other threads' columns
     assert _packed_groups(({**form[0], "var:g": (Var("g"), 48)}, 0), 4, 16, sc) is None
+
+
+def test_shared_bytes_plans_a_schedule_once_and_tells_schedules_apart(monkeypatch):
+    # rule 3 asks for the shared memory of the schedules it tries; asked again for an equal
+    # schedule (a second gpu_schedule call, the search space's launchable) the answer is the
+    # one remembered, and another schedule (another reduction block) is planned anew
+    from tensorlang.backends.cuda import rules
+
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(rules, "plan", counted)
+    monkeypatch.setattr(rules, "_PLANNED", type(rules._PLANNED)())
+    f = W.BUILTIN["matmul"].build()
+    s = gpu_schedule(f, sizes=dict(M=4096, N=4096, K=4096))
+    first = len(calls)
+    assert first >= 1 and rules.shared_bytes(s) == 4 * (16 * 132 + 16 * 128)
+    assert gpu_schedule(f, sizes=dict(M=4096, N=4096, K=4096)).to_json() == s.to_json()
+    assert len(calls) == first
+    other = gpu_schedule(f, sizes=dict(M=512, N=512, K=512))
+    assert len(calls) > first and rules.shared_bytes(other) != rules.shared_bytes(s)
